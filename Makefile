@@ -1,0 +1,62 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Everything else here is what those two are made of.
+
+VENV    ?= .venv
+PYTHON  ?= python3
+PY       = $(VENV)/bin/python
+STAMP    = $(VENV)/.installed
+SCRATCH ?= scratch
+PORT    ?= 6006
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: setup browser demo demo-train demo-logs test test-fast bench frontend check-bundle clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(STAMP)
+
+# Browser tests drive Debian's chromium through Playwright (no browser download).
+browser:
+	@test -x $(CHROMIUM) || { \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  apt-get update -q && apt-get install -y -q chromium; }
+
+# Trains every demo (clean run and leaky twin) into a git-ignored folder and
+# serves it on 127.0.0.1.
+demo: setup demo-train
+	@echo "Gradscope: http://127.0.0.1:$(PORT)/#gradscope"
+	$(VENV)/bin/tensorboard --logdir $(SCRATCH)/demo --host 127.0.0.1 --port $(PORT)
+
+demo-train: setup
+	rm -rf $(SCRATCH)/demo
+	$(VENV)/bin/tb-gradscope demo $(SCRATCH)/demo
+
+# Regenerates the committed demo_logs/ (deliberate: event-file names carry host,
+# time and pid).
+demo-logs: setup
+	rm -rf demo_logs
+	$(VENV)/bin/tb-gradscope demo demo_logs
+
+test: setup browser
+	$(PY) -m pytest tests
+
+test-fast: setup
+	$(PY) -m pytest tests -m "not slow and not browser"
+
+bench: setup
+	$(PY) bench/run_all.py
+
+# Rebuilds the frontend bundle into tb_gradscope/plugin/static/.
+frontend:
+	cd frontend && npm ci && npm run build
+
+# Fails when the committed bundle is not what the sources build to.
+check-bundle: frontend
+	git diff --exit-code -- tb_gradscope/plugin/static/
+
+clean:
+	rm -rf $(SCRATCH) build dist *.egg-info .pytest_cache

@@ -1,0 +1,50 @@
+"""Packaging for tb-gradscope: the training hook and the TensorBoard plugin."""
+
+import pathlib
+
+import setuptools
+
+HERE = pathlib.Path(__file__).parent
+
+setuptools.setup(
+    name="tb-gradscope",
+    version="0.1.0",
+    description=(
+        "See which subgraphs each loss updates: per-scope gradient flow, "
+        "blocked edges and target-network drift in TensorBoard."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["tb_gradscope", "tb_gradscope.*"]),
+    package_data={"tb_gradscope.plugin": ["static/*"]},
+    include_package_data=True,
+    install_requires=[
+        "tensorflow>=2.16",
+        "tensorboard>=2.16",
+        "numpy",
+    ],
+    extras_require={
+        "test": [
+            "pytest",
+            "pytest-timeout",
+            "hypothesis",
+            "playwright",
+        ],
+        "gym": ["gymnasium"],
+    },
+    entry_points={
+        "tensorboard_plugins": [
+            "gradscope = tb_gradscope.plugin.loader:GradscopeLoader",
+        ],
+        "console_scripts": [
+            "tb-gradscope = tb_gradscope.cli:main",
+        ],
+    },
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

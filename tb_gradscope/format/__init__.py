@@ -1,0 +1,45 @@
+"""The on-disk contract between the recorder and the readers (plugin, CLI).
+
+Plain Python, numpy and TensorBoard's protos only: never tensorflow.
+See docs/FORMAT.md.
+"""
+
+from tb_gradscope.format.events import ANOMALY, VIOLATION, Event
+from tb_gradscope.format.flowgraph import (
+    BLOCKED,
+    FLOW_STATES,
+    IGNORED,
+    INDEPENDENT,
+    NONFINITE,
+    STATIC_FLOW_STATES,
+    UPDATES,
+    VANISHING,
+    BlockedEdge,
+    FlowGraph,
+    GraphEdge,
+    GraphNode,
+    LossInfo,
+    SourceLine,
+)
+from tb_gradscope.format.metadata import (
+    FORMAT_VERSION,
+    KIND_SPECS,
+    PLUGIN_NAME,
+    FormatError,
+    Kind,
+    NewerFormatError,
+    RecordInfo,
+    create_summary_metadata,
+    make_info,
+    parse_plugin_content,
+    tag_for,
+)
+from tb_gradscope.format.records import (
+    Table,
+    decode_blobs,
+    decode_json,
+    decode_table,
+    encode_blobs,
+    encode_json,
+    encode_table,
+)

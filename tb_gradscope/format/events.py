@@ -1,0 +1,51 @@
+"""Events: violations of flow rules and anomalies of target/EMA pairs.
+
+An EVENTS record holds, at a step, one JSON document per event seen there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from tb_gradscope.format.metadata import FormatError
+
+VIOLATION = "violation"
+ANOMALY = "anomaly"
+EVENT_TYPES = (VIOLATION, ANOMALY)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """Something wrong seen at a step.
+
+    Attributes:
+      type: VIOLATION (a rule broken) or ANOMALY (a pair behaving oddly).
+      name: the rule (`never(td, target/*)`) or anomaly name (`never_synced`).
+      step: the step it was seen at.
+      message: one human sentence saying what is wrong.
+      loss, scope, pair: what it concerns ("" when not applicable).
+      evidence: numbers and places that prove it (norms, op, source line).
+    """
+
+    type: str
+    name: str
+    step: int
+    message: str
+    loss: str = ""
+    scope: str = ""
+    pair: str = ""
+    evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Event":
+        try:
+            event = cls(**doc)
+        except TypeError as e:
+            raise FormatError(f"malformed event document: {e}") from None
+        if event.type not in EVENT_TYPES:
+            raise FormatError(f"unknown event type {event.type!r}")
+        return event

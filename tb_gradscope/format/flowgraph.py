@@ -1,0 +1,161 @@
+"""The FlowGraph: what static analysis knows about a traced training step.
+
+Plain data, shared by the writer (`analysis/` builds it, `record/` writes it as
+a FLOWGRAPH blob) and the readers (plugin, CLI). `to_json`/`from_json` are the
+only serialisation; docs/FORMAT.md describes the document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from tb_gradscope.format.metadata import FormatError
+
+# Flow states of a (loss, scope) cell. The first four are static (known at
+# trace time); VANISHING and NONFINITE are numeric, seen at a recorded step.
+UPDATES = "updates"
+IGNORED = "ignored"
+BLOCKED = "blocked"
+INDEPENDENT = "independent"
+VANISHING = "vanishing"
+NONFINITE = "nonfinite"
+STATIC_FLOW_STATES = (UPDATES, IGNORED, BLOCKED, INDEPENDENT)
+FLOW_STATES = STATIC_FLOW_STATES + (VANISHING, NONFINITE)
+
+# Why a gradient path is cut at a blocked edge.
+CAUSE_STOP_GRADIENT = "stop_gradient"  # StopGradient / PreventGradient
+CAUSE_NON_DIFFERENTIABLE = "non_differentiable"  # registered as such (ArgMax, ...)
+CAUSE_NO_GRADIENT = "no_gradient"  # no gradient function (PyFunc, ...)
+CAUSE_INTEGER = "integer"  # the path only crosses integer or bool tensors
+CAUSE_CUSTOM_GRADIENT_NONE = "custom_gradient_none"  # a custom gradient returns None
+CAUSE_UNKNOWN = "unknown_gradient"  # an op the analysis does not know
+CAUSES = (
+    CAUSE_STOP_GRADIENT,
+    CAUSE_NON_DIFFERENTIABLE,
+    CAUSE_NO_GRADIENT,
+    CAUSE_INTEGER,
+    CAUSE_CUSTOM_GRADIENT_NONE,
+    CAUSE_UNKNOWN,
+)
+
+# Node kinds of the scope-level dataflow graph.
+NODE_SCOPE = "scope"
+NODE_INPUT = "input"
+NODE_LOSS = "loss"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceLine:
+    """Where in the user's code an op was created (path relative to the cwd)."""
+
+    file: str
+    line: int
+    function: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockedEdge:
+    """A producer -> consumer edge where a loss's gradient path is cut.
+
+    `op_name`/`op_type` name the cutting op (the consumer for StopGradient, the
+    op without a gradient otherwise); `producer_scope`/`consumer_scope` are the
+    scope-graph nodes on either side.
+    """
+
+    loss: str
+    producer: str
+    consumer: str
+    op_name: str
+    op_type: str
+    cause: str
+    producer_scope: str
+    consumer_scope: str
+    source: SourceLine | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LossInfo:
+    """A named objective, or a gradient start point (tensor + output gradients)."""
+
+    name: str
+    kind: str = "loss"  # "loss" or "start_point"
+    tensor: str = ""  # the graph tensor the gradient starts from
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphNode:
+    id: str
+    kind: str  # NODE_SCOPE, NODE_INPUT or NODE_LOSS
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphEdge:
+    """Tensors flowing from one scope-graph node to another in the forward pass."""
+
+    src: str
+    dst: str
+    tensors: int
+    blocked_for: tuple[str, ...] = ()  # losses whose gradient is cut on this edge
+
+
+@dataclasses.dataclass
+class FlowGraph:
+    """Per loss: flow state of every scope, blocked edges, and the scope graph.
+
+    `cells[loss][scope]` is one of STATIC_FLOW_STATES for every scope of the
+    tree (leaves and roll-ups). `applied` lists the scopes whose variables the
+    traced step writes with an optimizer (None when the step was traced without
+    its optimizer, so "applied" is unknown until updates are recorded).
+    """
+
+    losses: list[LossInfo]
+    scopes: list[str]
+    cells: dict[str, dict[str, str]]
+    blocked_edges: list[BlockedEdge] = dataclasses.field(default_factory=list)
+    nodes: list[GraphNode] = dataclasses.field(default_factory=list)
+    edges: list[GraphEdge] = dataclasses.field(default_factory=list)
+    applied: list[str] | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    source: str = ""  # "tf2", "tf1" or "keras": what was traced
+
+    def state(self, loss: str, scope: str) -> str:
+        return self.cells[loss][scope]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "FlowGraph":
+        try:
+            graph = cls(
+                losses=[LossInfo(**l) for l in doc["losses"]],
+                scopes=[str(s) for s in doc["scopes"]],
+                cells={
+                    str(loss): {str(s): str(st) for s, st in row.items()}
+                    for loss, row in doc["cells"].items()
+                },
+                blocked_edges=[_blocked_edge(e) for e in doc.get("blocked_edges", [])],
+                nodes=[GraphNode(**n) for n in doc.get("nodes", [])],
+                edges=[
+                    GraphEdge(**{**e, "blocked_for": tuple(e.get("blocked_for", ()))})
+                    for e in doc.get("edges", [])
+                ],
+                applied=doc.get("applied"),
+                warnings=[str(w) for w in doc.get("warnings", [])],
+                source=str(doc.get("source", "")),
+            )
+        except (KeyError, TypeError, AttributeError) as e:
+            raise FormatError(f"malformed FlowGraph document: {e!r}") from None
+        for loss, row in graph.cells.items():
+            bad = sorted({st for st in row.values() if st not in FLOW_STATES})
+            if bad:
+                raise FormatError(f"FlowGraph loss '{loss}' has unknown flow states {bad}")
+        return graph
+
+
+def _blocked_edge(doc: Mapping[str, Any]) -> BlockedEdge:
+    source = doc.get("source")
+    fields = {k: v for k, v in doc.items() if k != "source"}
+    return BlockedEdge(**fields, source=SourceLine(**source) if source else None)
