@@ -9,7 +9,7 @@ SCRATCH ?= scratch
 PORT    ?= 6006
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup browser demo demo-train demo-logs test test-fast bench frontend check-bundle clean
+.PHONY: setup browser demo demo-train demo-logs test test-fast bench bench-quick frontend check-bundle clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +47,12 @@ test: setup browser
 test-fast: setup
 	$(PY) -m pytest tests -m "not slow and not browser"
 
+# Full-mode benchmarks (figures for docs/PERFORMANCE.md); bench-quick: < 60 s each.
 bench: setup
-	$(PY) bench/run_all.py
+	$(PY) -m bench.run_all
+
+bench-quick: setup
+	$(PY) -m bench.run_all --quick
 
 # Rebuilds the frontend bundle into tb_gradscope/plugin/static/.
 frontend:
