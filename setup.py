@@ -24,6 +24,7 @@ setuptools.setup(
         "tensorflow>=2.16",
         "tensorboard>=2.16",
         "numpy",
+        'tomli; python_version < "3.11"',
     ],
     extras_require={
         "test": [
