@@ -1,0 +1,82 @@
+// The tab's stylesheet, injected as a <style> element's textContent (the page's
+// CSP allows inline styles but no external hosts). Colours are CSS variables so
+// light and dark themes follow the system's prefers-color-scheme.
+
+const CSS = `
+:root {
+  color-scheme: light dark;
+  --bg: #ffffff; --fg: #1f2328; --muted: #59636e; --border: #d1d9e0;
+  --panel: #f6f8fa; --accent: #0969da; --focus: #0969da; --error-bg: #ffebe9; --error-fg: #82071e;
+  --ignored: #f2c94c; --blocked: #5b6b86; --independent: #eef1f4; --vanishing: #c8b6e2;
+  --nonfinite: #8b1a5c; --no-gradient: #d8dee4; --violation: #d1242f; --unknown: #ffffff;
+  --updates-hue: 145;
+}
+@media (prefers-color-scheme: dark) {
+  :root {
+    --bg: #0d1117; --fg: #e6edf3; --muted: #9198a1; --border: #3d444d;
+    --panel: #161b22; --accent: #4493f8; --focus: #4493f8; --error-bg: #3c1618; --error-fg: #ffaba8;
+    --ignored: #9e6a03; --blocked: #7d8fb3; --independent: #1c2128; --vanishing: #6e5494;
+    --nonfinite: #db61a2; --no-gradient: #30363d; --violation: #ff6a69; --unknown: #0d1117;
+  }
+}
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+  font: 13px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+:focus-visible { outline: 2px solid var(--focus); outline-offset: 1px; }
+.gs-app { display: flex; flex-direction: column; gap: 12px; padding: 12px 16px; }
+.gs-toolbar { display: flex; flex-wrap: wrap; align-items: center; gap: 12px 20px; }
+.gs-toolbar h1 { font-size: 16px; margin: 0; }
+.gs-toolbar label { display: inline-flex; align-items: center; gap: 6px; }
+.gs-toolbar select, .gs-toolbar button { font: inherit; color: var(--fg); background: var(--panel);
+  border: 1px solid var(--border); border-radius: 4px; padding: 3px 8px; }
+.gs-toolbar input[type=range] { width: 220px; accent-color: var(--accent); }
+.gs-step-label { font-variant-numeric: tabular-nums; min-width: 7ch; }
+.gs-status { color: var(--muted); }
+.gs-error { background: var(--error-bg); color: var(--error-fg); padding: 6px 10px; border-radius: 4px; }
+.gs-warnings { margin: 0; padding-left: 20px; color: var(--muted); }
+.gs-body { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 16px; }
+.gs-matrix-wrap { overflow: auto; max-width: 100%; border: 1px solid var(--border); border-radius: 6px; }
+table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-numeric: tabular-nums; }
+.gs-matrix th { font-weight: 600; text-align: left; padding: 4px 8px; white-space: nowrap;
+  position: sticky; top: 0; background: var(--bg); }
+.gs-matrix thead th.gs-num { text-align: right; }
+.gs-matrix tbody th { position: sticky; left: 0; font-weight: 400; background: var(--bg); }
+.gs-scope { display: inline-flex; align-items: center; gap: 4px; font: inherit; color: inherit;
+  background: none; border: 0; padding: 2px 4px; cursor: pointer; text-align: left; }
+.gs-scope.gs-leaf { cursor: default; }
+.gs-twisty { display: inline-block; width: 1em; color: var(--muted); }
+.gs-rollup .gs-scope { font-weight: 600; }
+.gs-cell { display: block; width: 100%; min-width: 64px; height: 26px; font: inherit; font-size: 12px;
+  border: 1px solid transparent; border-radius: 3px; padding: 0 6px; cursor: pointer;
+  color: var(--fg); text-align: center; }
+.gs-cell[data-state=ignored] { background: var(--ignored); color: #1f2328; }
+.gs-cell[data-state=blocked] { background: repeating-linear-gradient(135deg, var(--blocked) 0 4px,
+  color-mix(in srgb, var(--blocked) 70%, var(--bg)) 4px 8px); color: #ffffff; }
+.gs-cell[data-state=independent] { background: var(--independent); color: var(--muted); }
+.gs-cell[data-state=vanishing] { background: var(--vanishing); color: #1f2328; }
+.gs-cell[data-state=nonfinite] { background: var(--nonfinite); color: #ffffff; font-weight: 700; }
+.gs-cell[data-state=no_gradient] { background: var(--no-gradient); color: var(--muted); }
+.gs-cell[data-state=unknown] { background: var(--unknown); border: 1px dashed var(--border); }
+.gs-cell[data-violation=true] { outline: 3px solid var(--violation); outline-offset: -1px; }
+.gs-cell[aria-pressed=true] { box-shadow: 0 0 0 2px var(--fg); }
+.gs-num { text-align: right; padding: 0 8px; white-space: nowrap; color: var(--muted); }
+.gs-side { display: flex; flex-direction: column; gap: 16px; min-width: 260px; max-width: 420px; }
+.gs-legend, .gs-details { border: 1px solid var(--border); border-radius: 6px; padding: 8px 12px; background: var(--panel); }
+.gs-legend h2, .gs-details h2 { font-size: 13px; margin: 0 0 6px; }
+.gs-legend ul { list-style: none; margin: 0; padding: 0; display: grid; gap: 4px; }
+.gs-legend li { display: grid; grid-template-columns: 54px 1fr; gap: 8px; align-items: center; }
+.gs-legend .gs-cell { min-width: 0; height: 20px; cursor: default; }
+.gs-ramp { height: 10px; border-radius: 3px; margin: 6px 0 2px; }
+.gs-ramp-labels { display: flex; justify-content: space-between; color: var(--muted); font-size: 11px; }
+.gs-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; }
+.gs-details dt { color: var(--muted); }
+.gs-details dd { margin: 0; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
+.gs-empty { max-width: 680px; }
+.gs-empty pre { background: var(--panel); border: 1px solid var(--border); border-radius: 6px; padding: 10px 12px; overflow: auto; }
+`;
+
+export function installStyle(doc: Document): void {
+  const style = doc.createElement("style");
+  style.textContent = CSS;
+  doc.head.appendChild(style);
+}

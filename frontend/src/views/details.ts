@@ -1,0 +1,48 @@
+// The details panel: every number of the selected (loss, scope) cell and the
+// scope's applied update at the shown step.
+
+import type { Matrix } from "../api";
+import { h } from "../dom";
+import { stateInfo } from "../flowState";
+import { formatFull } from "../numbers";
+import type { Selection } from "./matrix";
+
+export function renderDetails(matrix: Matrix, selection: Selection | null): HTMLElement {
+  const panel = h("section", { className: "gs-details", attrs: { id: "gs-details", "aria-live": "polite" } });
+  if (selection === null) {
+    panel.append(h("h2", {}, "Details"), h("p", {}, "Select a cell to see all its numbers."));
+    return panel;
+  }
+  const stats = matrix.cells[selection.loss]?.[selection.scope];
+  const update = matrix.updates[selection.scope];
+  const rows: [string, string][] = [
+    ["loss", selection.loss],
+    ["scope", selection.scope],
+    ["step", String(matrix.step)],
+  ];
+  if (stats === undefined) {
+    rows.push(["state", "no data at this step"]);
+  } else {
+    rows.push(
+      ["state", stateInfo(stats.state).label],
+      ["static state", stats.static_state ?? "unknown"],
+      ["variables with gradient", formatFull(stats.grad_vars)],
+      ["‖g‖ (L2)", formatFull(stats.l2)],
+      ["max |g|", formatFull(stats.max_abs)],
+      ["non-finite elements", formatFull(stats.nonfinite)],
+      ["zero fraction", formatFull(stats.zero_frac)],
+      ["violation", stats.violation ? "yes" : "no"],
+    );
+  }
+  rows.push(
+    ["‖Δθ‖ applied", formatFull(update?.update_norm ?? null)],
+    ["‖θ‖", formatFull(update?.weight_norm ?? null)],
+    ["‖Δθ‖/‖θ‖", formatFull(update?.ratio ?? null)],
+  );
+  const list = h("dl", {});
+  for (const [term, value] of rows) {
+    list.append(h("dt", {}, term), h("dd", { data: { field: term } }, value));
+  }
+  panel.append(h("h2", {}, `${selection.loss} × ${selection.scope}`), list);
+  return panel;
+}

@@ -1,0 +1,211 @@
+// The loss × scope matrix: one row per visible scope of the folding tree, one
+// column per loss, then the scope's applied update ‖Δθ‖ and ‖Δθ‖/‖θ‖. Cells are
+// buttons (keyboard-reachable), coloured by flow state; cells that update are
+// shaded by gradient norm on a log scale shared by the whole matrix.
+
+import type { CellStats, Matrix, ScopeEntry, UpdateStats } from "../api";
+import { h } from "../dom";
+import { stateInfo } from "../flowState";
+import { formatCompact, formatFull, logPosition } from "../numbers";
+import type { ScopeTree } from "../scopeTree";
+
+export interface Selection {
+  loss: string;
+  scope: string;
+}
+
+export interface MatrixHandlers {
+  onToggle: (scope: string) => void;
+  onSelect: (selection: Selection) => void;
+}
+
+export interface NormRange {
+  low: number;
+  high: number;
+}
+
+const INDENT_PX = 14;
+
+/** The smallest and largest positive finite ‖g‖ among cells that update. */
+export function updateNormRange(matrix: Matrix): NormRange | null {
+  let low = Infinity;
+  let high = -Infinity;
+  for (const row of Object.values(matrix.cells)) {
+    for (const cell of Object.values(row)) {
+      if (cell.state !== "updates" || cell.l2 === null || !(cell.l2 > 0) || !Number.isFinite(cell.l2)) continue;
+      low = Math.min(low, cell.l2);
+      high = Math.max(high, cell.l2);
+    }
+  }
+  return Number.isFinite(low) ? { low, high } : null;
+}
+
+/** Background and text colour of an "updates" cell at log position t in [0, 1]. */
+export function updatesColour(t: number): { background: string; color: string } {
+  const lightness = 88 - 56 * t;
+  return {
+    background: `hsl(145 52% ${lightness.toFixed(1)}%)`,
+    color: lightness > 58 ? "#1f2328" : "#ffffff",
+  };
+}
+
+export class MatrixView {
+  readonly element: HTMLElement;
+  private readonly scopeButtons = new Map<string, HTMLButtonElement>();
+  private readonly cellButtons = new Map<string, HTMLButtonElement>();
+
+  constructor(
+    matrix: Matrix,
+    tree: ScopeTree,
+    toggled: ReadonlySet<string>,
+    selected: Selection | null,
+    private readonly handlers: MatrixHandlers,
+  ) {
+    const range = updateNormRange(matrix);
+    const header = h(
+      "tr",
+      {},
+      h("th", { attrs: { scope: "col" } }, "Scope"),
+      ...matrix.losses.map((loss) => h("th", { attrs: { scope: "col" }, data: { loss } }, loss)),
+      h("th", { className: "gs-num", attrs: { scope: "col", title: "applied update norm ‖θ_after − θ_before‖" } }, "‖Δθ‖"),
+      h("th", { className: "gs-num", attrs: { scope: "col", title: "update / weight ratio ‖Δθ‖ / ‖θ‖" } }, "‖Δθ‖/‖θ‖"),
+    );
+    const rows = tree
+      .visible(toggled)
+      .map((scope) => this.row(matrix, scope, tree, toggled, selected, range));
+    this.element = h(
+      "div",
+      { className: "gs-matrix-wrap" },
+      h(
+        "table",
+        { className: "gs-matrix", attrs: { id: "gs-matrix", "aria-label": `flow matrix at step ${matrix.step}` } },
+        h("thead", {}, header),
+        h("tbody", {}, ...rows),
+      ),
+    );
+  }
+
+  focusScope(scope: string): void {
+    this.scopeButtons.get(scope)?.focus();
+  }
+
+  focusCell(selection: Selection): void {
+    this.cellButtons.get(cellKey(selection))?.focus();
+  }
+
+  private row(
+    matrix: Matrix,
+    scope: ScopeEntry,
+    tree: ScopeTree,
+    toggled: ReadonlySet<string>,
+    selected: Selection | null,
+    range: NormRange | null,
+  ): HTMLTableRowElement {
+    const parent = tree.hasChildren(scope.name);
+    const expanded = parent && tree.isExpanded(scope.name, toggled);
+    const shortName = scope.parent !== null && scope.name.startsWith(`${scope.parent}/`)
+      ? scope.name.slice(scope.parent.length + 1)
+      : scope.name;
+    const twisty = h("span", { className: "gs-twisty", attrs: { "aria-hidden": "true" } }, parent ? (expanded ? "▾" : "▸") : "");
+    const label = parent
+      ? h(
+          "button",
+          {
+            className: "gs-scope",
+            attrs: { type: "button", title: scope.name, "aria-expanded": String(expanded) },
+            data: { scope: scope.name },
+            on: { click: () => this.handlers.onToggle(scope.name) },
+          },
+          twisty,
+          shortName,
+        )
+      : h("span", { className: "gs-scope gs-leaf", attrs: { title: scope.name }, data: { scope: scope.name } }, twisty, shortName);
+    if (label instanceof HTMLButtonElement) this.scopeButtons.set(scope.name, label);
+    const rowHeader = h("th", { attrs: { scope: "row" } }, label);
+    rowHeader.style.paddingLeft = `${(scope.depth - 1) * INDENT_PX + 4}px`;
+
+    const cells = matrix.losses.map((loss) => {
+      const stats = matrix.cells[loss]?.[scope.name];
+      const isSelected = selected !== null && selected.loss === loss && selected.scope === scope.name;
+      return h("td", {}, this.cell(loss, scope.name, stats, isSelected, range));
+    });
+    const update = matrix.updates[scope.name];
+    return h(
+      "tr",
+      {
+        className: parent && !expanded ? "gs-rollup" : "",
+        data: { scope: scope.name, folded: String(parent && !expanded) },
+      },
+      rowHeader,
+      ...cells,
+      h("td", { className: "gs-num", data: { column: "update_norm" }, attrs: { title: updateTitle(scope.name, update) } },
+        formatCompact(update?.update_norm ?? null)),
+      h("td", { className: "gs-num", data: { column: "ratio" }, attrs: { title: updateTitle(scope.name, update) } },
+        formatCompact(update?.ratio ?? null)),
+    );
+  }
+
+  private cell(
+    loss: string,
+    scope: string,
+    stats: CellStats | undefined,
+    isSelected: boolean,
+    range: NormRange | null,
+  ): HTMLButtonElement {
+    const info = stateInfo(stats?.state ?? "no_gradient");
+    const label = info.state === "updates" ? formatCompact(stats?.l2 ?? null) : info.mark;
+    const button = h(
+      "button",
+      {
+        className: "gs-cell",
+        attrs: {
+          type: "button",
+          title: cellTitle(loss, scope, stats),
+          "aria-pressed": String(isSelected),
+          "aria-label": `${loss}, ${scope}: ${info.label}`,
+        },
+        data: { loss, scope, state: info.state, violation: String(stats?.violation === true) },
+        on: { click: () => this.handlers.onSelect({ loss, scope }) },
+      },
+      label,
+    );
+    if (info.state === "updates") {
+      const t = range && stats?.l2 != null ? logPosition(stats.l2, range.low, range.high) : 0.5;
+      const colours = updatesColour(t);
+      button.style.background = colours.background;
+      button.style.color = colours.color;
+    }
+    this.cellButtons.set(cellKey({ loss, scope }), button);
+    return button;
+  }
+}
+
+function cellKey(selection: Selection): string {
+  return `${selection.loss}\u0000${selection.scope}`;
+}
+
+/** The tooltip of a cell: every number, one per line. */
+export function cellTitle(loss: string, scope: string, stats: CellStats | undefined): string {
+  if (stats === undefined) return `${loss} × ${scope}\nno data at this step`;
+  const lines = [
+    `${loss} × ${scope}`,
+    `state: ${stateInfo(stats.state).label}${stats.static_state ? ` (static: ${stats.static_state})` : ""}`,
+    `variables with gradient: ${formatFull(stats.grad_vars)}`,
+    `‖g‖: ${formatFull(stats.l2)}`,
+    `max |g|: ${formatFull(stats.max_abs)}`,
+    `non-finite elements: ${formatFull(stats.nonfinite)}`,
+    `zero fraction: ${formatFull(stats.zero_frac)}`,
+  ];
+  if (stats.violation) lines.push("violates a flow rule");
+  return lines.join("\n");
+}
+
+function updateTitle(scope: string, update: UpdateStats | undefined): string {
+  if (update === undefined) return `${scope}\nno applied update recorded`;
+  return [
+    scope,
+    `‖Δθ‖: ${formatFull(update.update_norm)}`,
+    `‖θ‖: ${formatFull(update.weight_norm)}`,
+    `‖Δθ‖/‖θ‖: ${formatFull(update.ratio)}`,
+  ].join("\n");
+}

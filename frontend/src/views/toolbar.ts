@@ -1,0 +1,80 @@
+// The toolbar: run picker, step slider over the kept steps, refresh button and
+// a status line. Built once and updated in place so a control keeps focus
+// while the user drags the slider or moves through runs with the keyboard.
+
+import type { RunSummary } from "../api";
+import { h, replaceChildren } from "../dom";
+
+export interface ToolbarHandlers {
+  onRun: (run: string) => void;
+  onStep: (step: number) => void;
+  onRefresh: () => void;
+}
+
+export class Toolbar {
+  readonly element: HTMLElement;
+  private readonly runSelect: HTMLSelectElement;
+  private readonly slider: HTMLInputElement;
+  private readonly stepLabel: HTMLOutputElement;
+  private readonly status: HTMLElement;
+  private steps: number[] = [];
+
+  constructor(handlers: ToolbarHandlers) {
+    this.runSelect = h("select", {
+      attrs: { id: "gs-run", name: "run" },
+      on: { change: () => handlers.onRun(this.runSelect.value) },
+    });
+    this.slider = h("input", {
+      attrs: { id: "gs-step", type: "range", min: "0", max: "0", step: "1", value: "0" },
+      on: {
+        input: () => {
+          const step = this.steps[Number(this.slider.value)];
+          if (step === undefined) return;
+          this.showStep(step);
+          handlers.onStep(step);
+        },
+      },
+    });
+    this.stepLabel = h("output", { className: "gs-step-label", attrs: { for: "gs-step", "aria-live": "polite" } });
+    this.status = h("span", { className: "gs-status", attrs: { role: "status" } });
+    this.element = h(
+      "header",
+      { className: "gs-toolbar" },
+      h("h1", {}, "Gradscope"),
+      h("label", {}, "Run", this.runSelect),
+      h("label", {}, "Step", this.slider, this.stepLabel),
+      h("button", { attrs: { type: "button", id: "gs-refresh" }, on: { click: handlers.onRefresh } }, "Refresh"),
+      this.status,
+    );
+  }
+
+  setRuns(runs: readonly RunSummary[], selected: string | null): void {
+    const names = runs.map((r) => r.run);
+    const current = Array.from(this.runSelect.options, (o) => o.value);
+    if (names.join("\u0000") !== current.join("\u0000")) {
+      replaceChildren(this.runSelect, ...names.map((name) => h("option", { attrs: { value: name } }, name)));
+    }
+    if (selected !== null) this.runSelect.value = selected;
+    this.runSelect.disabled = runs.length === 0;
+  }
+
+  setSteps(steps: readonly number[], current: number | null): void {
+    this.steps = [...steps];
+    this.slider.max = String(Math.max(0, steps.length - 1));
+    this.slider.disabled = steps.length <= 1;
+    const index = current === null ? -1 : steps.indexOf(current);
+    this.slider.value = String(index >= 0 ? index : Math.max(0, steps.length - 1));
+    this.slider.setAttribute("aria-valuetext", current === null ? "no steps" : `step ${current}`);
+    this.showStep(current);
+  }
+
+  setStatus(text: string): void {
+    this.status.textContent = text;
+  }
+
+  private showStep(step: number | null): void {
+    const last = this.steps[this.steps.length - 1];
+    this.stepLabel.textContent = step === null ? "–" : `${step}${step === last ? " (latest)" : ""}`;
+    if (step !== null) this.slider.setAttribute("aria-valuetext", `step ${step}`);
+  }
+}
