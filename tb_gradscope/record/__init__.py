@@ -1,0 +1,29 @@
+"""The TF2 recorder: in-graph gradient and update stats per loss and scope.
+
+    from tb_gradscope.record import Recorder, StartPoint
+
+See `Recorder` for the two ways in. `stats` holds the pure-TF kernel (also
+usable from TF1 graph mode); `naming` maps variables to scopes.
+"""
+
+from tb_gradscope.record.losses import StartPoint
+from tb_gradscope.record.naming import VariableLayout, build_variable_layout, full_name
+from tb_gradscope.record.recorder import Recorder, Stats
+from tb_gradscope.record.stats import RollUp, grad_table, update_table, variable_grad_stats
+from tb_gradscope.record.warn import GradscopeWarning
+from tb_gradscope.record.writing import NoWriterError
+
+__all__ = [
+    "GradscopeWarning",
+    "NoWriterError",
+    "Recorder",
+    "RollUp",
+    "StartPoint",
+    "Stats",
+    "VariableLayout",
+    "build_variable_layout",
+    "full_name",
+    "grad_table",
+    "update_table",
+    "variable_grad_stats",
+]

@@ -1,0 +1,145 @@
+"""Variables -> names -> scope layout: the TF side of `tb_gradscope.scopes`.
+
+A variable's full name is its Keras 3 `.path`, else its TF name (`tf.Module`
+and TF1 variables), without TF's `:0` suffix. When a model is handed over, its
+name (or the key it was given under) is the scope root, because Keras 3
+functional models give their variables no model prefix. Variables are matched by
+their resource handle, which a Keras variable and the `tf.Variable` inside it
+share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping, Sequence
+
+import tensorflow as tf
+
+from tb_gradscope import scopes as scopes_lib
+
+
+def variable_key(variable: Any) -> int:
+    """A key that is the same for a Keras variable and the tf.Variable it wraps."""
+    handle = getattr(variable, "handle", None)
+    return id(handle) if handle is not None else id(variable)
+
+
+def full_name(variable: Any) -> str:
+    """`online/l1/kernel` from Keras 3 `.path` or the TF name (`Agent/w1:0`)."""
+    path = getattr(variable, "path", None)
+    name = path if isinstance(path, str) and path else variable.name
+    return scopes_lib.variable_name(name)
+
+
+def is_float_variable(variable: Any) -> bool:
+    """Only floating-point variables can carry gradients (not counters, seeds)."""
+    return tf.as_dtype(variable.dtype).is_floating
+
+
+def model_roots(models: Any) -> list[tuple[str, Any]]:
+    """Normalises `models` to [(root scope, model)].
+
+    Accepts a mapping {root: model}, a sequence of models (each model's name is
+    its root), or a single model.
+    """
+    if models is None:
+        return []
+    if isinstance(models, Mapping):
+        pairs = [(str(k), m) for k, m in models.items()]
+    elif isinstance(models, (list, tuple)):
+        pairs = [(_model_name(m), m) for m in models]
+    else:
+        pairs = [(_model_name(models), models)]
+    for root, _ in pairs:
+        if not root or root.strip(scopes_lib.SEPARATOR) != root:
+            raise ValueError(
+                f"model root scope {root!r} is not a usable scope name; "
+                "pass models={'online': model, ...} with plain names"
+            )
+    return pairs
+
+
+def model_variables(root: str, model: Any) -> list[tuple[Any, str]]:
+    """The float variables of a model, named under `root`; optimizer slots excluded."""
+    if hasattr(model, "weights") and hasattr(model, "trainable_weights"):
+        variables = list(model.weights)  # Keras: weights only, no metric state
+    else:
+        variables = list(model.variables)
+    optimizer = getattr(model, "optimizer", None)
+    slots = {variable_key(v) for v in getattr(optimizer, "variables", None) or ()}
+    own_prefix = _model_name(model) + scopes_lib.SEPARATOR
+    named = []
+    for v in variables:
+        if not is_float_variable(v) or variable_key(v) in slots:
+            continue
+        name = full_name(v)
+        if name.startswith(own_prefix):
+            name = name[len(own_prefix):]
+        named.append((v, f"{root}{scopes_lib.SEPARATOR}{name}"))
+    return named
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableLayout:
+    """The recorder's variables in scope-layout order.
+
+    Attributes:
+      layout: the scope tree (rows of every table) and its members.
+      variables: the kept variables, index-aligned with `layout.variable_names`.
+      positions: variable_key -> index into `variables`.
+    """
+
+    layout: scopes_lib.ScopeLayout
+    variables: tuple[Any, ...]
+    positions: Mapping[int, int]
+
+    def index_of(self, variable: Any) -> int | None:
+        return self.positions.get(variable_key(variable))
+
+    def variable_scopes(self) -> list[tuple[Any, str]]:
+        """Each variable with its leaf scope (after the depth cap)."""
+        return list(zip(self.variables, self.layout.variable_leaf))
+
+
+def build_variable_layout(
+    named: Iterable[tuple[Any, str]], spec: scopes_lib.ScopeSpec | None = None
+) -> VariableLayout:
+    """Lays out named variables (first name wins for a variable seen twice)."""
+    unique: list[tuple[Any, str]] = []
+    seen: set[int] = set()
+    for variable, name in named:
+        key = variable_key(variable)
+        if key not in seen and is_float_variable(variable):
+            seen.add(key)
+            unique.append((variable, name))
+    layout = scopes_lib.build_layout([name for _, name in unique], spec)
+    kept_names = set(layout.variable_names)
+    kept = [v for v, name in unique if scopes_lib.variable_name(name) in kept_names]
+    if len(kept) != len(layout.variable_names):
+        raise AssertionError("scope layout and variables disagree")
+    return VariableLayout(
+        layout=layout,
+        variables=tuple(kept),
+        positions={variable_key(v): i for i, v in enumerate(kept)},
+    )
+
+
+def name_variables(
+    variables: Sequence[Any], roots: Sequence[tuple[str, Any]]
+) -> list[tuple[Any, str]]:
+    """Names explicit variables: under their model's root if a model holds them."""
+    by_key: dict[int, str] = {}
+    for root, model in roots:
+        for v, name in model_variables(root, model):
+            by_key.setdefault(variable_key(v), name)
+    return [(v, by_key.get(variable_key(v), full_name(v))) for v in variables]
+
+
+def _model_name(model: Any) -> str:
+    name = getattr(model, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            f"{type(model).__name__} has no name to use as its scope root; "
+            "pass models={'online': model} instead"
+        )
+    return name

@@ -1,0 +1,469 @@
+"""The TF2 recorder: per-loss gradient stats and applied updates, per scope.
+
+Two ways in, eager or inside `tf.function` (also `jit_compile=True`):
+
+1. Gradients the user already computed, with no extra backward pass::
+
+     rec.record_gradients({"td": list(zip(grads, variables))})
+     rec.apply(optimizer, list(zip(grads, variables)))
+
+2. A recorder-owned persistent tape; per-loss gradients are computed only at
+   recorded steps, and what is returned to apply is bitwise
+   `tape.gradient(sum of losses, variables)`::
+
+     with rec.tape() as tape:
+         losses = {"td": td_loss, "aux": aux_loss}
+     rec.apply(optimizer, rec.gradients(tape, losses, variables))
+
+Recording is gated in-graph every `every_n_steps` steps, so one trace serves
+every step. Bad arguments raise ValueError at trace time; failures of recording
+itself warn once and the recorder steps aside, never the training loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util  # XLA context: no public API
+
+from tb_gradscope.format.flowgraph import FlowGraph
+from tb_gradscope.format.metadata import (
+    KIND_SPECS,
+    Kind,
+    create_summary_metadata,
+    make_info,
+    tag_for,
+)
+from tb_gradscope.format.records import encode_json
+from tb_gradscope.record import flow, losses as losses_lib, naming, stats
+from tb_gradscope.record.losses import StartPoint
+from tb_gradscope.record.warn import warn_once
+from tb_gradscope.record.writing import NoWriterError, SummarySink
+from tb_gradscope.scopes import ScopeSpec
+
+
+# Our code builds its own control flow (tf.cond); autograph must not rewrite it
+# when a user's tf.function calls into the recorder.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+class Stats(NamedTuple):
+    """Stats computed inside an XLA-compiled step, to be written outside it.
+
+    Return it from the `jit_compile=True` function and pass it to
+    `Recorder.write`. `tables` maps a record tag to its [scopes, columns] table.
+    """
+
+    step: tf.Tensor
+    record: tf.Tensor
+    tables: dict
+
+
+class _State:
+    """Everything but the step counter: deliberately invisible to checkpoints."""
+
+    def __init__(self, sink, every, roots, variables, spec):
+        self.sink: SummarySink = sink
+        self.every: int = every
+        self.roots: list = roots
+        self.explicit: list | None = variables
+        self.spec: ScopeSpec | None = spec
+        self.vlayout: naming.VariableLayout | None = None
+        self.rollup: stats.RollUp | None = None
+        self.known: set[int] = set()
+        self.metadata: dict[str, bytes] = {}
+        self.pending_losses: dict[int, dict] = {}
+        self.deferred: dict[int, list[Stats]] = {}
+        self.deferred_made = False
+        self.written_deferred = False
+        self.flowgraph: FlowGraph | None = None
+        self.disabled = False
+
+
+class Recorder(tf.Module):
+    """Records where each loss's gradient flows, per scope, into TensorBoard.
+
+    Args:
+      logdir: directory for the recorder's own event file; None writes to the
+        user's default `tf.summary` writer (a clear error if none is set when a
+        step is traced).
+      every_n_steps: record at steps where `step % every_n_steps == 0`.
+      models: {root: model}, a sequence of models, or one model (Keras or
+        tf.Module); each model's name (or key) is the root of its scopes, and
+        its variables are the ones recorded.
+      variables: explicit variables to record (in addition to `models`).
+        Default: the variables of `models`, else those seen in the first
+        recorded gradients.
+      scopes: a `tb_gradscope.scopes.ScopeSpec` (include, exclude, max_depth,
+        mapping).
+      name: the recorder's name, used in messages.
+
+    `rec.step` is an int64 tf.Variable; `tf.train.Checkpoint(recorder=rec)`
+    saves it so a resumed run continues its steps.
+    """
+
+    def __init__(
+        self,
+        logdir: str | None = None,
+        every_n_steps: int = 10,
+        models: Any = None,
+        variables: Sequence[Any] | None = None,
+        scopes: ScopeSpec | None = None,
+        name: str = "gradscope",
+    ):
+        super().__init__(name=name)
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+            raise ValueError(
+                f"every_n_steps must be an int >= 1, got {every_n_steps!r}; "
+                "e.g. every_n_steps=10 records steps 0, 10, 20, ..."
+            )
+        if scopes is not None and not isinstance(scopes, ScopeSpec):
+            raise ValueError(
+                f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}"
+            )
+        explicit = None
+        if variables is not None:
+            explicit = losses_lib.check_variables(variables, "Recorder(variables=...)")
+        roots = naming.model_roots(models)
+        with tf.init_scope():
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self._s = _State(SummarySink(logdir, name), every_n_steps, roots, explicit, scopes)
+
+    # ----- the two ways in -------------------------------------------------
+
+    @_no_autograph
+    def record_gradients(
+        self,
+        grads_by_loss: Mapping[str, Any],
+        losses: Mapping[str, Any] | None = None,
+    ) -> Stats | None:
+        """Records gradients the user computed: {loss_name: grads_and_vars}.
+
+        `losses` optionally maps loss names to their tensors (or StartPoint)
+        for static analysis. Inside `jit_compile=True` returns the Stats to
+        hand to `write` outside; otherwise writes and returns None.
+        """
+        losses_lib.check_loss_names(grads_by_loss, "record_gradients")
+        pairs_by_loss = {
+            name: losses_lib.check_pairs(name, gv) for name, gv in grads_by_loss.items()
+        }
+        if losses is not None:
+            losses_lib.check_loss_names(losses, "record_gradients(losses=...)")
+            for name, value in losses.items():
+                losses_lib.check_loss(name, value)
+        if self._s.disabled:
+            return None
+        with self._guard():
+            seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
+            if not self._ensure_layout(seen):
+                return None
+            self._stash_losses(losses or {})
+            makers = {
+                name: self._grad_maker(name, [g for g, _ in pairs], [v for _, v in pairs])
+                for name, pairs in pairs_by_loss.items()
+            }
+            return self._emit(Kind.GRAD_STATS, makers)
+        return None
+
+    def tape(self) -> tf.GradientTape:
+        """A persistent GradientTape for `gradients`."""
+        return tf.GradientTape(persistent=True)
+
+    @_no_autograph
+    def gradients(
+        self,
+        tape: tf.GradientTape,
+        losses: Mapping[str, Any],
+        variables: Sequence[Any],
+    ) -> list[tuple[Any, Any]]:
+        """Gradients of the sum of `losses` as grads_and_vars; records each loss.
+
+        Values of `losses` are scalar tensors or StartPoint(tensor,
+        output_gradients). Costs one backward pass on steps that are not
+        recorded; on recorded steps, one more per loss (if more than one).
+        """
+        losses_lib.check_loss_names(losses, "gradients")
+        for name, value in losses.items():
+            losses_lib.check_loss(name, value)
+        variables = losses_lib.check_variables(variables, "gradients")
+        if len(losses) > 1 and not getattr(tape, "_persistent", True):
+            raise ValueError(
+                "gradients needs a persistent tape to compute each loss's gradients: "
+                "use `with rec.tape() as tape:` or tf.GradientTape(persistent=True)"
+            )
+        grads = self._total_gradients(tape, losses, variables)
+        if not self._s.disabled:
+            with self._guard():
+                if self._ensure_layout(variables):
+                    self._stash_losses(losses)
+                    self._emit(Kind.GRAD_STATS, self._loss_makers(tape, losses, variables, grads))
+        return list(zip(grads, variables))
+
+    @_no_autograph
+    def apply(self, optimizer: Any, grads_and_vars: Any) -> Any:
+        """`optimizer.apply_gradients(grads_and_vars)`, observed; advances `step`.
+
+        At recorded steps also records ||delta theta|| and ||theta|| per scope
+        (a transient copy of the recorded variables, taken only then).
+        Returns what apply_gradients returns.
+        """
+        pairs = losses_lib.check_pairs("apply", grads_and_vars)
+        before = None
+        if not self._s.disabled:
+            with self._guard():
+                if self._ensure_layout([v for _, v in pairs]):
+                    before = self._snapshot_if_recording()
+        result = optimizer.apply_gradients(pairs)
+        if before is not None and not self._s.disabled:
+            with self._guard():
+                self._analyze_traced_step()
+                variables, rollup = self._s.vlayout.variables, self._s.rollup
+                maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
+                self._emit(Kind.UPDATE_STATS, {"": maker})
+        self.advance()
+        return result
+
+    @_no_autograph
+    def advance(self) -> None:
+        """Advances `step` without applying (for loops that apply themselves)."""
+        self.step.assign_add(1)
+
+    # ----- XLA: compute inside, write outside ------------------------------
+
+    @_no_autograph
+    def stats(self) -> Stats:
+        """All stats computed so far in this XLA-compiled trace, to return from it."""
+        pending = self._s.deferred.pop(_graph_key(), [])
+        if not pending:
+            return Stats(self.step.read_value(), tf.constant(False), {})
+        tables = {}
+        for item in pending:
+            tables.update(item.tables)
+        return Stats(pending[0].step, pending[0].record, tables)
+
+    @_no_autograph
+    def write(self, *all_stats: Stats | None) -> None:
+        """Writes Stats returned from a `jit_compile=True` step (outside XLA)."""
+        if _in_xla():
+            raise ValueError(
+                "Recorder.write cannot run inside a jit_compile=True function "
+                "(summaries are unsupported on XLA); return rec.stats() from the "
+                "compiled step and call rec.write(...) on its result outside it"
+            )
+        self._s.written_deferred = True
+        for item in all_stats:
+            if item is None or self._s.disabled:
+                continue
+            with self._guard():
+                for tag, table in item.tables.items():
+                    self._s.sink.write(tag, self._s.metadata[tag], table, item.step, item.record)
+                self._write_flowgraph(item.step, item.record)
+
+    # ----- static analysis -------------------------------------------------
+
+    def analyze(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FlowGraph | None:
+        """Traces an eager step function `fn(*args)` to analyze it statically.
+
+        `fn` must call this recorder's `apply`; the FlowGraph found is written
+        at the next recorded step and returned (None if analysis is missing or
+        failed, after a warning).
+        """
+        tf.function(fn).get_concrete_function(*args, **kwargs)
+        return self._s.flowgraph
+
+    @property
+    def flowgraph(self) -> FlowGraph | None:
+        """The FlowGraph of the first analyzed step, if any."""
+        return self._s.flowgraph
+
+    @property
+    def layout(self) -> naming.VariableLayout | None:
+        """The recorded variables and scope tree, once known."""
+        return self._s.vlayout
+
+    def flush(self) -> None:
+        """Flushes the writer; warns if the event file vanished or stats went unwritten."""
+        if self._s.deferred_made and not self._s.written_deferred:
+            warn_once(
+                (id(self), "unwritten"),
+                f"Recorder '{self.name}' computed stats inside a jit_compile=True "
+                "step but nothing wrote them: return rec.stats() from the step and "
+                "call rec.write(result) after it",
+            )
+        self._s.sink.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the recorder's own writer."""
+        self.flush()
+        self._s.sink.close()
+
+    # ----- internals -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Turns an unexpected failure of recording into one warning, then steps aside."""
+        try:
+            yield
+        except NoWriterError:
+            raise
+        except Exception as e:  # recording must never break the training loop
+            self._s.disabled = True
+            warn_once(
+                (id(self), "internal"),
+                f"Recorder '{self.name}' stopped recording after an error "
+                f"({type(e).__name__}: {e}); training continues unaffected",
+            )
+
+    def _ensure_layout(self, seen: Sequence[Any]) -> bool:
+        """Fixes the scope layout on first use; False if there is nothing to record."""
+        if self._s.vlayout is not None:
+            return True
+        s = self._s
+        if s.roots or s.explicit is not None:
+            named = [nv for root, m in s.roots for nv in naming.model_variables(root, m)]
+            named += naming.name_variables(s.explicit or [], s.roots)
+        else:
+            named = [(v, naming.full_name(v)) for v in seen]
+        vlayout = naming.build_variable_layout(named, s.spec)
+        if not vlayout.variables:
+            warn_once(
+                (id(self), "no_variables"),
+                f"Recorder '{self.name}' found no float variables to record "
+                "(is the model built? are include/exclude too strict?); build the "
+                "model before the first step or pass Recorder(variables=...)",
+            )
+            return False
+        s.vlayout, s.rollup = vlayout, stats.RollUp.from_layout(vlayout.layout)
+        s.known = {naming.variable_key(v) for v, _ in named}
+        return True
+
+    def _aligned(self, loss: str, grads: Sequence[Any], variables: Sequence[Any]) -> list[Any]:
+        """Gradients placed at their variables' layout positions (None elsewhere)."""
+        aligned: list[Any] = [None] * len(self._s.vlayout.variables)
+        for grad, variable in zip(grads, variables):
+            i = self._s.vlayout.index_of(variable)
+            if i is None:
+                if naming.variable_key(variable) not in self._s.known:
+                    warn_once(
+                        (id(self), "unknown", naming.variable_key(variable)),
+                        f"Recorder '{self.name}': variable '{naming.full_name(variable)}' "
+                        f"(loss '{loss}') is not among the recorded variables, so its "
+                        "gradient is not recorded; pass it in Recorder(variables=...) "
+                        "or its model in Recorder(models=...)",
+                    )
+                continue
+            if grad is not None and aligned[i] is not None:
+                grad = tf.convert_to_tensor(aligned[i]) + tf.convert_to_tensor(grad)
+            aligned[i] = grad if grad is not None else aligned[i]
+        return aligned
+
+    def _grad_maker(self, loss: str, grads: Sequence[Any], variables: Sequence[Any]) -> Callable:
+        aligned = self._aligned(loss, grads, variables)
+        return lambda: stats.grad_table(aligned, self._s.rollup)
+
+    def _loss_makers(self, tape, losses, variables, total_grads) -> dict[str, Callable]:
+        if len(losses) == 1:
+            (name,) = losses
+            return {name: self._grad_maker(name, total_grads, variables)}
+        makers = {}
+        for name, value in losses.items():
+            target, seed = losses_lib.target_and_seed(value)
+
+            def make(name=name, target=target, seed=seed):
+                grads = tape.gradient(target, variables, output_gradients=seed)
+                return stats.grad_table(self._aligned(name, grads, variables), self._s.rollup)
+
+            makers[name] = make
+        return makers
+
+    def _total_gradients(self, tape, losses, variables) -> list[Any]:
+        targets, seeds = zip(*(losses_lib.target_and_seed(v) for v in losses.values()))
+        if any(s is not None for s in seeds) or any(isinstance(v, StartPoint) for v in losses.values()):
+            return tape.gradient(list(targets), variables, output_gradients=list(seeds))
+        if len(targets) == 1:
+            return tape.gradient(targets[0], variables)
+        recording = getattr(tape, "_recording", False)
+        with contextlib.nullcontext() if recording else tape:
+            total = tf.add_n(list(targets))
+        return tape.gradient(total, variables)
+
+    def _should_record(self) -> tf.Tensor:
+        return tf.equal(tf.math.floormod(self.step.read_value(), self._s.every), 0)
+
+    def _snapshot_if_recording(self) -> list[tf.Tensor]:
+        variables = self._s.vlayout.variables
+        record = self._should_record()
+        if _in_xla():  # XLA needs equal shapes on both branches
+            empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
+        else:
+            empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
+        return tf.cond(record, lambda: stats.snapshot(variables), empty)
+
+    def _info_bytes(self, kind: Kind, name: str) -> tuple[str, bytes]:
+        tag = tag_for(kind, name)
+        if tag not in self._s.metadata:
+            info = make_info(
+                kind,
+                name,
+                scopes=self._s.vlayout.layout.scopes if KIND_SPECS[kind].is_table else (),
+                attrs={"every_n_steps": self._s.every, "recorder": self.name},
+            )
+            self._s.metadata[tag] = create_summary_metadata(info).SerializeToString()
+        return tag, self._s.metadata[tag]
+
+    def _emit(self, kind: Kind, makers: Mapping[str, Callable]) -> Stats | None:
+        """Writes one table per maker at recorded steps, or defers them under XLA."""
+        step = self.step.read_value()
+        record = self._should_record()
+        shape = [len(self._s.vlayout.layout.scopes), len(KIND_SPECS[kind].columns)]
+        if _in_xla():
+            tables = {}
+            for name, make in makers.items():
+                tag, _ = self._info_bytes(kind, name)
+                tables[tag] = tf.cond(record, make, lambda: tf.zeros(shape, tf.float32))
+            result = Stats(step, record, tables)
+            self._s.deferred.setdefault(_graph_key(), []).append(result)
+            self._s.deferred_made = True
+            return result
+        for name, make in makers.items():
+            tag, meta = self._info_bytes(kind, name)
+            self._s.sink.write(tag, meta, make, step, record)
+        self._write_flowgraph(step, record)
+        return None
+
+    def _write_flowgraph(self, step: tf.Tensor, record: tf.Tensor) -> None:
+        if self._s.flowgraph is None:
+            return
+        tag, meta = self._info_bytes(Kind.FLOWGRAPH, "")
+        blob = tf.constant([encode_json(self._s.flowgraph.to_json())])
+        self._s.sink.write(tag, meta, blob, step, record, once=True)
+
+    def _stash_losses(self, losses: Mapping[str, Any]) -> None:
+        if not tf.executing_eagerly() and losses:
+            self._s.pending_losses.setdefault(_graph_key(), {}).update(losses)
+
+    def _analyze_traced_step(self) -> None:
+        """At trace time, after the optimizer: analyze this graph once per recorder."""
+        if tf.executing_eagerly():
+            return
+        key = _graph_key()
+        graph_losses = self._s.pending_losses.pop(key, {})
+        if self._s.flowgraph is not None or not graph_losses:
+            return
+        graph = tf.compat.v1.get_default_graph()
+        found = flow.analyze_step(
+            graph, graph_losses, self._s.vlayout.variable_scopes(), self.name
+        )
+        self._s.flowgraph = found
+
+
+def _graph_key() -> int:
+    return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
+
+
+def _in_xla() -> bool:
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
