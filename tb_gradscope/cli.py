@@ -1,0 +1,46 @@
+"""The `tb-gradscope` command: a thin dispatcher over one module per subcommand.
+
+Each subcommand module defines `HELP` (one line), `add_arguments(parser)` and
+`run(args) -> int`, and imports nothing heavy at module level so `--help` is
+instant. Adding a command is one line in COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from tb_gradscope import __version__
+
+# name -> module implementing it.
+COMMANDS = {
+    "demo": "tb_gradscope.demos.command",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tb-gradscope",
+        description="See which subgraphs each loss updates: demos and log tools "
+        "for the Gradscope TensorBoard tab.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parses `argv` (default: sys.argv[1:]) and runs the chosen command."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

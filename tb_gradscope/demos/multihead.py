@@ -1,0 +1,103 @@
+"""Demo `multihead`: seed 01's Agent, a shared layer and two heads, two optimizers.
+
+`Agent/layer1` feeds two heads, `Agent/layer2_1` (loss1) and `Agent/layer2_2`
+(loss2). Each loss has its own Adam optimizer with its own variable list: loss1
+trains layer1 + layer2_1; loss2 trains only its head, layer2_2, on the shared
+features that loss1 learns (the shared layer is loss1's alone). The leaky twin
+builds loss2's optimizer without a var_list, i.e. over every trainable
+variable, so loss2 also moves `Agent/layer1`: its cell there turns from
+`ignored` to `updates`.
+
+The seed lists layer1 in both var_lists; with that choice dropping the var_list
+would change nothing (loss2 never reaches layer2_1), which is exactly the kind
+of question the Gradscope tab answers at a glance.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope.demos import common
+from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
+
+INPUT_DIM = 100
+N1 = 50
+BATCH = 64
+
+RULES = (
+    "never(loss2, Agent/layer1)",
+    "only(loss2, Agent/layer2_2)",
+    "never(loss1, Agent/layer2_2)",
+)
+
+
+def build_agent() -> keras.Model:
+    """The seed's graph: X -> layer1 -> (layer2_1 -> y1, layer2_2 -> y2)."""
+    x = keras.Input((INPUT_DIM,), name="X")
+    s = keras.layers.Dense(N1, name="layer1")(x)
+    y1 = keras.layers.Dense(1, name="layer2_1")(s)
+    y2 = keras.layers.Dense(1, name="layer2_2")(s)
+    return keras.Model(x, [y1, y2], name="Agent")
+
+
+def make_task(seed: int, n: int = 2048) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """X and two targets that are linear in a shared 8-dimensional feature."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, INPUT_DIM)).astype(np.float32)
+    features = np.tanh(x @ rng.normal(size=(INPUT_DIM, 8)) / np.sqrt(INPUT_DIM))
+    y1 = features @ rng.normal(size=(8, 1)) + 0.05 * rng.normal(size=(n, 1))
+    y2 = features @ rng.normal(size=(8, 1)) + 0.05 * rng.normal(size=(n, 1))
+    return x, y1.astype(np.float32), y2.astype(np.float32)
+
+
+def _variables(agent: keras.Model, *layers: str) -> list:
+    return [v for name in layers for v in agent.get_layer(name).trainable_variables]
+
+
+def train(spec: RunSpec) -> RunResult:
+    """Trains one twin: each step applies opt1 for loss1 and opt2 for loss2."""
+    if spec.twin not in (CLEAN, LEAKY):
+        raise ValueError(f"multihead has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
+    common.seed_everything(spec.seed)
+    agent = build_agent()
+    var_list1 = _variables(agent, "layer1", "layer2_1")
+    if spec.twin == LEAKY:
+        var_list2 = list(agent.trainable_variables)
+    else:
+        var_list2 = _variables(agent, "layer2_2")
+    opt1 = keras.optimizers.Adam(1e-2)
+    opt2 = keras.optimizers.Adam(1e-2)
+
+    @tf.function(reduce_retracing=True)
+    def train_step(x, y1, y2):
+        with tf.GradientTape(persistent=True) as tape:
+            p1, p2 = agent(x)
+            loss1 = tf.reduce_mean(tf.square(y1 - p1))
+            loss2 = tf.reduce_mean(tf.square(y2 - p2))
+        g1 = tape.gradient(loss1, var_list1)
+        g2 = tape.gradient(loss2, var_list2)
+        opt1.apply_gradients(zip(g1, var_list1))
+        opt2.apply_gradients([(g, v) for g, v in zip(g2, var_list2) if g is not None])
+        return loss1, loss2
+
+    x, y1, y2 = make_task(spec.seed)
+    rng = np.random.default_rng(spec.seed)
+    loss1 = loss2 = float("nan")
+    for step in range(spec.steps):
+        idx = rng.integers(0, len(x), size=BATCH)
+        l1, l2 = train_step(x[idx], y1[idx], y2[idx])
+        loss1, loss2 = float(l1), float(l2)
+        spec.on_step(step + 1)
+    return RunResult({"loss1": loss1, "loss2": loss2})
+
+
+DEMO = Demo(
+    name="multihead",
+    title="seed 01's Agent: shared layer1, heads layer2_1/layer2_2, two optimizers with var_list",
+    leak="loss2's optimizer built without var_list, so loss2 also trains the shared layer1",
+    rules=RULES,
+    train=train,
+    default_steps=300,
+)
