@@ -1,0 +1,19 @@
+"""Static flow analysis: a traced training step -> FlowGraph (plain data).
+
+`analyze_graph` takes a FuncGraph or TF1 graph, `analyze_function` traces a
+Python step function first. Never writes summaries: the recorder does.
+"""
+
+from tb_gradscope.analysis.core import analyze_graph
+from tb_gradscope.analysis.fingerprint import fingerprint
+from tb_gradscope.analysis.function import UNTRACED_MESSAGE, analyze_function, untraced_message
+from tb_gradscope.analysis.inputs import AnalysisError
+
+__all__ = [
+    "AnalysisError",
+    "UNTRACED_MESSAGE",
+    "analyze_function",
+    "analyze_graph",
+    "fingerprint",
+    "untraced_message",
+]

@@ -1,0 +1,228 @@
+"""`analyze_graph`: a traced graph + named losses -> FlowGraph (plain data).
+
+Steps: flatten the graph and its bodies; per loss, walk forward dependence and
+gradient reachability; read what the optimizer applies from the writes in the
+graph (or the TF1 train ops); fold variables into scope cells (a roll-up takes
+its most flowing child: updates > ignored > blocked > independent); build the
+scope graph and place every blocked edge on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import tensorflow as tf
+
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.analysis import applied as applied_lib
+from tb_gradscope.analysis import reach
+from tb_gradscope.analysis.flatten import FlatGraph, flatten
+from tb_gradscope.analysis.gradrules import GradientRules
+from tb_gradscope.analysis.inputs import AnalysisError, match_variables, normalize_losses
+from tb_gradscope.analysis.scopegraph import ScopeGraph
+from tb_gradscope.analysis.source import user_source
+from tb_gradscope.format.flowgraph import (
+    BLOCKED,
+    IGNORED,
+    INDEPENDENT,
+    NODE_INPUT,
+    NODE_LOSS,
+    NODE_SCOPE,
+    UPDATES,
+    BlockedEdge,
+    FlowGraph,
+    GraphEdge,
+    GraphNode,
+    LossInfo,
+)
+
+# Higher is "more flowing"; a roll-up scope takes the maximum of its children.
+_RANK = {INDEPENDENT: 0, BLOCKED: 1, IGNORED: 2, UPDATES: 3}
+_BY_RANK = {v: k for k, v in _RANK.items()}
+
+
+def analyze_graph(
+    graph: tf.Graph,
+    losses: Mapping[str, Any] | Sequence[tuple[str, Any]],
+    variable_scopes: Sequence[tuple[Any, str]],
+    scopes: Sequence[str] | None = None,
+    train_ops: Mapping[str, Any] | None = None,
+) -> FlowGraph:
+    """Static flow analysis of a traced step.
+
+    Args:
+      graph: a FuncGraph (`concrete_fn.graph`) or a TF1 `tf.Graph`.
+      losses: loss name -> scalar tensor of `graph`, or a start point (any
+        object with `.tensor` and `.output_gradients`).
+      variable_scopes: (variable, leaf scope) for each model variable.
+      scopes: the full ordered scope list (default: the tree over the leaves).
+      train_ops: TF1: loss name -> train op (or list of ops) whose apply ops
+        say what that loss's optimizer updates.
+
+    Returns:
+      A FlowGraph. `applied` is None when the graph holds no optimizer writes
+      and no train ops were given; gradient-reachable scopes are then `updates`.
+
+    Raises:
+      AnalysisError: a loss not in the graph, no variables, duplicate names.
+    """
+    specs = normalize_losses(losses, graph)
+    flat = flatten(graph)
+    var_nodes, var_names, missing = match_variables(flat, graph, variable_scopes)
+    leaves = [scope for _, scope in variable_scopes]
+    scope_list = list(scopes) if scopes is not None else scopes_lib.tree_order(
+        a for leaf in leaves for a in scopes_lib.ancestors(leaf)
+    )
+    warnings = []
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        warnings.append(
+            f"{len(missing)} variable(s) are not used by the traced graph and are "
+            f"independent of every loss: {shown}"
+        )
+    rules = GradientRules(flat)
+    var_dep = reach.variable_dependent(flat, var_nodes)
+    applied_vars = _applied(flat, specs, var_nodes, train_ops)
+
+    per_loss = []
+    cone = bytearray(len(flat))
+    for spec in specs:
+        start = flat.node_of(spec.tensor)
+        forward = reach.forward_cone(flat, start)
+        gradient, cuts = reach.gradient_walk(flat, rules, start, var_dep)
+        per_loss.append((spec, start, forward, gradient, cuts))
+        cone = _or(cone, forward)
+
+    cells = {}
+    for spec, _, forward, gradient, _ in per_loss:
+        applied_here = applied_vars.get(spec.name, applied_vars.get(None))
+        states = [INDEPENDENT] * len(var_names)
+        for node, indices in var_nodes.items():
+            for i in indices:
+                states[i] = _state(forward[node], gradient[node], applied_here, i)
+        cells[spec.name] = _roll_up(states, leaves, scope_list)
+
+    scope_graph, nodes, loss_ids = _scope_graph(flat, graph, cone, var_nodes, leaves, specs, per_loss)
+    blocked = _blocked_edges(flat, scope_graph, loss_ids, per_loss)
+    edges = _graph_edges(scope_graph, blocked)
+    applied_scopes = None
+    if applied_vars:
+        union = set().union(*applied_vars.values())
+        hit = {a for i in union for a in scopes_lib.ancestors(leaves[i])}
+        applied_scopes = [s for s in scope_list if s in hit]
+    return FlowGraph(
+        losses=[LossInfo(s.name, s.kind, s.tensor.name) for s in specs],
+        scopes=scope_list,
+        cells=cells,
+        blocked_edges=blocked,
+        nodes=nodes,
+        edges=edges,
+        applied=applied_scopes,
+        warnings=warnings,
+        source="tf2" if hasattr(graph, "captures") else "tf1",
+    )
+
+
+def _or(a: bytearray, b: bytearray) -> bytearray:
+    return bytearray((int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little"))
+
+
+def _state(forward: int, gradient: int, applied: set[int] | None, index: int) -> str:
+    if gradient:
+        return UPDATES if applied is None or index in applied else IGNORED
+    return BLOCKED if forward else INDEPENDENT
+
+
+def _roll_up(states: Sequence[str], leaves: Sequence[str], scope_list: Sequence[str]) -> dict[str, str]:
+    best: dict[str, int] = {s: 0 for s in scope_list}
+    for state, leaf in zip(states, leaves):
+        rank = _RANK[state]
+        for scope in scopes_lib.ancestors(leaf):
+            if scope in best and rank > best[scope]:
+                best[scope] = rank
+    return {s: _BY_RANK[r] for s, r in best.items()}
+
+
+def _applied(flat: FlatGraph, specs, var_nodes, train_ops) -> dict[Any, set[int]]:
+    """Loss name (None: every loss) -> indices of variables its optimizer applies."""
+    writes = applied_lib.gradient_writes(flat, set(var_nodes))
+    result: dict[Any, set[int]] = {}
+    if writes:
+        result[None] = {i for targets in writes.values() for n in targets for i in var_nodes[n]}
+    for name, ops in (train_ops or {}).items():
+        if name not in {s.name for s in specs}:
+            raise AnalysisError(
+                f"train_ops names loss '{name}', which is not among the losses "
+                f"{[s.name for s in specs]}; key train_ops by loss name"
+            )
+        ops = ops if isinstance(ops, (list, tuple)) else [ops]
+        starts = [flat.root_ops[id(getattr(o, "op", o))] for o in ops if id(getattr(o, "op", o)) in flat.root_ops]
+        if len(starts) != len(ops):
+            raise AnalysisError(f"a train op of loss '{name}' is not in the analysed graph")
+        run = applied_lib.upstream(flat, starts)
+        result[name] = {i for w, targets in writes.items() if w in run for n in targets for i in var_nodes[n]}
+    return result
+
+
+def _scope_graph(flat, graph, cone, var_nodes, leaves, specs, per_loss):
+    variable_scope = {n: leaves[idx[0]] for n, idx in var_nodes.items()}
+    inputs = {
+        n: "input:" + flat.names[n]
+        for n in flat.root_ops.values()
+        if flat.types[n] == "Placeholder" and n not in var_nodes and cone[n]
+    }
+    sg = ScopeGraph(flat, cone, variable_scope, inputs)
+    loss_ids = {}
+    for spec, start, *_ in per_loss:
+        loss_ids[spec.name] = "loss:" + spec.name
+        sg.add_loss(start, loss_ids[spec.name])
+    nodes = [GraphNode(s, NODE_SCOPE, s) for s in scopes_lib.tree_order(leaves)]
+    nodes += [GraphNode(i, NODE_INPUT, i.split(":", 1)[1]) for i in sorted(set(inputs.values()))]
+    nodes += [GraphNode(loss_ids[s.name], NODE_LOSS, s.name) for s in specs]
+    return sg, nodes, loss_ids
+
+
+def _blocked_edges(flat, sg: ScopeGraph, loss_ids, per_loss) -> list[BlockedEdge]:
+    loss_nodes = {start: loss_ids[spec.name] for spec, start, *_ in per_loss}
+    result = []
+    for spec, _, _, _, cuts in per_loss:
+        for cut in cuts:
+            producer_side = sorted(sg.sources(cut.producer), key=_prefer_scope)
+            down = sg.downstream(cut.consumer, loss_nodes)
+            own = loss_ids[spec.name]
+            consumer_side = [own] if own in down else sorted(down, key=_prefer_scope)
+            if cut.consumer in sg.label:
+                consumer_side = [sg.label[cut.consumer]]
+            result.append(
+                BlockedEdge(
+                    loss=spec.name,
+                    producer=flat.names[cut.producer],
+                    consumer=flat.names[cut.consumer],
+                    op_name=flat.names[cut.consumer],
+                    op_type=flat.types[cut.consumer],
+                    cause=cut.cause,
+                    producer_scope=producer_side[0] if producer_side else "",
+                    consumer_scope=consumer_side[0] if consumer_side else "",
+                    source=user_source(flat.ops[cut.consumer]),
+                )
+            )
+    return result
+
+
+def _prefer_scope(node_id: str) -> tuple[int, str]:
+    return (node_id.startswith(("input:", "loss:")), node_id)
+
+
+def _graph_edges(sg: ScopeGraph, blocked: Sequence[BlockedEdge]) -> list[GraphEdge]:
+    counts = dict(sg.edges)
+    blocked_for: dict[tuple[str, str], set[str]] = {}
+    for edge in blocked:
+        if not edge.producer_scope or not edge.consumer_scope:
+            continue
+        key = (edge.producer_scope, edge.consumer_scope)
+        counts.setdefault(key, 1)
+        blocked_for.setdefault(key, set()).add(edge.loss)
+    return [
+        GraphEdge(src, dst, n, tuple(sorted(blocked_for.get((src, dst), ()))))
+        for (src, dst), n in sorted(counts.items())
+    ]

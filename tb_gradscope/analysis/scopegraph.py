@@ -1,0 +1,117 @@
+"""The scope-level dataflow graph: scopes, inputs and losses, small enough to draw.
+
+An op that reads a model variable belongs to that variable's scope; every
+other op is glue and passes on the set of scope-graph nodes its inputs came
+from. An edge A -> B counts the tensors arriving at an op of B (or at a loss)
+whose nearest upstream nodes include A. `downstream` is the mirror image,
+used to place a blocked edge's consumer side. Both are single passes in node
+order (loop back edges add no scope edges).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Mapping
+
+from tb_gradscope.analysis.flatten import BRANCH, LINK, LOOP_VAR, FlatGraph
+
+# Ops that pass a variable on rather than use it: they join its scope's readers.
+_READS = frozenset({"ReadVariableOp", "Identity", LINK, LOOP_VAR, BRANCH})
+_EMPTY: frozenset[str] = frozenset()
+
+
+class ScopeGraph:
+    """Labels the nodes of the losses' forward cone with scope-graph node ids.
+
+    Args:
+      flat: the flattened graph.
+      cone: flags of nodes in the union of the losses' forward cones.
+      variable_scope: model variable node -> leaf scope.
+      inputs: input placeholder node -> scope-graph id (`input:<name>`).
+    """
+
+    def __init__(
+        self,
+        flat: FlatGraph,
+        cone: bytearray,
+        variable_scope: Mapping[int, str],
+        inputs: Mapping[int, str],
+    ):
+        self.flat = flat
+        self.cone = cone
+        self.readers = dict(variable_scope)
+        self.label: dict[int, str] = {}
+        self.upstream: list[frozenset[str]] = [_EMPTY] * len(flat)
+        self.edges: Counter[tuple[str, str]] = Counter()
+        self._downstream: list[frozenset[str]] | None = None
+        self._forward(inputs)
+
+    def _forward(self, inputs: Mapping[int, str]) -> None:
+        flat, cone, readers, label = self.flat, self.cone, self.readers, self.label
+        upstream, edges = self.upstream, self.edges
+        for n, op_inputs in enumerate(flat.inputs):
+            if not cone[n]:
+                continue
+            if n in inputs:
+                upstream[n] = frozenset((inputs[n],))
+                continue
+            scope = None
+            for src, _ in op_inputs:
+                scope = readers.get(src)
+                if scope is not None:
+                    break
+            if scope is not None and flat.types[n] in _READS:
+                readers[n] = scope
+                continue
+            if scope is not None:
+                label[n] = scope
+                for src, _ in op_inputs:
+                    if src not in readers:
+                        for a in upstream[src]:
+                            if a != scope:
+                                edges[(a, scope)] += 1
+                upstream[n] = frozenset((scope,))
+                continue
+            upstream[n] = _union(upstream[src] for src, _ in op_inputs)
+
+    def add_loss(self, node: int, loss_id: str) -> None:
+        """Adds edges from the nodes upstream of a loss tensor to its loss node."""
+        for a in self.sources(node):
+            self.edges[(a, loss_id)] += 1
+
+    def sources(self, node: int) -> frozenset[str]:
+        if node in self.readers:
+            return frozenset((self.readers[node],))
+        return self.upstream[node]
+
+    def downstream(self, node: int, loss_nodes: Mapping[int, str]) -> frozenset[str]:
+        """Scope-graph nodes the output of `node` next arrives at."""
+        if self._downstream is None:
+            self._downstream = self._backward(loss_nodes)
+        return self._downstream[node]
+
+    def _backward(self, loss_nodes: Mapping[int, str]) -> list[frozenset[str]]:
+        flat, cone, label = self.flat, self.cone, self.label
+        down: list[set[str]] = [set() for _ in range(len(flat))]
+        for n in range(len(flat) - 1, -1, -1):
+            if not cone[n]:
+                continue
+            if n in loss_nodes:
+                down[n].add(loss_nodes[n])
+            mine = frozenset((label[n],)) if n in label else frozenset(down[n])
+            if n in label and n in loss_nodes:
+                mine = mine | {loss_nodes[n]}
+            down[n] = mine
+            for src, _ in flat.inputs[n]:
+                if cone[src] and isinstance(down[src], set):
+                    down[src].update(mine)
+        return [d if isinstance(d, frozenset) else frozenset(d) for d in down]
+
+
+def _union(sets) -> frozenset[str]:
+    result = _EMPTY
+    for s in sets:
+        if not s or s is result:
+            continue
+        result = s if not result else result | s
+    return result
