@@ -1,0 +1,127 @@
+"""Per-run cache of decoded gradscope series.
+
+The data provider has no "read step S": it returns whole series. The cache
+keeps each run's decoded tables and blobs and, on every request, asks the
+provider only for its cheap listing; a record whose listing changed (newer max
+step or wall time, a new tag, a new metadata content) is read again, the others
+are reused. So "the matrix at step S" costs one listing, not a series read.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Any
+
+from tb_gradscope import format as fmt
+from tb_gradscope.plugin.reader import BlobStep, Reader, Record, RunListing, TableSeries
+
+# Runs whose decoded data stay in memory (least recently used dropped first).
+DEFAULT_MAX_RUNS = 16
+
+
+@dataclasses.dataclass
+class RunData:
+    """One run's decoded records as of one data-provider listing.
+
+    `derived` holds views computed from this data (by the plugin); it is
+    rebuilt with the RunData whenever any record changed.
+    """
+
+    listing: RunListing
+    tables: dict[str, TableSeries]
+    blobs: dict[str, list[BlobStep]]
+    read_warnings: dict[str, list[str]]
+    derived: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def run(self) -> str:
+        return self.listing.run
+
+    @property
+    def warnings(self) -> list[str]:
+        """Records skipped at listing time, then steps skipped at read time."""
+        out = list(self.listing.warnings)
+        for tag in sorted(self.read_warnings):
+            out.extend(self.read_warnings[tag])
+        return out
+
+
+class RunCache:
+    """Decoded data per (experiment, run), refreshed when TensorBoard has
+    newer data.
+
+    Thread-safe: TensorBoard serves requests on several threads; a run is
+    refreshed by one of them while the others wait for the result.
+    """
+
+    def __init__(self, reader: Reader, max_runs: int = DEFAULT_MAX_RUNS):
+        self._reader = reader
+        self._max_runs = max_runs
+        self._entries: collections.OrderedDict[tuple[str, str], RunData] = collections.OrderedDict()
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.reads = 0  # records (re)read from the provider, for tests
+
+    def get(self, ctx, experiment_id: str, run: str) -> RunData | None:
+        """The run's current data, or None when it has no gradscope data."""
+        key = (experiment_id, run)
+        with self._lock:
+            run_lock = self._locks.setdefault(key, threading.Lock())
+        with run_lock:
+            listing = self._reader.list_run(ctx, experiment_id, run)
+            with self._lock:
+                old = self._entries.get(key)
+            if listing is None:
+                self._drop(key)
+                return None
+            if old is not None and old.listing.records == listing.records:
+                old.listing.warnings = listing.warnings
+                self._touch(key)
+                return old
+            data = self._refresh(ctx, experiment_id, listing, old)
+            with self._lock:
+                self._entries[key] = data
+                self._entries.move_to_end(key)
+                while len(self._entries) > self._max_runs:
+                    self._entries.popitem(last=False)
+            return data
+
+    def _refresh(self, ctx, experiment_id: str, listing: RunListing, old: RunData | None) -> RunData:
+        tables: dict[str, TableSeries] = {}
+        blobs: dict[str, list[BlobStep]] = {}
+        warnings: dict[str, list[str]] = {}
+        stale_tables: list[Record] = []
+        stale_blobs: list[Record] = []
+        for tag, record in listing.records.items():
+            unchanged = old is not None and old.listing.records.get(tag) == record
+            is_table = fmt.KIND_SPECS[record.info.kind].is_table
+            if unchanged and (tag in old.tables or tag in old.blobs or tag in old.read_warnings):
+                if tag in old.tables:
+                    tables[tag] = old.tables[tag]
+                if tag in old.blobs:
+                    blobs[tag] = old.blobs[tag]
+                if tag in old.read_warnings:
+                    warnings[tag] = old.read_warnings[tag]
+            elif is_table:
+                stale_tables.append(record)
+            else:
+                stale_blobs.append(record)
+        read_tables, table_warnings = self._reader.read_tables(ctx, experiment_id, listing.run, stale_tables)
+        read_blobs, blob_warnings = self._reader.read_blobs(ctx, experiment_id, listing.run, stale_blobs)
+        self.reads += len(stale_tables) + len(stale_blobs)
+        tables.update(read_tables)
+        blobs.update(read_blobs)
+        warnings.update(table_warnings)
+        warnings.update(blob_warnings)
+        return RunData(listing=listing, tables=tables, blobs=blobs, read_warnings=warnings)
+
+    def _touch(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._entries.pop(key, None)

@@ -1,0 +1,265 @@
+"""The read side of gradscope logs, over any TensorBoard DataProvider.
+
+Lists a run's gradscope records (identified by their metadata content, never by
+their tag), decodes tables into numpy arrays and blobs into JSON documents with
+`tb_gradscope.format`, and skips what it cannot read (a newer format version,
+malformed metadata or payload) with a warning naming the run, tag and reason.
+Shared by the TensorBoard plugin and the command line (`local_data_provider`).
+Never imports tensorflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.data import provider
+
+from tb_gradscope import format as fmt
+
+# Points kept per gradscope time series (tag) unless --gradscope_samples says
+# otherwise. 10,000 recorded steps (a 1M-step run recorded every 100 steps)
+# cost about 12.8 MB per tag of 64 scopes x 5 columns of float32.
+DEFAULT_SAMPLES = 10_000
+
+# What `downsample` means "keep everything" as: both backends treat a
+# retention of 0 as "all", but a downsample of 0 as "none".
+_ALL = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One readable gradscope time series of a run.
+
+    `version` changes whenever TensorBoard has loaded newer data for it (it
+    is (max_step, max_wall_time[, max_length]) from the data provider listing).
+    """
+
+    tag: str
+    info: fmt.RecordInfo
+    version: tuple
+
+
+@dataclasses.dataclass
+class RunListing:
+    """The gradscope records of one run, and those skipped with a reason."""
+
+    run: str
+    records: dict[str, Record] = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def of_kind(self, kind: fmt.Kind) -> list[Record]:
+        """Records of one kind, ordered by (name, tag)."""
+        found = [r for r in self.records.values() if r.info.kind == kind]
+        return sorted(found, key=lambda r: (r.info.name, len(r.tag), r.tag))
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted({r.info.kind.value for r in self.records.values()})
+
+
+@dataclasses.dataclass
+class TableSeries:
+    """A table record's kept steps: values[i] is the [scopes, columns] table
+    at steps[i] (float32, as stored)."""
+
+    record: Record
+    steps: np.ndarray
+    wall_times: np.ndarray
+    values: np.ndarray
+
+    def index_of(self, step: int) -> int | None:
+        i = int(np.searchsorted(self.steps, step))
+        return i if i < len(self.steps) and self.steps[i] == step else None
+
+
+@dataclasses.dataclass(frozen=True)
+class BlobStep:
+    """The decoded documents of a blob record at one kept step."""
+
+    step: int
+    wall_time: float
+    documents: list[Any]
+
+
+class Reader:
+    """Reads gradscope records through a TensorBoard `DataProvider`.
+
+    Args:
+      data_provider: `context.data_provider` in the plugin, or
+        `local_data_provider(logdir)` elsewhere.
+      downsample: points read per time series; 0 means all that are kept.
+    """
+
+    def __init__(self, data_provider: provider.DataProvider, downsample: int = DEFAULT_SAMPLES):
+        if downsample < 0:
+            raise ValueError(f"downsample must be >= 0 (0 = all), got {downsample}")
+        self._provider = data_provider
+        self._downsample = downsample or _ALL
+        self._parsed: dict[bytes, fmt.RecordInfo | str] = {}
+        self._lock = threading.Lock()
+
+    def list_runs(self, ctx, experiment_id: str) -> dict[str, RunListing]:
+        """Every run with at least one gradscope record (readable or not)."""
+        return self._list(ctx, experiment_id, None)
+
+    def list_run(self, ctx, experiment_id: str, run: str) -> RunListing | None:
+        """One run's records, or None when it has no gradscope data."""
+        return self._list(ctx, experiment_id, run).get(run)
+
+    def read_tables(
+        self, ctx, experiment_id: str, run: str, records: Iterable[Record]
+    ) -> tuple[dict[str, TableSeries], dict[str, list[str]]]:
+        """Decodes table records; steps whose table is malformed are skipped
+        and reported in the returned {tag: [warning]}."""
+        records = {r.tag: r for r in records}
+        if not records:
+            return {}, {}
+        data = self._provider.read_tensors(
+            ctx,
+            experiment_id=experiment_id,
+            plugin_name=fmt.PLUGIN_NAME,
+            downsample=self._downsample,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(records)),
+        ).get(run, {})
+        out: dict[str, TableSeries] = {}
+        warnings: dict[str, list[str]] = {}
+        for tag, record in records.items():
+            series, problem = _decode_series(record, data.get(tag, []))
+            if problem:
+                warnings[tag] = [_skip_message(run, tag, problem)]
+            if series is not None:
+                out[tag] = series
+        return out, warnings
+
+    def read_blobs(
+        self, ctx, experiment_id: str, run: str, records: Iterable[Record]
+    ) -> tuple[dict[str, list[BlobStep]], dict[str, list[str]]]:
+        """Decodes blob records; steps whose blobs are malformed are skipped
+        and reported in the returned {tag: [warning]}."""
+        records = {r.tag: r for r in records}
+        if not records:
+            return {}, {}
+        data = self._provider.read_blob_sequences(
+            ctx,
+            experiment_id=experiment_id,
+            plugin_name=fmt.PLUGIN_NAME,
+            downsample=self._downsample,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(records)),
+        ).get(run, {})
+        out: dict[str, list[BlobStep]] = {}
+        warnings: dict[str, list[str]] = {}
+        for tag, record in records.items():
+            steps = []
+            for datum in data.get(tag, []):
+                blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
+                try:
+                    documents = fmt.decode_blobs(record.info, blobs)
+                except fmt.FormatError as e:
+                    message = _skip_message(run, tag, f"step {datum.step}: {e}")
+                    warnings.setdefault(tag, []).append(message)
+                    continue
+                steps.append(BlobStep(int(datum.step), float(datum.wall_time), documents))
+            out[tag] = steps
+        return out, warnings
+
+    def _list(self, ctx, experiment_id: str, run: str | None) -> dict[str, RunListing]:
+        run_filter = provider.RunTagFilter(runs=[run]) if run is not None else None
+        kwargs = dict(experiment_id=experiment_id, plugin_name=fmt.PLUGIN_NAME, run_tag_filter=run_filter)
+        tensors = self._provider.list_tensors(ctx, **kwargs)
+        blobs = self._provider.list_blob_sequences(ctx, **kwargs)
+        listings: dict[str, RunListing] = {}
+        for data_class, mapping in (
+            (summary_pb2.DATA_CLASS_TENSOR, tensors),
+            (summary_pb2.DATA_CLASS_BLOB_SEQUENCE, blobs),
+        ):
+            for run_name, tags in mapping.items():
+                listing = listings.setdefault(run_name, RunListing(run_name))
+                for tag, series in tags.items():
+                    info = self._parse(series.plugin_content)
+                    if isinstance(info, str):
+                        listing.warnings.append(_skip_message(run_name, tag, info))
+                    elif fmt.KIND_SPECS[info.kind].data_class != data_class:
+                        listing.warnings.append(
+                            _skip_message(run_name, tag, f"{info.kind.value} stored with the wrong data class")
+                        )
+                    else:
+                        version = (series.max_step, series.max_wall_time, getattr(series, "max_length", None))
+                        listing.records[tag] = Record(tag, info, version)
+        for listing in listings.values():
+            listing.warnings.sort()
+        return listings
+
+    def _parse(self, content: bytes) -> fmt.RecordInfo | str:
+        """Metadata content -> RecordInfo, or the reason it cannot be read."""
+        with self._lock:
+            cached = self._parsed.get(content)
+        if cached is not None:
+            return cached
+        try:
+            parsed: fmt.RecordInfo | str = fmt.parse_plugin_content(content)
+        except fmt.FormatError as e:
+            parsed = str(e)
+        with self._lock:
+            if len(self._parsed) > 4096:
+                self._parsed.clear()
+            self._parsed[content] = parsed
+        return parsed
+
+
+def _decode_series(record: Record, data: list) -> tuple[TableSeries | None, str]:
+    """Stacks a table record's data; returns (series, problem)."""
+    steps, walls, tables, bad = [], [], [], []
+    for datum in data:
+        try:
+            table = fmt.decode_table(record.info, datum.numpy)
+        except fmt.FormatError as e:
+            bad.append((datum.step, str(e)))
+            continue
+        steps.append(datum.step)
+        walls.append(datum.wall_time)
+        tables.append(table.values)
+    problem = ""
+    if bad:
+        problem = f"{len(bad)} of {len(data)} steps unreadable (first: step {bad[0][0]}: {bad[0][1]})"
+    if not tables:
+        return None, problem or "no data"
+    order = np.argsort(np.asarray(steps, dtype=np.int64), kind="stable")
+    return (
+        TableSeries(
+            record=record,
+            steps=np.asarray(steps, dtype=np.int64)[order],
+            wall_times=np.asarray(walls, dtype=np.float64)[order],
+            values=np.stack(tables).astype(np.float32)[order],
+        ),
+        problem,
+    )
+
+
+def _skip_message(run: str, tag: str, reason: str) -> str:
+    return f"run {run!r} tag {tag!r}: skipped: {reason}"
+
+
+def local_data_provider(
+    logdir: str, samples: int = DEFAULT_SAMPLES
+) -> provider.DataProvider:
+    """A data provider over `logdir` through TensorBoard's own Python
+    ingestion, loaded once, keeping `samples` points per gradscope series
+    (0 = all). For the command line (`tb-gradscope report/check`)."""
+    from tensorboard.backend.event_processing import data_provider as mux_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={fmt.PLUGIN_NAME: samples}
+    )
+    multiplexer.AddRunsFromDirectory(logdir)
+    multiplexer.Reload()
+    return mux_provider.MultiplexerDataProvider(multiplexer, logdir)
+
+
+def documents_by_step(steps: Mapping[str, list[BlobStep]]) -> list[BlobStep]:
+    """All blob steps of several tags (layouts), by step."""
+    return sorted((s for v in steps.values() for s in v), key=lambda s: s.step)

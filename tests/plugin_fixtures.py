@@ -1,0 +1,267 @@
+"""Real gradscope event files for the plugin tests and benchmark.
+
+Writes records exactly as the recorder does (tf.summary.write, the full
+metadata on a tag's first write in a writer and b"" afterwards) with values
+that are a pure function of (record, scope, step), so tests compare what the
+plugin serves with `expected_*` here instead of hard-coded answers.
+
+Also runnable, to write a run from another process while TensorBoard watches:
+  python -m tests.plugin_fixtures LOGDIR RUN --steps 50 --start 0 --sleep 0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from tb_gradscope import format as fmt
+
+HOSTILE = '<img src=x onerror=alert(1)>/"q" ..%2f..'
+SCOPES = ("online", "online/l1", "online/l2", "target", "target/l1")
+NEW_SCOPES = SCOPES + ("online/l3",)  # layout 1: a variable created mid-run
+LOSSES = ("td", "aux")
+PAIR = "target<-online"
+CONFLICT = "td|aux"
+
+# Cells with a deliberate numeric state (loss, scope) -> state, at every step
+# that is a multiple of ANOMALY_EVERY.
+ANOMALY_EVERY = 5
+VANISHING_CELL = ("td", "online/l2")
+NONFINITE_CELL = ("aux", "online/l1")
+
+
+def flowgraph(scopes: Sequence[str] = SCOPES) -> fmt.FlowGraph:
+    """td updates online/*, is blocked on target/*; aux (a start point) is
+    independent of target and ignored on online/l2."""
+    cells = {"td": {}, "aux": {}}
+    for s in scopes:
+        cells["td"][s] = fmt.UPDATES if s.startswith("online") else fmt.BLOCKED
+        if s.startswith("target"):
+            cells["aux"][s] = fmt.INDEPENDENT
+        elif s == "online/l2":
+            cells["aux"][s] = fmt.IGNORED
+        else:
+            cells["aux"][s] = fmt.UPDATES
+    return fmt.FlowGraph(
+        losses=[fmt.LossInfo("td"), fmt.LossInfo("aux", "start_point", "q:0")],
+        scopes=list(scopes),
+        cells=cells,
+        blocked_edges=[
+            fmt.BlockedEdge(
+                loss="td",
+                producer="target/l1/MatMul",
+                consumer="StopGradient",
+                op_name="StopGradient",
+                op_type="StopGradient",
+                cause=fmt.flowgraph.CAUSE_STOP_GRADIENT,
+                producer_scope="target/l1",
+                consumer_scope="loss:td",
+                source=fmt.SourceLine("train.py", 42, "train_step"),
+            )
+        ],
+        nodes=[fmt.GraphNode(s, fmt.flowgraph.NODE_SCOPE, s) for s in scopes],
+        edges=[fmt.GraphEdge("target/l1", "loss:td", 1, ("td",))],
+        applied=[s for s in scopes if s.startswith("online")],
+        source="tf2",
+    )
+
+
+def grad_table(loss: str, scopes: Sequence[str], step: int) -> np.ndarray:
+    """grad_stats rows: target/* get no gradient from either loss."""
+    rows = []
+    for i, scope in enumerate(scopes):
+        if scope.startswith("target"):
+            rows.append([0.0, 0.0, 0.0, 0.0, 0.0])
+            continue
+        l2 = (i + 1) * (1.0 + step / 1000.0) * (2.0 if loss == "aux" else 1.0)
+        row = [2.0, l2, l2 / 2.0, 0.0, 0.25]
+        if step % ANOMALY_EVERY == 0 and (loss, scope) == VANISHING_CELL:
+            row[1:3] = [0.0, 0.0]
+        if step % ANOMALY_EVERY == 0 and (loss, scope) == NONFINITE_CELL:
+            row[1], row[3] = float("nan"), 3.0
+        rows.append(row)
+    return np.asarray(rows, dtype=np.float32)
+
+
+def update_table(scopes: Sequence[str], step: int) -> np.ndarray:
+    """Applied updates: online moves, target does not."""
+    rows = []
+    for i, scope in enumerate(scopes):
+        weight = 10.0 + i
+        update = 0.0 if scope.startswith("target") else 0.01 * (i + 1)
+        rows.append([update, weight])
+    return np.asarray(rows, dtype=np.float32)
+
+
+def drift_table(scopes: Sequence[str], step: int) -> np.ndarray:
+    rows = []
+    for i, _ in enumerate(scopes):
+        drift = 0.1 * (i + 1) + step * 1e-4
+        tau = float("nan") if step == 0 else 0.005
+        rows.append([drift, drift * 10.0, 10.0, 0.01, tau])
+    return np.asarray(rows, dtype=np.float32)
+
+
+def conflict_table(scopes: Sequence[str], step: int) -> np.ndarray:
+    return np.asarray(
+        [[float(np.cos(step / 10.0 + i))] for i in range(len(scopes))], dtype=np.float32
+    )
+
+
+def events_at(step: int) -> list[fmt.Event]:
+    """A violation every 7 steps, an anomaly every 11."""
+    out = []
+    if step % 7 == 3:
+        out.append(
+            fmt.Event(
+                type=fmt.VIOLATION,
+                name="never(td, target/*)",
+                step=step,
+                message=f"td reached target/l1 at step {step}",
+                loss="td",
+                scope="target/l1",
+                evidence={"l2": float("inf"), "op": "MatMul"},
+            )
+        )
+    if step % 11 == 4:
+        out.append(
+            fmt.Event(
+                type=fmt.ANOMALY, name="never_synced", step=step, message="no sync", pair=PAIR
+            )
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """What one fixture run contains."""
+
+    steps: Sequence[int]
+    losses: Sequence[str] = LOSSES
+    scopes: Sequence[str] = SCOPES
+    new_layout_from: int | None = None  # step where NEW_SCOPES (layout ~1) start
+    flowgraph: bool = True
+    events: bool = True
+    scalar_tag: str | None = None
+
+
+def write_run(logdir: str, run: str, spec: RunSpec) -> None:
+    """Writes one run in one writer (one event file)."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(f"{logdir}/{run}", max_queue=1000)
+    first: set[str] = set()
+
+    def write(info: fmt.RecordInfo, tag: str, value, step: int) -> None:
+        meta = b"" if tag in first else fmt.create_summary_metadata(info).SerializeToString()
+        first.add(tag)
+        tf.summary.write(tag, value, step=step, metadata=meta)
+
+    with writer.as_default():
+        for step in spec.steps:
+            layout = 1 if spec.new_layout_from is not None and step >= spec.new_layout_from else 0
+            scopes = NEW_SCOPES if layout else tuple(spec.scopes)
+            for loss in spec.losses:
+                info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes)
+                write(info, fmt.tag_for(info.kind, loss, layout), grad_table(loss, scopes, step), step)
+            for kind, name, table, attrs in (
+                (fmt.Kind.UPDATE_STATS, "", update_table, {}),
+                (fmt.Kind.DRIFT, PAIR, drift_table, {"target": "target", "online": "online"}),
+                (fmt.Kind.CONFLICT, CONFLICT, conflict_table, {"losses": ["td", "aux"]}),
+            ):
+                info = fmt.make_info(kind, name, scopes, attrs)
+                write(info, fmt.tag_for(kind, name, layout), table(scopes, step), step)
+            if spec.flowgraph and (step == spec.steps[0] or step == spec.new_layout_from):
+                info = fmt.make_info(fmt.Kind.FLOWGRAPH)
+                docs = fmt.encode_blobs(info, [flowgraph(scopes).to_json()])
+                write(info, fmt.tag_for(fmt.Kind.FLOWGRAPH), tf.constant(docs), step)
+            if spec.events and events_at(step):
+                info = fmt.make_info(fmt.Kind.EVENTS)
+                docs = fmt.encode_blobs(info, [e.to_json() for e in events_at(step)])
+                write(info, fmt.tag_for(fmt.Kind.EVENTS), tf.constant(docs), step)
+            if spec.scalar_tag:
+                tf.summary.scalar(spec.scalar_tag, float(step % 17), step=step)
+    writer.close()
+
+
+def write_plain_run(logdir: str, run: str, steps: Iterable[int]) -> None:
+    """A run with scalars only: no gradscope data."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(f"{logdir}/{run}")
+    with writer.as_default():
+        for step in steps:
+            tf.summary.scalar("loss", 1.0 / (step + 1), step=step)
+    writer.close()
+
+
+def write_unreadable_run(logdir: str, run: str) -> None:
+    """One good grad_stats record, one from a newer format version, one with
+    metadata that is not JSON, and one whose stored table has the wrong shape."""
+    import tensorflow as tf
+    from tensorboard.compat.proto import summary_pb2
+
+    good = fmt.make_info(fmt.Kind.GRAD_STATS, "td", SCOPES)
+    newer = dataclasses.replace(
+        fmt.make_info(fmt.Kind.GRAD_STATS, "future", SCOPES), version=fmt.FORMAT_VERSION + 1
+    )
+    garbage = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=fmt.PLUGIN_NAME, content=b"\xffnot json"
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+    wrong = fmt.make_info(fmt.Kind.GRAD_STATS, "wrong_shape", SCOPES)
+    writer = tf.summary.create_file_writer(f"{logdir}/{run}")
+    with writer.as_default():
+        for step in (0, 1):
+            meta = (lambda m: m if step == 0 else b"")
+            tf.summary.write(
+                fmt.tag_for(fmt.Kind.GRAD_STATS, "td"),
+                grad_table("td", SCOPES, step),
+                step=step,
+                metadata=meta(fmt.create_summary_metadata(good).SerializeToString()),
+            )
+            tf.summary.write(
+                fmt.tag_for(fmt.Kind.GRAD_STATS, "future"),
+                grad_table("td", SCOPES, step),
+                step=step,
+                metadata=meta(fmt.create_summary_metadata(newer).SerializeToString()),
+            )
+            tf.summary.write(
+                "gradscope/garbage",
+                np.zeros((1, 1), np.float32),
+                step=step,
+                metadata=meta(garbage.SerializeToString()),
+            )
+            tf.summary.write(
+                fmt.tag_for(fmt.Kind.GRAD_STATS, "wrong_shape"),
+                np.zeros((2, 2), np.float32),
+                step=step,
+                metadata=meta(fmt.create_summary_metadata(wrong).SerializeToString()),
+            )
+    writer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="write a gradscope run slowly")
+    parser.add_argument("logdir")
+    parser.add_argument("run")
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=1, help="separate writers, one after another")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds between batches")
+    args = parser.parse_args()
+    for b in range(args.batches):
+        start = args.start + b * args.steps
+        write_run(args.logdir, args.run, RunSpec(steps=range(start, start + args.steps), events=False))
+        print(f"wrote steps {start}..{start + args.steps - 1}", flush=True)
+        time.sleep(args.sleep)
+
+
+if __name__ == "__main__":
+    main()
