@@ -1,0 +1,167 @@
+"""Reading a TF1 graph: which variables are scopes, what a run call fetches,
+which placeholders a tensor needs.
+
+Pure graph inspection; builds no ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import tensorflow as tf
+
+# Ops that apply an optimizer update: input 0 is the variable, other variable
+# inputs are the optimizer's slots (`.../Adam`, `.../RMSProp`, `.../Momentum`).
+_APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+_VARIABLE_OP_TYPES = ("VarHandleOp", "VariableV2", "Variable")
+
+
+def is_apply_op(op: tf.Operation) -> bool:
+    """True for optimizer update ops (ApplyAdam, ResourceApplyRMSProp, ...)."""
+    return op.type.startswith(_APPLY_PREFIXES)
+
+
+def slot_variable_ops(graph: tf.Graph) -> set[tf.Operation]:
+    """Variable ops used as optimizer slots by any apply op of the graph.
+
+    Slots are read from the graph's structure (a variable fed to an apply op in
+    any position but the first), not guessed from names.
+    """
+    slots: set[tf.Operation] = set()
+    for op in graph.get_operations():
+        if is_apply_op(op):
+            for tensor in list(op.inputs)[1:]:
+                source = _variable_op(tensor)
+                if source is not None:
+                    slots.add(source)
+    return slots
+
+
+def scoped_variables(
+    graph: tf.Graph, variables: Sequence[tf.Variable] | None = None
+) -> list[tf.Variable]:
+    """The variables whose scopes gradscope reports.
+
+    Default: the graph's trainable variables. Optimizer slots and the global
+    step are never scopes, even when passed explicitly.
+    """
+    with graph.as_default():
+        candidates = (
+            list(variables)
+            if variables is not None
+            else tf.compat.v1.trainable_variables()
+        )
+        global_step = tf.compat.v1.train.get_global_step(graph)
+    slots = slot_variable_ops(graph)
+    chosen = []
+    seen = set()
+    for var in candidates:
+        if var.graph is not graph:
+            raise ValueError(
+                f"variable '{var.name}' belongs to another graph; pass variables "
+                "of the graph that holds the losses"
+            )
+        if var.op in slots or var.op in seen:
+            continue
+        if global_step is not None and var.op is global_step.op:
+            continue
+        if not var.dtype.base_dtype.is_floating:
+            continue
+        seen.add(var.op)
+        chosen.append(var)
+    return chosen
+
+
+def as_operation(graph: tf.Graph, element: Any, what: str) -> tf.Operation:
+    """The op behind a train op given as an Operation, Tensor or name."""
+    try:
+        found = graph.as_graph_element(element, allow_tensor=True, allow_operation=True)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(
+            f"{what} is not an op or tensor of the recorded graph ({e}); pass the "
+            "op returned by optimizer.minimize(...) or apply_gradients(...)"
+        ) from None
+    return found if isinstance(found, tf.Operation) else found.op
+
+
+def as_tensor(graph: tf.Graph, element: Any, what: str) -> tf.Tensor:
+    """A tensor of `graph`, given as a Tensor or a name such as 'loss:0'."""
+    try:
+        found = graph.as_graph_element(element, allow_tensor=True, allow_operation=False)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(
+            f"{what} is not a tensor of the recorded graph ({e}); pass the loss "
+            "tensor itself, e.g. losses={'td': loss}"
+        ) from None
+    return found
+
+
+def fetched_ops(graph: tf.Graph, fetches: Any) -> set[tf.Operation]:
+    """The ops named by a `Session.run` fetch structure (lists, tuples, dicts).
+
+    Elements that are not graph elements of `graph` are ignored: this only
+    has to find the train ops the user named.
+    """
+    ops: set[tf.Operation] = set()
+    stack = [fetches]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, tf.Operation):
+            ops.add(item)
+        elif isinstance(item, tf.Tensor):
+            ops.add(item.op)
+        elif isinstance(item, str):
+            try:
+                found = graph.as_graph_element(
+                    item, allow_tensor=True, allow_operation=True
+                )
+            except (TypeError, ValueError, KeyError):
+                continue
+            ops.add(found if isinstance(found, tf.Operation) else found.op)
+    return ops
+
+
+def fed_ops(graph: tf.Graph, feed_dict: Any) -> set[tf.Operation]:
+    """The placeholder ops a `feed_dict` feeds (keys as tensors or names)."""
+    ops: set[tf.Operation] = set()
+    for key in (feed_dict or {}):
+        keys = key if isinstance(key, (list, tuple)) else [key]
+        for k in keys:
+            if isinstance(k, tf.Tensor):
+                ops.add(k.op)
+            elif isinstance(k, str):
+                try:
+                    ops.add(graph.as_graph_element(k, allow_tensor=True).op)
+                except (TypeError, ValueError, KeyError):
+                    continue
+            elif hasattr(k, "indices") and hasattr(k, "values"):
+                ops.update(t.op for t in (k.indices, k.values, k.dense_shape))
+    return ops
+
+
+def required_placeholders(tensors: Iterable[tf.Tensor]) -> frozenset[tf.Operation]:
+    """Placeholders (without defaults) that must be fed to compute `tensors`."""
+    needed: set[tf.Operation] = set()
+    seen: set[tf.Operation] = set()
+    stack = [t.op for t in tensors]
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if op.type == "Placeholder":
+            needed.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return frozenset(needed)
+
+
+def _variable_op(tensor: tf.Tensor) -> tf.Operation | None:
+    op = tensor.op
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return op if op.type in _VARIABLE_OP_TYPES else None

@@ -1,0 +1,93 @@
+"""The ops the TF1 integration adds to the user's graph.
+
+Built once, under the `tb_gradscope/` name scope, before the graph is finalized.
+None of them runs unless fetched: the per-loss gradient tables ride along with
+the user's own `Session.run` at recorded steps, the snapshot and update-norm
+ops run in two small calls around it. Snapshot variables live only in the
+collection `SNAPSHOT_COLLECTION`, so the user's `Saver`,
+`global_variables_initializer` and `MonitoredTrainingSession` readiness checks
+never see them; an assign initializes them, so they need no initializer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import tensorflow as tf
+
+from tb_gradscope.integrations._tf1_graph import required_placeholders
+from tb_gradscope.record.stats import RollUp, grad_table, update_table
+
+NAME_SCOPE = "tb_gradscope"
+SNAPSHOT_COLLECTION = "tb_gradscope_snapshots"
+
+
+@dataclasses.dataclass(frozen=True)
+class LossOps:
+    """The gradient table of one loss and the placeholders it needs fed."""
+
+    table: tf.Tensor
+    placeholders: frozenset
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateOps:
+    """Snapshot of the scoped variables and ||theta_now - snapshot|| per scope."""
+
+    snapshot: tf.Operation
+    table: tf.Tensor
+
+
+def build_loss_ops(
+    graph: tf.Graph,
+    starts: Mapping[str, tuple[tf.Tensor, tf.Tensor | None]],
+    variables: Sequence[tf.Variable],
+    rollup: RollUp,
+) -> dict[str, LossOps]:
+    """Per loss, the GRAD_STATS table of d(loss)/d(variables).
+
+    `starts` maps a loss name to (tensor, grad_ys): a scalar loss has grad_ys
+    None; a gradient start point (DQN 3.0, DDPG actor) passes the output
+    gradients it is differentiated with, exactly as `tf.gradients` takes them.
+    """
+    ops = {}
+    with graph.as_default():
+        for name, (ys, grad_ys) in starts.items():
+            with tf.name_scope(f"{NAME_SCOPE}/grads/{_op_safe(name)}"):
+                grads = tf.compat.v1.gradients(
+                    ys, list(variables), grad_ys=grad_ys
+                ) if variables else []
+                table = grad_table(grads, rollup)
+            ops[name] = LossOps(table, required_placeholders([table]))
+    return ops
+
+
+def build_update_ops(
+    graph: tf.Graph, variables: Sequence[tf.Variable], rollup: RollUp
+) -> UpdateOps:
+    """Snapshot variables of `variables` and the UPDATE_STATS table against them."""
+    with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/updates"):
+        snaps = [
+            tf.compat.v1.Variable(
+                tf.zeros_like(v.initial_value),
+                trainable=False,
+                collections=[SNAPSHOT_COLLECTION],
+                validate_shape=False,
+                name=f"snapshot_{i}",
+                use_resource=True,
+            )
+            for i, v in enumerate(variables)
+        ]
+        snapshot = tf.group(
+            [s.assign(v.value(), read_value=False) for s, v in zip(snaps, variables)],
+            name="snapshot",
+        )
+        table = update_table([s.value() for s in snaps], list(variables), rollup)
+    return UpdateOps(snapshot, table)
+
+
+def _op_safe(name: str) -> str:
+    """A loss name usable in a TF name scope (which rejects most punctuation)."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+    return safe if safe and safe[0].isalnum() else f"loss_{safe}"
