@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from tb_gradscope.format import FlowGraph
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
 from tests.test_tf1_support import (
     ddpg_seed,
@@ -60,9 +61,102 @@ def test_seed01_multihead_gives_full_matrix(tmp_path):
         assert rec.value.row("Agent/layer2_2")["grad_vars"] == 2
     for scope, l2 in expected_l2.items():
         assert loss1[0].value.row(scope)["l2"] == pytest.approx(l2, rel=1e-5)
+    [flow] = records[("flowgraph", "")]
+    graph = FlowGraph.from_json(flow.value[0])
+    assert flow.step == 0 and graph.source == "tf1"
+    assert {s: graph.state("loss1", s) for s in ("Agent/layer1", "Agent/layer2_1", "Agent/layer2_2")} \
+        == {"Agent/layer1": "updates", "Agent/layer2_1": "updates", "Agent/layer2_2": "independent"}
+    assert {s: graph.state("loss2", s) for s in ("Agent/layer1", "Agent/layer2_1", "Agent/layer2_2")} \
+        == {"Agent/layer1": "updates", "Agent/layer2_1": "independent", "Agent/layer2_2": "updates"}
     updates = records[("update_stats", "")]
     assert [r.step for r in updates] == [0, 5]
     for rec in updates:
         for scope in ("Agent/layer1", "Agent/layer2_1", "Agent/layer2_2"):
             assert rec.value.row(scope)["update_norm"] > 0
             assert rec.value.row(scope)["weight_norm"] > 0
+
+
+def _run_dqn(logdir: str, learn_steps: int, replace_every: int, every_n_steps: int):
+    """Seed 01's DQN learn loop (target replaced every `replace_every` learn steps)."""
+    m = dqn_seed()
+    rng = np.random.default_rng(1)
+    with m.graph.as_default():
+        gs = GraphRecorder(logdir, losses={"td": m.loss}, train_ops={"td": m._train_op},
+                           every_n_steps=every_n_steps)
+        sess = gs.wrap(tf.Session())
+        sess.run(tf.global_variables_initializer())
+        for learn_step_counter in range(learn_steps):
+            if learn_step_counter % replace_every == 0:
+                sess.run(m.target_replace_op)
+            feed = dqn_feed(m, rng)
+            sess.run(m.q_eval, {m.s: feed[m.s]})  # choose_action: not a step
+            sess.run([m._train_op, m.loss], feed_dict=feed)
+        sess.close()
+    return m, gs
+
+
+def test_dqn_stop_gradient_blocks_target_net(tmp_path):
+    m, gs = _run_dqn(str(tmp_path), learn_steps=6, replace_every=3, every_n_steps=2)
+    records = read_records(str(tmp_path))
+    td = records[("grad_stats", "td")]
+    assert [r.step for r in td] == [0, 2, 4]
+    for rec in td:
+        assert rec.value.row("target_net")["grad_vars"] == 0
+        assert rec.value.row("eval_net")["grad_vars"] == 4
+        assert rec.value.row("eval_net/e1")["l2"] > 0
+    [flow] = records[("flowgraph", "")]
+    graph = FlowGraph.from_json(flow.value[0])
+    assert graph.state("td", "target_net/t1") == "blocked"
+    assert graph.state("td", "eval_net/e1") == "updates"
+    [edge] = {(e.op_type, e.source.file, e.source.line) for e in graph.blocked_edges
+              if e.loss == "td"}
+    assert edge[0] == "StopGradient"
+    assert edge[1].endswith("test_tf1_support.py")
+    source_line = open("tests/test_tf1_support.py").read().splitlines()[edge[2] - 1]
+    assert "tf.stop_gradient(q_target)" in source_line
+
+
+def test_dqn_applied_updates_follow_the_train_op(tmp_path):
+    _run_dqn(str(tmp_path), learn_steps=4, replace_every=100, every_n_steps=1)
+    updates = read_records(str(tmp_path))[("update_stats", "")]
+    assert [r.step for r in updates] == [0, 1, 2, 3]
+    for rec in updates:
+        assert rec.value.row("eval_net")["update_norm"] > 0
+        assert rec.value.row("target_net")["update_norm"] == 0
+        assert rec.value.row("target_net")["weight_norm"] > 0
+
+
+def test_ddpg_actor_start_point_attributes_to_actor_scopes(tmp_path):
+    m = ddpg_seed()
+    rng = np.random.default_rng(2)
+    with m.graph.as_default():
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"critic": m.td_loss, "actor": StartPoint(m.a, output_gradients=m.a_grads)},
+            train_ops={"critic": m.train_critic, "actor": m.train_actor},
+            every_n_steps=1,
+        )
+        sess = gs.wrap(tf.Session())
+        sess.run(tf.global_variables_initializer())
+        first_policy_grads = None
+        for _ in range(3):
+            feed = {m.S: rng.normal(size=(8, 3)), m.R: rng.normal(size=(8, 1))}
+            _, policy_grads = sess.run([m.train_actor, m.policy_grads], feed)
+            sess.run(m.train_critic, feed)
+            first_policy_grads = first_policy_grads or policy_grads
+        sess.close()
+    records = read_records(str(tmp_path))
+    actor = records[("grad_stats", "actor")]
+    assert [r.step for r in actor] == [0, 1, 2]
+    for rec in actor:
+        assert rec.value.row("Actor/eval_net/l1")["grad_vars"] == 2
+        assert rec.value.row("Actor/eval_net/a")["l2"] > 0
+        assert rec.value.row("Critic")["grad_vars"] == 0
+    assert actor[0].value.row("Actor")["l2"] == pytest.approx(_l2(first_policy_grads), rel=1e-5)
+    critic = records[("grad_stats", "critic")]
+    assert all(r.value.row("Critic/eval_net/q")["grad_vars"] == 2 for r in critic)
+    [flow] = records[("flowgraph", "")]
+    graph = FlowGraph.from_json(flow.value[0])
+    assert graph.state("actor", "Actor/eval_net/l1") == "updates"
+    assert graph.state("actor", "Critic/eval_net") == "independent"
+    assert graph.state("critic", "Actor/eval_net") == "ignored"

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 
 from tb_gradscope.format import FlowGraph
+from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeLayout
 
@@ -36,8 +37,12 @@ def static_flowgraph(
     try:
         return analyze_graph(
             graph,
-            {name: tensor for name, (tensor, _) in starts.items()},
-            dict(zip(variables, layout.variable_leaf)),
+            {
+                name: tensor if grad_ys is None else StartPoint(tensor, grad_ys)
+                for name, (tensor, grad_ys) in starts.items()
+            },
+            list(zip(variables, layout.variable_leaf)),
+            scopes=layout.scopes,
             train_ops={k: v for k, v in train_ops.items() if v is not None},
         )
     except Exception as e:  # noqa: BLE001 - analysis is best effort here

@@ -29,24 +29,12 @@ from tb_gradscope.integrations._tf1_ops import (
 )
 from tb_gradscope.integrations._tf1_static import static_flowgraph
 from tb_gradscope.integrations._writer import RecordWriter
+from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeSpec, build_layout, variable_name
 
 Run = Callable[..., Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class StartPoint:
-    """A gradient start point: `tensor` differentiated with output gradients.
-
-    The TF1 spelling of DQN 3.0 and DDPG actors, `tf.gradients(tensor, xs,
-    grad_ys=grad_ys)`: pass the same `tensor` and `grad_ys` as the training
-    code does, e.g. `StartPoint(actor_out, -dq_da)`.
-    """
-
-    tensor: Any
-    grad_ys: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +54,9 @@ class GraphRecorder:
 
     Args:
       logdir: directory for the event file (created if needed).
-      losses: {name: scalar loss tensor, or StartPoint(tensor, grad_ys)}.
+      losses: {name: scalar loss tensor, or a gradient start point
+        `StartPoint(tensor, output_gradients=g)`, the TF1 spelling being
+        `tf.gradients(tensor, xs, grad_ys=g)` (DQN 3.0, DDPG actors).
       train_ops: {loss name: the op that trains it} (the op returned by
         `minimize` or `apply_gradients`); a step is a run call that includes
         one of these ops. Several losses may share one op.
@@ -103,6 +93,11 @@ class GraphRecorder:
         self.layout = build_layout([v.name for v in chosen], scopes)
         by_name = {variable_name(v.name): v for v in chosen}
         self.variables = [by_name[n] for n in self.layout.variable_names]
+        self._flowgraph = (
+            static_flowgraph(graph, self._starts, self.variables, self.layout, self._train_ops)
+            if analyze
+            else None
+        )
         rollup = RollUp.from_layout(self.layout)
         self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup)
         self._update_ops = build_update_ops(graph, self.variables, rollup)
@@ -113,11 +108,6 @@ class GraphRecorder:
         self._train_op_names = {op.name for op in self._train_ops.values() if op is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._offset_read = False
-        self._flowgraph = (
-            static_flowgraph(graph, self._starts, self.variables, self.layout, self._train_ops)
-            if analyze
-            else None
-        )
         self._flowgraph_written = False
         self._infos = {
             name: make_info(Kind.GRAD_STATS, name, self.layout.scopes)
@@ -243,13 +233,15 @@ def _graph_of(losses: Mapping[str, Any]) -> tf.Graph:
 def _resolve_start(graph: tf.Graph, name: Any, value: Any) -> tuple[tf.Tensor, Any]:
     if isinstance(value, StartPoint):
         tensor = graphs.as_tensor(graph, value.tensor, f"start point '{name}'")
-        grad_ys = graphs.as_tensor(graph, value.grad_ys, f"grad_ys of start point '{name}'")
-        if not grad_ys.shape.is_compatible_with(tensor.shape):
-            raise ValueError(
-                f"start point '{name}': grad_ys has shape {grad_ys.shape} but the "
-                f"tensor has shape {tensor.shape}; pass output gradients shaped "
-                "like the tensor, as tf.gradients(tensor, xs, grad_ys=...) needs"
-            )
+        grad_ys = value.output_gradients
+        if grad_ys is not None:
+            grad_ys = graphs.as_tensor(graph, grad_ys, f"output_gradients of '{name}'")
+            if not grad_ys.shape.is_compatible_with(tensor.shape):
+                raise ValueError(
+                    f"start point '{name}': output_gradients have shape "
+                    f"{grad_ys.shape}, the tensor has shape {tensor.shape}; pass "
+                    "one gradient per element, as tf.gradients(..., grad_ys=) needs"
+                )
         return tensor, grad_ys
     tensor = graphs.as_tensor(graph, value, f"loss '{name}'")
     if not tensor.dtype.is_floating:
@@ -259,8 +251,8 @@ def _resolve_start(graph: tf.Graph, name: Any, value: Any) -> tuple[tf.Tensor, A
     if tensor.shape.rank not in (None, 0):
         raise ValueError(
             f"loss '{name}' is not a scalar (shape {tensor.shape}); pass "
-            "tf.reduce_mean(...) of it, or StartPoint(tensor, grad_ys) to start "
-            "the gradient from it with explicit output gradients"
+            "tf.reduce_mean(...) of it, or StartPoint(tensor, output_gradients=g) to "
+            "start the gradient from it with explicit output gradients"
         )
     return tensor, None
 
@@ -287,3 +279,6 @@ def _resolve_train_ops(
         )
         for loss in starts
     }
+
+
+__all__ = ["GraphRecorder", "StartPoint"]
