@@ -30,6 +30,9 @@ STOP_OPS = frozenset({"StopGradient", "PreventGradient"})
 NONE_GRADIENT_OPS = frozenset(
     {"ArgMax", "ArgMin", "FloorDiv", "TruncateDiv", "Floor", "Ceil", "Round", "Rint"}
 )
+# `tf.numpy_function` runs Python TF cannot differentiate: TF registers PyFunc
+# as non-differentiable, but to the user it is "no gradient function".
+NO_GRADIENT_OPS = frozenset({"PyFunc", "PyFuncStateless"})
 # Ops whose output depends only on the *shape* of their inputs: no value
 # dependence flows through them, and a gradient cut there blocks nothing.
 STRUCTURAL_OPS = frozenset(
@@ -97,6 +100,8 @@ def _type_rule(op_type: str) -> Rule:
         return PASS
     if op_type in STOP_OPS:
         return Rule(CAUSE_STOP_GRADIENT)
+    if op_type in NO_GRADIENT_OPS:
+        return Rule(CAUSE_NO_GRADIENT)
     if op_type in NONE_GRADIENT_OPS:
         return Rule(CAUSE_NON_DIFFERENTIABLE)
     try:
