@@ -1,0 +1,100 @@
+"""`tb-gradscope check LOGDIR [--rules FILE]`: fail CI when a flow rule is broken.
+
+Exit status: 0 when no run shows a violation, 1 when any does (one line each:
+run, step, rule, message, evidence), 2 on bad usage, a missing or unreadable
+logdir, a logdir without gradscope data, or a broken rules file. Imports
+TensorBoard only when it runs, so `--help` is instant; never tensorflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from tb_gradscope.commands.text import evidence, safe
+
+HELP = "exit 1 if any run breaks a flow rule (recorded, or given with --rules)"
+
+OK, VIOLATED, USAGE = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Checks flow rules over the gradscope logs in LOGDIR: the violations the "
+        "runs recorded while training, plus the rules of --rules FILE and those "
+        "each run recorded, evaluated against its FlowGraph (trace time), its "
+        "gradient tables (every recorded step) and its drift series. Prints one "
+        "line per violation (run, first step, rule, message, evidence)."
+    )
+    parser.epilog = (
+        "exit status: 0 no violation, 1 any violation, 2 bad usage, unreadable "
+        "logdir, no gradscope data, or broken rules file. Rules file format: "
+        "docs/RULES.md."
+    )
+    parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
+    parser.add_argument("--rules", metavar="FILE", help="a TOML rules file to check every run against")
+    parser.add_argument("--run", metavar="RUN", help="check only this run")
+
+
+def add_parser(subparsers) -> None:
+    """Registers `check` on an argparse subparsers object."""
+    parser = subparsers.add_parser("check", help=HELP)
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Runs the check; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    from tb_gradscope import rules as rules_lib
+    from tb_gradscope.commands import evaluate, logs as logs_lib
+
+    given: list = []
+    if args.rules:
+        try:
+            given = list(rules_lib.parse_rules_file(args.rules).rules)
+        except rules_lib.RulesFileError as e:
+            print(f"tb-gradscope check: {safe(e)}", file=err)
+            return USAGE
+    try:
+        runs = logs_lib.load_logdir(args.logdir, args.run)
+    except logs_lib.LogdirError as e:
+        print(f"tb-gradscope check: {safe(e)}", file=err)
+        return USAGE
+    per_run = {}
+    any_rules = bool(given)
+    for logs in runs:
+        chosen, warnings = evaluate.run_rules(logs, given)
+        any_rules = any_rules or bool(chosen)
+        for warning in logs.warnings + warnings:
+            print(f"warning: {safe(warning)}", file=err)
+        per_run[logs.run] = evaluate.findings(logs.run, logs.events, evaluate.evaluate(logs, chosen))
+    per_run, notes = evaluate.drop_inapplicable(per_run, given)
+    for note in notes:
+        print(f"note: {safe(note)}", file=err)
+    found = [f for run in sorted(per_run) for f in per_run[run]]
+    for finding in found:
+        print(format_finding(finding), file=out)
+    recorded_any = any(e.type == "violation" for logs in runs for e in logs.events)
+    if not any_rules and not recorded_any:
+        print(f"checked {len(runs)} run(s): no rules given and none recorded", file=err)
+        return OK
+    summary = f"{len(found)} violation(s)" if found else "no violations"
+    print(f"checked {len(runs)} run(s): {summary}", file=err)
+    return VIOLATED if found else OK
+
+
+def format_finding(finding) -> str:
+    """One line: `run  step S  rule  message  [evidence]  (N steps, last S2)`."""
+    event = finding.event
+    line = f"{safe(finding.run)}  step {event.step}  {safe(event.name)}  {safe(event.message)}"
+    shown = evidence(event.evidence)
+    if shown:
+        line += f"  [{shown}]"
+    if finding.count > 1:
+        line += f"  ({finding.count} steps, last {finding.last_step})"
+    if finding.source == "recorded":
+        line += "  (recorded)"
+    return line

@@ -1,0 +1,165 @@
+"""A logdir's gradscope records, per run, for `report` and `check`.
+
+Reads through TensorBoard's own ingestion (`plugin.reader.local_data_provider`,
+the Python multiplexer) and the plugin's `Reader`, so the command line sees
+exactly what the Gradscope tab sees, keeping every recorded step. Series of
+the same (kind, name) written under several layout tags (`~1`, `~2`) are
+merged by step. Never imports tensorflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import types
+from typing import Mapping
+
+from tensorboard import context as tb_context
+
+from tb_gradscope import format as fmt
+from tb_gradscope.plugin import reader as reader_lib
+
+EXPERIMENT = ""
+# Key of the FLOWGRAPH record's metadata attrs under which a run lists the
+# rules it was trained with (compact strings, e.g. "never(td, target/*)").
+RULES_ATTR = "rules"
+
+
+class LogdirError(Exception):
+    """The logdir cannot be used; the message says why and what to do."""
+
+
+@dataclasses.dataclass
+class RunLogs:
+    """One run's decoded gradscope records (every kept step)."""
+
+    run: str
+    grads: dict[int, dict[str, fmt.Table]] = dataclasses.field(default_factory=dict)
+    updates: dict[int, fmt.Table] = dataclasses.field(default_factory=dict)
+    drift: dict[str, list[tuple[int, fmt.Table]]] = dataclasses.field(default_factory=dict)
+    conflict: dict[str, list[tuple[int, fmt.Table]]] = dataclasses.field(default_factory=dict)
+    flowgraphs: list[tuple[int, fmt.FlowGraph]] = dataclasses.field(default_factory=list)
+    recorded_rules: list[str] = dataclasses.field(default_factory=list)
+    events: list[fmt.Event] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        """Steps with gradient or update tables, ascending."""
+        return sorted(set(self.grads) | set(self.updates))
+
+    @property
+    def last_step(self) -> int:
+        candidates = self.steps + [s for s, _ in self.flowgraphs] + [e.step for e in self.events]
+        candidates += [s for series in self.drift.values() for s, _ in series]
+        return max(candidates, default=0)
+
+    def flowgraph_at(self, step: int) -> fmt.FlowGraph | None:
+        """The FlowGraph in force at `step`: the latest written at or before it
+        (or the first one, for steps recorded before any trace was written)."""
+        chosen = None
+        for written, graph in self.flowgraphs:
+            if written <= step or chosen is None:
+                chosen = graph
+        return chosen
+
+
+def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
+    """Every run of `logdir` holding gradscope records (or only `run`).
+
+    Raises:
+      LogdirError: the logdir is missing, has no gradscope data, or has no
+        run named `run`.
+    """
+    if not os.path.isdir(logdir):
+        raise LogdirError(f"logdir {logdir!r} does not exist or is not a directory")
+    _prefer_tensorflow_stub()
+    provider = reader_lib.local_data_provider(logdir, samples=0)
+    reader = reader_lib.Reader(provider, downsample=0)
+    ctx = tb_context.RequestContext()
+    listings = reader.list_runs(ctx, EXPERIMENT)
+    if not listings:
+        all_runs = sorted(r.run_name for r in provider.list_runs(ctx, experiment_id=EXPERIMENT))
+        found = f"{len(all_runs)} TensorBoard run(s), none with" if all_runs else "no event files and no"
+        raise LogdirError(
+            f"logdir {logdir!r} has no gradscope data ({found} gradscope records); "
+            "record training with tb_gradscope.Recorder, or point at the right logdir"
+        )
+    if run is not None:
+        if run not in listings:
+            raise LogdirError(f"run {run!r} has no gradscope data in {logdir!r}; runs: {sorted(listings)}")
+        listings = {run: listings[run]}
+    return [_load_run(reader, ctx, listings[name]) for name in sorted(listings)]
+
+
+def _prefer_tensorflow_stub() -> None:
+    """Makes TensorBoard's ingestion use its bundled TF stub, not tensorflow.
+
+    TensorBoard's event reading resolves `tensorboard.compat.tf` to the real
+    tensorflow when it is installed (seconds of import for a read-only tool);
+    the presence of a `tensorboard.compat.notf` module is TensorBoard's own
+    switch to the stub. Done only when tensorflow is not loaded already.
+    """
+    if "tensorflow" not in sys.modules and "tensorboard.compat.notf" not in sys.modules:
+        sys.modules["tensorboard.compat.notf"] = types.ModuleType("tensorboard.compat.notf")
+
+
+def _load_run(reader: reader_lib.Reader, ctx, listing: reader_lib.RunListing) -> RunLogs:
+    logs = RunLogs(listing.run, warnings=list(listing.warnings))
+    tables = [r for r in listing.records.values() if fmt.KIND_SPECS[r.info.kind].is_table]
+    blobs = [r for r in listing.records.values() if not fmt.KIND_SPECS[r.info.kind].is_table]
+    series, warnings = reader.read_tables(ctx, EXPERIMENT, listing.run, tables)
+    for tag in sorted(series):
+        _add_table_series(logs, series[tag])
+    documents, blob_warnings = reader.read_blobs(ctx, EXPERIMENT, listing.run, blobs)
+    for tag in sorted(documents):
+        _add_blob_series(logs, listing.records[tag], documents[tag])
+    for found in (warnings, blob_warnings):
+        for tag in sorted(found):
+            logs.warnings.extend(found[tag])
+    logs.flowgraphs.sort(key=lambda item: item[0])
+    logs.events.sort(key=lambda e: (e.step, e.type, e.name))
+    for named in (logs.drift, logs.conflict):
+        for name in named:
+            named[name].sort(key=lambda item: item[0])
+    return logs
+
+
+def _add_table_series(logs: RunLogs, series: reader_lib.TableSeries) -> None:
+    info = series.record.info
+    for step, values in zip(series.steps.tolist(), series.values):
+        table = fmt.decode_table(info, values)
+        if info.kind == fmt.Kind.GRAD_STATS:
+            logs.grads.setdefault(step, {})[info.name] = table
+        elif info.kind == fmt.Kind.UPDATE_STATS:
+            logs.updates[step] = table
+        elif info.kind == fmt.Kind.DRIFT:
+            logs.drift.setdefault(info.name, []).append((step, table))
+        elif info.kind == fmt.Kind.CONFLICT:
+            logs.conflict.setdefault(info.name, []).append((step, table))
+
+
+def _add_blob_series(logs: RunLogs, record: reader_lib.Record, steps: list[reader_lib.BlobStep]) -> None:
+    kind = record.info.kind
+    if kind == fmt.Kind.FLOWGRAPH:
+        _add_rules(logs, record.info.attrs)
+    for blob_step in steps:
+        for document in blob_step.documents:
+            try:
+                if kind == fmt.Kind.FLOWGRAPH:
+                    logs.flowgraphs.append((blob_step.step, fmt.FlowGraph.from_json(document)))
+                elif kind == fmt.Kind.EVENTS:
+                    logs.events.append(fmt.Event.from_json(document))
+            except (fmt.FormatError, TypeError) as e:
+                logs.warnings.append(
+                    f"run {logs.run!r} tag {record.tag!r}: skipped a document at step {blob_step.step}: {e}"
+                )
+
+
+def _add_rules(logs: RunLogs, attrs: Mapping) -> None:
+    rules = attrs.get(RULES_ATTR, [])
+    if isinstance(rules, list):
+        for rule in rules:
+            if isinstance(rule, str) and rule not in logs.recorded_rules:
+                logs.recorded_rules.append(rule)

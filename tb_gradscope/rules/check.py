@@ -1,0 +1,201 @@
+"""Checks rules against what a run shows: the FlowGraph (trace time) and the
+gradient tables of a recorded step (run time). Each broken rule becomes a
+violation Event whose evidence proves it.
+
+Semantics (docs/RULES.md):
+- never(loss, scope): at trace time broken when a matching scope's state is
+  `updates` or `ignored` (gradient reaches it, applied or not); at a step when
+  a matching scope received a gradient (grad_vars > 0) whose L2 norm is not 0
+  (NaN counts as reaching).
+- only(loss, scopes): the same test on every scope no pattern allows.
+- blocked(loss, scope): at trace time broken unless the state is `blocked`;
+  at a step broken when gradient reaches a matching scope.
+- A rule whose loss or scope patterns match nothing in the run is broken too:
+  a typo must not pass CI silently.
+
+Evidence always holds `at`: "trace" or "step". Tracks rules are checked on
+drift series by `tb_gradscope.rules.drift`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Sequence
+
+from tb_gradscope import format as fmt
+from tb_gradscope.rules.model import (
+    Blocked,
+    Never,
+    Only,
+    Rule,
+    Tracks,
+    loss_matches,
+    outermost,
+    scope_matches,
+)
+from tb_gradscope.rules.paths import gradient_path
+
+REACHING_STATES = (fmt.UPDATES, fmt.IGNORED)
+TRACE, STEP = "trace", "step"
+
+
+def check_flowgraph(rules: Iterable[Rule], flowgraph: fmt.FlowGraph, step: int = 0) -> list[fmt.Event]:
+    """Trace-time violations: rules broken by the static flow states of `flowgraph`."""
+    events: list[fmt.Event] = []
+    losses = list(flowgraph.cells)
+    for rule in rules:
+        if isinstance(rule, Tracks):
+            continue
+        matched = [l for l in losses if loss_matches(l, rule.loss)]
+        unmatched = _unmatched(rule, matched, losses, flowgraph.scopes, step, TRACE)
+        if unmatched:
+            events.append(unmatched)
+            continue
+        for loss in matched:
+            row = flowgraph.cells[loss]
+            for scope in outermost(_broken_statically(rule, row)):
+                events.append(_static_event(rule, loss, scope, row[scope], flowgraph, step))
+    return events
+
+
+def check_stats(
+    rules: Iterable[Rule],
+    step: int,
+    grads: Mapping[str, fmt.Table],
+    updates: fmt.Table | None = None,
+    flowgraph: fmt.FlowGraph | None = None,
+) -> list[fmt.Event]:
+    """Run-time violations at a recorded step.
+
+    Args:
+      rules: the rules to check (Tracks rules are skipped here).
+      step: the recorded step.
+      grads: {loss: grad_stats table at `step`}.
+      updates: the update_stats table at `step`, if recorded; its update norm
+        is added to the evidence.
+      flowgraph: if given, a blocked rule whose gradient does not arrive is
+        still broken when the FlowGraph does not show the cut, and evidence
+        names the un-cut path.
+    """
+    events: list[fmt.Event] = []
+    losses = list(grads)
+    for rule in rules:
+        if isinstance(rule, Tracks):
+            continue
+        matched = [l for l in losses if loss_matches(l, rule.loss)]
+        scopes = list(dict.fromkeys(s for l in matched for s in grads[l].info.scopes))
+        unmatched = _unmatched(rule, matched, losses, scopes or _all_scopes(grads), step, STEP)
+        if unmatched:
+            events.append(unmatched)
+            continue
+        for loss in matched:
+            table = grads[loss]
+            reached = [s for s in _candidates(rule, table.info.scopes) if _reaches(table.row(s))]
+            for scope in outermost(reached):
+                events.append(_step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step))
+            if isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
+                row = flowgraph.cells[loss]
+                quiet = [s for s in _broken_statically(rule, row) if s not in reached]
+                for scope in outermost(quiet):
+                    events.append(_static_event(rule, loss, scope, row[scope], flowgraph, step, STEP))
+    return events
+
+
+def _all_scopes(grads: Mapping[str, fmt.Table]) -> list[str]:
+    return list(dict.fromkeys(s for t in grads.values() for s in t.info.scopes))
+
+
+def _candidates(rule: Rule, scopes: Sequence[str]) -> list[str]:
+    """The scopes a rule constrains."""
+    if isinstance(rule, Only):
+        return [
+            s for s in scopes
+            if not rule.allows(s) and not any(t.startswith(s + "/") and rule.allows(t) for t in scopes)
+        ]
+    return [s for s in scopes if scope_matches(s, rule.scope)]
+
+
+def _broken_statically(rule: Rule, row: Mapping[str, str]) -> list[str]:
+    candidates = _candidates(rule, list(row))
+    if isinstance(rule, Blocked):
+        return [s for s in candidates if row[s] != fmt.BLOCKED]
+    return [s for s in candidates if row[s] in REACHING_STATES]
+
+
+def _reaches(row: Mapping[str, float]) -> bool:
+    grad_vars, l2 = row.get("grad_vars", 0.0), row.get("l2", 0.0)
+    if not (grad_vars > 0 or math.isnan(grad_vars)):
+        return False
+    return l2 != 0.0  # NaN != 0: a non-finite gradient reaches too
+
+
+def _unmatched(
+    rule: Rule, matched: list[str], losses: list[str], scopes: Sequence[str], step: int, at: str
+) -> fmt.Event | None:
+    if not matched:
+        return fmt.Event(
+            type=fmt.VIOLATION, name=str(rule), step=step,
+            message=f"rule names loss '{rule.loss}' but the run has losses {sorted(losses)}; fix the rule's loss name",
+            loss=rule.loss, evidence={"at": at, "unmatched": "loss", "losses": sorted(losses)},
+        )
+    patterns = rule.scopes if isinstance(rule, Only) else (rule.scope,)
+    if not any(scope_matches(s, p) for s in scopes for p in patterns):
+        shown = ", ".join(list(scopes)[:12]) + (", ..." if len(scopes) > 12 else "")
+        return fmt.Event(
+            type=fmt.VIOLATION, name=str(rule), step=step,
+            message=f"scope pattern {', '.join(patterns)} matches no scope of the run ({shown}); fix the pattern",
+            loss=rule.loss, scope=patterns[0], evidence={"at": at, "unmatched": "scope"},
+        )
+    return None
+
+
+def _static_event(
+    rule: Rule, loss: str, scope: str, state: str, flowgraph: fmt.FlowGraph, step: int, at: str = TRACE
+) -> fmt.Event:
+    evidence: dict = {"at": at, "state": state}
+    if state in REACHING_STATES:
+        message = f"loss '{loss}' reaches scope '{scope}' (state {state})" + _add_path(
+            evidence, flowgraph, loss, scope
+        )
+    elif state == fmt.INDEPENDENT:
+        message = f"loss '{loss}' does not depend on scope '{scope}' at all (state independent), so nothing is blocked"
+    else:
+        message = f"loss '{loss}' has state {state} on scope '{scope}'"
+    return fmt.Event(
+        type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope, evidence=evidence
+    )
+
+
+def _step_event(
+    rule: Rule,
+    loss: str,
+    scope: str,
+    row: Mapping[str, float],
+    updates: fmt.Table | None,
+    flowgraph: fmt.FlowGraph | None,
+    step: int,
+) -> fmt.Event:
+    evidence: dict = {"at": STEP, "l2": row.get("l2"), "grad_vars": int(row.get("grad_vars", 0))}
+    for column in ("max_abs", "nonfinite"):
+        if column in row:
+            evidence[column] = row[column]
+    if updates is not None and scope in updates:
+        evidence["update_norm"] = updates.row(scope).get("update_norm")
+    message = f"loss '{loss}' reaches scope '{scope}' with gradient norm {row.get('l2'):.4g}"
+    if flowgraph is not None and loss in flowgraph.cells:
+        message += _add_path(evidence, flowgraph, loss, scope)
+    return fmt.Event(
+        type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope, evidence=evidence
+    )
+
+
+def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -> str:
+    """Adds the un-cut path and missing cut to `evidence`; returns the message tail."""
+    path, cut = gradient_path(flowgraph, loss, scope)
+    if path:
+        evidence["path"] = path
+    if not cut:
+        return ""
+    evidence["missing_cut"] = list(cut)
+    via = f" (path {' -> '.join(path)})" if len(path) > 2 else ""
+    return f": missing cut on {cut[0]} -> {cut[1]}{via}; wrap the tensor leaving {cut[0]} in tf.stop_gradient"

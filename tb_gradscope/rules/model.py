@@ -1,0 +1,250 @@
+"""Rules: expectations about where each loss's gradient may flow.
+
+A rule names a loss and scope patterns. Patterns are globs over scope names
+(`fnmatch`, case-sensitive). `*` crosses `/`, so `target/*` matches every scope
+under `target` at every level; a pattern ending in `/*` also matches the scope it
+names (`target/*` matches `target` itself), because "everything under target"
+includes the variables that sit directly in `target`. Loss names are globs too
+(`*` means every loss).
+
+Each rule prints in the compact form users write in rules files and tests,
+`never(td, target/*)`, and `parse_rule` reads that form back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+from typing import Iterable, Sequence, Union
+
+from tb_gradscope import scopes as scopes_lib
+
+
+class RuleError(ValueError):
+    """A rule that cannot be understood; the message says what to write instead."""
+
+
+def scope_matches(scope: str, pattern: str) -> bool:
+    """Whether `scope` is selected by the glob `pattern` (see module docstring)."""
+    if fnmatch.fnmatchcase(scope, pattern):
+        return True
+    return pattern.endswith("/*") and scope == pattern[:-2]
+
+
+def loss_matches(loss: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(loss, pattern)
+
+
+def outermost(scopes: Iterable[str]) -> list[str]:
+    """The scopes of a set that have no ancestor in the set, in input order.
+
+    A violation is reported once, on the highest scope that shows it: the
+    roll-up already sums everything below it.
+    """
+    chosen = list(dict.fromkeys(scopes))
+    present = set(chosen)
+    return [
+        s for s in chosen if not any(a in present for a in scopes_lib.ancestors(s)[:-1])
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Never:
+    """No gradient of `loss` may reach a scope matching `scope`."""
+
+    loss: str
+    scope: str
+
+    def __str__(self) -> str:
+        return f"never({_q(self.loss)}, {_q(self.scope)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Only:
+    """Gradient of `loss` may reach only scopes matching one of `scopes`.
+
+    A roll-up that contains an allowed scope (e.g. `agent` above
+    `agent/trunk`) is not itself checked: its norm includes the allowed child.
+    """
+
+    loss: str
+    scopes: tuple[str, ...]
+
+    def __post_init__(self):
+        if isinstance(self.scopes, str):
+            object.__setattr__(self, "scopes", (self.scopes,))
+        object.__setattr__(self, "scopes", tuple(self.scopes))
+        if not self.scopes:
+            raise RuleError(f"only({self.loss}, ...) needs at least one scope pattern")
+
+    def allows(self, scope: str) -> bool:
+        return any(scope_matches(scope, p) for p in self.scopes)
+
+    def __str__(self) -> str:
+        return f"only({_q(self.loss)}, [{', '.join(_q(s) for s in self.scopes)}])"
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocked:
+    """`loss` depends on `scope` in the forward pass, and every gradient path is cut.
+
+    Stricter than `never`: the FlowGraph must show the cut (state `blocked`);
+    `independent` (no forward dependence at all) also breaks it, since the
+    expected dependence is missing.
+    """
+
+    loss: str
+    scope: str
+
+    def __str__(self) -> str:
+        return f"blocked({_q(self.loss)}, {_q(self.scope)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracks:
+    """Scope `target` follows scope `online`: EMA with rate `tau`, or a hard copy `every` steps."""
+
+    target: str
+    online: str
+    tau: float | None = None
+    every: int | None = None
+
+    def __post_init__(self):
+        if self.tau is not None and not (0.0 < self.tau <= 1.0 and math.isfinite(self.tau)):
+            raise RuleError(f"{self}: tau must be in (0, 1], e.g. tau=0.005")
+        if self.every is not None and self.every < 1:
+            raise RuleError(f"{self}: every must be a positive number of steps")
+
+    def __str__(self) -> str:
+        extra = ""
+        if self.tau is not None:
+            extra += f", tau={self.tau:g}"
+        if self.every is not None:
+            extra += f", every={self.every}"
+        return f"tracks({_q(self.target)}, {_q(self.online)}{extra})"
+
+
+Rule = Union[Never, Only, Blocked, Tracks]
+RULE_KINDS = {"never": Never, "only": Only, "blocked": Blocked, "tracks": Tracks}
+
+
+def never(loss: str, scope: str) -> Never:
+    return Never(loss, scope)
+
+
+def only(loss: str, scopes: Sequence[str] | str) -> Only:
+    return Only(loss, tuple([scopes] if isinstance(scopes, str) else scopes))
+
+
+def blocked(loss: str, scope: str) -> Blocked:
+    return Blocked(loss, scope)
+
+
+def tracks(target: str, online: str, tau: float | None = None, every: int | None = None) -> Tracks:
+    return Tracks(target, online, tau, every)
+
+
+def parse_rule(text: str) -> Rule:
+    """Reads the compact form: `never(td, target/*)`, `only(actor, [trunk/*, actor/*])`,
+    `blocked(td, target/*)`, `tracks(target, online, tau=0.005)`.
+
+    Names may be quoted ("..." or '...') when they contain commas or brackets.
+
+    Raises:
+      RuleError: the text is not one of those forms.
+    """
+    text = text.strip()
+    head, paren, rest = text.partition("(")
+    kind = head.strip()
+    if not paren or not rest.rstrip().endswith(")") or kind not in RULE_KINDS:
+        raise RuleError(
+            f"cannot read rule {text!r}: expected never(LOSS, SCOPE), "
+            "only(LOSS, [SCOPE, ...]), blocked(LOSS, SCOPE) or "
+            "tracks(TARGET, ONLINE, tau=T, every=N)"
+        )
+    args = _split_args(rest.rstrip()[:-1], text)
+    positional = [a for a in args if not _is_keyword(a)]
+    keywords = dict(_keyword(a) for a in args if _is_keyword(a))
+    if kind == "only":
+        return _only_from_args(positional, keywords, text)
+    if kind == "tracks":
+        return _tracks_from_args(positional, keywords, text)
+    if len(positional) != 2 or keywords:
+        raise RuleError(f"rule {text!r}: {kind} takes exactly two arguments, {kind}(LOSS, SCOPE)")
+    return RULE_KINDS[kind](_unquote(positional[0]), _unquote(positional[1]))
+
+
+def _only_from_args(positional: list[str], keywords: dict, text: str) -> Only:
+    if keywords or len(positional) < 2:
+        raise RuleError(f"rule {text!r}: write only(LOSS, [SCOPE, ...])")
+    rest = positional[1:]
+    if len(rest) == 1 and rest[0].startswith("[") and rest[0].endswith("]"):
+        rest = _split_args(rest[0][1:-1], text)
+    return Only(_unquote(positional[0]), tuple(_unquote(s) for s in rest))
+
+
+def _tracks_from_args(positional: list[str], keywords: dict, text: str) -> Tracks:
+    unknown = sorted(set(keywords) - {"tau", "every"})
+    if len(positional) != 2 or unknown:
+        raise RuleError(f"rule {text!r}: write tracks(TARGET, ONLINE, tau=T, every=N)")
+    try:
+        tau = float(keywords["tau"]) if "tau" in keywords else None
+        every = int(keywords["every"]) if "every" in keywords else None
+    except ValueError:
+        raise RuleError(f"rule {text!r}: tau must be a number and every an integer") from None
+    return Tracks(_unquote(positional[0]), _unquote(positional[1]), tau, every)
+
+
+def _split_args(body: str, text: str) -> list[str]:
+    """Splits on commas outside quotes and brackets."""
+    args, current, depth, quote = [], "", 0, ""
+    for ch in body:
+        if quote:
+            current += ch
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+            current += ch
+        elif ch == "[":
+            depth += 1
+            current += ch
+        elif ch == "]":
+            depth -= 1
+            current += ch
+        elif ch == "," and depth == 0:
+            args.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if quote or depth:
+        raise RuleError(f"rule {text!r}: unbalanced quote or bracket")
+    if current.strip():
+        args.append(current.strip())
+    if any(not a for a in args):
+        raise RuleError(f"rule {text!r}: empty argument")
+    return args
+
+
+def _is_keyword(arg: str) -> bool:
+    name, eq, _ = arg.partition("=")
+    return bool(eq) and name.strip().isidentifier()
+
+
+def _keyword(arg: str) -> tuple[str, str]:
+    name, _, value = arg.partition("=")
+    return name.strip(), _unquote(value.strip())
+
+
+def _q(name: str) -> str:
+    """A name as written in the compact form: quoted when it would not read back."""
+    if name and name == name.strip() and not any(c in name for c in ",[]()\"'="):
+        return name
+    return f"'{name}'" if "'" not in name else f'"{name}"'
+
+
+def _unquote(arg: str) -> str:
+    arg = arg.strip()
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
+        return arg[1:-1]
+    return arg

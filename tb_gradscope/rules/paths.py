@@ -1,0 +1,81 @@
+"""The un-cut path a loss's gradient takes into a scope, from the FlowGraph's scope graph.
+
+When `never(actor, critic_head)` breaks, the fix is a `tf.stop_gradient` on
+the edge where the value leaves `critic_head` on its way to the actor loss.
+The scope graph's edges point forward (scope -> ... -> `loss:<name>`), so the
+path is a shortest forward path from a node of the scope's subtree to the loss
+node, preferring edges not already marked blocked for that loss; the missing
+cut is its first edge leaving the subtree.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from tb_gradscope import format as fmt
+from tb_gradscope.format.flowgraph import NODE_LOSS, NODE_SCOPE
+
+
+def loss_node_id(flowgraph: fmt.FlowGraph, loss: str) -> str | None:
+    """The scope-graph node of a loss (`loss:<name>` by convention)."""
+    for node in flowgraph.nodes:
+        if node.kind == NODE_LOSS and (node.label == loss or node.id == f"loss:{loss}"):
+            return node.id
+    return None
+
+
+def gradient_path(
+    flowgraph: fmt.FlowGraph, loss: str, scope: str
+) -> tuple[list[str], tuple[str, str] | None]:
+    """([node, ..., loss node], (src, dst) of the missing cut), or ([], None)
+    when the scope graph holds no such path."""
+    target = loss_node_id(flowgraph, loss)
+    if target is None:
+        return [], None
+    inside = {
+        n.id for n in flowgraph.nodes
+        if n.kind == NODE_SCOPE and (n.id == scope or n.id.startswith(scope + "/"))
+    }
+    if not inside:
+        return [], None
+    for allow_blocked in (False, True):
+        path = _shortest(flowgraph, inside, target, loss, allow_blocked)
+        if path:
+            return path, _first_exit(path, inside)
+    return [], None
+
+
+def _shortest(
+    flowgraph: fmt.FlowGraph, starts: set[str], target: str, loss: str, allow_blocked: bool
+) -> list[str]:
+    successors: dict[str, list[str]] = {}
+    for edge in flowgraph.edges:
+        if allow_blocked or loss not in edge.blocked_for:
+            successors.setdefault(edge.src, []).append(edge.dst)
+    previous: dict[str, str | None] = {s: None for s in sorted(starts)}
+    queue = deque(sorted(starts))
+    while queue:
+        node = queue.popleft()
+        if node == target:
+            path = [node]
+            while previous[path[-1]] is not None:
+                path.append(previous[path[-1]])
+            return _trim(path[::-1], starts)
+        for nxt in successors.get(node, ()):
+            if nxt not in previous:
+                previous[nxt] = node
+                queue.append(nxt)
+    return []
+
+
+def _trim(path: list[str], inside: set[str]) -> list[str]:
+    """Starts the path at its last node inside the scope's subtree."""
+    last = max(i for i, n in enumerate(path) if n in inside)
+    return path[last:]
+
+
+def _first_exit(path: list[str], inside: set[str]) -> tuple[str, str] | None:
+    for src, dst in zip(path, path[1:]):
+        if src in inside and dst not in inside:
+            return src, dst
+    return None
