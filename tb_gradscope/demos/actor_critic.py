@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tb_gradscope.demos import common, envs
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
+from tb_gradscope.record import Recorder
 
 GAMMA = 0.99
 ROLLOUT = 16
@@ -58,6 +59,7 @@ def train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.Adam(3e-3)
     variables = model.trainable_variables
     leaky = spec.twin == LEAKY
+    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every, models={"ac": model})
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -66,7 +68,7 @@ def train(spec: RunSpec) -> RunResult:
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, returns):
-        with tf.GradientTape() as tape:
+        with rec.tape() as tape:
             logits, value = model(s)
             advantage = returns - value[:, 0]
             if not leaky:
@@ -74,9 +76,8 @@ def train(spec: RunSpec) -> RunResult:
             log_prob = -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=a, logits=logits)
             actor = -tf.reduce_mean(log_prob * advantage)
             critic = CRITIC_WEIGHT * tf.reduce_mean(tf.square(returns - value[:, 0]))
-            total = actor + critic
-        grads = tape.gradient(total, variables)
-        optimizer.apply_gradients(zip(grads, variables))
+        losses = {"actor": actor, "critic": critic}
+        rec.apply(optimizer, rec.gradients(tape, losses, variables))
         return actor, critic
 
     rng = np.random.default_rng(spec.seed)
@@ -104,6 +105,7 @@ def train(spec: RunSpec) -> RunResult:
         a_loss, c_loss = train_step(obs, actions, returns)
         actor, critic = float(a_loss), float(c_loss)
         spec.on_step(step + 1)
+    rec.close()
     mean_return = float(np.mean(finished[-10:])) if finished else float("nan")
     return RunResult(
         {"actor": actor, "critic": critic},

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tb_gradscope.demos import common, envs
 from tb_gradscope.demos.replay import ReplayBuffer
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
+from tb_gradscope.record import Recorder
 
 GAMMA = 0.99
 BATCH = 32
@@ -42,6 +43,8 @@ def train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.Adam(1e-3)
     leaky = spec.twin == LEAKY
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
+    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
+                   models={"online": online, "target": target})
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -53,15 +56,14 @@ def train(spec: RunSpec) -> RunResult:
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, done):
-        with tf.GradientTape() as tape:
+        with rec.tape() as tape:
             q_next = tf.reduce_max(target(s2), axis=1)
             q_target = r + GAMMA * (1.0 - done) * q_next
             if not leaky:
                 q_target = tf.stop_gradient(q_target)
             q_sa = tf.gather(online(s), a, axis=1, batch_dims=1)
             td = tf.reduce_mean(tf.square(q_target - q_sa))
-        grads = tape.gradient(td, variables)
-        optimizer.apply_gradients(zip(grads, variables))
+        rec.apply(optimizer, rec.gradients(tape, {"td": td}, variables))
         return td
 
     rng = np.random.default_rng(spec.seed)
@@ -90,6 +92,7 @@ def train(spec: RunSpec) -> RunResult:
         if (step + 1) % SYNC_EVERY == 0:
             sync()
         spec.on_step(step + 1)
+    rec.close()
     mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
     return RunResult({"td": td}, f"{env.name}, mean return of last episodes {mean_return:.1f}")
 

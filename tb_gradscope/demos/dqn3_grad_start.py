@@ -20,6 +20,7 @@ import tensorflow as tf
 from tb_gradscope.demos import common, envs
 from tb_gradscope.demos.replay import ReplayBuffer
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
+from tb_gradscope.record import Recorder, StartPoint
 
 GAMMA = 0.99
 BATCH = 32
@@ -48,6 +49,8 @@ def train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.RMSprop(2.5e-4)
     leaky = spec.twin == LEAKY
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
+    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
+                   models={"online": online, "target": target})
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -59,7 +62,7 @@ def train(spec: RunSpec) -> RunResult:
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, term):
-        with tf.GradientTape() as tape:
+        with rec.tape() as tape:
             q2_max = tf.reduce_max(target(s2), axis=1)
             q_all = online(s)
             q = tf.gather(q_all, a, axis=1, batch_dims=1)
@@ -67,14 +70,12 @@ def train(spec: RunSpec) -> RunResult:
             delta = tf.clip_by_value(delta, -CLIP_DELTA, CLIP_DELTA)
             td = 0.5 * tf.reduce_mean(tf.square(delta))
         if leaky:
-            grads = tape.gradient(td, variables)
+            start = td
         else:
             # targets[i][a_i] = delta_i; descent on -delta * dQ/dw.
             targets = tf.one_hot(a, env.num_actions) * delta[:, None]
-            grads = tape.gradient(
-                q_all, variables, output_gradients=-tf.stop_gradient(targets) / BATCH
-            )
-        optimizer.apply_gradients(zip(grads, variables))
+            start = StartPoint(q_all, output_gradients=-tf.stop_gradient(targets) / BATCH)
+        rec.apply(optimizer, rec.gradients(tape, {"td": start}, variables))
         return td
 
     rng = np.random.default_rng(spec.seed)
@@ -97,6 +98,7 @@ def train(spec: RunSpec) -> RunResult:
         if (step + 1) % SYNC_EVERY == 0:
             sync()
         spec.on_step(step + 1)
+    rec.close()
     return RunResult({"td": td}, env.name)
 
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tb_gradscope.demos import common
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
+from tb_gradscope.record import Recorder
 
 GAMMA = 0.9
 DECAY = 0.99
@@ -59,14 +60,15 @@ def train(spec: RunSpec) -> RunResult:
         common.hard_copy(online, target)  # the seed's "Change0"
     optimizer = keras.optimizers.Adam(3e-3)
     variables = online.trainable_variables
+    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
+                   models={"online": online, "target": target})
 
     @tf.function(reduce_retracing=True)
     def train_step(s, r, s2):
-        with tf.GradientTape() as tape:
+        with rec.tape() as tape:
             v_target = tf.stop_gradient(r + GAMMA * target(s2)[:, 0])
             td = tf.reduce_mean(tf.square(v_target - online(s)[:, 0]))
-        grads = tape.gradient(td, variables)
-        optimizer.apply_gradients(zip(grads, variables))
+        rec.apply(optimizer, rec.gradients(tape, {"td": td}, variables))
         common.ema_update(online, target, DECAY)
         return td
 
@@ -75,6 +77,7 @@ def train(spec: RunSpec) -> RunResult:
     for step in range(spec.steps):
         td = float(train_step(*sample_windows(rng, BATCH)))
         spec.on_step(step + 1)
+    rec.close()
     gap = np.sqrt(sum(np.sum((t.numpy() - o.numpy()) ** 2)
                       for t, o in zip(common.weights(target), common.weights(online))))
     return RunResult({"td": td}, f"final ||target - online|| = {gap:.3f}")

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tb_gradscope.demos import common
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
+from tb_gradscope.record import Recorder
 
 INPUT_DIM = 100
 N1 = 50
@@ -52,6 +53,23 @@ def make_task(seed: int, n: int = 2048) -> tuple[np.ndarray, np.ndarray, np.ndar
     return x, y1.astype(np.float32), y2.astype(np.float32)
 
 
+class PerLossOptimizers:
+    """Two optimizers applied as one step, like running TF1's two minimize ops together.
+
+    `Recorder.apply` takes one optimizer and advances the step once; this
+    applies the first `split` (gradient, variable) pairs with `first` and the
+    rest with `second`, so the recorded update covers both.
+    """
+
+    def __init__(self, first: keras.optimizers.Optimizer, split: int,
+                 second: keras.optimizers.Optimizer):
+        self.first, self.split, self.second = first, split, second
+
+    def apply_gradients(self, grads_and_vars: list) -> None:
+        self.first.apply_gradients(grads_and_vars[: self.split])
+        self.second.apply_gradients(grads_and_vars[self.split:])
+
+
 def _variables(agent: keras.Model, *layers: str) -> list:
     return [v for name in layers for v in agent.get_layer(name).trainable_variables]
 
@@ -69,17 +87,22 @@ def train(spec: RunSpec) -> RunResult:
         var_list2 = _variables(agent, "layer2_2")
     opt1 = keras.optimizers.Adam(1e-2)
     opt2 = keras.optimizers.Adam(1e-2)
+    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
+                   models={"Agent": agent})
 
     @tf.function(reduce_retracing=True)
     def train_step(x, y1, y2):
-        with tf.GradientTape(persistent=True) as tape:
+        with rec.tape() as tape:
             p1, p2 = agent(x)
             loss1 = tf.reduce_mean(tf.square(y1 - p1))
             loss2 = tf.reduce_mean(tf.square(y2 - p2))
-        g1 = tape.gradient(loss1, var_list1)
-        g2 = tape.gradient(loss2, var_list2)
-        opt1.apply_gradients(zip(g1, var_list1))
-        opt2.apply_gradients([(g, v) for g, v in zip(g2, var_list2) if g is not None])
+        gv1 = list(zip(tape.gradient(loss1, var_list1), var_list1))
+        # Like TF1's minimize, skip variables the loss does not reach.
+        gv2 = [(g, v) for g, v in zip(tape.gradient(loss2, var_list2), var_list2)
+               if g is not None]
+        rec.record_gradients({"loss1": gv1, "loss2": gv2},
+                             losses={"loss1": loss1, "loss2": loss2})
+        rec.apply(PerLossOptimizers(opt1, len(gv1), opt2), gv1 + gv2)
         return loss1, loss2
 
     x, y1, y2 = make_task(spec.seed)
@@ -90,6 +113,7 @@ def train(spec: RunSpec) -> RunResult:
         l1, l2 = train_step(x[idx], y1[idx], y2[idx])
         loss1, loss2 = float(l1), float(l2)
         spec.on_step(step + 1)
+    rec.close()
     return RunResult({"loss1": loss1, "loss2": loss2})
 
 
