@@ -35,7 +35,7 @@ export class App {
   /** Counts requests so a slow, outdated response never overwrites a newer one. */
   private generation = 0;
 
-  constructor(root: HTMLElement) {
+  constructor(private readonly root: HTMLElement) {
     this.toolbar = new Toolbar({
       onRun: (run) => void this.selectRun(run),
       onStep: (step) => void this.selectStep(step),
@@ -50,6 +50,8 @@ export class App {
       onRunsChanged: () => void this.refresh(),
       onMode: (mode) => {
         this.mode = mode;
+        // Lets users (and tests) see whether TensorBoard's messages arrive.
+        this.root.dataset["host"] = mode;
         this.drawStatus();
       },
     });

@@ -78,7 +78,11 @@ export class MatrixView {
       { className: "gs-matrix-wrap" },
       h(
         "table",
-        { className: "gs-matrix", attrs: { id: "gs-matrix", "aria-label": `flow matrix at step ${matrix.step}` } },
+        {
+          className: "gs-matrix",
+          attrs: { id: "gs-matrix", "aria-label": `flow matrix at step ${matrix.step}` },
+          data: { run: matrix.run, step: String(matrix.step) },
+        },
         h("thead", {}, header),
         h("tbody", {}, ...rows),
       ),

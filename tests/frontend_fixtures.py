@@ -1,0 +1,297 @@
+"""Fixtures for the Gradscope tab's tests: logs, a TensorBoard process, a browser.
+
+The logs are real event files written with `tf.summary.write` and the
+`tb_gradscope.format` contract (the recorder writes the same records). Each run
+is described by a `RunSpec` that also answers what the tab should show, so tests
+compare the page with what was written, not with numbers copied by hand.
+
+Test modules load this as a plugin (`pytest_plugins = ["tests.frontend_fixtures"]`),
+so the session fixtures (one TensorBoard process, one browser) exist once per
+session however many modules use them; tests/conftest.py may take them over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Callable, Iterator, Mapping
+
+import pytest
+
+from tb_gradscope import format as fmt
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "test-artifacts"
+VENV_BIN = pathlib.Path(sys.executable).parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+HOSTILE = "<img src=x onerror=alert(1)>"
+_TB_URL = re.compile(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/")
+
+# (loss, scope, step) -> grad_stats row, or None when no gradient reached it.
+GradRow = Callable[[str, str, int], "list[float] | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """A run to write, and what it holds.
+
+    Attributes:
+      name: the run's directory name (untrusted text on the page).
+      scopes: the scope tree in tree order (parents before children).
+      static: per loss, the FlowGraph state of every scope.
+      steps: the recorded steps.
+      leaf_l2: per (loss, leaf scope), the gradient L2 norm at step 0; it
+        halves every 10 steps so the step slider visibly changes cells.
+    """
+
+    name: str
+    scopes: tuple[str, ...]
+    static: Mapping[str, Mapping[str, str]]
+    steps: tuple[int, ...]
+    leaf_l2: Mapping[tuple[str, str], float]
+
+    @property
+    def losses(self) -> list[str]:
+        return list(self.static)
+
+    def leaves_under(self, scope: str) -> list[str]:
+        return [s for s in self.scopes if (s == scope or s.startswith(scope + "/")) and not self.children(s)]
+
+    def children(self, scope: str) -> list[str]:
+        return [s for s in self.scopes if s.rpartition("/")[0] == scope]
+
+    def l2(self, loss: str, scope: str, step: int) -> float | None:
+        """The L2 norm written for a cell (roll-ups combine their leaves)."""
+        parts = [self.leaf_l2.get((loss, leaf)) for leaf in self.leaves_under(scope)]
+        parts = [p * 0.5 ** (step / 10) for p in parts if p is not None]
+        return math.sqrt(sum(p * p for p in parts)) if parts else None
+
+    def grad_row(self, loss: str, scope: str, step: int) -> list[float]:
+        l2 = self.l2(loss, scope, step)
+        if l2 is None:
+            return [0.0, 0.0, 0.0, 0.0, 0.0]
+        grad_vars = 2.0 * len([l for l in self.leaves_under(scope) if (loss, l) in self.leaf_l2])
+        return [grad_vars, l2, l2 / 3.0, 0.0, 0.0]
+
+    def update_row(self, scope: str, step: int) -> list[float]:
+        """Applied update: online scopes move, the target moves by nothing."""
+        moved = any(self.static[loss][scope] == fmt.UPDATES for loss in self.static)
+        weight = 2.0 + len(scope) / 10.0
+        return [0.01 * weight * 0.5 ** (step / 10) if moved else 0.0, weight]
+
+
+def dqn_spec(name: str = "dqn") -> RunSpec:
+    """A DQN: the TD loss updates the online net; the target net is blocked."""
+    scopes = ("online", "online/l1", "online/l2", "target", "target/l1", "target/l2")
+    td = {s: fmt.UPDATES if s.startswith("online") else fmt.BLOCKED for s in scopes}
+    aux = {s: fmt.INDEPENDENT for s in scopes}
+    aux.update({"online": fmt.UPDATES, "online/l1": fmt.UPDATES})
+    return RunSpec(
+        name=name,
+        scopes=scopes,
+        static={"td": td, "aux": aux},
+        steps=(0, 10, 20, 30),
+        leaf_l2={("td", "online/l1"): 0.8, ("td", "online/l2"): 0.05, ("aux", "online/l1"): 0.004},
+    )
+
+
+def hostile_spec() -> RunSpec:
+    """Run, loss and scope names that are HTML: they must show as text."""
+    root = f"net{HOSTILE}"
+    scopes = (root, f"{root}/{HOSTILE}")
+    return RunSpec(
+        name=HOSTILE,
+        scopes=scopes,
+        static={HOSTILE: {s: fmt.UPDATES for s in scopes}},
+        steps=(0,),
+        leaf_l2={(HOSTILE, f"{root}/{HOSTILE}"): 0.3},
+    )
+
+
+def write_run(logdir: pathlib.Path, spec: RunSpec, steps: tuple[int, ...] | None = None) -> None:
+    """Writes `spec` (or only `steps` of it) as event files under logdir/name."""
+    import tensorflow as tf
+
+    steps = spec.steps if steps is None else steps
+    writer = tf.summary.create_file_writer(str(logdir / spec.name))
+    with writer.as_default():
+        for step in steps:
+            if step == spec.steps[0]:
+                _write_flowgraph(spec, step)
+            for loss in spec.losses:
+                info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, spec.scopes)
+                rows = [spec.grad_row(loss, s, step) for s in spec.scopes]
+                _write_table(info, rows, step)
+            info = fmt.make_info(fmt.Kind.UPDATE_STATS, "", spec.scopes)
+            _write_table(info, [spec.update_row(s, step) for s in spec.scopes], step)
+    writer.flush()
+    writer.close()
+
+
+def _write_table(info: fmt.RecordInfo, rows: list[list[float]], step: int) -> None:
+    import tensorflow as tf
+
+    tf.summary.write(
+        fmt.tag_for(info.kind, info.name),
+        tf.constant(fmt.encode_table(info, rows)),
+        step=step,
+        metadata=fmt.create_summary_metadata(info),
+    )
+
+
+def _write_flowgraph(spec: RunSpec, step: int) -> None:
+    import tensorflow as tf
+
+    graph = fmt.FlowGraph(
+        losses=[fmt.LossInfo(name=loss) for loss in spec.losses],
+        scopes=list(spec.scopes),
+        cells={loss: dict(row) for loss, row in spec.static.items()},
+        applied=[s for s in spec.scopes if any(r[s] == fmt.UPDATES for r in spec.static.values())],
+        source="tf2",
+    )
+    info = fmt.make_info(fmt.Kind.FLOWGRAPH)
+    tf.summary.write(
+        fmt.tag_for(fmt.Kind.FLOWGRAPH),
+        tf.constant([fmt.encode_json(graph.to_json())]),
+        step=step,
+        metadata=fmt.create_summary_metadata(info),
+    )
+
+
+@dataclasses.dataclass
+class TensorBoard:
+    """A running `tensorboard` process and the logdir it serves."""
+
+    url: str
+    logdir: pathlib.Path
+    process: subprocess.Popen
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return response.read()
+
+    def wait_for_runs(self, runs: list[str], timeout: float = 60.0) -> None:
+        """Waits until the plugin lists every run in `runs`."""
+        import json
+
+        deadline = time.monotonic() + timeout
+        seen: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                seen = [r["run"] for r in json.loads(self.get("/data/plugin/gradscope/runs"))["runs"]]
+            except (urllib.error.URLError, ValueError, KeyError):
+                seen = []
+            if all(r in seen for r in runs):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"TensorBoard at {self.url} lists runs {seen}, expected {runs}")
+
+    def wait_for_steps(self, run: str, count: int, timeout: float = 60.0) -> None:
+        """Waits until the plugin has loaded `count` kept steps of `run`."""
+        import json
+        import urllib.parse
+
+        deadline = time.monotonic() + timeout
+        steps: list[int] = []
+        query = urllib.parse.urlencode({"run": run})
+        while time.monotonic() < deadline:
+            try:
+                steps = json.loads(self.get(f"/data/plugin/gradscope/run?{query}"))["steps"]
+            except (urllib.error.URLError, ValueError, KeyError):
+                steps = []
+            if len(steps) >= count:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"run {run!r} has steps {steps}, expected {count} of them")
+
+
+def start_tensorboard(
+    logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None
+) -> TensorBoard:
+    """Starts `tensorboard --port 0` and reads the URL it prints on stderr."""
+    command = [str(executable or VENV_BIN / "tensorboard"), "--logdir", str(logdir),
+               "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"]
+    stderr = log.open("w")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        match = _TB_URL.search(log.read_text(errors="replace"))
+        if match:
+            return TensorBoard(url=match.group(1), logdir=logdir, process=process)
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError(f"tensorboard did not start; its stderr:\n{log.read_text(errors='replace')}")
+
+
+def stop_tensorboard(tb: TensorBoard) -> None:
+    tb.process.terminate()
+    try:
+        tb.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        tb.process.kill()
+        tb.process.wait()
+
+
+@pytest.fixture(scope="session")
+def gradscope_logdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A logdir with a DQN run, a run with hostile names and a non-gradscope run."""
+    import tensorflow as tf
+
+    logdir = tmp_path_factory.mktemp("gradscope_logs")
+    write_run(logdir, dqn_spec())
+    write_run(logdir, hostile_spec())
+    live = dqn_spec("live")
+    write_run(logdir, live, steps=live.steps[:2])
+    writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
+    with writer.as_default():
+        tf.summary.scalar("loss", 1.0, step=0)
+    writer.close()
+    return logdir
+
+
+@pytest.fixture(scope="session")
+def tensorboard(gradscope_logdir: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
+    """One TensorBoard process over `gradscope_logdir` for the whole session."""
+    tb = start_tensorboard(gradscope_logdir, tmp_path_factory.mktemp("tb") / "stderr.txt")
+    try:
+        tb.wait_for_runs([dqn_spec().name, HOSTILE, "live"])
+        yield tb
+    finally:
+        stop_tensorboard(tb)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator["object"]:
+    """Debian's chromium, headless, driven by Playwright (never downloaded)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture()
+def artifacts() -> pathlib.Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
