@@ -1,0 +1,157 @@
+"""The in-graph drift kernel: a pair's variables -> one DRIFT table per target scope.
+
+With t, o the target and online values now, and tp, op their values one step
+earlier (snapshots), per scope:
+
+- drift = ||t - o|| / ||o||; distance = ||t - o||; online_norm = ||o||;
+- target_step = ||t - tp||; gap = ||o - tp||; tau = <t - tp, o - tp> / gap^2,
+  exact for an EMA taken after the optimizer step (t = tp + tau (o - tp)) and 1
+  for a hard copy;
+- online_step = ||o - op||; gap_reverse = ||t - op||; tau_reverse =
+  <o - op, t - op> / gap_reverse^2: the same with roles swapped, > 0 when the
+  online network is pulled toward the target (a copy in the wrong direction);
+- optimizer_vars: how many of the scope's target variables an optimizer writes.
+
+Without snapshots of the previous step, the step columns are NaN. Work is a few
+reductions per variable ([n_vars, 8] float64), rolled up to every scope by one
+gather and one segment sum (`RollUp`), no host round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.anomalies import DRIFT_COLUMNS
+from tb_gradscope.pairs.pairs import Pair
+from tb_gradscope.record.stats import RollUp
+
+# Columns of the per-variable sums.
+_DIST2, _ON2, _A2, _AB, _B2, _C2, _CE, _E2 = range(8)
+_N_SUMS = 8
+
+
+def pair_layout(pair: Pair) -> scopes_lib.ScopeLayout:
+    """The target scope tree; each state variable is a scope of its own.
+
+    `target/bn/moving_mean` gets its own row (under `target/bn`), so the drift of
+    BatchNorm statistics is seen apart from the trainable weights beside it.
+    """
+    state = set(pair.state_names)
+
+    def leaf(name: str) -> str:
+        return name if name in state else scopes_lib.leaf_scope(name)
+
+    return scopes_lib.build_layout(pair.target_names, scopes_lib.ScopeSpec(mapping=leaf))
+
+
+def online_scopes(pair: Pair, layout: scopes_lib.ScopeLayout) -> list[str]:
+    """For each target scope, the online scope its variables come from ("" if mixed)."""
+    state = set(pair.state_names)
+    leaves = [
+        on if tn in state else scopes_lib.leaf_scope(on)
+        for tn, on in zip(pair.target_names, pair.online_names)
+    ]
+    out = []
+    for members in layout.members:
+        parts = [leaves[i].split(scopes_lib.SEPARATOR) for i in members]
+        common = []
+        for segs in zip(*parts):
+            if len(set(segs)) != 1:
+                break
+            common.append(segs[0])
+        out.append(scopes_lib.SEPARATOR.join(common))
+    return out
+
+
+def state_scopes(pair: Pair) -> list[str]:
+    """Target scopes holding non-trainable state only (one per state variable)."""
+    return list(pair.state_names)
+
+
+def _flat(value: Any) -> tf.Tensor:
+    return tf.cast(tf.reshape(tf.convert_to_tensor(value), [-1]), tf.float64)
+
+
+def variable_sums(
+    target: Sequence[Any],
+    online: Sequence[Any],
+    prev_target: Sequence[Any],
+    prev_online: Sequence[Any],
+) -> tf.Tensor:
+    """Per variable: the 8 sums the DRIFT columns are made of, float64 [n_vars, 8].
+
+    Differences are taken in the variables' dtype (exact for close float32
+    values), products and sums in float64 so tau's residual is not lost to
+    cancellation.
+    """
+    rows = []
+    for t, o, tp, op in zip(target, online, prev_target, prev_online):
+        t, o = tf.convert_to_tensor(t), tf.convert_to_tensor(o)
+        tp, op = tf.convert_to_tensor(tp), tf.convert_to_tensor(op)
+        d, on = _flat(t - o), _flat(o)
+        a, b = _flat(t - tp), _flat(o - tp)
+        c, e = _flat(o - op), _flat(t - op)
+        rows.append(
+            tf.stack(
+                [
+                    tf.reduce_sum(d * d), tf.reduce_sum(on * on),
+                    tf.reduce_sum(a * a), tf.reduce_sum(a * b), tf.reduce_sum(b * b),
+                    tf.reduce_sum(c * c), tf.reduce_sum(c * e), tf.reduce_sum(e * e),
+                ]
+            )
+        )
+    return tf.stack(rows)
+
+
+def drift_table(
+    sums: tf.Tensor, have_previous: tf.Tensor, optimizer_vars: np.ndarray
+) -> tf.Tensor:
+    """Scope sums [n_scopes, 8] -> the DRIFT table [n_scopes, len(DRIFT_COLUMNS)] (float32)."""
+    nan = tf.constant(np.nan, tf.float64)
+
+    def ratio(num: tf.Tensor, den: tf.Tensor) -> tf.Tensor:
+        return tf.where(den > 0, num / tf.where(den > 0, den, 1.0), nan)
+
+    def when_previous(value: tf.Tensor) -> tf.Tensor:
+        return tf.where(have_previous, value, nan)
+
+    distance = tf.sqrt(sums[:, _DIST2])
+    online_norm = tf.sqrt(sums[:, _ON2])
+    columns = {
+        "drift": ratio(distance, online_norm),
+        "distance": distance,
+        "online_norm": online_norm,
+        "target_step": when_previous(tf.sqrt(sums[:, _A2])),
+        "tau": when_previous(ratio(sums[:, _AB], sums[:, _B2])),
+        "online_step": when_previous(tf.sqrt(sums[:, _C2])),
+        "gap": when_previous(tf.sqrt(sums[:, _B2])),
+        "tau_reverse": when_previous(ratio(sums[:, _CE], sums[:, _E2])),
+        "gap_reverse": when_previous(tf.sqrt(sums[:, _E2])),
+        "optimizer_vars": tf.constant(optimizer_vars, tf.float64),
+    }
+    return tf.cast(tf.stack([columns[c] for c in DRIFT_COLUMNS], axis=1), tf.float32)
+
+
+def optimizer_var_counts(
+    layout: scopes_lib.ScopeLayout, written: Sequence[bool]
+) -> np.ndarray:
+    """Per scope, how many of its target variables an optimizer writes."""
+    flags = np.asarray(written, dtype=np.float64)
+    return np.asarray([flags[list(m)].sum() for m in layout.members], dtype=np.float64)
+
+
+def pair_table(
+    pair: Pair,
+    rollup: RollUp,
+    prev_target: Sequence[Any],
+    prev_online: Sequence[Any],
+    have_previous: tf.Tensor,
+    optimizer_vars: np.ndarray,
+) -> tf.Tensor:
+    """The DRIFT table of `pair` now, against snapshots taken one step earlier."""
+    sums = rollup.sum(variable_sums(pair.target, pair.online, prev_target, prev_online))
+    return drift_table(sums, have_previous, optimizer_vars)

@@ -1,0 +1,203 @@
+"""DriftMonitor: records each pair's DRIFT table at recorded steps.
+
+Call `record()` once per training step, after the user's target update, eagerly
+or inside `tf.function`. A step s is recorded when s % every_n_steps == 0, or
+s % every == 0 for a pair declaring a hard-copy period (so copy steps are seen).
+
+Transient state, per pair: one snapshot of the target and online variables
+(2x the pair's size, allocated once), written only at the step before a
+recorded step, plus the step it was taken at. So every recorded step s is
+compared with s - 1, which makes tau exact for an EMA and shows a hard copy as
+tau = 1 with drift exactly 0 at the copy step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Sequence
+
+import tensorflow as tf
+
+from tb_gradscope.anomalies import DRIFT_COLUMNS
+from tb_gradscope.format.metadata import Kind, create_summary_metadata, make_info, tag_for
+from tb_gradscope.pairs import drift as drift_lib
+from tb_gradscope.pairs import naming
+from tb_gradscope.pairs.pairs import Pair
+from tb_gradscope.record.stats import RollUp
+from tb_gradscope.record.warn import warn_once
+from tb_gradscope.record.writing import NoWriterError, SummarySink
+
+_no_autograph = tf.autograph.experimental.do_not_convert
+_NEVER = -(2**62)
+
+
+@dataclasses.dataclass
+class _PairState:
+    """What the monitor keeps per pair (never checkpointed)."""
+
+    pair: Pair
+    layout: Any
+    rollup: RollUp
+    tag: str
+    prev_target: list[tf.Variable]
+    prev_online: list[tf.Variable]
+    snap_step: tf.Variable
+
+
+class DriftMonitor:
+    """Records drift, effective tau and update mode of target/online pairs.
+
+    Example::
+
+        pairs = detect_pairs(models=[target, online])   # or pair_models(...)
+        monitor = DriftMonitor(pairs, logdir="logs/run", every_n_steps=10)
+        for step in range(steps):
+            train_step()                  # optimizer updates online
+            soft_update(target, online)   # the user's EMA or copy
+            monitor.record()
+
+    Args:
+      pairs: the `Pair`s to watch.
+      logdir: a directory for the monitor's own event file; None writes to the
+        default `tf.summary` writer.
+      every_n_steps: record steps that are multiples of it.
+      step: an int64 tf.Variable holding the current step (e.g. a Recorder's
+        `step`); None keeps an own counter that `record()` advances.
+      optimizers: optimizers (Keras 3) whose written variables are checked for
+        target variables when a record is traced.
+      written_by_optimizer: variables known to be written by an optimizer.
+      name: used in messages.
+    """
+
+    def __init__(
+        self,
+        pairs: Sequence[Pair],
+        logdir: str | None = None,
+        every_n_steps: int = 10,
+        step: tf.Variable | None = None,
+        optimizers: Sequence[Any] = (),
+        written_by_optimizer: Iterable[Any] = (),
+        name: str = "drift",
+    ):
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
+        pairs = list(pairs)
+        if not pairs or not all(isinstance(p, Pair) for p in pairs):
+            raise ValueError(
+                "DriftMonitor needs a non-empty list of Pair (from pair_prefixes, "
+                "pair_models, pair_ema or detect_pairs)"
+            )
+        names = [p.name for p in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pair names must be unique, got {names}; pass name=... to tell them apart")
+        self.name = name
+        self.every_n_steps = every_n_steps
+        self._optimizers = list(optimizers)
+        self._written = {naming.variable_key(v) for v in written_by_optimizer}
+        self._own_step = step is None
+        self._disabled = False
+        self._metadata: dict[str, bytes] = {}
+        with tf.init_scope():
+            self.step = step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
+            self._sink = SummarySink(logdir, name)
+            self._states = [self._make_state(p) for p in pairs]
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return [s.pair for s in self._states]
+
+    def note_optimizer_variables(self, variables: Iterable[Any]) -> None:
+        """Declares variables an optimizer writes (the recorder calls this)."""
+        self._written |= {naming.variable_key(v) for v in variables}
+
+    @_no_autograph
+    def record(self, step: Any = None) -> None:
+        """Records every pair due at `step` (default: the monitor's step).
+
+        With an own counter and no `step`, advances the counter afterwards.
+        """
+        if not self._disabled:
+            try:
+                current = tf.cast(self.step if step is None else step, tf.int64)
+                for state in self._states:
+                    self._record_pair(state, current)
+            except NoWriterError:
+                raise
+            except Exception as e:  # monitoring must never break the training loop
+                self._disabled = True
+                warn_once(
+                    (id(self), "internal"),
+                    f"DriftMonitor '{self.name}' stopped recording after an error "
+                    f"({type(e).__name__}: {e}); training continues unaffected",
+                )
+        if self._own_step and step is None:
+            self.step.assign_add(1)
+
+    def flush(self) -> None:
+        self._sink.flush()
+
+    def close(self) -> None:
+        self._sink.close()
+
+    def _make_state(self, pair: Pair) -> _PairState:
+        layout = drift_lib.pair_layout(pair)
+
+        def copies(variables: Sequence[Any]) -> list[tf.Variable]:
+            return [
+                tf.Variable(tf.zeros(tuple(v.shape), tf.as_dtype(v.dtype)), trainable=False)
+                for v in variables
+            ]
+
+        return _PairState(
+            pair=pair,
+            layout=layout,
+            rollup=RollUp.from_layout(layout),
+            tag=tag_for(Kind.DRIFT, pair.name),
+            prev_target=copies(pair.target),
+            prev_online=copies(pair.online),
+            snap_step=tf.Variable(_NEVER, dtype=tf.int64, trainable=False),
+        )
+
+    def _due(self, step: tf.Tensor, pair: Pair) -> tf.Tensor:
+        due = tf.equal(tf.math.floormod(step, self.every_n_steps), 0)
+        if pair.every:
+            due = tf.logical_or(due, tf.equal(tf.math.floormod(step, pair.every), 0))
+        return tf.logical_and(due, step >= 0)
+
+    def _record_pair(self, state: _PairState, step: tf.Tensor) -> None:
+        pair = state.pair
+        written = [naming.variable_key(v) in self._written_set() for v in pair.target]
+        counts = drift_lib.optimizer_var_counts(state.layout, written)
+        have_previous = tf.equal(state.snap_step, step - 1)
+
+        def table() -> tf.Tensor:
+            return drift_lib.pair_table(
+                pair, state.rollup, state.prev_target, state.prev_online, have_previous, counts
+            )
+
+        done = self._sink.write(
+            state.tag, self._metadata_for(state), table, step, self._due(step, pair)
+        )
+        with tf.control_dependencies([done]):
+            snapshot_due = self._due(step + 1, pair)
+        tf.cond(snapshot_due, lambda: self._snapshot(state, step), lambda: tf.constant(False))
+
+    def _snapshot(self, state: _PairState, step: tf.Tensor) -> tf.Tensor:
+        for copy, v in zip(state.prev_target + state.prev_online, state.pair.target + state.pair.online):
+            copy.assign(tf.convert_to_tensor(v))
+        state.snap_step.assign(step)
+        return tf.constant(True)
+
+    def _written_set(self) -> set[int]:
+        return self._written | naming.optimizer_variable_keys(self._optimizers)
+
+    def _metadata_for(self, state: _PairState) -> bytes:
+        if state.tag not in self._metadata:
+            pair = state.pair
+            attrs = pair.declared()
+            attrs["state_scopes"] = drift_lib.state_scopes(pair)
+            attrs["online_scopes"] = drift_lib.online_scopes(pair, state.layout)
+            info = make_info(Kind.DRIFT, pair.name, state.layout.scopes, attrs)
+            info = dataclasses.replace(info, columns=DRIFT_COLUMNS)
+            self._metadata[state.tag] = create_summary_metadata(info).SerializeToString()
+        return self._metadata[state.tag]
