@@ -453,8 +453,9 @@ class Recorder(tf.Module):
         if self._s.flowgraph is not None or not graph_losses:
             return
         graph = tf.compat.v1.get_default_graph()
+        vlayout = self._s.vlayout
         found = flow.analyze_step(
-            graph, graph_losses, self._s.vlayout.variable_scopes(), self.name
+            graph, graph_losses, vlayout.variable_scopes(), vlayout.layout.scopes, self.name
         )
         self._s.flowgraph = found
 
