@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
     parser.add_argument("--rules", metavar="FILE", help="a TOML rules file to check every run against")
-    parser.add_argument("--run", metavar="RUN", help="check only this run")
+    parser.add_argument("--run", metavar="RUN", dest="run_name", help="check only this run")
 
 
 def add_parser(subparsers) -> None:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"tb-gradscope check: {safe(e)}", file=err)
             return USAGE
     try:
-        runs = logs_lib.load_logdir(args.logdir, args.run)
+        runs = logs_lib.load_logdir(args.logdir, args.run_name)
     except logs_lib.LogdirError as e:
         print(f"tb-gradscope check: {safe(e)}", file=err)
         return USAGE
@@ -89,7 +89,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 def format_finding(finding) -> str:
     """One line: `run  step S  rule  message  [evidence]  (N steps, last S2)`."""
     event = finding.event
-    line = f"{safe(finding.run)}  step {event.step}  {safe(event.name)}  {safe(event.message)}"
+    when = " (trace)" if event.evidence.get("at") == "trace" else ""
+    line = f"{safe(finding.run)}  step {event.step}{when}  {safe(event.name)}  {safe(event.message)}"
     shown = evidence(event.evidence)
     if shown:
         line += f"  [{shown}]"

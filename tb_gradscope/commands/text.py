@@ -29,8 +29,10 @@ def safe(text: Any) -> str:
 
 
 def number(value: Any) -> str:
-    """A float in 4 significant digits; NaN/Inf spelled out; ints as ints."""
-    if isinstance(value, bool) or value is None:
+    """A float in 4 significant digits; NaN/Inf spelled out; ints as ints; None as -."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
         return str(value)
@@ -47,7 +49,7 @@ def evidence(doc: Mapping[str, Any]) -> str:
     """`l2=0.05 grad_vars=2 path=a -> loss:b` from an event's evidence."""
     parts = []
     for key in sorted(doc):
-        if key == "at":
+        if key == "at" or (key == "path" and doc.get("path") == doc.get("missing_cut")):
             continue
         value = doc[key]
         if isinstance(value, (list, tuple)):

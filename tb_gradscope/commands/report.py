@@ -1,0 +1,152 @@
+"""`tb-gradscope report LOGDIR`: what each run's gradient flow looks like, in text or JSON.
+
+Per run: the loss x scope flow-state table with gradient norms at one recorded
+step, blocked edges with their source lines, the latest drift per pair,
+anomalies and violations. Reads through TensorBoard's ingestion (imported only
+when the command runs) and never imports tensorflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from tb_gradscope.commands.text import evidence, number, safe
+
+HELP = "print each run's loss x scope flow table, blocked edges, drift and violations"
+
+OK, USAGE = 0, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Summarises the gradscope logs in LOGDIR, per run: the flow state of every "
+        "(loss, scope) cell with its gradient L2 norm at one recorded step, blocked "
+        "edges with the source line that cut them, the latest drift of each "
+        "target/online pair, anomalies, and violations (recorded ones, plus the "
+        "rules of --rules FILE and those the run recorded, evaluated over all steps)."
+    )
+    parser.epilog = "exit status: 0 on success, 2 on bad usage, unreadable logdir or no gradscope data."
+    parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
+    parser.add_argument("--run", metavar="RUN", dest="run_name", help="report only this run")
+    parser.add_argument("--step", metavar="S", type=int, help="the recorded step to show (default: the latest)")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument("--rules", metavar="FILE", help="also evaluate the rules of this TOML file")
+
+
+def add_parser(subparsers) -> None:
+    """Registers `report` on an argparse subparsers object."""
+    parser = subparsers.add_parser("report", help=HELP)
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Prints the report; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    from tb_gradscope import rules as rules_lib
+    from tb_gradscope.commands import logs as logs_lib, summary
+
+    given: list = []
+    try:
+        if args.rules:
+            given = list(rules_lib.parse_rules_file(args.rules).rules)
+        runs = logs_lib.load_logdir(args.logdir, args.run_name)
+        reports = [summary.run_summary(logs, args.step, given) for logs in runs]
+    except (rules_lib.RulesFileError, logs_lib.LogdirError, summary.StepError) as e:
+        print(f"tb-gradscope report: {safe(e)}", file=err)
+        return USAGE
+    if args.format == "json":
+        json.dump({"logdir": args.logdir, "runs": reports}, out, indent=1, ensure_ascii=True, allow_nan=False)
+        out.write("\n")
+    else:
+        out.write("\n\n".join(render_run(r) for r in reports) + "\n")
+    return OK
+
+
+def render_run(report: dict[str, Any]) -> str:
+    """One run's report as text."""
+    rec = report["recorded_steps"]
+    head = f"run {safe(report['run'])}"
+    if report["step"] is not None:
+        head += f" at step {report['step']} ({rec['count']} recorded steps, {rec['first']}..{rec['last']})"
+    else:
+        head += " (no recorded steps)"
+    if report["flowgraph"]:
+        head += f"; FlowGraph traced from {safe(report['flowgraph']['source'] or 'a step')}"
+    lines = [head, "", "flow (state and gradient L2 norm per loss):"]
+    lines += _flow_table(report) or ["  no losses recorded"]
+    lines += ["", "blocked edges:"]
+    lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
+    lines += ["", "drift (latest per pair):"]
+    lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
+    lines += ["", "anomalies:"]
+    lines += [_event_line(e) for e in report["anomalies"]] or ["  none"]
+    lines += ["", "violations:"]
+    lines += [_event_line(v) for v in report["violations"]] or [
+        "  none" if report["rules"] else "  none (no rules given and none recorded)"
+    ]
+    if report["warnings"]:
+        lines += ["", "warnings:"] + [f"  {safe(w)}" for w in report["warnings"]]
+    if report["flowgraph"] and report["flowgraph"]["warnings"]:
+        lines += ["", "analysis warnings:"] + [f"  {safe(w)}" for w in report["flowgraph"]["warnings"]]
+    return "\n".join(lines)
+
+
+def _flow_table(report: dict[str, Any]) -> list[str]:
+    losses, scopes = report["losses"], report["scopes"]
+    if not losses:
+        return []
+    labels = ["  " * s.count("/") + safe(s) for s in scopes]
+    cells = [[_cell(report["cells"][l][s]) for l in losses] for s in scopes]
+    first = max([len("scope")] + [len(x) for x in labels])
+    widths = [max([len(safe(l))] + [len(row[i]) for row in cells]) for i, l in enumerate(losses)]
+    rows = ["  " + "scope".ljust(first) + "".join("  " + safe(l).ljust(w) for l, w in zip(losses, widths))]
+    for label, row in zip(labels, cells):
+        rows.append("  " + label.ljust(first) + "".join("  " + c.ljust(w) for c, w in zip(row, widths)))
+    return [r.rstrip() for r in rows]
+
+
+def _cell(cell: dict[str, Any]) -> str:
+    if cell["l2"] is None:
+        return cell["state"]
+    return f"{cell['state']} {number(cell['l2'])}"
+
+
+def _blocked_line(edge: dict[str, Any]) -> str:
+    where = f" at {safe(edge['source'])}" if edge["source"] else " (no user source line)"
+    if edge["source"] and edge["function"]:
+        where += f" in {safe(edge['function'])}"
+    return (
+        f"  {safe(edge['loss'])}: {safe(edge['producer_scope'])} -> {safe(edge['consumer_scope'])}  "
+        f"{safe(edge['op_type'])} '{safe(edge['op_name'])}' ({safe(edge['cause'])}){where}"
+    )
+
+
+def _drift_line(drift: dict[str, Any]) -> str:
+    declared = ""
+    if drift.get("declared_tau") is not None:
+        declared += f" declared tau {number(drift['declared_tau'])}"
+    if drift.get("declared_every") is not None:
+        declared += f" declared every {number(drift['declared_every'])}"
+    return (
+        f"  {safe(drift['pair'])} ({safe(drift['target'])} <- {safe(drift['online'])}) at step {drift['step']}: "
+        f"drift {number(drift.get('drift'))}, target step {number(drift.get('target_step'))}, "
+        f"tau {number(drift.get('tau'))}{declared}"
+    )
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    when = " (trace)" if (event.get("evidence") or {}).get("at") == "trace" else ""
+    line = f"  step {event['step']}{when}  {safe(event['name'])}  {safe(event['message'])}"
+    shown = evidence(event.get("evidence") or {})
+    if shown:
+        line += f"  [{shown}]"
+    if event.get("steps_seen", 1) > 1:
+        line += f"  ({event['steps_seen']} steps, last {event['last_step']})"
+    if event.get("source") == "recorded":
+        line += "  (recorded)"
+    return line

@@ -1,0 +1,144 @@
+"""What `tb-gradscope report` says about one run, as plain JSON-ready data.
+
+Per run, at one recorded step: the loss x scope flow-state table (the same
+combination rule as the Gradscope tab, `plugin.cells.cell_state`) with
+gradient norms, the blocked edges with their source lines, the latest drift
+of every target/online pair, anomalies, and violations (recorded, plus the
+rules given or recorded, evaluated over the whole run). NaN/Inf become null.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tb_gradscope import format as fmt
+from tb_gradscope import rules as rules_lib
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.commands import evaluate
+from tb_gradscope.commands.logs import RunLogs
+from tb_gradscope.format.records import float_or_none
+from tb_gradscope.plugin.cells import cell_state
+
+
+class StepError(ValueError):
+    """The requested step was not recorded in a run."""
+
+
+def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_lib.Rule] = ()) -> dict[str, Any]:
+    """The report of one run at `step` (default: its latest recorded step).
+
+    Raises:
+      StepError: `step` is not one of the run's recorded steps.
+    """
+    steps = logs.steps
+    if step is not None and step not in logs.grads and step not in logs.updates:
+        near = ", ".join(str(s) for s in _nearest(steps, step)) or "none"
+        raise StepError(
+            f"step {step} is not recorded in run {logs.run!r} (nearest recorded: {near}; "
+            f"{len(steps)} recorded steps from {steps[0] if steps else '-'} to {steps[-1] if steps else '-'})"
+        )
+    chosen = step if step is not None else (steps[-1] if steps else None)
+    flowgraph = logs.flowgraph_at(chosen if chosen is not None else logs.last_step)
+    chosen_rules, warnings = evaluate.run_rules(logs, rules)
+    found = evaluate.findings(logs.run, logs.events, evaluate.evaluate(logs, chosen_rules))
+    return {
+        "run": logs.run,
+        "step": chosen,
+        "recorded_steps": {"count": len(steps), "first": steps[0] if steps else None, "last": steps[-1] if steps else None},
+        "flowgraph": None if flowgraph is None else {"source": flowgraph.source, "warnings": flowgraph.warnings},
+        **_table(logs, chosen, flowgraph),
+        "blocked_edges": [_blocked_edge(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
+        "drift": [_latest_drift(name, series) for name, series in sorted(logs.drift.items()) if series],
+        "anomalies": [_json_event(e) for e in logs.events if e.type == fmt.ANOMALY],
+        "rules": [str(r) for r in chosen_rules],
+        "violations": [_finding(f) for f in found],
+        "warnings": logs.warnings + warnings,
+    }
+
+
+def _nearest(steps: list[int], step: int) -> list[int]:
+    return sorted(sorted(steps, key=lambda s: (abs(s - step), s))[:2])
+
+
+def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None) -> dict[str, Any]:
+    grads = logs.grads.get(step, {}) if step is not None else {}
+    updates = logs.updates.get(step) if step is not None else None
+    losses = list(dict.fromkeys((list(flowgraph.cells) if flowgraph else []) + list(grads)))
+    scopes = list(flowgraph.scopes) if flowgraph else []
+    extra = [s for t in grads.values() for s in t.info.scopes if s not in scopes]
+    scopes = scopes_lib.tree_order(scopes + extra) if extra else scopes
+    cells: dict[str, dict[str, Any]] = {}
+    for loss in losses:
+        row = {}
+        table = grads.get(loss)
+        static_row = flowgraph.cells.get(loss, {}) if flowgraph else {}
+        for scope in scopes:
+            grad = table.row(scope) if table is not None and scope in table else None
+            update = updates.row(scope)["update_norm"] if updates is not None and scope in updates else None
+            state = cell_state(grad, static_row.get(scope), update)
+            received = grad is not None and grad["grad_vars"] > 0
+            row[scope] = {
+                "state": state,
+                "static": static_row.get(scope),
+                "l2": float_or_none(grad["l2"]) if received else None,
+                "nonfinite": float_or_none(grad["nonfinite"]) if received else None,
+            }
+        cells[loss] = row
+    update_rows = {
+        s: {k: float_or_none(v) for k, v in updates.row(s).items()} for s in scopes if updates is not None and s in updates
+    }
+    return {"losses": losses, "scopes": scopes, "cells": cells, "updates": update_rows}
+
+
+def _blocked_edge(edge: fmt.BlockedEdge) -> dict[str, Any]:
+    return {
+        "loss": edge.loss,
+        "producer_scope": edge.producer_scope,
+        "consumer_scope": edge.consumer_scope,
+        "op_type": edge.op_type,
+        "op_name": edge.op_name,
+        "cause": edge.cause,
+        "source": f"{edge.source.file}:{edge.source.line}" if edge.source else None,
+        "function": edge.source.function if edge.source else None,
+    }
+
+
+def _latest_drift(name: str, series: list) -> dict[str, Any]:
+    step, table = series[-1]
+    attrs = table.info.attrs
+    target = str(attrs.get("target", ""))
+    row = table.row(target if target in table else table.info.scopes[0])
+    return {
+        "pair": name,
+        "target": target,
+        "online": str(attrs.get("online", "")),
+        "step": step,
+        **{k: float_or_none(row[k]) for k in ("drift", "distance", "target_step", "tau") if k in row},
+        "declared_tau": attrs.get("tau"),
+        "declared_every": attrs.get("every"),
+    }
+
+
+def _json_event(event: fmt.Event) -> dict[str, Any]:
+    doc = event.to_json()
+    doc["evidence"] = _json_safe(doc["evidence"])
+    return doc
+
+
+def _finding(finding: evaluate.Finding) -> dict[str, Any]:
+    return {
+        **_json_event(finding.event),
+        "steps_seen": finding.count,
+        "last_step": finding.last_step,
+        "source": finding.source,
+    }
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return float_or_none(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
