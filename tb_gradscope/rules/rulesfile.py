@@ -79,8 +79,8 @@ def parse_rules_file(path: str | os.PathLike) -> RuleSet:
         raise RulesFileError(f"{name}: rules file is not UTF-8 text ({e.reason})") from None
     except tomllib.TOMLDecodeError as e:
         found = _TOML_LINE.search(str(e))
-        line = found.group(1) if found else "1"
-        message = _TOML_LINE.sub("", str(e)).strip()
+        line = found.group(1) if found else str(max(1, len(text.splitlines())))
+        message = _TOML_LINE.sub("", str(e)).replace("(at end of document)", "(at end of file)").strip()
         raise RulesFileError(f"{name}:{line}: invalid TOML: {message}") from None
     return rules_from_document(doc, text, name)
 
