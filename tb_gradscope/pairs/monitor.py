@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.anomalies import DRIFT_COLUMNS
+from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.format.metadata import Kind, create_summary_metadata, make_info, tag_for
 from tb_gradscope.pairs import drift as drift_lib
 from tb_gradscope.pairs import naming

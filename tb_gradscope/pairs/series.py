@@ -1,0 +1,184 @@
+"""A pair's DRIFT series, read side: columns, pooling, update mode.
+
+Plain Python and numpy (never tensorflow): the TensorBoard plugin, the CLI and
+`tb_gradscope.anomalies` share it. What each column means is documented in
+`tb_gradscope.pairs.drift`, which writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tb_gradscope.format.metadata import KIND_SPECS, Kind
+from tb_gradscope.format.records import Table
+
+# Columns the DRIFT writer adds after the format's required ones. Readers look
+# columns up by name, so records without them still decode.
+DRIFT_EXTRA_COLUMNS = ("online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars")
+DRIFT_COLUMNS = tuple(KIND_SPECS[Kind.DRIFT].columns) + DRIFT_EXTRA_COLUMNS
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """When a pair's behaviour counts as an anomaly.
+
+    Attributes:
+      never_synced_drift: drift at the first recorded step above which the
+        target was never initialised from the online network (random twins
+        sit near sqrt(2)).
+      frozen_points: recorded step pairs in a row without target movement, while
+        the online network moves, that make a target frozen.
+      tau_tolerance: relative difference between declared and effective tau.
+      exact: residual below which a move is an exact EMA/copy of the other side.
+      unexplained: residual above which the target moves by itself.
+      moved: target_step / online_norm below which the target did not move.
+    """
+
+    never_synced_drift: float = 0.5
+    frozen_points: int = 3
+    tau_tolerance: float = 0.2
+    exact: float = 0.01
+    unexplained: float = 0.5
+    moved: float = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """How a target follows its online network: ema(tau), hard(every), none, other."""
+
+    kind: str
+    tau: float | None = None
+    every: int | None = None
+    points: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.kind == "ema":
+            return f"ema({self.tau:.4g})"
+        if self.kind == "hard":
+            return f"hard({self.every})" if self.every else "hard(?)"
+        return self.kind
+
+
+class Series:
+    """Per-step columns of a set of disjoint scopes, pooled as one scope.
+
+    Norms are pooled as root sums of squares and tau as the least-squares
+    ratio, so pooling disjoint scopes gives what one row over their union
+    would hold. A scope missing at a step (layout change) counts as absent.
+    """
+
+    def __init__(self, steps: Sequence[int], tables: Sequence[Table], scopes: Sequence[str]):
+        self.steps = np.asarray(steps, dtype=np.int64)
+        sums = np.zeros((len(tables), 8))
+        present = np.zeros(len(tables), dtype=bool)
+        for i, table in enumerate(tables):
+            rows = [table.row(s) for s in scopes if s in table]
+            present[i] = bool(rows)
+            for row in rows:
+                gap, gap_r = row.get("gap", np.nan), row.get("gap_reverse", np.nan)
+                sums[i] += [
+                    row["distance"] ** 2, row["online_norm"] ** 2, row["target_step"] ** 2,
+                    gap**2, _nan0(row["tau"]) * gap**2, row.get("online_step", np.nan) ** 2,
+                    gap_r**2, _nan0(row.get("tau_reverse", np.nan)) * gap_r**2,
+                ]
+        sums[~present] = np.nan
+        dist2, on2, a2, b2, ab, c2, e2, ce = sums.T
+        self.distance, self.online_norm = np.sqrt(dist2), np.sqrt(on2)
+        self.drift = _div(self.distance, self.online_norm)
+        self.target_step, self.online_step = np.sqrt(a2), np.sqrt(c2)
+        self.tau, self.residual = _div(ab, b2), _residual(a2, b2, ab)
+        self.tau_reverse, self.residual_reverse = _div(ce, e2), _residual(c2, e2, ce)
+
+    @property
+    def defined(self) -> np.ndarray:
+        """Steps compared with the step before (the step columns are known)."""
+        return np.isfinite(self.target_step)
+
+    def moved(self, th: Thresholds) -> np.ndarray:
+        return self.defined & (self.target_step > th.moved * np.nan_to_num(self.online_norm))
+
+    def online_moved(self, th: Thresholds) -> np.ndarray:
+        return np.isfinite(self.online_step) & (
+            self.online_step > th.moved * np.nan_to_num(self.online_norm)
+        )
+
+    def synced(self) -> np.ndarray:
+        """Steps where target equals online (drift exactly 0, up to float32)."""
+        return np.nan_to_num(self.drift, nan=1.0) <= 1e-6
+
+
+def _nan0(x: float) -> float:
+    return 0.0 if not np.isfinite(x) else float(x)
+
+
+def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _residual(a2: np.ndarray, b2: np.ndarray, ab: np.ndarray) -> np.ndarray:
+    """||a - tau b|| / ||a|| with tau the least-squares ratio, from the sums."""
+    explained = _div(ab**2, a2 * b2)
+    return np.sqrt(np.clip(1.0 - explained, 0.0, None))
+
+
+def update_mode(series: Series, th: Thresholds | None = None) -> Mode:
+    """The update mode a pooled series shows: ema(tau), hard(every), none or other.
+
+    ema: most moves are an exact fraction 0 < tau < 1 of the way to online;
+    hard: every move lands exactly on online (tau = 1), the period being the gcd
+    of the steps where drift is 0; none: the target never moves.
+    """
+    th = th or Thresholds()
+    moved = series.moved(th)
+    n = int(moved.sum())
+    tau, residual = series.tau, np.nan_to_num(series.residual, nan=1.0)
+    ema = moved & (tau > 0) & (tau < 1 - 1e-3) & (residual < 0.1)
+    copy = moved & (np.abs(tau - 1) <= 1e-3) & (residual < 0.1)
+    if n and ema.sum() >= 0.8 * n:
+        return Mode("ema", tau=float(np.median(tau[ema])), points=int(ema.sum()))
+    if n and copy.sum() == n:
+        return Mode("hard", every=_period(series.steps[series.synced() | copy]), points=n)
+    if n == 0:
+        defined = int(series.defined.sum())
+        return Mode("none", points=defined) if defined else Mode("unknown")
+    return Mode("other", points=n)
+
+
+def _period(steps: np.ndarray) -> int | None:
+    diffs = np.diff(np.unique(steps))
+    return int(np.gcd.reduce(diffs)) if len(diffs) else None
+
+
+def pair_series(
+    attrs: Mapping[str, Any], tables: Sequence[Table], steps: Sequence[int]
+) -> tuple[str, list[str], Series]:
+    """(root scope, state scopes, the pooled series of the trainable weights).
+
+    The trainable part pools the largest scopes under the target root that hold
+    no state scope, so untracked BatchNorm statistics do not bias tau.
+    """
+    scopes = list(dict.fromkeys(s for t in tables for s in t.info.scopes))
+    root = attrs.get("target")
+    if root not in scopes:
+        root = min(scopes, key=lambda s: (s.count("/"), s)) if scopes else ""
+    state = [s for s in attrs.get("state_scopes", []) if s in scopes]
+    cover = [
+        s for s in scopes
+        if within(s, root)
+        and not any(within(x, s) for x in state)
+        and (s == root or _parent(s) not in scopes or any(within(x, _parent(s)) for x in state))
+    ]
+    return root, state, Series(steps, tables, cover or [root])
+
+
+def within(scope: str, root: str) -> bool:
+    return scope == root or scope.startswith(root + "/")
+
+
+def _parent(scope: str) -> str:
+    return scope.rpartition("/")[0]
