@@ -247,6 +247,24 @@ def write_unreadable_run(logdir: str, run: str) -> None:
     writer.close()
 
 
+MAIN_RUN = "dqn"
+MAIN_STEPS = range(0, 60)
+LAYOUT_CHANGE = 40
+HOSTILE_RUN = 'hostile <b>"run"</b>'
+HOSTILE_SCOPES = ("online", f"online/{HOSTILE}", "target", "target/l1")
+
+
+def write_standard_logdir(root: str) -> str:
+    """The logdir most plugin tests read: a DQN-like run with a mid-run
+    layout change, a run with hostile names, one without gradscope data and
+    one with unreadable records."""
+    write_run(root, MAIN_RUN, RunSpec(steps=MAIN_STEPS, new_layout_from=LAYOUT_CHANGE, scalar_tag="loss/td"))
+    write_run(root, HOSTILE_RUN, RunSpec(steps=range(0, 4), scopes=HOSTILE_SCOPES, flowgraph=False))
+    write_plain_run(root, "plain", range(5))
+    write_unreadable_run(root, "broken")
+    return root
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="write a gradscope run slowly")
     parser.add_argument("logdir")

@@ -9,6 +9,7 @@ turns into a plain-text response. Never imports tensorflow.
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any, Callable
 
 from tensorboard import errors, plugin_util
@@ -21,7 +22,7 @@ from tb_gradscope.plugin import export, timeseries, views
 from tb_gradscope.plugin.cache import RunCache
 from tb_gradscope.plugin.encoding import dumps
 from tb_gradscope.plugin.reader import DEFAULT_SAMPLES, Reader
-from tb_gradscope.plugin.static import StaticFiles
+from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
 
 _ROUTE_PREFIX = f"/data/plugin/{fmt.PLUGIN_NAME}/"
 _MAX_INT = 2**63 - 1
@@ -33,11 +34,11 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
     plugin_name = fmt.PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext):
+    def __init__(self, context: base_plugin.TBContext, static_dir: pathlib.Path = STATIC_DIR):
         samples = (context.sampling_hints or {}).get(self.plugin_name, DEFAULT_SAMPLES)
         self._reader = Reader(context.data_provider, downsample=samples)
         self._cache = RunCache(self._reader)
-        self._static = StaticFiles()
+        self._static = StaticFiles(static_dir)
 
     def get_plugin_apps(self) -> dict[str, Callable]:
         return {

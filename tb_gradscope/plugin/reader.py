@@ -15,6 +15,7 @@ import threading
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+from tensorboard import errors
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.data import provider
 
@@ -155,7 +156,14 @@ class Reader:
         for tag, record in records.items():
             steps = []
             for datum in data.get(tag, []):
-                blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
+                try:
+                    blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
+                except errors.PublicError as e:
+                    # The Rust data server cannot read back blob keys of runs
+                    # whose name holds a quote or backslash.
+                    reason = f"the data provider cannot read its blobs ({e}); try --load_fast=false"
+                    warnings.setdefault(tag, []).append(_skip_message(run, tag, reason))
+                    break
                 try:
                     documents = fmt.decode_blobs(record.info, blobs)
                 except fmt.FormatError as e:
