@@ -1,9 +1,10 @@
 """Fixtures for the Gradscope tab's tests: logs, a TensorBoard process, a browser.
 
-The logs are real event files written with `tf.summary.write` and the
-`tb_gradscope.format` contract (the recorder writes the same records). Each run
-is described by a `RunSpec` that also answers what the tab should show, so tests
-compare the page with what was written, not with numbers copied by hand.
+The DQN runs are recorded by the real `tb_gradscope.record.Recorder` while a
+small DQN trains (`DqnTrainer`); tests compare the page with what TensorBoard
+serves for them. The run with hostile names is hand-written event files
+(`tf.summary.write` + the `tb_gradscope.format` contract), because crafted logs
+can hold any text whatever our recorder accepts; its `RunSpec` says what it holds.
 
 Test modules load this as a plugin (`pytest_plugins = ["tests.frontend_fixtures"]`),
 so the session fixtures (one TensorBoard process, one browser) exist once per
@@ -21,7 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import pytest
 
@@ -43,13 +44,9 @@ CHROMIUM_ARGS = [
 HOSTILE = "<img src=x onerror=alert(1)>"
 _TB_URL = re.compile(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/")
 
-# (loss, scope, step) -> grad_stats row, or None when no gradient reached it.
-GradRow = Callable[[str, str, int], "list[float] | None"]
-
-
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """A run to write, and what it holds.
+    """A hand-written run, and what it holds.
 
     Attributes:
       name: the run's directory name (untrusted text on the page).
@@ -57,7 +54,7 @@ class RunSpec:
       static: per loss, the FlowGraph state of every scope.
       steps: the recorded steps.
       leaf_l2: per (loss, leaf scope), the gradient L2 norm at step 0; it
-        halves every 10 steps so the step slider visibly changes cells.
+        halves every 10 steps.
     """
 
     name: str
@@ -96,19 +93,66 @@ class RunSpec:
         return [0.01 * weight * 0.5 ** (step / 10) if moved else 0.0, weight]
 
 
-def dqn_spec(name: str = "dqn") -> RunSpec:
-    """A DQN: the TD loss updates the online net; the target net is blocked."""
-    scopes = ("online", "online/l1", "online/l2", "target", "target/l1", "target/l2")
-    td = {s: fmt.UPDATES if s.startswith("online") else fmt.BLOCKED for s in scopes}
-    aux = {s: fmt.INDEPENDENT for s in scopes}
-    aux.update({"online": fmt.UPDATES, "online/l1": fmt.UPDATES})
-    return RunSpec(
-        name=name,
-        scopes=scopes,
-        static={"td": td, "aux": aux},
-        steps=(0, 10, 20, 30),
-        leaf_l2={("td", "online/l1"): 0.8, ("td", "online/l2"): 0.05, ("aux", "online/l1"): 0.004},
-    )
+
+DQN_LOSSES = ("aux", "td")
+DQN_SCOPES = ("online", "online/l1", "online/l2", "target", "target/l1", "target/l2")
+
+
+class DqnTrainer:
+    """A tiny DQN recorded by the real Recorder: online and target nets.
+
+    The TD target goes through `tf.stop_gradient` on the target net, so `td`
+    updates online/* and is blocked on target/*; `aux` (an activity penalty on
+    online/l1) does not depend on online/l2 or the target at all.
+    """
+
+    def __init__(self, run_dir: pathlib.Path, every_n_steps: int = 10, seed: int = 0):
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        from tb_gradscope.record import Recorder
+
+        keras.utils.set_random_seed(seed)
+        self._rng = np.random.default_rng(seed)
+        online, target = self._net(keras), self._net(keras)
+        target.set_weights(online.get_weights())
+        optimizer = keras.optimizers.Adam(1e-2)
+        self.recorder = Recorder(
+            logdir=str(run_dir), every_n_steps=every_n_steps,
+            models={"online": online, "target": target},
+        )
+        rec = self.recorder
+        variables = online.trainable_variables + target.trainable_variables
+
+        @tf.function
+        def train_step(s, a, r, s2):
+            with rec.tape() as tape:
+                q = tf.reduce_sum(online(s) * tf.one_hot(a, 2), axis=1)
+                y = r + 0.9 * tf.stop_gradient(tf.reduce_max(target(s2), axis=1))
+                td = tf.reduce_mean(tf.square(y - q))
+                aux = 1e-3 * tf.reduce_mean(tf.square(online.get_layer("l1")(s)))
+            grads_and_vars = rec.gradients(tape, {"td": td, "aux": aux}, variables)
+            rec.apply(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
+
+        self._train_step = train_step
+
+    @staticmethod
+    def _net(keras):
+        return keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu", name="l1"),
+            keras.layers.Dense(2, name="l2"),
+        ])
+
+    def train(self, steps: int) -> None:
+        """Runs `steps` training steps on random transitions, then flushes."""
+        for _ in range(steps):
+            s, s2 = self._rng.normal(size=(2, 16, 4)).astype("float32")
+            a = self._rng.integers(0, 2, 16).astype("int32")
+            r = self._rng.normal(size=16).astype("float32")
+            self._train_step(s, a, r, s2)
+        self.recorder.flush()
 
 
 def hostile_spec() -> RunSpec:
@@ -124,14 +168,13 @@ def hostile_spec() -> RunSpec:
     )
 
 
-def write_run(logdir: pathlib.Path, spec: RunSpec, steps: tuple[int, ...] | None = None) -> None:
-    """Writes `spec` (or only `steps` of it) as event files under logdir/name."""
+def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
+    """Writes `spec` as event files under logdir/name."""
     import tensorflow as tf
 
-    steps = spec.steps if steps is None else steps
     writer = tf.summary.create_file_writer(str(logdir / spec.name))
     with writer.as_default():
-        for step in steps:
+        for step in spec.steps:
             if step == spec.steps[0]:
                 _write_flowgraph(spec, step)
             for loss in spec.losses:
@@ -186,15 +229,21 @@ class TensorBoard:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:
             return response.read()
 
+    def json(self, route: str, **params: str) -> Any:
+        """A gradscope route's JSON answer."""
+        import json
+        import urllib.parse
+
+        query = urllib.parse.urlencode(params)
+        return json.loads(self.get(f"/data/plugin/gradscope/{route}?{query}"))
+
     def wait_for_runs(self, runs: list[str], timeout: float = 60.0) -> None:
         """Waits until the plugin lists every run in `runs`."""
-        import json
-
         deadline = time.monotonic() + timeout
         seen: list[str] = []
         while time.monotonic() < deadline:
             try:
-                seen = [r["run"] for r in json.loads(self.get("/data/plugin/gradscope/runs"))["runs"]]
+                seen = [r["run"] for r in self.json("runs")["runs"]]
             except (urllib.error.URLError, ValueError, KeyError):
                 seen = []
             if all(r in seen for r in runs):
@@ -204,15 +253,11 @@ class TensorBoard:
 
     def wait_for_steps(self, run: str, count: int, timeout: float = 60.0) -> None:
         """Waits until the plugin has loaded `count` kept steps of `run`."""
-        import json
-        import urllib.parse
-
         deadline = time.monotonic() + timeout
         steps: list[int] = []
-        query = urllib.parse.urlencode({"run": run})
         while time.monotonic() < deadline:
             try:
-                steps = json.loads(self.get(f"/data/plugin/gradscope/run?{query}"))["steps"]
+                steps = self.json("run", run=run)["steps"]
             except (urllib.error.URLError, ValueError, KeyError):
                 steps = []
             if len(steps) >= count:
@@ -250,29 +295,41 @@ def stop_tensorboard(tb: TensorBoard) -> None:
         tb.process.wait()
 
 
+@dataclasses.dataclass
+class Logs:
+    """The session's logdir and the trainer still writing its "live" run."""
+
+    logdir: pathlib.Path
+    live: DqnTrainer
+
+
 @pytest.fixture(scope="session")
-def gradscope_logdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A logdir with a DQN run, a run with hostile names and a non-gradscope run."""
+def gradscope_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
+    """A DQN run (steps 0-30), a "live" DQN run (steps 0-10 so far), a run
+    with hostile names and a run without gradscope data."""
     import tensorflow as tf
 
     logdir = tmp_path_factory.mktemp("gradscope_logs")
-    write_run(logdir, dqn_spec())
+    dqn = DqnTrainer(logdir / "dqn")
+    dqn.train(31)
+    dqn.recorder.close()
+    live = DqnTrainer(logdir / "live", seed=1)
+    live.train(11)
     write_run(logdir, hostile_spec())
-    live = dqn_spec("live")
-    write_run(logdir, live, steps=live.steps[:2])
     writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.0, step=0)
     writer.close()
-    return logdir
+    yield Logs(logdir=logdir, live=live)
+    live.recorder.close()
 
 
 @pytest.fixture(scope="session")
-def tensorboard(gradscope_logdir: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
-    """One TensorBoard process over `gradscope_logdir` for the whole session."""
-    tb = start_tensorboard(gradscope_logdir, tmp_path_factory.mktemp("tb") / "stderr.txt")
+def tensorboard(gradscope_logs: Logs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
+    """One TensorBoard process over `gradscope_logs` for the whole session."""
+    tb = start_tensorboard(gradscope_logs.logdir, tmp_path_factory.mktemp("tb") / "stderr.txt")
     try:
-        tb.wait_for_runs([dqn_spec().name, HOSTILE, "live"])
+        tb.wait_for_runs(["dqn", HOSTILE, "live"])
         yield tb
     finally:
         stop_tensorboard(tb)

@@ -17,7 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("tests.frontend_fixtures")
 
-from tests.frontend_fixtures import HOSTILE, TensorBoard, dqn_spec, hostile_spec, write_run
+from tests.frontend_fixtures import DQN_LOSSES, DQN_SCOPES, HOSTILE, Logs, TensorBoard, hostile_spec
 
 pytest_plugins = ["tests.frontend_fixtures"]
 pytestmark = pytest.mark.browser
@@ -125,81 +125,96 @@ def test_tab_loads_inside_tensorboard_without_console_errors(open_tab, artifacts
 
 
 def test_td_loss_updates_online_scopes_and_blocks_target(open_tab, artifacts: pathlib.Path) -> None:
-    spec = dqn_spec()
     tab = open_tab()
-    assert tab.visible_scopes() == list(spec.scopes)
+    assert tab.visible_scopes() == list(DQN_SCOPES)
     headers = tab.frame.locator("#gs-matrix thead th[data-loss]").all_text_contents()
-    assert sorted(headers) == sorted(spec.losses)
-    for scope in spec.scopes:
+    assert sorted(headers) == sorted(DQN_LOSSES)
+    for scope in DQN_SCOPES:
         expected = "updates" if scope.startswith("online") else "blocked"
         assert tab.cell("td", scope).get_attribute("data-state") == expected, scope
-    # aux reaches only online/l1; it does not depend on online/l2 at all.
+    # aux penalises online/l1 activity: it does not depend on online/l2 at all.
     assert tab.cell("aux", "online/l2").get_attribute("data-state") == "independent"
     tab.frame.locator("#gs-matrix").screenshot(path=str(artifacts / "gradscope-matrix-only.png"))
     tab.page.screenshot(path=str(artifacts / "gradscope-matrix.png"))
     tab.assert_clean()
 
 
-def test_updates_are_shaded_by_gradient_norm(open_tab) -> None:
+def test_updates_are_shaded_by_gradient_norm(open_tab, tensorboard: TensorBoard) -> None:
+    cells = tensorboard.json("matrix", run="dqn")["cells"]
+    updating = [(c["l2"], loss, scope) for loss, row in cells.items() for scope, c in row.items()
+                if c["state"] == "updates"]
+    _, low_loss, low_scope = min(updating)
+    _, high_loss, high_scope = max(updating)
     tab = open_tab()
-    big = tab.cell("td", "online/l1").evaluate("b => getComputedStyle(b).backgroundColor")
-    small = tab.cell("aux", "online/l1").evaluate("b => getComputedStyle(b).backgroundColor")
-    assert _luminance(big) < _luminance(small), (big, small)
+    colour = "b => getComputedStyle(b).backgroundColor"
+    darkest = tab.cell(high_loss, high_scope).evaluate(colour)
+    lightest = tab.cell(low_loss, low_scope).evaluate(colour)
+    assert _luminance(darkest) < _luminance(lightest), (darkest, lightest)
     tab.assert_clean()
 
 
-def test_folding_a_scope_rolls_its_children_up(open_tab) -> None:
-    spec = dqn_spec()
+def test_folding_a_scope_rolls_its_children_up(open_tab, tensorboard: TensorBoard) -> None:
+    served = tensorboard.json("matrix", run="dqn")["cells"]["td"]
+    # The roll-up row combines its children: ||g_online||^2 = sum of theirs.
+    children = math.hypot(served["online/l1"]["l2"], served["online/l2"]["l2"])
+    assert math.isclose(served["online"]["l2"], children, rel_tol=1e-4)
     tab = open_tab()
     toggle = tab.row("online").locator("button.gs-scope")
     assert toggle.get_attribute("aria-expanded") == "true"
     toggle.click()
     assert tab.visible_scopes() == ["online", "target", "target/l1", "target/l2"]
     assert tab.row("online").get_attribute("data-folded") == "true"
-    # The folded row carries the roll-up of its children.
+    assert tab.row("online").locator("button.gs-scope").get_attribute("aria-expanded") == "false"
     assert tab.cell("td", "online").get_attribute("data-state") == "updates"
-    rolled = float(tab.cell("td", "online").text_content())
-    assert math.isclose(rolled, spec.l2("td", "online", spec.steps[-1]), rel_tol=0.05)
+    assert math.isclose(float(tab.cell("td", "online").text_content()), served["online"]["l2"], rel_tol=0.05)
     # Enter on the focused toggle unfolds it again.
     tab.row("online").locator("button.gs-scope").press("Enter")
-    assert tab.visible_scopes() == list(spec.scopes)
+    assert tab.visible_scopes() == list(DQN_SCOPES)
     tab.assert_clean()
 
 
-def test_clicking_a_cell_shows_all_its_numbers(open_tab) -> None:
-    spec = dqn_spec()
-    last = spec.steps[-1]
+def test_clicking_a_cell_shows_all_its_numbers(open_tab, tensorboard: TensorBoard) -> None:
+    matrix = tensorboard.json("matrix", run="dqn")
+    served, update = matrix["cells"]["td"]["online/l2"], matrix["updates"]["online/l2"]
     tab = open_tab()
     title = tab.cell("td", "online/l2").get_attribute("title")
     assert "‖g‖" in title and "state: updates" in title
     tab.cell("td", "online/l2").click()
-    details = tab.frame.locator("#gs-details")
     assert tab.cell("td", "online/l2").get_attribute("aria-pressed") == "true"
-    field = lambda name: details.locator(f'dd[data-field="{name}"]').text_content()
-    assert field("state") == "updates"
-    assert field("static state") == "updates"
-    assert math.isclose(float(field("‖g‖ (L2)")), spec.l2("td", "online/l2", last), rel_tol=1e-5)
-    assert math.isclose(float(field("max |g|")), spec.l2("td", "online/l2", last) / 3, rel_tol=1e-5)
-    update_norm, weight_norm = spec.update_row("online/l2", last)
-    assert math.isclose(float(field("‖Δθ‖ applied")), update_norm, rel_tol=1e-5)
-    assert math.isclose(float(field("‖Δθ‖/‖θ‖")), update_norm / weight_norm, rel_tol=1e-4)
-    # The extra column shows the same applied update for the scope row.
+    details = tab.frame.locator("#gs-details")
+
+    def field(name: str) -> str:
+        return details.locator(f'dd[data-field="{name}"]').text_content()
+
+    assert field("state") == served["state"] == "updates"
+    assert field("static state") == served["static_state"]
+    assert int(field("variables with gradient")) == served["grad_vars"] == 2
+    assert field("step") == str(matrix["step"])
+    for label, value in [("‖g‖ (L2)", served["l2"]), ("max |g|", served["max_abs"]),
+                         ("zero fraction", served["zero_frac"]), ("‖Δθ‖ applied", update["update_norm"]),
+                         ("‖θ‖", update["weight_norm"]), ("‖Δθ‖/‖θ‖", update["ratio"])]:
+        assert math.isclose(float(field(label)), value, rel_tol=1e-5, abs_tol=1e-12), label
+    # The extra columns show the scope's applied update next to the losses.
     ratio = tab.row("online/l2").locator('td[data-column="ratio"]').text_content()
-    assert math.isclose(float(ratio), update_norm / weight_norm, rel_tol=0.05)
+    assert math.isclose(float(ratio), update["ratio"], rel_tol=0.05)
+    assert tab.row("target/l1").locator('td[data-column="update_norm"]').text_content() == "0"
     tab.assert_clean()
 
 
-def test_step_slider_moves_over_kept_steps(open_tab) -> None:
-    spec = dqn_spec()
+def test_step_slider_moves_over_kept_steps(open_tab, tensorboard: TensorBoard) -> None:
+    steps = tensorboard.json("run", run="dqn")["steps"]
+    first = tensorboard.json("matrix", run="dqn", step=str(steps[0]))["cells"]["td"]["online/l1"]["l2"]
     tab = open_tab()
     slider = tab.frame.locator("#gs-step")
-    assert slider.get_attribute("max") == str(len(spec.steps) - 1)
-    assert tab.frame.locator("output.gs-step-label").text_content().startswith(str(spec.steps[-1]))
+    assert slider.get_attribute("max") == str(len(steps) - 1)
+    assert tab.frame.locator("output.gs-step-label").text_content() == f"{steps[-1]} (latest)"
     slider.focus()
     slider.press("Home")
-    tab.frame.wait_for_selector(f'#gs-matrix[aria-label="flow matrix at step {spec.steps[0]}"]')
-    first = float(tab.cell("td", "online/l1").text_content())
-    assert math.isclose(first, spec.l2("td", "online/l1", spec.steps[0]), rel_tol=0.05)
+    tab.frame.wait_for_selector(f'#gs-matrix[data-step="{steps[0]}"]')
+    assert tab.frame.locator("output.gs-step-label").text_content() == str(steps[0])
+    assert math.isclose(float(tab.cell("td", "online/l1").text_content()), first, rel_tol=0.05)
+    slider.press("ArrowRight")
+    tab.frame.wait_for_selector(f'#gs-matrix[data-step="{steps[1]}"]')
     tab.assert_clean()
 
 
@@ -219,17 +234,15 @@ def test_names_from_logs_render_as_text(open_tab, artifacts: pathlib.Path) -> No
     tab.assert_clean()
 
 
-def test_tensorboard_reload_refreshes_the_tab(open_tab, tensorboard: TensorBoard) -> None:
-    live = dqn_spec("live")
+def test_tensorboard_reload_refreshes_the_tab(open_tab, tensorboard: TensorBoard, gradscope_logs: Logs) -> None:
     tab = open_tab(embedded=True, run="live")
-    slider = tab.frame.locator("#gs-step")
-    assert slider.get_attribute("max") == "1"
-    write_run(tensorboard.logdir, live, steps=live.steps[2:])
-    tensorboard.wait_for_steps("live", len(live.steps))
+    assert tab.frame.locator("#gs-step").get_attribute("max") == "1"  # steps 0 and 10
+    gradscope_logs.live.train(20)  # records steps 20 and 30
+    tensorboard.wait_for_steps("live", 4)
     # TensorBoard's reload broadcasts experimental.DataReloaded to the iframe.
     tab.page.locator("app-header-reload button.reload-button").click()
-    tab.frame.wait_for_selector(f'#gs-step[max="{len(live.steps) - 1}"]', timeout=15_000)
-    assert tab.frame.locator("output.gs-step-label").text_content().startswith(str(live.steps[-1]))
+    tab.frame.wait_for_selector('#gs-step[max="3"]', timeout=15_000)
+    assert tab.frame.locator("output.gs-step-label").text_content() == "30 (latest)"
     tab.assert_clean()
 
 
