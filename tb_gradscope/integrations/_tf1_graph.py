@@ -6,7 +6,7 @@ Pure graph inspection; builds no ops.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 import tensorflow as tf
 
@@ -19,6 +19,32 @@ _VARIABLE_OP_TYPES = ("VarHandleOp", "VariableV2", "Variable")
 def is_apply_op(op: tf.Operation) -> bool:
     """True for optimizer update ops (ApplyAdam, ResourceApplyRMSProp, ...)."""
     return op.type.startswith(_APPLY_PREFIXES)
+
+
+def written_variables(
+    train_op: tf.Operation, variables: Sequence[tf.Variable]
+) -> list[tf.Variable]:
+    """Those of `variables` that `train_op` updates through optimizer apply ops.
+
+    Walks the op's inputs and control inputs backwards (the ops that must run
+    for it to run) and reads the variable input of every apply op found.
+    """
+    wanted = {v.op: v for v in variables}
+    written: dict[tf.Operation, tf.Variable] = {}
+    seen: set[tf.Operation] = set()
+    stack = [train_op]
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if is_apply_op(op):
+            source = _variable_op(op.inputs[0])
+            if source in wanted:
+                written[source] = wanted[source]
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return [v for v in variables if v.op in written]
 
 
 def slot_variable_ops(graph: tf.Graph) -> set[tf.Operation]:
@@ -123,6 +149,24 @@ def fetched_ops(graph: tf.Graph, fetches: Any) -> set[tf.Operation]:
                 continue
             ops.add(found if isinstance(found, tf.Operation) else found.op)
     return ops
+
+
+def replace_ops(
+    graph: tf.Graph, fetches: Any, op_names: Collection[str], replacement: tf.Operation
+) -> Any:
+    """`fetches` with every element that names an op in `op_names` replaced."""
+    if isinstance(fetches, dict):
+        return type(fetches)(
+            (k, replace_ops(graph, v, op_names, replacement)) for k, v in fetches.items()
+        )
+    if isinstance(fetches, (list, tuple)):
+        items = [replace_ops(graph, v, op_names, replacement) for v in fetches]
+        if hasattr(fetches, "_fields"):
+            return type(fetches)(*items)
+        return type(fetches)(items)
+    if fetched_ops(graph, fetches) & {graph.get_operation_by_name(n) for n in op_names}:
+        return replacement
+    return fetches
 
 
 def fed_ops(graph: tf.Graph, feed_dict: Any) -> set[tf.Operation]:

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.integrations._tf1_graph import required_placeholders
+from tb_gradscope.integrations._tf1_graph import required_placeholders, written_variables
 from tb_gradscope.record.stats import RollUp, grad_table, update_table
 
 NAME_SCOPE = "tb_gradscope"
@@ -33,10 +33,16 @@ class LossOps:
 
 @dataclasses.dataclass(frozen=True)
 class UpdateOps:
-    """Snapshot of the scoped variables and ||theta_now - snapshot|| per scope."""
+    """Snapshot of the scoped variables and ||theta_now - snapshot|| per scope.
+
+    `changed[train_op_name]` is true when a variable that train op updates
+    differs from its snapshot: it tells, after a failed run call, whether the
+    user's update was already applied.
+    """
 
     snapshot: tf.Operation
     table: tf.Tensor
+    changed: Mapping[str, tf.Tensor]
 
 
 def build_loss_ops(
@@ -64,7 +70,10 @@ def build_loss_ops(
 
 
 def build_update_ops(
-    graph: tf.Graph, variables: Sequence[tf.Variable], rollup: RollUp
+    graph: tf.Graph,
+    variables: Sequence[tf.Variable],
+    rollup: RollUp,
+    train_ops: Sequence[tf.Operation],
 ) -> UpdateOps:
     """Snapshot variables of `variables` and the UPDATE_STATS table against them."""
     with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/updates"):
@@ -84,7 +93,15 @@ def build_update_ops(
             name="snapshot",
         )
         table = update_table([s.value() for s in snaps], list(variables), rollup)
-    return UpdateOps(snapshot, table)
+        snap_of = {v.op: s for v, s in zip(variables, snaps)}
+        changed = {}
+        for op in train_ops:
+            diffs = [
+                tf.reduce_any(tf.not_equal(v.value(), snap_of[v.op].value()))
+                for v in written_variables(op, variables)
+            ]
+            changed[op.name] = tf.reduce_any(tf.stack(diffs)) if diffs else tf.constant(False)
+    return UpdateOps(snapshot, table, changed)
 
 
 def _op_safe(name: str) -> str:

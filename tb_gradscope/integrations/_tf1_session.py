@@ -10,14 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.client import session as tf_session  # SessionInterface: no public alias
 
+from tb_gradscope.integrations._tf1_graph import replace_ops
 
-class RecordingSession:
+class RecordingSession(tf_session.SessionInterface):
     """A session whose `run()` also records gradient flow; see GraphRecorder.wrap.
 
-    Only `run()` records (`make_callable` and `partial_run` pass through
-    unrecorded). `close()` closes the recorder's update window and event file,
-    then the session.
+    It is a `SessionInterface`, so `Saver.save(sess, ...)` accepts it. Only
+    `run()` records (`make_callable`, `partial_run` and `Tensor.eval()` pass
+    through unrecorded). `close()` closes the recorder's update window and event
+    file, then the session.
     """
 
     def __init__(self, session: Any, recorder: Any):
@@ -40,10 +43,26 @@ class RecordingSession:
         except tf.errors.OpError as e:
             if not self._recorder._owns(e):
                 raise
-            self._recorder._disable(f"{type(e).__name__} in {e.node_def.name}")
+            replacement = self._recorder._recover(run, pending, e)
+            if replacement is not None:
+                fetches = replace_ops(self.graph, fetches, pending.called, replacement)
             return run(fetches, feed_dict, options, run_metadata)
         self._recorder._after(run, pending, extra)
         return result
+
+    @property
+    def graph(self) -> tf.Graph:
+        return self._session.graph
+
+    @property
+    def sess_str(self) -> str:
+        return self._session.sess_str
+
+    def partial_run_setup(self, fetches: Any, feeds: Any = None) -> Any:
+        return self._session.partial_run_setup(fetches, feeds)
+
+    def partial_run(self, handle: Any, fetches: Any, feed_dict: Any = None) -> Any:
+        return self._session.partial_run(handle, fetches, feed_dict)
 
     def close(self) -> None:
         self._recorder.close(self._session)

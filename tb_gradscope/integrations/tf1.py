@@ -41,6 +41,7 @@ Run = Callable[..., Any]
 class _Pending:
     plan: CallPlan
     fetches: Mapping[str, tf.Tensor]
+    called: frozenset
 
 
 class GraphRecorder:
@@ -100,7 +101,11 @@ class GraphRecorder:
         )
         rollup = RollUp.from_layout(self.layout)
         self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup)
-        self._update_ops = build_update_ops(graph, self.variables, rollup)
+        self._update_ops = build_update_ops(
+            graph, self.variables, rollup, {op for op in self._train_ops.values() if op is not None}
+        )
+        with graph.as_default():
+            self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
         self._clock = StepClock(
             {loss: (op.name if op is not None else None) for loss, op in self._train_ops.items()},
             every_n_steps,
@@ -158,6 +163,31 @@ class GraphRecorder:
         name = getattr(node, "name", "") or getattr(getattr(error, "op", None), "name", "")
         return bool(name) and name.startswith(NAME_SCOPE + "/")
 
+    def _recover(self, run: Run, pending: _Pending, error: tf.errors.OpError) -> Any:
+        """After a run call failed in gradscope's ops: what to run instead.
+
+        Returns the op to put in place of the call's train ops, or None to run
+        the user's call again unchanged. A failed call may have applied the
+        update before failing; running it again would apply it twice. When the
+        call opened the update window the snapshot taken just before it tells
+        whether the train ops already wrote their variables; otherwise the
+        update is assumed applied and not repeated.
+        """
+        where = error.node_def.name if error.node_def is not None else "?"
+        applied = True
+        if pending.plan.open_step is not None:
+            changed = self._guard(
+                lambda: run([self._update_ops.changed[n] for n in sorted(pending.called)])
+            )
+            applied = changed is None or any(bool(c) for c in changed)
+        outcome = (
+            "that call's update had already been applied and was not repeated"
+            if applied
+            else "that call had not applied its update and was run again without gradscope"
+        )
+        self._disable(f"{type(error).__name__} in {where}: {_error_text(error)}; {outcome}")
+        return self._noop if applied else None
+
     def _disable(self, reason: Any) -> None:
         self.disabled = True
         warn_once(
@@ -191,7 +221,7 @@ class GraphRecorder:
             run(self._update_ops.snapshot)
             self._write_flowgraph(plan.open_step)
         fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
-        return _Pending(plan, fetches)
+        return _Pending(plan, fetches, frozenset(called))
 
     def _finish_call(self, run: Run, pending: _Pending, results: Mapping[str, Any]) -> None:
         for loss, step in pending.plan.losses.items():
@@ -220,6 +250,14 @@ class GraphRecorder:
         self._flowgraph_written = True
         info = make_info(Kind.FLOWGRAPH)
         self._writer.write_blobs(info, [self._flowgraph.to_json()], step)
+
+
+def _error_text(error: tf.errors.OpError) -> str:
+    """The line of a TF error message that says what went wrong."""
+    skip = ("Graph execution error", "Detected at node", "File ", "Node:", "[[")
+    lines = [line.strip() for line in (error.message or "").splitlines()]
+    useful = [line for line in lines if line and not line.startswith(skip)]
+    return useful[-1] if useful else type(error).__name__
 
 
 def _graph_of(losses: Mapping[str, Any]) -> tf.Graph:
