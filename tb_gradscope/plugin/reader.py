@@ -256,7 +256,11 @@ def local_data_provider(
 ) -> provider.DataProvider:
     """A data provider over `logdir` through TensorBoard's own Python
     ingestion, loaded once, keeping `samples` points per gradscope series
-    (0 = all). For the command line (`tb-gradscope report/check`)."""
+    (0 = all). For the command line (`tb-gradscope report/check`).
+
+    TensorBoard's Python ingestion reads files through tensorflow's gfile
+    when tensorflow is installed (as `tensorboard --load_fast=false` does), so
+    calling this may import tensorflow; importing this module does not."""
     from tensorboard.backend.event_processing import data_provider as mux_provider
     from tensorboard.backend.event_processing import plugin_event_multiplexer
 
