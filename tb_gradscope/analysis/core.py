@@ -9,7 +9,9 @@ scope graph and place every blocked edge on it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import contextlib
+import gc
+from typing import Any, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -66,6 +68,25 @@ def analyze_graph(
     Raises:
       AnalysisError: a loss not in the graph, no variables, duplicate names.
     """
+    with _no_gc():
+        return _analyze(graph, losses, variable_scopes, scopes, train_ops)
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pauses the cyclic GC: the walks allocate many small acyclic objects, and
+    each collection would rescan the traced graph's (large) object heap,
+    making the analysis superlinear in ops."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
     specs = normalize_losses(losses, graph)
     flat = flatten(graph)
     var_nodes, var_names, missing = match_variables(flat, graph, variable_scopes)
