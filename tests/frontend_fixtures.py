@@ -267,13 +267,21 @@ class TensorBoard:
 
 
 def start_tensorboard(
-    logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None
+    logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None, module: bool = False
 ) -> TensorBoard:
-    """Starts `tensorboard --port 0` and reads the URL it prints on stderr."""
-    command = [str(executable or VENV_BIN / "tensorboard"), "--logdir", str(logdir),
-               "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"]
+    """Starts `tensorboard --port 0` and reads the URL it prints on stderr.
+
+    `executable` defaults to the dev venv's `tensorboard` script; with
+    `module=True` it is a Python interpreter that runs `-m tensorboard.main`.
+    It runs in the log's folder: from the repository, `-m` would import the
+    source tree's tb_gradscope instead of the installed one.
+    """
+    program = [str(executable or VENV_BIN / "tensorboard")]
+    if module:
+        program += ["-m", "tensorboard.main"]
+    command = program + ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"]
     stderr = log.open("w")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=log.parent)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         match = _TB_URL.search(log.read_text(errors="replace"))
