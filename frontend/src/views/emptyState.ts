@@ -5,10 +5,13 @@ import { h } from "../dom";
 const SNIPPET = [
   "from tb_gradscope import Recorder",
   "",
-  'rec = Recorder(logdir="logs/run1", every_n_steps=10, models={"online": model})',
+  'rec = Recorder(logdir="logs/run1", models={"online": online, "target": target})',
+  "",
   "# in the training step:",
-  "grads = rec.gradients(tape, {\"td\": loss}, model.trainable_variables)",
-  "rec.apply(optimizer, zip(grads, model.trainable_variables))",
+  "with rec.tape() as tape:",
+  "    td = ...  # your loss",
+  'grads_and_vars = rec.gradients(tape, {"td": td}, online.trainable_variables)',
+  "rec.apply(optimizer, grads_and_vars)",
 ].join("\n");
 
 export function renderEmptyState(): HTMLElement {
@@ -16,8 +19,13 @@ export function renderEmptyState(): HTMLElement {
     "section",
     { className: "gs-empty", attrs: { id: "gs-empty" } },
     h("h2", {}, "No gradscope data yet"),
-    h("p", {}, "None of the runs in this logdir were recorded with tb_gradscope. Record a run with:"),
+    h("p", {}, "No run in this logdir was recorded with tb_gradscope. Record one with a Recorder:"),
     h("pre", {}, h("code", {}, SNIPPET)),
-    h("p", {}, "then point TensorBoard at the same logdir. This tab refreshes when TensorBoard reloads its data."),
+    h(
+      "p",
+      {},
+      "and point TensorBoard at the same logdir. This tab refreshes when TensorBoard reloads its data; ",
+      "the Refresh button asks now.",
+    ),
   );
 }

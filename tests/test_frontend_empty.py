@@ -1,0 +1,66 @@
+"""The tab over a logdir without gradscope data, then with some.
+
+Starts its own TensorBoard on an empty logdir (hence slow), opens the plugin
+page directly (not inside TensorBoard, so the tab must fall back to polling),
+checks the empty state says how to record, then writes a run and refreshes.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Iterator
+
+import pytest
+
+pytest.register_assert_rewrite("tests.frontend_fixtures")
+
+from tests.frontend_fixtures import (
+    HOSTILE,
+    TensorBoard,
+    hostile_spec,
+    start_tensorboard,
+    stop_tensorboard,
+    write_run,
+)
+
+pytest_plugins = ["tests.frontend_fixtures"]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def empty_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
+    logdir = tmp_path_factory.mktemp("empty_logs")
+    tb = start_tensorboard(logdir, tmp_path_factory.mktemp("tb_empty") / "stderr.txt")
+    try:
+        yield tb
+    finally:
+        stop_tensorboard(tb)
+
+
+def test_empty_logdir_explains_how_to_record_then_shows_new_runs(
+    browser, empty_tensorboard: TensorBoard, artifacts: pathlib.Path
+) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
+        page.goto(empty_tensorboard.url + "/data/plugin_entry.html?name=gradscope")
+        empty = page.locator("#gs-empty")
+        empty.wait_for()
+        assert "Recorder(logdir=" in empty.locator("code").text_content()
+        assert page.locator("#gs-run").is_disabled()
+        # Not inside TensorBoard: nobody will send DataReloaded, so it polls.
+        page.wait_for_selector('#gradscope[data-host="polling"]')
+        page.screenshot(path=str(artifacts / "gradscope-empty.png"))
+
+        write_run(empty_tensorboard.logdir, hostile_spec())
+        empty_tensorboard.wait_for_runs([HOSTILE])
+        page.locator("#gs-refresh").click()
+        page.wait_for_selector("#gs-matrix")
+        assert page.locator("#gs-empty").count() == 0
+        assert page.locator("#gs-run").input_value() == HOSTILE
+        assert errors == []
+    finally:
+        context.close()
