@@ -64,3 +64,118 @@ def write_actor_critic_run(run_dir: str, leaky: bool, steps: int = 4, every_n_st
     for _ in range(steps):
         train_step(s, a, returns)
     rec.close()
+
+
+_CACHE: dict[str, str] = {}
+
+
+def actor_critic_logdir(tmp_path_factory) -> str:
+    """One logdir with runs `leaky` and `clean`, written once per test session."""
+    if "ac" not in _CACHE:
+        root = tmp_path_factory.mktemp("actor_critic_logs")
+        write_actor_critic_run(str(root / "leaky"), leaky=True)
+        write_actor_critic_run(str(root / "clean"), leaky=False)
+        _CACHE["ac"] = str(root)
+    return _CACHE["ac"]
+
+
+def stop_gradient_line() -> int:
+    """The line of `tf.stop_gradient(advantage)` in this file (the clean twin's cut)."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(actor_critic_losses)
+    return first + next(i for i, l in enumerate(lines) if "tf.stop_gradient(advantage)" in l)
+
+
+def write_records(run_dir: str, records: list) -> None:
+    """Writes gradscope records as the recorder does (full metadata on a tag's
+    first event only): `records` is [(info, step, payload)], payload a table
+    array or a list of JSON documents."""
+    from tb_gradscope import format as fmt
+
+    first_seen: set = set()
+    writer = tf.summary.create_file_writer(run_dir)
+    with writer.as_default():
+        for info, step, payload in records:
+            tag = fmt.tag_for(info.kind, info.name)
+            metadata = b"" if tag in first_seen else fmt.create_summary_metadata(info).SerializeToString()
+            first_seen.add(tag)
+            if fmt.KIND_SPECS[info.kind].is_table:
+                value = fmt.encode_table(info, payload)
+            else:
+                value = tf.constant(fmt.encode_blobs(info, payload))
+            tf.summary.write(tag, value, step=step, metadata=metadata)
+    writer.close()
+
+
+def ema_drift_records(pair: str, tau: float, steps: range, frozen: bool = False) -> list:
+    """DRIFT records of an EMA target following a drifting online vector, computed
+    with numpy the way the drift kernel defines its columns."""
+    from tb_gradscope import format as fmt
+
+    info = fmt.make_info(fmt.Kind.DRIFT, pair, ["target"], {"target": "target", "online": "online", "tau": tau})
+    rng = np.random.default_rng(1)
+    online = rng.normal(size=32)
+    target = online.copy()
+    records = []
+    for step in steps:
+        online_prev, target_prev = online.copy(), target.copy()
+        online = online + 0.1 * rng.normal(size=32)
+        if not frozen:
+            target = target_prev + tau * (online - target_prev)
+        distance = float(np.linalg.norm(target - online))
+        gap = online - target_prev
+        estimated = float(np.dot(target - target_prev, gap) / np.dot(gap, gap))
+        row = [distance / np.linalg.norm(online), distance, np.linalg.norm(online),
+               np.linalg.norm(target - target_prev), estimated]
+        records.append((info, step, [row]))
+    return records
+
+
+DQN_SCOPES = ["online", "online/l1", "target", "target/l1"]
+
+
+def dqn_records(leaky: bool, steps=(0, 10, 20)) -> list:
+    """A DQN-like run: loss `td` trains `online`; the leaky twin also reaches
+    `target` (the TD target lacks stop_gradient). FlowGraph + grad/update tables."""
+    from tb_gradscope import format as fmt
+
+    target_state = fmt.UPDATES if leaky else fmt.BLOCKED
+    cells = {"td": {"online": fmt.UPDATES, "online/l1": fmt.UPDATES, "target": target_state, "target/l1": target_state}}
+    blocked = [] if leaky else [fmt.BlockedEdge(
+        loss="td", producer="target/l1/MatMul", consumer="StopGradient", op_name="StopGradient",
+        op_type="StopGradient", cause="stop_gradient", producer_scope="target/l1", consumer_scope="loss:td",
+        source=fmt.SourceLine("train.py", 42, "train_step"),
+    )]
+    flowgraph = fmt.FlowGraph(
+        losses=[fmt.LossInfo("td")], scopes=list(DQN_SCOPES), cells=cells, blocked_edges=blocked,
+        nodes=[fmt.GraphNode(s, "scope", s) for s in ("online/l1", "target/l1")] + [fmt.GraphNode("loss:td", "loss", "td")],
+        edges=[fmt.GraphEdge("online/l1", "loss:td", 1), fmt.GraphEdge("target/l1", "loss:td", 1, () if leaky else ("td",))],
+        applied=["online", "online/l1"] + (["target", "target/l1"] if leaky else []), source="tf2",
+    )
+    grads = fmt.make_info(fmt.Kind.GRAD_STATS, "td", DQN_SCOPES)
+    updates = fmt.make_info(fmt.Kind.UPDATE_STATS, "", DQN_SCOPES)
+    records = [(fmt.make_info(fmt.Kind.FLOWGRAPH), steps[0], [flowgraph.to_json()])]
+    for i, step in enumerate(steps):
+        leak = 0.25 * (i + 1) if leaky else 0.0
+        on = [2.0, 1.0 + i, 0.5, 0.0, 0.0]
+        off = [2.0 if leaky else 0.0, leak, leak, 0.0, 0.0]
+        records.append((grads, step, [on, on, off, off]))
+        records.append((updates, step, [[0.1, 3.0]] * 2 + [[0.1 if leaky else 0.0, 3.0]] * 2))
+    return records
+
+
+def dqn_logdir(root) -> str:
+    """runs `leaky` and `clean` of `dqn_records`, plus `recorded`: a run whose
+    recorder wrote a violation event (with a hostile scope name) itself."""
+    from tb_gradscope import format as fmt
+
+    write_records(str(root / "leaky"), dqn_records(True))
+    write_records(str(root / "clean"), dqn_records(False))
+    event = fmt.Event(type=fmt.VIOLATION, name="never(td, target/*)", step=30,
+                      message="loss 'td' reaches scope 'target/\x1b[31mred'", loss="td",
+                      scope="target/\x1b[31mred", evidence={"l2": 0.5})
+    write_records(str(root / "recorded"), dqn_records(False, steps=(30,)) + [
+        (fmt.make_info(fmt.Kind.EVENTS), 30, [event.to_json()]),
+    ])
+    return str(root)

@@ -75,7 +75,8 @@ def findings(run: str, recorded: Iterable[fmt.Event], evaluated: Iterable[fmt.Ev
     sources: dict[tuple, str] = {}
     for source, events in (("recorded", recorded), ("evaluated", fresh)):
         for event in events:
-            key = (event.name, event.loss, event.scope, event.pair, str(event.evidence.get("at", "")), source)
+            at = "" if "unmatched" in event.evidence else str(event.evidence.get("at", ""))
+            key = (event.name, event.loss, event.scope, event.pair, at, source)
             groups.setdefault(key, []).append(event)
             sources[key] = source
     result = []
