@@ -129,3 +129,26 @@ def test_lstm_target_is_never_gradient_reachable(lstm):
     assert "online" in fg.applied
     assert {e.cause for e in fg.blocked_edges} == {"stop_gradient"}
     assert all(e.source.line == marker_line("lstm_target") for e in fg.blocked_edges)
+
+
+def test_scope_graph_of_multihead_follows_the_layers():
+    fg = analyze(seed01_multihead())
+    edges = {(e.src, e.dst) for e in fg.edges}
+    assert edges == {
+        ("input:X", "Agent/layer1"),
+        ("Agent/layer1", "Agent/layer2_1"),
+        ("Agent/layer1", "Agent/layer2_2"),
+        ("Agent/layer2_1", "loss:loss1"),
+        ("Agent/layer2_2", "loss:loss2"),
+        ("input:Y1", "loss:loss1"),
+        ("input:Y2", "loss:loss2"),
+    }
+    assert {n.kind for n in fg.nodes} == {"scope", "input", "loss"}
+
+
+def test_scope_graph_carries_lstm_loop_output_to_head(lstm):
+    fg = analyze(lstm)
+    edges = {(e.src, e.dst): e.blocked_for for e in fg.edges}
+    assert edges[("online/lstm/lstm_cell", "online/head")] == ()
+    assert edges[("target/lstm/lstm_cell", "target/head")] == ()
+    assert edges[("target/head", "loss:loss")] == ("loss",)

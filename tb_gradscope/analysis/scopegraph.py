@@ -5,7 +5,8 @@ other op is glue and passes on the set of scope-graph nodes its inputs came
 from. An edge A -> B counts the tensors arriving at an op of B (or at a loss)
 whose nearest upstream nodes include A. `downstream` is the mirror image,
 used to place a blocked edge's consumer side. Both are single passes in node
-order (loop back edges add no scope edges).
+order; a second pass carries values around loop back edges (one level of
+loop nesting; deeper nests may miss edges carried around the outer loop).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ class ScopeGraph:
         self.upstream: list[frozenset[str]] = [_EMPTY] * len(flat)
         self.edges: Counter[tuple[str, str]] = Counter()
         self._downstream: list[frozenset[str]] | None = None
-        self._forward(inputs)
+        self._forward(inputs, count=False)
+        self._forward(inputs, count=True)
 
-    def _forward(self, inputs: Mapping[int, str]) -> None:
+    def _forward(self, inputs: Mapping[int, str], count: bool) -> None:
         flat, cone, readers, label = self.flat, self.cone, self.readers, self.label
         upstream, edges = self.upstream, self.edges
         for n, op_inputs in enumerate(flat.inputs):
@@ -65,7 +67,7 @@ class ScopeGraph:
                 continue
             if scope is not None:
                 label[n] = scope
-                for src, _ in op_inputs:
+                for src, _ in op_inputs if count else ():
                     if src not in readers:
                         for a in upstream[src]:
                             if a != scope:
