@@ -1,0 +1,187 @@
+"""Pair anomalies found in real trainings, read back through TensorBoard.
+
+Each test trains a tiny online network with Adam, updates its target the way the
+scenario says, records with DriftMonitor, reads the event file through
+TensorBoard's data provider and runs `find_anomalies` on what it decoded.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from tb_gradscope import anomalies
+from tb_gradscope.pairs import detect_pairs, pair_models
+from tb_gradscope.pairs.series import update_mode
+from tests import pairs_support as ps
+
+
+def _events(record):
+    return anomalies.find_anomalies(record.info.name, record.info.attrs, record.steps, record.tables)
+
+
+def _names(events):
+    return sorted({e.name for e in events})
+
+
+def _only(records):
+    assert len(records) == 1, sorted(records)
+    return next(iter(records.values()))
+
+
+def test_undeclared_ema_is_detected_and_tau_estimated_within_5_percent(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
+        ps.ema_update(0.01), steps=200,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    assert record.info.name == "target<-online"
+    _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
+    mode = update_mode(series)
+    assert mode.kind == "ema"
+    assert abs(mode.tau - 0.01) / 0.01 < 0.05, mode
+    assert record.column("target", "drift")[0] == 0.0  # initialised from online
+    assert _events(record) == []
+    assert run.traces == 1  # one trace serves recorded and unrecorded steps
+
+
+def test_declared_wrong_tau_names_both_values(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, tau=0.1)],
+        ps.ema_update(0.01), steps=100,
+    )
+    events = _events(_only(ps.read_drift(run.logdir)))
+    assert _names(events) == [anomalies.TAU_MISMATCH]
+    (event,) = events
+    assert "declared tau 0.1 " in event.message and "effective tau 0.01" in event.message
+    assert event.evidence["declared_tau"] == 0.1
+    assert abs(event.evidence["effective_tau"] - 0.01) < 0.0005
+    assert event.pair == "target<-online" and event.scope == "target"
+
+
+def test_reinitialised_clone_is_never_synced_at_step_0(tmp_path):
+    online = ps.mlp("online", seed=2)
+    target = keras.models.clone_model(online)  # same architecture, fresh weights
+    target.name = "target"
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.01), steps=30,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    events = _events(record)
+    assert anomalies.NEVER_SYNCED in _names(events)
+    first = next(e for e in events if e.name == anomalies.NEVER_SYNCED)
+    assert first.step == 0
+    assert first.evidence["drift"] == pytest.approx(record.column("target", "drift")[0], rel=1e-3)
+    assert first.evidence["drift"] > 0.5
+
+
+def test_hard_copy_every_100_steps_is_exact_and_mode_hard_100(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
+        ps.hard_copy(100), steps=350, every_n_steps=25,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    drift = dict(zip(record.steps, record.column("target", "drift")))
+    tau = dict(zip(record.steps, record.column("target", "tau")))
+    for copy_step in (0, 100, 200, 300):
+        assert drift[copy_step] == 0.0
+    for copy_step in (100, 200, 300):
+        assert tau[copy_step] == pytest.approx(1.0, abs=1e-6)
+    assert drift[150] > 0
+    _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
+    assert update_mode(series).label == "hard(100)"
+    assert _events(record) == []
+
+
+def test_target_in_optimizer_variables_is_moved_by_optimizer(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.01), steps=60, optimizer_vars="both",
+    )
+    events = _events(_only(ps.read_drift(run.logdir)))
+    moved = [e for e in events if e.name == anomalies.MOVED_BY_OPTIMIZER]
+    assert len(moved) == 1
+    assert "target/dense_" in " ".join(moved[0].evidence["optimizer_scopes"])
+    assert moved[0].evidence["unexplained_moves"] >= 2  # the dynamic evidence agrees
+
+
+def test_target_moved_by_gradient_is_seen_without_optimizer_introspection(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.01), steps=60, optimizer_vars="both", monitor_optimizer=False,
+    )
+    events = _events(_only(ps.read_drift(run.logdir)))
+    moved = [e for e in events if e.name == anomalies.MOVED_BY_OPTIMIZER]
+    assert len(moved) == 1 and moved[0].evidence["optimizer_scopes"] == []
+    assert moved[0].evidence["median_residual"] > 0.5
+
+
+def test_copy_online_from_target_is_wrong_direction(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=100)],
+        ps.hard_copy(100, reverse=True), steps=220,
+    )
+    events = _events(_only(ps.read_drift(run.logdir)))
+    assert _names(events) == [anomalies.WRONG_DIRECTION]
+    (event,) = events
+    assert event.step == 100
+    assert event.evidence["tau_reverse"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_ema_of_trainable_weights_only_leaves_moving_statistics_untracked(tmp_path):
+    target = ps.mlp("target", batchnorm=True, seed=1)
+    online = ps.mlp("online", batchnorm=True, seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
+        ps.ema_update(0.05, weights="trainable_weights"), steps=80,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    events = _events(record)
+    assert _names(events) == [anomalies.MOVING_STATS_NOT_TRACKED]
+    scopes = events[0].evidence["scopes"]
+    assert sorted(s.rsplit("/", 1)[-1] for s in scopes) == ["moving_mean", "moving_variance"]
+    _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
+    assert update_mode(series).tau == pytest.approx(0.05, rel=0.01)
+
+
+def test_ema_of_all_weights_tracks_moving_statistics(tmp_path):
+    target = ps.mlp("target", batchnorm=True, seed=1)
+    online = ps.mlp("online", batchnorm=True, seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
+        ps.ema_update(0.05), steps=80,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    assert _events(record) == []
+    state = record.info.attrs["state_scopes"]
+    assert len(state) == 2
+    assert np.nanmax(record.column(state[0], "target_step")) > 0
+
+
+def test_target_never_updated_is_frozen(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
+        lambda t, o, s: None, steps=60,
+    )
+    events = _events(_only(ps.read_drift(run.logdir)))
+    assert _names(events) == [anomalies.TARGET_FROZEN]
+    assert events[0].step == 10
+    assert events[0].evidence["drift_last"] > events[0].evidence["drift_first"]
