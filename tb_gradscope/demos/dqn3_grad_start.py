@@ -32,6 +32,7 @@ HIDDEN = (32, 32)
 RULES = (
     "never(td, target/*)",
     "only(td, online/*)",
+    f"tracks(target, online, every={SYNC_EVERY})",
 )
 
 

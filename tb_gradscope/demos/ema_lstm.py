@@ -27,7 +27,7 @@ BATCH = 32
 
 RULES = (
     "never(td, target/*)",
-    f"tracks(target, online, ema({1.0 - DECAY:g}))",
+    f"tracks(target, online, tau={1.0 - DECAY:g})",
 )
 
 

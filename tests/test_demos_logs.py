@@ -1,0 +1,208 @@
+"""The demos' logs, read back through TensorBoard's ingestion: structure and leaks.
+
+One session fixture regenerates every demo for a few steps (one process, like
+`tb-gradscope demo`); the tests compare its structure with the committed
+demo_logs/ and check, with the rules engine, that each clean twin keeps its
+demo's RULES and each leaky twin breaks them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+
+import pytest
+
+from tb_gradscope import format as fmt
+from tb_gradscope import rules as rules_lib
+from tb_gradscope.commands.logs import RunLogs, load_logdir
+from tb_gradscope.demos import spec as demo_spec
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DEMO_LOGS = REPO / "demo_logs"
+FEW_STEPS = 11  # records steps 0, 5 and 10 with the default every 5
+EXPECTED_RUNS = sorted(
+    f"{name}/{twin}"
+    for name in demo_spec.DEMO_NAMES
+    for twin in demo_spec.load_demo(name).twins
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def fresh(tmp_path_factory) -> dict[str, RunLogs]:
+    """Every demo retrained for FEW_STEPS steps into a temporary logdir."""
+    from tb_gradscope.demos.runner import run_demos
+
+    logdir = tmp_path_factory.mktemp("demos")
+    run_demos(str(logdir), steps=FEW_STEPS, env="builtin", stream=io.StringIO())
+    return {logs.run: logs for logs in load_logdir(str(logdir))}
+
+
+@pytest.fixture(scope="session")
+def committed() -> dict[str, RunLogs]:
+    """The committed demo_logs/ (regenerate with `make demo-logs`)."""
+    assert DEMO_LOGS.is_dir(), "demo_logs/ is missing: run `make demo-logs` and commit it"
+    return {logs.run: logs for logs in load_logdir(str(DEMO_LOGS))}
+
+
+def structure(logs: RunLogs) -> dict:
+    """What must not change between a regenerated run and the committed one."""
+    (_, graph), = logs.flowgraphs[:1] or [(0, None)]
+    first = min(logs.grads)
+    return {
+        "losses": sorted(logs.grads[first]),
+        "grad_scopes": {loss: t.info.scopes for loss, t in logs.grads[first].items()},
+        "update_scopes": logs.updates[min(logs.updates)].info.scopes,
+        "flowgraphs": len(logs.flowgraphs),
+        "cells": graph.cells if graph else None,
+        "applied": graph.applied if graph else None,
+        "blocked_edges": sorted(
+            (e.loss, e.op_type, e.cause, e.producer_scope, e.consumer_scope)
+            for e in (graph.blocked_edges if graph else [])
+        ),
+        "event_names": sorted({(e.type, e.name) for e in logs.events}),
+        "warnings": logs.warnings,
+    }
+
+
+def test_every_demo_writes_one_run_per_twin(fresh, committed):
+    assert sorted(fresh) == EXPECTED_RUNS
+    assert sorted(committed) == EXPECTED_RUNS
+
+
+@pytest.mark.parametrize("run", EXPECTED_RUNS)
+def test_regenerated_run_has_the_committed_structure(fresh, committed, run):
+    assert structure(fresh[run]) == structure(committed[run]), (
+        f"{run} differs from demo_logs/: if the change is intended, run "
+        "`make demo-logs` and commit demo_logs/"
+    )
+
+
+@pytest.mark.parametrize("run", EXPECTED_RUNS)
+def test_regenerated_run_records_every_fifth_step(fresh, run):
+    assert fresh[run].steps == [0, 5, 10]
+
+
+def test_committed_logs_cover_each_demos_default_steps(committed):
+    for name in demo_spec.DEMO_NAMES:
+        demo = demo_spec.load_demo(name)
+        for twin in demo.twins:
+            last = committed[f"{name}/{twin}"].steps[-1]
+            assert demo.default_steps - demo_spec.DEFAULT_RECORD_EVERY <= last < demo.default_steps
+
+
+def _rules(name: str, kinds: tuple) -> list:
+    return [r for r in map(rules_lib.parse_rule, demo_spec.load_demo(name).rules)
+            if isinstance(r, kinds)]
+
+
+FLOW_RULES = (rules_lib.Never, rules_lib.Only, rules_lib.Blocked)
+# TF2 analysis knows which variables *some* optimizer applies, not which loss's
+# optimizer applies them, so multihead's var_list leak is not static yet.
+STATIC_LEAKS = [n for n in demo_spec.DEMO_NAMES if n != "ema_lstm"]
+
+
+def _static_violations(logs: RunLogs, name: str) -> list:
+    graph = logs.flowgraphs[0][1]
+    return rules_lib.check_flowgraph(_rules(name, FLOW_RULES), graph)
+
+
+def _step_violations(logs: RunLogs, name: str) -> list:
+    rules = _rules(name, FLOW_RULES)
+    return [e for step, grads in sorted(logs.grads.items())
+            for e in rules_lib.check_stats(rules, step, grads, logs.updates.get(step))]
+
+
+@pytest.mark.parametrize("name", [
+    n if n != "multihead" else pytest.param(n, marks=pytest.mark.xfail(
+        strict=True, reason="TF2 analysis does not attribute optimizer writes to losses: "
+        "loss2 -> Agent/layer1 shows 'updates' although only opt1 applies it"))
+    for n in demo_spec.DEMO_NAMES
+])
+def test_clean_twin_keeps_its_rules_in_the_flowgraph(committed, name):
+    assert _static_violations(committed[f"{name}/clean"], name) == []
+
+
+@pytest.mark.parametrize("name", demo_spec.DEMO_NAMES)
+def test_clean_twin_keeps_its_rules_at_every_recorded_step(committed, name):
+    assert _step_violations(committed[f"{name}/clean"], name) == []
+
+
+@pytest.mark.parametrize("name", [n for n in STATIC_LEAKS if n != "multihead"])
+def test_leaky_twin_breaks_its_rules_in_the_flowgraph(committed, name):
+    assert _static_violations(committed[f"{name}/leaky"], name)
+
+
+@pytest.mark.parametrize("name", STATIC_LEAKS)
+def test_leaky_twin_breaks_its_rules_at_every_recorded_step(committed, name):
+    logs = committed[f"{name}/leaky"]
+    broken_at = {e.step for e in _step_violations(logs, name)}
+    assert broken_at == set(logs.steps)
+
+
+@pytest.mark.xfail(strict=True, reason="drift of target/EMA pairs is not recorded by the demos yet")
+def test_ema_lstm_leaky_twin_shows_drift(committed):
+    assert committed["ema_lstm/leaky"].drift
+
+
+def test_dqn_leaky_twin_moves_the_target_network_and_clean_does_not(committed):
+    for twin, moves in (("clean", False), ("leaky", True)):
+        logs = committed[f"dqn/{twin}"]
+        for step, table in logs.updates.items():
+            assert (table.row("target")["update_norm"] > 0) == moves, (twin, step)
+            assert table.row("online")["update_norm"] > 0, (twin, step)
+
+
+def test_dqn_clean_twin_blocks_the_target_at_its_stop_gradient(committed):
+    graph = committed["dqn/clean"].flowgraphs[0][1]
+    assert {e.op_type for e in graph.blocked_edges} == {"StopGradient"}
+    assert all(e.producer_scope.startswith("target") for e in graph.blocked_edges)
+    assert graph.cells["td"]["target"] == fmt.BLOCKED
+
+
+def test_dqn3_clean_twin_starts_the_gradient_at_the_q_output(committed):
+    graph = committed["dqn3_grad_start/clean"].flowgraphs[0][1]
+    (loss,) = graph.losses
+    assert (loss.name, loss.kind) == ("td", "start_point")
+    assert graph.cells["td"]["target"] == fmt.INDEPENDENT
+    leaky = committed["dqn3_grad_start/leaky"].flowgraphs[0][1]
+    assert [l.kind for l in leaky.losses] == ["loss"]
+
+
+def test_multihead_loss2_reaches_the_shared_layer_only_in_the_leaky_twin(committed):
+    for twin, reaches in (("clean", False), ("leaky", True)):
+        logs = committed[f"multihead/{twin}"]
+        for step, grads in logs.grads.items():
+            assert (grads["loss2"].row("Agent/layer1")["grad_vars"] > 0) == reaches, (twin, step)
+            assert grads["loss1"].row("Agent/layer1")["grad_vars"] > 0
+
+
+def test_actor_critic_advantage_is_cut_only_in_the_clean_twin(committed):
+    clean = committed["actor_critic/clean"].flowgraphs[0][1]
+    leaky = committed["actor_critic/leaky"].flowgraphs[0][1]
+    assert clean.cells["actor"]["ac/critic"] == fmt.BLOCKED
+    assert leaky.cells["actor"]["ac/critic"] == fmt.UPDATES
+    assert clean.cells["critic"]["ac/actor"] == fmt.INDEPENDENT
+
+
+def test_demo_logs_stay_small():
+    size = sum(f.stat().st_size for f in DEMO_LOGS.rglob("*") if f.is_file())
+    assert size < 20 * 2**20, f"demo_logs/ is {size / 2**20:.1f} MB; keep it under 20 MB"
+
+
+def test_regenerating_a_demo_is_deterministic(fresh, tmp_path):
+    from tb_gradscope.demos.runner import run_demos
+
+    run_demos(str(tmp_path), only=["dqn"], steps=FEW_STEPS, env="builtin", stream=io.StringIO())
+    again = {logs.run: logs for logs in load_logdir(str(tmp_path))}
+    for twin in ("clean", "leaky"):
+        before, after = fresh[f"dqn/{twin}"], again[f"dqn/{twin}"]
+        assert before.steps == after.steps
+        for step in before.steps:
+            for loss, table in before.grads[step].items():
+                assert (table.values == after.grads[step][loss].values).all(), (twin, step, loss)
+            assert (before.updates[step].values == after.updates[step].values).all()
+    assert os.listdir(tmp_path) == ["dqn"]
