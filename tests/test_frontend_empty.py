@@ -12,16 +12,10 @@ from typing import Iterator
 
 import pytest
 
-pytest.register_assert_rewrite("tests.frontend_fixtures")
+pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
 
-from tests.frontend_fixtures import (
-    HOSTILE,
-    TensorBoard,
-    hostile_spec,
-    start_tensorboard,
-    stop_tensorboard,
-    write_run,
-)
+from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
+from tests.frontend_logs import HOSTILE, hostile_spec, write_run
 
 pytest_plugins = ["tests.frontend_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -15,9 +15,10 @@ from typing import Iterator
 
 import pytest
 
-pytest.register_assert_rewrite("tests.frontend_fixtures")
+pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
 
-from tests.frontend_fixtures import DQN_LOSSES, DQN_SCOPES, HOSTILE, Logs, TensorBoard, hostile_spec
+from tests.frontend_fixtures import Logs, TensorBoard
+from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec
 
 pytest_plugins = ["tests.frontend_fixtures"]
 pytestmark = pytest.mark.browser
@@ -119,7 +120,9 @@ def test_tab_loads_inside_tensorboard_without_console_errors(open_tab, artifacts
     # Our guest side of TensorBoard's message channel got an answer.
     tab.frame.wait_for_selector('#gradscope[data-host="tensorboard"]', timeout=10_000)
     runs = tab.frame.locator("#gs-run option").evaluate_all("os => os.map(o => o.value)")
-    assert sorted(runs) == sorted([HOSTILE, "dqn", "live"])  # scalars_only has no gradscope data
+    assert sorted(runs) == sorted([HOSTILE, "dqn", "live", "states"])  # scalars_only has no gradscope data
+    tab.cell("td", "online/l1").click()
+    tab.frame.wait_for_selector('#gs-details dd[data-field="scope"]')
     tab.page.screenshot(path=str(artifacts / "gradscope-in-tensorboard.png"), full_page=True)
     tab.assert_clean()
 
@@ -215,6 +218,32 @@ def test_step_slider_moves_over_kept_steps(open_tab, tensorboard: TensorBoard) -
     assert math.isclose(float(tab.cell("td", "online/l1").text_content()), first, rel_tol=0.05)
     slider.press("ArrowRight")
     tab.frame.wait_for_selector(f'#gs-matrix[data-step="{steps[1]}"]')
+    tab.assert_clean()
+
+
+def test_every_flow_state_has_its_own_look(open_tab, tensorboard: TensorBoard, artifacts: pathlib.Path) -> None:
+    spec = states_spec()
+    served = tensorboard.json("matrix", run=spec.name)["cells"]
+    expected = {scope.rpartition("/")[2]: scope for scope in spec.scopes if "/" in scope}
+    # The backend's rule gives each leaf the state it is named after.
+    assert {name: served["main"][scope]["state"] for name, scope in expected.items()} == {
+        name: name for name in expected
+    }
+    tab = open_tab(run=spec.name)
+    looks = {}
+    for loss, row in served.items():
+        for scope, cell in row.items():
+            button = tab.cell(loss, scope)
+            assert button.get_attribute("data-state") == cell["state"], (loss, scope)
+            assert button.get_attribute("data-violation") == str(cell["violation"]).lower()
+            looks.setdefault(cell["state"], set()).add(button.evaluate("b => getComputedStyle(b).backgroundImage + getComputedStyle(b).backgroundColor"))
+    assert set(looks) == {"updates", "ignored", "blocked", "vanishing", "nonfinite", "no_gradient"}
+    assert len({min(v) for v in looks.values()}) == len(looks), looks
+    assert served["main"]["net/updates"]["violation"] is True
+    outline = tab.cell("main", "net/updates").evaluate("b => getComputedStyle(b).outlineStyle")
+    assert outline == "solid"
+    assert tab.cell("main", "net/nonfinite").text_content() == "NaN"
+    tab.page.screenshot(path=str(artifacts / "gradscope-states.png"))
     tab.assert_clean()
 
 

@@ -1,0 +1,206 @@
+"""Logs for the Gradscope tab's tests: recorded by the real Recorder, or hand-written.
+
+`DqnTrainer` trains a tiny DQN under `tb_gradscope.record.Recorder`. `RunSpec`
+runs are hand-written event files (`tf.summary.write` + the `tb_gradscope.format`
+contract) for what a healthy training loop does not produce on demand: names
+that are HTML, and every flow state (ignored, vanishing, nonfinite, a violation)
+side by side. A RunSpec also says what it holds, for the tests to compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Mapping
+
+from tb_gradscope import format as fmt
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+NO_GRADIENT_ROW = (0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def grad_row(l2: float, grad_vars: int = 2, nonfinite: float = 0.0) -> tuple[float, ...]:
+    """A grad_stats row: (grad_vars, l2, max_abs, nonfinite, zero_frac)."""
+    return (float(grad_vars), l2, l2 / 3.0, nonfinite, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """A hand-written run, the same at every step.
+
+    Attributes:
+      name: the run's directory name (untrusted text on the page).
+      scopes: the scope tree in tree order (parents before children).
+      static: the FlowGraph's state per loss and scope; losses absent here have
+        no static state.
+      grads: per loss and scope, the grad_stats row.
+      updates: per scope, (update_norm, weight_norm).
+      events: written at the last step.
+      steps: the recorded steps.
+    """
+
+    name: str
+    scopes: tuple[str, ...]
+    static: Mapping[str, Mapping[str, str]]
+    grads: Mapping[str, Mapping[str, tuple[float, ...]]]
+    updates: Mapping[str, tuple[float, float]]
+    events: tuple[fmt.Event, ...] = ()
+    steps: tuple[int, ...] = (0, 10)
+
+
+def hostile_spec() -> RunSpec:
+    """Run, loss and scope names that are HTML: they must show as text."""
+    root = f"net{HOSTILE}"
+    scopes = (root, f"{root}/{HOSTILE}")
+    return RunSpec(
+        name=HOSTILE,
+        scopes=scopes,
+        static={HOSTILE: {s: fmt.UPDATES for s in scopes}},
+        grads={HOSTILE: {s: grad_row(0.3) for s in scopes}},
+        updates={s: (0.01, 2.0) for s in scopes},
+    )
+
+
+def states_spec() -> RunSpec:
+    """One loss whose cells go through every flow state, plus one violation.
+
+    `probe` is absent from the FlowGraph, so its missing gradients can only be
+    "no_gradient" (nothing tells blocked from independent).
+    """
+    scopes = ("net", "net/blocked", "net/ignored", "net/nonfinite", "net/updates", "net/vanishing")
+    static = {"main": {s: fmt.UPDATES for s in scopes}}
+    static["main"].update({"net/blocked": fmt.BLOCKED, "net/ignored": fmt.IGNORED})
+    main = {
+        "net": grad_row(1.0, grad_vars=8, nonfinite=3.0),
+        "net/blocked": NO_GRADIENT_ROW,
+        "net/ignored": grad_row(0.2),
+        "net/nonfinite": grad_row(float("nan"), nonfinite=3.0),
+        "net/updates": grad_row(0.5),
+        "net/vanishing": grad_row(0.0),
+    }
+    violation = fmt.Event(
+        type=fmt.VIOLATION, name="blocked(main, net/updates)", step=10,
+        message="loss 'main' reaches scope 'net/updates'", loss="main", scope="net/updates",
+    )
+    return RunSpec(
+        name="states",
+        scopes=scopes,
+        static=static,
+        grads={"main": main, "probe": {s: NO_GRADIENT_ROW for s in scopes}},
+        updates={s: (0.0 if s == "net/ignored" else 0.01, 2.0) for s in scopes},
+        events=(violation,),
+    )
+
+
+def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
+    """Writes `spec` as event files under logdir/name."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(str(logdir / spec.name))
+    with writer.as_default():
+        for step in spec.steps:
+            if step == spec.steps[0]:
+                _write_flowgraph(spec, step)
+            for loss, rows in spec.grads.items():
+                info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, spec.scopes)
+                _write_table(info, [rows[s] for s in spec.scopes], step)
+            info = fmt.make_info(fmt.Kind.UPDATE_STATS, "", spec.scopes)
+            _write_table(info, [spec.updates[s] for s in spec.scopes], step)
+            if spec.events and step == spec.steps[-1]:
+                _write_blobs(fmt.make_info(fmt.Kind.EVENTS), [e.to_json() for e in spec.events], step)
+    writer.flush()
+    writer.close()
+
+
+def _write_table(info: fmt.RecordInfo, rows: list[tuple[float, ...]], step: int) -> None:
+    import tensorflow as tf
+
+    tf.summary.write(
+        fmt.tag_for(info.kind, info.name),
+        tf.constant(fmt.encode_table(info, rows)),
+        step=step,
+        metadata=fmt.create_summary_metadata(info),
+    )
+
+
+def _write_blobs(info: fmt.RecordInfo, documents: list[object], step: int) -> None:
+    import tensorflow as tf
+
+    tf.summary.write(
+        fmt.tag_for(info.kind, info.name),
+        tf.constant(fmt.encode_blobs(info, documents)),
+        step=step,
+        metadata=fmt.create_summary_metadata(info),
+    )
+
+
+def _write_flowgraph(spec: RunSpec, step: int) -> None:
+    graph = fmt.FlowGraph(
+        losses=[fmt.LossInfo(name=loss) for loss in spec.static],
+        scopes=list(spec.scopes),
+        cells={loss: dict(row) for loss, row in spec.static.items()},
+        applied=[s for s in spec.scopes if any(r[s] == fmt.UPDATES for r in spec.static.values())],
+        source="tf2",
+    )
+    _write_blobs(fmt.make_info(fmt.Kind.FLOWGRAPH), [graph.to_json()], step)
+
+
+DQN_LOSSES = ("aux", "td")
+DQN_SCOPES = ("online", "online/l1", "online/l2", "target", "target/l1", "target/l2")
+
+
+class DqnTrainer:
+    """A tiny DQN recorded by the real Recorder: online and target nets.
+
+    The TD target goes through `tf.stop_gradient` on the target net, so `td`
+    updates online/* and is blocked on target/*; `aux` (an activity penalty on
+    online/l1) does not depend on online/l2 or the target at all.
+    """
+
+    def __init__(self, run_dir: pathlib.Path, every_n_steps: int = 10, seed: int = 0):
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        from tb_gradscope.record import Recorder
+
+        keras.utils.set_random_seed(seed)
+        self._rng = np.random.default_rng(seed)
+        online, target = self._net(keras), self._net(keras)
+        target.set_weights(online.get_weights())
+        optimizer = keras.optimizers.Adam(1e-2)
+        self.recorder = Recorder(
+            logdir=str(run_dir), every_n_steps=every_n_steps,
+            models={"online": online, "target": target},
+        )
+        rec = self.recorder
+        variables = online.trainable_variables + target.trainable_variables
+
+        @tf.function
+        def train_step(s, a, r, s2):
+            with rec.tape() as tape:
+                q = tf.reduce_sum(online(s) * tf.one_hot(a, 2), axis=1)
+                y = r + 0.9 * tf.stop_gradient(tf.reduce_max(target(s2), axis=1))
+                td = tf.reduce_mean(tf.square(y - q))
+                aux = 1e-3 * tf.reduce_mean(tf.square(online.get_layer("l1")(s)))
+            grads_and_vars = rec.gradients(tape, {"td": td, "aux": aux}, variables)
+            rec.apply(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
+
+        self._train_step = train_step
+
+    @staticmethod
+    def _net(keras):
+        return keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu", name="l1"),
+            keras.layers.Dense(2, name="l2"),
+        ])
+
+    def train(self, steps: int) -> None:
+        """Runs `steps` training steps on random transitions, then flushes."""
+        for _ in range(steps):
+            s, s2 = self._rng.normal(size=(2, 16, 4)).astype("float32")
+            a = self._rng.integers(0, 2, 16).astype("int32")
+            r = self._rng.normal(size=16).astype("float32")
+            self._train_step(s, a, r, s2)
+        self.recorder.flush()
