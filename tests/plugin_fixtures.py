@@ -5,15 +5,23 @@ metadata on a tag's first write in a writer and b"" afterwards) with values
 that are a pure function of (record, scope, step), so tests compare what the
 plugin serves with `expected_*` here instead of hard-coded answers.
 
-Also runnable, to write a run from another process while TensorBoard watches:
-  python -m tests.plugin_fixtures LOGDIR RUN --steps 50 --start 0 --sleep 0.2
+Also runnable, to keep writing a run from another process while TensorBoard
+watches (one open event file, flushed after each batch):
+  python -m tests.plugin_fixtures LOGDIR RUN --steps 5 --batches 2 --go FILE
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import pathlib
+import re
+import subprocess
+import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -149,12 +157,15 @@ class RunSpec:
     scalar_tag: str | None = None
 
 
-def write_run(logdir: str, run: str, spec: RunSpec) -> None:
-    """Writes one run in one writer (one event file)."""
+def write_run(logdir: str, run: str, spec: RunSpec, writer=None, first: set | None = None) -> None:
+    """Writes one run in one writer (one event file). Pass `writer` and
+    `first` (tags already written with metadata) to keep writing the same
+    file across calls; the writer is then flushed, not closed."""
     import tensorflow as tf
 
-    writer = tf.summary.create_file_writer(f"{logdir}/{run}", max_queue=1000)
-    first: set[str] = set()
+    own = writer is None
+    writer = writer or tf.summary.create_file_writer(f"{logdir}/{run}", max_queue=1000)
+    first = set() if first is None else first
 
     def write(info: fmt.RecordInfo, tag: str, value, step: int) -> None:
         meta = b"" if tag in first else fmt.create_summary_metadata(info).SerializeToString()
@@ -185,6 +196,52 @@ def write_run(logdir: str, run: str, spec: RunSpec) -> None:
                 write(info, fmt.tag_for(fmt.Kind.EVENTS), tf.constant(docs), step)
             if spec.scalar_tag:
                 tf.summary.scalar(spec.scalar_tag, float(step % 17), step=step)
+    if own:
+        writer.close()
+    else:
+        writer.flush()
+
+
+def write_bulk(
+    logdir: str,
+    run: str,
+    steps: int,
+    scopes: Sequence[str],
+    losses: Sequence[str],
+    scalar_tag: str | None = None,
+    chunk: int = 5000,
+) -> None:
+    """A long run fast: grad_stats per loss and update_stats at steps
+    0..steps-1 with pseudo-random values, written by a compiled loop (the
+    metadata on each tag's first write only, as the recorder does)."""
+    import tensorflow as tf
+
+    infos = [fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes) for loss in losses]
+    infos.append(fmt.make_info(fmt.Kind.UPDATE_STATS, "", scopes))
+    tags = [fmt.tag_for(i.kind, i.name) for i in infos]
+    writer = tf.summary.create_file_writer(f"{logdir}/{run}", max_queue=100_000, flush_millis=600_000)
+
+    def table(step, k: int, columns: int):
+        seed = tf.stack([tf.cast(step, tf.int64), tf.constant(k, tf.int64)])
+        return tf.random.stateless_uniform([len(scopes), columns], seed=seed) + 0.5
+
+    @tf.function
+    def write_steps(start, count):
+        for i in tf.range(count):
+            step = start + tf.cast(i, tf.int64)
+            for k, (tag, info) in enumerate(zip(tags, infos)):
+                tf.summary.write(tag, table(step, k, len(info.columns)), step=step, metadata=b"")
+            if scalar_tag:
+                tf.summary.scalar(scalar_tag, tf.cast(step % 17, tf.float32), step=step)
+
+    with writer.as_default():
+        for k, (tag, info) in enumerate(zip(tags, infos)):
+            meta = fmt.create_summary_metadata(info).SerializeToString()
+            tf.summary.write(tag, table(0, k, len(info.columns)), step=0, metadata=meta)
+        if scalar_tag:
+            tf.summary.scalar(scalar_tag, 0.0, step=0)
+        for start in range(1, steps, chunk):
+            write_steps(tf.constant(start, tf.int64), tf.constant(min(chunk, steps - start)))
     writer.close()
 
 
@@ -265,20 +322,84 @@ def write_standard_logdir(root: str) -> str:
     return root
 
 
+class TensorBoardServer:
+    """A real `tensorboard` process on 127.0.0.1 and a free port.
+
+    The URL is parsed from the "TensorBoard ... at http://127.0.0.1:PORT/" line
+    TensorBoard prints on stderr; `stop()` ends the process (and, through its
+    stdin, the Rust data server it spawned).
+    """
+
+    URL_LINE = re.compile(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+/)")
+
+    def __init__(self, logdir: str, load_fast: str, *extra: str):
+        binary = pathlib.Path(sys.executable).with_name("tensorboard")
+        self.argv = [str(binary), "--logdir", logdir, "--port", "0", "--host", "127.0.0.1",
+                     f"--load_fast={load_fast}", "--reload_interval", "1", *extra]
+        self.lines: list[str] = []
+        self.url = ""
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120.0) -> "TensorBoardServer":
+        self.process = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        found = threading.Event()
+
+        def pump() -> None:
+            for line in self.process.stderr:
+                self.lines.append(line)
+                match = self.URL_LINE.search(line)
+                if match and not self.url:
+                    self.url = match.group(1)
+                    found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not found.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"tensorboard printed no URL in {timeout}s: {''.join(self.lines)[-2000:]}")
+        return self
+
+    def get(self, path: str, timeout: float = 60.0) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) of a GET on `path` (relative to the root)."""
+        request = urllib.request.Request(self.url + path.lstrip("/"))
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="write a gradscope run slowly")
+    parser = argparse.ArgumentParser(description="keep writing one gradscope run")
     parser.add_argument("logdir")
     parser.add_argument("run")
-    parser.add_argument("--start", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batches", type=int, default=1, help="separate writers, one after another")
-    parser.add_argument("--sleep", type=float, default=0.0, help="seconds between batches")
+    parser.add_argument("--steps", type=int, default=5, help="steps per batch")
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--go", help="before each later batch, wait until this file exists")
     args = parser.parse_args()
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(f"{args.logdir}/{args.run}")
+    first: set[str] = set()
     for b in range(args.batches):
-        start = args.start + b * args.steps
-        write_run(args.logdir, args.run, RunSpec(steps=range(start, start + args.steps), events=False))
-        print(f"wrote steps {start}..{start + args.steps - 1}", flush=True)
-        time.sleep(args.sleep)
+        if b and args.go:
+            deadline = time.monotonic() + 120
+            while not pathlib.Path(args.go).exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        steps = range(b * args.steps, (b + 1) * args.steps)
+        write_run(args.logdir, args.run, RunSpec(steps=steps, events=False), writer, first)
+        print(f"flushed steps {steps[0]}..{steps[-1]}", flush=True)
+    writer.close()
 
 
 if __name__ == "__main__":
