@@ -44,7 +44,7 @@ def check_drift(rules: Iterable[Rule], drift: Mapping[str, DriftSeries], step: i
             events.append(_event(rule, step, "", (
                 f"no drift is recorded for target '{rule.target}' following online '{rule.online}' "
                 f"(recorded pairs: {known or 'none'}); declare the pair to the Recorder"
-            ), {"pairs": known}))
+            ), {"unmatched": "pair", "pairs": known}))
             continue
         events.extend(_check_series(rule, pair, drift[pair]))
     return events

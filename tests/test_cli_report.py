@@ -1,0 +1,100 @@
+"""`tb-gradscope report`: the flow table, blocked edges, drift and violations per run."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from tb_gradscope.commands import build_parser
+from tests import rules_fixtures as rf
+
+
+def report(*argv: str) -> tuple[int, str, str]:
+    args = build_parser().parse_args(["report", *argv])
+    out, err = io.StringIO(), io.StringIO()
+    return args.run(args, out, err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("report_logs")
+    rf.dqn_logdir(root)
+    rf.write_records(str(root / "ema"), rf.dqn_records(False) + rf.ema_drift_records("target<-online", 0.05, range(0, 30, 10)))
+    return str(root)
+
+
+def test_text_shows_scope_rows_loss_columns_states_and_norms(logdir):
+    code, out, err = report(logdir, "--run", "leaky")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "run leaky at step 20 (3 recorded steps, 0..20); FlowGraph traced from tf2"
+    header = next(l for l in lines if l.strip().startswith("scope"))
+    assert header.split() == ["scope", "td"]
+    rows = {l.split()[0]: l.split()[1:] for l in lines if l.startswith("  ") and l.split()[0] in rf.DQN_SCOPES}
+    assert rows["target/l1"] == ["updates", "0.75"]
+    assert rows["online/l1"] == ["updates", "3"]
+    assert "    target/l1" in out  # children indented under their parent
+
+
+def test_clean_run_lists_the_blocked_edge_with_its_source_line(logdir):
+    code, out, _ = report(logdir, "--run", "clean", "--step", "10")
+    assert code == 0
+    assert "run clean at step 10" in out
+    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.startswith("  ") and l.split()}
+    assert rows["target/l1"] == ["blocked"]
+    assert "td: target/l1 -> loss:td  StopGradient 'StopGradient' (stop_gradient) at train.py:42 in train_step" in out
+
+
+def test_drift_summary_shows_the_latest_drift_per_pair(logdir):
+    code, out, _ = report(logdir, "--run", "ema")
+    assert code == 0
+    line = next(l for l in out.splitlines() if "target<-online" in l)
+    assert "(target <- online) at step 20: drift" in line and "declared tau 0.05" in line
+
+
+def test_json_is_one_document_with_cells_drift_and_violations(logdir, tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text('rules = ["never(td, target/*)", "tracks(target, online, tau=0.05)"]\n', encoding="utf-8")
+    code, out, err = report(logdir, "--format", "json", "--rules", str(rules))
+    assert code == 0, err
+    doc = json.loads(out)
+    runs = {r["run"]: r for r in doc["runs"]}
+    assert sorted(runs) == ["clean", "ema", "leaky", "recorded"]
+    leaky = runs["leaky"]
+    assert leaky["cells"]["td"]["target"] == {"state": "updates", "static": "updates", "l2": 0.75, "nonfinite": 0.0}
+    assert {(v["name"], v["evidence"]["at"]) for v in leaky["violations"] if v["name"].startswith("never")} == {
+        ("never(td, target/*)", "trace"), ("never(td, target/*)", "step"),
+    }
+    assert [v["evidence"]["unmatched"] for v in runs["clean"]["violations"]] == ["pair"]  # no drift there
+    assert runs["ema"]["drift"][0]["tau"] == pytest.approx(0.05, rel=1e-3)
+    recorded = [v for v in runs["recorded"]["violations"] if v["name"].startswith("never")]
+    assert [(v["source"], v["step"]) for v in recorded] == [("recorded", 30)]
+    # tracks() is checked on every run: runs without the pair break it.
+    assert any(v["name"].startswith("tracks(") for v in runs["leaky"]["violations"])
+    assert not any(v["name"].startswith("tracks(") for v in runs["ema"]["violations"])
+
+
+def test_hostile_names_are_escaped_in_text(logdir):
+    code, out, _ = report(logdir, "--run", "recorded")
+    assert code == 0
+    assert "\x1b" not in out and "target/\\x1b[31mred" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--step", "5"], "step 5 is not recorded in run 'clean' (nearest recorded: 0, 10"),
+        (["--run", "nope"], "run 'nope' has no gradscope data"),
+    ],
+)
+def test_bad_step_or_run_exits_2_saying_what_exists(logdir, argv, message):
+    code, out, err = report(logdir, "--run", "clean", *argv) if argv[0] == "--step" else report(logdir, *argv)
+    assert code == 2 and out == ""
+    assert message in err
+
+
+def test_missing_logdir_exits_2(tmp_path):
+    code, _, err = report(str(tmp_path / "nope"))
+    assert code == 2 and "does not exist" in err
