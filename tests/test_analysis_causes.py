@@ -182,3 +182,17 @@ def test_unused_variable_is_independent_with_a_warning():
                           variable_scopes=SCOPES + [(unused, "spare")])
     assert fg.cells["l"]["spare"] == "independent"
     assert any("spare/v" in w for w in fg.warnings)
+
+
+def test_call_whose_body_is_missing_is_unknown_not_a_crash():
+    @tf.function
+    def inner(h):
+        return h * 2.0
+
+    cf = tf.function(lambda x: {"l": tf.reduce_sum(inner(x @ W))}).get_concrete_function(X)
+    calls = [op for op in cf.graph.get_operations() if op.type.endswith("PartitionedCall")]
+    assert calls, "the nested tf.function should stay a call op"
+    cf.graph._functions.clear()  # a graph whose function library is unreadable
+    fg = analyze_graph(cf.graph, {"l": cf.structured_outputs["l"]}, SCOPES)
+    assert fg.cells["l"]["net"] == "blocked"
+    assert {e.cause for e in fg.blocked_edges} == {"unknown_gradient"}

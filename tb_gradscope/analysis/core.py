@@ -145,6 +145,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
 
 
 def _or(a: bytearray, b: bytearray) -> bytearray:
+    """Element-wise OR of two flag arrays (one big-int operation, not a Python loop)."""
     return bytearray((int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little"))
 
 

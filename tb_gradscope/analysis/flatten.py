@@ -119,7 +119,7 @@ class _Flattener:
         for op in ops:
             op_type = op.type
             if op_type in CALL_OPS or op_type in WHILE_OPS or op_type in IF_OPS or op_type in CASE_OPS:
-                if self._add_call(graph, op, prefix, by_output, pending):
+                if self._try_call(graph, op, prefix, by_output, pending):
                     continue
                 node = flat.add(op, op_type, prefix + op.name)
                 flat.opaque.add(node)
@@ -154,6 +154,19 @@ class _Flattener:
         key = (id(tensor.op), tensor.value_index)
         hit = by_output.get(key)
         return hit if hit is not None else by_op[id(tensor.op)]
+
+    def _try_call(self, graph, op, prefix, by_output, pending) -> bool:
+        """Inlines a call's bodies; False (an opaque node, unknown gradient) on any failure."""
+        flat, mark, pending_mark = self.flat, len(self.flat), len(pending)
+        try:
+            return self._add_call(graph, op, prefix, by_output, pending)
+        except Exception:  # noqa: BLE001 - an unreadable body must not crash the analysis
+            del flat.ops[mark:], flat.types[mark:], flat.names[mark:]
+            del flat.inputs[mark:], flat.control[mark:], pending[pending_mark:]
+            flat.opaque = {n for n in flat.opaque if n < mark}
+            for j in range(len(op.outputs)):
+                by_output.pop((id(op), j), None)
+            return False
 
     def _add_call(self, graph, op, prefix, by_output, pending) -> bool:
         """Inlines the bodies of a call or control-flow op; False if one is missing."""
