@@ -75,9 +75,12 @@ class Series:
         self.steps = np.asarray(steps, dtype=np.int64)
         sums = np.zeros((len(tables), 8))
         present = np.zeros(len(tables), dtype=bool)
+        own_tau = np.full(len(tables), np.nan)  # a lone row's tau, for records without `gap`
         for i, table in enumerate(tables):
             rows = [table.row(s) for s in scopes if s in table]
             present[i] = bool(rows)
+            if len(rows) == 1:
+                own_tau[i] = rows[0]["tau"]
             for row in rows:
                 gap, gap_r = row.get("gap", np.nan), row.get("gap_reverse", np.nan)
                 sums[i] += [
@@ -91,6 +94,7 @@ class Series:
         self.drift = _div(self.distance, self.online_norm)
         self.target_step, self.online_step = np.sqrt(a2), np.sqrt(c2)
         self.tau, self.residual = _div(ab, b2), _residual(a2, b2, ab)
+        self.tau = np.where(np.isnan(self.tau), own_tau, self.tau)
         self.tau_reverse, self.residual_reverse = _div(ce, e2), _residual(c2, e2, ce)
 
     @property
