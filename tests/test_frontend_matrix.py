@@ -288,15 +288,34 @@ def test_dark_theme_follows_the_system(open_tab, artifacts: pathlib.Path) -> Non
 
 def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab) -> None:
     tab = open_tab()
+    focused = "() => document.activeElement.id || `${document.activeElement.dataset.loss ?? ''}|${document.activeElement.dataset.scope}`"
     order = []
     for _ in range(4):
         tab.page.keyboard.press("Tab")
-        order.append(tab.frame.evaluate("() => document.activeElement.id || document.activeElement.dataset.scope"))
+        order.append(tab.frame.evaluate(focused))
         outline = tab.frame.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
         assert outline != "none", f"no visible focus on {order[-1]}"
-    assert order == ["gs-run", "gs-step", "gs-refresh", "online"]
-    tab.page.keyboard.press("Enter")  # folds `online`, which has focus
+    assert order == ["gs-run", "gs-step", "gs-refresh", "|online"]
+    # The matrix is one tab stop: the next Tab leaves it.
+    tab.page.keyboard.press("Tab")
+    assert tab.frame.evaluate("() => !document.querySelector('#gs-matrix').contains(document.activeElement)")
+    tab.page.keyboard.press("Shift+Tab")
+    assert tab.frame.evaluate(focused) == "|online"
+    # Arrow keys move inside it; Enter selects a cell, or folds a scope.
+    for key, expected in [("ArrowRight", "aux|online"), ("ArrowDown", "aux|online/l1"),
+                          ("ArrowRight", "td|online/l1"), ("ArrowLeft", "aux|online/l1"),
+                          ("ArrowLeft", "aux|online/l1"), ("ArrowRight", "td|online/l1")]:
+        tab.page.keyboard.press(key)
+        assert tab.frame.evaluate(focused) == expected, key
+    tab.page.keyboard.press("Enter")
+    assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "online/l1"
+    assert tab.frame.evaluate(focused) == "td|online/l1"
+    tab.page.keyboard.press("ArrowUp")
+    tab.page.keyboard.press("Home")
+    assert tab.frame.evaluate(focused) == "|online"
+    tab.page.keyboard.press("Enter")
     assert "online/l1" not in tab.visible_scopes()
+    assert tab.frame.evaluate(focused) == "|online"
     tab.assert_clean()
 
 

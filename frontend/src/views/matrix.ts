@@ -8,6 +8,7 @@ import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { formatCompact, formatFull, logPosition } from "../numbers";
 import type { ScopeTree } from "../scopeTree";
+import { type GridRow, RovingGrid } from "./rovingGrid";
 
 export interface Selection {
   loss: string;
@@ -53,6 +54,7 @@ export class MatrixView {
   readonly element: HTMLElement;
   private readonly scopeButtons = new Map<string, HTMLButtonElement>();
   private readonly cellButtons = new Map<string, HTMLButtonElement>();
+  private readonly grid: RovingGrid;
 
   constructor(
     matrix: Matrix,
@@ -70,9 +72,14 @@ export class MatrixView {
       h("th", { className: "gs-num", attrs: { scope: "col", title: "applied update norm ‖θ_after − θ_before‖" } }, "‖Δθ‖"),
       h("th", { className: "gs-num", attrs: { scope: "col", title: "update / weight ratio ‖Δθ‖ / ‖θ‖" } }, "‖Δθ‖/‖θ‖"),
     );
-    const rows = tree
-      .visible(toggled)
-      .map((scope) => this.row(matrix, scope, tree, toggled, selected, range));
+    const gridRows: GridRow[] = [];
+    const rows = tree.visible(toggled).map((scope) => {
+      const [row, controls] = this.row(matrix, scope, tree, toggled, selected, range);
+      gridRows.push(controls);
+      return row;
+    });
+    this.grid = new RovingGrid(gridRows);
+    if (selected !== null) this.grid.setCurrent(this.cellButtons.get(cellKey(selected)));
     this.element = h(
       "div",
       { className: "gs-matrix-wrap" },
@@ -87,14 +94,15 @@ export class MatrixView {
         h("tbody", {}, ...rows),
       ),
     );
+    this.grid.attach(this.element);
   }
 
   focusScope(scope: string): void {
-    this.scopeButtons.get(scope)?.focus();
+    this.grid.setCurrent(this.scopeButtons.get(scope), true);
   }
 
   focusCell(selection: Selection): void {
-    this.cellButtons.get(cellKey(selection))?.focus();
+    this.grid.setCurrent(this.cellButtons.get(cellKey(selection)), true);
   }
 
   private row(
@@ -104,7 +112,7 @@ export class MatrixView {
     toggled: ReadonlySet<string>,
     selected: Selection | null,
     range: NormRange | null,
-  ): HTMLTableRowElement {
+  ): [HTMLTableRowElement, GridRow] {
     const parent = tree.hasChildren(scope.name);
     const expanded = parent && tree.isExpanded(scope.name, toggled);
     const shortName = scope.parent !== null && scope.name.startsWith(`${scope.parent}/`)
@@ -128,13 +136,15 @@ export class MatrixView {
     const rowHeader = h("th", { attrs: { scope: "row" } }, label);
     rowHeader.style.paddingLeft = `${(scope.depth - 1) * INDENT_PX + 4}px`;
 
-    const cells = matrix.losses.map((loss) => {
+    const buttons = matrix.losses.map((loss) => {
       const stats = matrix.cells[loss]?.[scope.name];
       const isSelected = selected !== null && selected.loss === loss && selected.scope === scope.name;
-      return h("td", {}, this.cell(loss, scope.name, stats, isSelected, range));
+      return this.cell(loss, scope.name, stats, isSelected, range);
     });
+    const cells = buttons.map((button) => h("td", {}, button));
+    const controls: GridRow = [label instanceof HTMLButtonElement ? label : null, ...buttons];
     const update = matrix.updates[scope.name];
-    return h(
+    const row = h(
       "tr",
       {
         className: parent && !expanded ? "gs-rollup" : "",
@@ -147,6 +157,7 @@ export class MatrixView {
       h("td", { className: "gs-num", data: { column: "ratio" }, attrs: { title: updateTitle(scope.name, update) } },
         formatCompact(update?.ratio ?? null)),
     );
+    return [row, controls];
   }
 
   private cell(
