@@ -1,0 +1,123 @@
+"""Cost of the TF1 integration on a DQN learn step (seed 01's shape).
+
+Baseline: the same graph and session driven without the wrapper, measured
+side by side (interleaved call by call; medians over blocks of 100 steps).
+Candidates: the wrapped session at the default `every_n_steps` (100) and at
+every step; plus the two small calls a recorded step adds (snapshot before,
+update norms after).
+Headline: wrapped-session time per step at the default frequency / plain.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+from bench import harness
+from tb_gradscope.integrations.tf1 import GraphRecorder
+
+
+def _dense(x, units, name, activation=None):
+    with tf.variable_scope(name):
+        w = tf.get_variable("w", [int(x.shape[-1]), units])
+        b = tf.get_variable("b", [units], initializer=tf.zeros_initializer())
+        y = tf.matmul(x, w) + b
+    return activation(y) if activation else y
+
+
+def _build(n_features: int, hidden: int, n_actions: int):
+    """A DQN: eval_net trained on a stop_gradient TD target from target_net."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.set_random_seed(0)
+        s = tf.placeholder(tf.float32, [None, n_features], "s")
+        s_ = tf.placeholder(tf.float32, [None, n_features], "s_")
+        r = tf.placeholder(tf.float32, [None], "r")
+        a = tf.placeholder(tf.int32, [None], "a")
+        nets = {}
+        for net, inputs in (("eval_net", s), ("target_net", s_)):
+            with tf.variable_scope(net):
+                h = _dense(inputs, hidden, "l1", tf.nn.relu)
+                h = _dense(h, hidden, "l2", tf.nn.relu)
+                nets[net] = _dense(h, n_actions, "q")
+        q_target = tf.stop_gradient(r + 0.9 * tf.reduce_max(nets["target_net"], axis=1))
+        q_eval = tf.gather_nd(nets["eval_net"], tf.stack([tf.range(tf.shape(a)[0]), a], 1))
+        loss = tf.reduce_mean(tf.squared_difference(q_target, q_eval))
+        train = tf.train.RMSPropOptimizer(1e-4).minimize(loss)
+        init = tf.global_variables_initializer()
+    return graph, (s, s_, r, a), loss, train, init
+
+
+def main() -> None:
+    args = harness.parse_args(__doc__)
+    n_features, hidden, n_actions, batch = (32, 256, 8, 64) if args.quick else (64, 512, 16, 128)
+    block = 100  # steps per timed block: one recorded step at the default frequency
+    repetitions = 15 if args.quick else 60
+    config = tf.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=1)
+    rng = np.random.default_rng(0)
+    feeds = [
+        (rng.normal(size=(batch, n_features)).astype(np.float32),
+         rng.normal(size=(batch, n_features)).astype(np.float32),
+         rng.normal(size=(batch,)).astype(np.float32),
+         rng.integers(0, n_actions, size=(batch,)).astype(np.int32))
+        for _ in range(8)
+    ]
+    logdir = tempfile.mkdtemp(prefix="bench_tf1_")
+    graph, inputs, loss, train, init = _build(n_features, hidden, n_actions)
+    with graph.as_default():
+        # One session for every candidate: they differ only in the wrapper, not
+        # in thread pools or memory layout.
+        raw = tf.Session(graph=graph, config=config)
+        default = GraphRecorder(f"{logdir}/default", losses={"td": loss},
+                                train_ops={"td": train})
+        every = GraphRecorder(f"{logdir}/every", losses={"td": loss},
+                              train_ops={"td": train}, every_n_steps=1)
+        raw.run(init)
+    sessions = {"plain": raw, "default": default.wrap(raw), "every_step": every.wrap(raw)}
+
+    def step(run, i):
+        run([train, loss], dict(zip(inputs, feeds[i % len(feeds)])))
+
+    for name, session in sessions.items():  # warm up: the first runs build executors
+        for i in range(block):
+            step(session.run, i)
+    # Interleaved call by call (load from other processes hits every candidate
+    # alike); per candidate, the median over blocks of each block's mean step.
+    times: dict[str, list[float]] = {name: [] for name in sessions}
+    for i in range(block * repetitions):
+        for name, session in sessions.items():
+            start = time.perf_counter()
+            step(session.run, i)
+            times[name].append(time.perf_counter() - start)
+    plain, default_step, every_step = (
+        statistics.median(
+            statistics.fmean(times[name][k * block:(k + 1) * block]) for k in range(repetitions)
+        )
+        for name in ("plain", "default", "every_step")
+    )
+    calls = harness.interleaved_medians(
+        {"snapshot": lambda: raw.run(every._update_ops.snapshot),
+         "update_norms": lambda: raw.run(every._update_ops.table)},
+        repetitions=50 if args.quick else 200,
+    )
+    for recorder in (default, every):
+        recorder.close(raw)
+    raw.close()
+    n_params = sum(int(np.prod(v.shape)) for v in every.variables)
+    harness.report("variables_recorded", len(every.variables))
+    harness.report("parameters_recorded", n_params)
+    harness.report("plain_step_seconds", plain)
+    harness.report("every_step_seconds", every_step)
+    harness.report("every_step_ratio_vs_plain", every_step / plain)
+    harness.report("snapshot_call_seconds", calls["snapshot"])
+    harness.report("update_norms_call_seconds", calls["update_norms"])
+    harness.report("default_step_seconds", default_step)
+    harness.report("tf1_run_ratio_default_vs_plain", default_step / plain)
+
+
+if __name__ == "__main__":
+    main()
