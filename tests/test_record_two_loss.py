@@ -32,6 +32,12 @@ RECORDED = [0, 3, 6]
 
 
 def _step_fn(way, rec, model, opt, var_list=None):
+    """The training step; returns each loss's gradients as the step computed them.
+
+    References come from inside the step, not from an eager replay: with Keras 3
+    on TF 2.21 a tf.function's forward pass sometimes reads weights the same
+    step's optimizer already updated, so an eager replay can differ.
+    """
     variables = model.trainable_variables
 
     @tf.function
@@ -53,6 +59,7 @@ def _step_fn(way, rec, model, opt, var_list=None):
             keep = {id(v) for v in var_list}
             grads_and_vars = [(g, v) for g, v in grads_and_vars if id(v) in keep]
         rec.apply(opt, grads_and_vars)
+        return {name: tape.gradient(l, variables) for name, l in losses.items()}
 
     return step
 
@@ -69,12 +76,9 @@ def _train(way, logdir, var_list_layers=None):
     step = _step_fn(way, rec, model, opt, var_list)
     refs = {}
     for s in range(STEPS):
-        x, y = batch(s)
-        with tf.GradientTape(persistent=True) as tape:
-            losses = two_losses(model, x, y)
-        grads = {k: [dense(g) for g in tape.gradient(l, variables)] for k, l in losses.items()}
         before = [v.numpy() for v in variables]
-        step(x, y)
+        grads = step(*batch(s))
+        grads = {k: [dense(g) for g in gs] for k, gs in grads.items()}
         refs[s] = (grads, before, [v.numpy() for v in variables])
     rec.close()
     names = [f"online/{v.path}" for v in variables]

@@ -194,6 +194,13 @@ class Recorder(tf.Module):
                 "use `with rec.tape() as tape:` or tf.GradientTape(persistent=True)"
             )
         grads = self._total_gradients(tape, losses, variables)
+        if variables and all(g is None for g in grads):
+            warn_once(
+                (id(self), "no_gradient", tuple(losses)),
+                f"Recorder '{self.name}': no variable gets a gradient from losses "
+                f"{sorted(losses)}; compute them inside `with rec.tape() as tape:` "
+                "(ops after the block are not recorded) from the variables passed",
+            )
         if not self._s.disabled:
             with self._guard():
                 if self._ensure_layout(variables):
@@ -380,8 +387,9 @@ class Recorder(tf.Module):
 
     def _total_gradients(self, tape, losses, variables) -> list[Any]:
         targets, seeds = zip(*(losses_lib.target_and_seed(v) for v in losses.values()))
-        if any(s is not None for s in seeds) or any(isinstance(v, StartPoint) for v in losses.values()):
-            return tape.gradient(list(targets), variables, output_gradients=list(seeds))
+        if any(isinstance(v, StartPoint) for v in losses.values()):
+            seeds = [tf.ones_like(t) if s is None else s for t, s in zip(targets, seeds)]
+            return tape.gradient(list(targets), variables, output_gradients=seeds)
         if len(targets) == 1:
             return tape.gradient(targets[0], variables)
         recording = getattr(tape, "_recording", False)
