@@ -96,3 +96,12 @@ def _grads(loss: str, l2_by_scope: dict) -> dict:
     info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes)
     values = [[1.0 if l2 else 0.0, l2, l2, 0.0, 0.0] for l2 in l2_by_scope.values()]
     return {loss: fmt.decode_table(info, fmt.encode_table(info, values))}
+
+
+def test_every_demo_rule_string_reads_back():
+    from tb_gradscope.demos import spec
+
+    for name in spec.DEMO_NAMES:
+        for text in spec.load_demo(name).rules:
+            rule = rules.parse_rule(text)
+            assert rules.parse_rule(str(rule)) == rule, (name, text)

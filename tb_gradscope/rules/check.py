@@ -19,10 +19,13 @@ drift series by `tb_gradscope.rules.drift`.
 
 from __future__ import annotations
 
-import math
+import functools
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from tb_gradscope import format as fmt
+from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.rules.model import (
     Blocked,
     Never,
@@ -90,7 +93,7 @@ def check_stats(
             continue
         for loss in matched:
             table = grads[loss]
-            reached = [s for s in _candidates(rule, table.info.scopes) if _reaches(table.row(s))]
+            reached = _reached(rule, table)
             for scope in outermost(reached):
                 events.append(_step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step))
             if isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
@@ -107,12 +110,35 @@ def _all_scopes(grads: Mapping[str, fmt.Table]) -> list[str]:
 
 def _candidates(rule: Rule, scopes: Sequence[str]) -> list[str]:
     """The scopes a rule constrains."""
+    return list(_constrained(rule, tuple(scopes)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _constrained(rule: Rule, scopes: tuple[str, ...]) -> tuple[str, ...]:
+    """Cached per (rule, table layout): every recorded step shares its layout."""
     if isinstance(rule, Only):
-        return [
-            s for s in scopes
-            if not rule.allows(s) and not any(t.startswith(s + "/") and rule.allows(t) for t in scopes)
-        ]
-    return [s for s in scopes if scope_matches(s, rule.scope)]
+        allowed = {s for s in scopes if rule.allows(s)}
+        holders = {a for s in allowed for a in scopes_lib.ancestors(s)[:-1]}
+        return tuple(s for s in scopes if s not in allowed and s not in holders)
+    return tuple(s for s in scopes if scope_matches(s, rule.scope))
+
+
+@functools.lru_cache(maxsize=4096)
+def _constrained_rows(rule: Rule, scopes: tuple[str, ...]) -> np.ndarray:
+    wanted = set(_constrained(rule, scopes))
+    return np.array([i for i, s in enumerate(scopes) if s in wanted], dtype=np.int64)
+
+
+def _reached(rule: Rule, table: fmt.Table) -> list[str]:
+    """Constrained scopes of `table` that received a gradient whose L2 norm is
+    not 0 (NaN counts as reaching), vectorised over rows."""
+    rows = _constrained_rows(rule, table.info.scopes)
+    if not len(rows):
+        return []
+    grad_vars = table.column("grad_vars")[rows]
+    l2 = table.column("l2")[rows]
+    hit = ((grad_vars > 0) | np.isnan(grad_vars)) & (l2 != 0)
+    return [table.info.scopes[i] for i in rows[hit]]
 
 
 def _broken_statically(rule: Rule, row: Mapping[str, str]) -> list[str]:
@@ -120,13 +146,6 @@ def _broken_statically(rule: Rule, row: Mapping[str, str]) -> list[str]:
     if isinstance(rule, Blocked):
         return [s for s in candidates if row[s] != fmt.BLOCKED]
     return [s for s in candidates if row[s] in REACHING_STATES]
-
-
-def _reaches(row: Mapping[str, float]) -> bool:
-    grad_vars, l2 = row.get("grad_vars", 0.0), row.get("l2", 0.0)
-    if not (grad_vars > 0 or math.isnan(grad_vars)):
-        return False
-    return l2 != 0.0  # NaN != 0: a non-finite gradient reaches too
 
 
 def _unmatched(
@@ -139,7 +158,7 @@ def _unmatched(
             loss=rule.loss, evidence={"at": at, "unmatched": "loss", "losses": sorted(losses)},
         )
     patterns = rule.scopes if isinstance(rule, Only) else (rule.scope,)
-    if not any(scope_matches(s, p) for s in scopes for p in patterns):
+    if not _any_match(patterns, tuple(scopes)):
         shown = ", ".join(list(scopes)[:12]) + (", ..." if len(scopes) > 12 else "")
         return fmt.Event(
             type=fmt.VIOLATION, name=str(rule), step=step,
@@ -147,6 +166,11 @@ def _unmatched(
             loss=rule.loss, scope=patterns[0], evidence={"at": at, "unmatched": "scope"},
         )
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _any_match(patterns: tuple[str, ...], scopes: tuple[str, ...]) -> bool:
+    return any(scope_matches(s, p) for s in scopes for p in patterns)
 
 
 def _static_event(
