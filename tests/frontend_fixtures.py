@@ -86,10 +86,10 @@ class TensorBoard:
         raise AssertionError(f"run {run!r} has steps {steps}, expected {count} of them")
 
 
-def start_tensorboard(
+def launch_tensorboard(
     logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None, module: bool = False
-) -> TensorBoard:
-    """Starts `tensorboard --port 0` and reads the URL it prints on stderr.
+) -> subprocess.Popen:
+    """Starts `tensorboard --port 0` writing its stderr to `log`; returns at once.
 
     `executable` defaults to the dev venv's `tensorboard` script; with
     `module=True` it is a Python interpreter that runs `-m tensorboard.main`.
@@ -100,8 +100,12 @@ def start_tensorboard(
     if module:
         program += ["-m", "tensorboard.main"]
     command = program + ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"]
-    stderr = log.open("w")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=log.parent)
+    with log.open("w") as stderr:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=log.parent)
+
+
+def await_tensorboard(process: subprocess.Popen, logdir: pathlib.Path, log: pathlib.Path) -> TensorBoard:
+    """Waits for the URL a launched TensorBoard prints on stderr."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         match = _TB_URL.search(log.read_text(errors="replace"))
@@ -111,16 +115,24 @@ def start_tensorboard(
             break
         time.sleep(0.2)
     process.kill()
+    process.wait()
     raise AssertionError(f"tensorboard did not start; its stderr:\n{log.read_text(errors='replace')}")
 
 
-def stop_tensorboard(tb: TensorBoard) -> None:
-    tb.process.terminate()
+def start_tensorboard(
+    logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None, module: bool = False
+) -> TensorBoard:
+    """`launch_tensorboard`, then `await_tensorboard`."""
+    return await_tensorboard(launch_tensorboard(logdir, log, executable, module), logdir, log)
+
+
+def stop_tensorboard(process: subprocess.Popen) -> None:
+    process.terminate()
     try:
-        tb.process.wait(timeout=10)
+        process.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        tb.process.kill()
-        tb.process.wait()
+        process.kill()
+        process.wait()
 
 
 @dataclasses.dataclass
@@ -131,13 +143,38 @@ class Logs:
     live: DqnTrainer
 
 
+@dataclasses.dataclass
+class Launch:
+    """A TensorBoard process started but perhaps not yet serving."""
+
+    process: subprocess.Popen
+    logdir: pathlib.Path
+    log: pathlib.Path
+
+
 @pytest.fixture(scope="session")
-def gradscope_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
+def tensorboard_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launch]:
+    """Starts the session's TensorBoard on a still-empty logdir.
+
+    It starts slowly (it imports TensorFlow), so `gradscope_logs` writes the
+    logs meanwhile; --reload_interval 1 picks them up as they appear.
+    """
+    logdir = tmp_path_factory.mktemp("gradscope_logs")
+    log = tmp_path_factory.mktemp("tb") / "stderr.txt"
+    process = launch_tensorboard(logdir, log)
+    try:
+        yield Launch(process=process, logdir=logdir, log=log)
+    finally:
+        stop_tensorboard(process)
+
+
+@pytest.fixture(scope="session")
+def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     """A DQN run (steps 0-30), a "live" DQN run (steps 0-10 so far), runs with
     hostile names and with every flow state, and a run without gradscope data."""
     import tensorflow as tf
 
-    logdir = tmp_path_factory.mktemp("gradscope_logs")
+    logdir = tensorboard_launch.logdir
     dqn = DqnTrainer(logdir / "dqn")
     dqn.train(31)
     dqn.recorder.close()
@@ -154,14 +191,12 @@ def gradscope_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Logs]:
 
 
 @pytest.fixture(scope="session")
-def tensorboard(gradscope_logs: Logs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
-    """One TensorBoard process over `gradscope_logs` for the whole session."""
-    tb = start_tensorboard(gradscope_logs.logdir, tmp_path_factory.mktemp("tb") / "stderr.txt")
-    try:
-        tb.wait_for_runs(["dqn", "live", HOSTILE, "states"])
-        yield tb
-    finally:
-        stop_tensorboard(tb)
+def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard:
+    """The session's TensorBoard, serving every run of `gradscope_logs`."""
+    launch = tensorboard_launch
+    tb = await_tensorboard(launch.process, launch.logdir, launch.log)
+    tb.wait_for_runs(["dqn", "live", HOSTILE, "states"])
+    return tb
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ def empty_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tens
     try:
         yield tb
     finally:
-        stop_tensorboard(tb)
+        stop_tensorboard(tb.process)
 
 
 def test_empty_logdir_explains_how_to_record_then_shows_new_runs(

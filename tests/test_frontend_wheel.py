@@ -65,6 +65,6 @@ def test_installed_wheel_serves_the_tab(tmp_path: pathlib.Path) -> None:
         served = tb.get("/data/plugin/gradscope/index.js")
         entry = tb.get("/data/plugin_entry.html?name=gradscope").decode()
     finally:
-        stop_tensorboard(tb)
+        stop_tensorboard(tb.process)
     assert served == packaged + marker
     assert "index.js" in entry and "render()" in entry
