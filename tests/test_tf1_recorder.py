@@ -8,6 +8,7 @@ import tensorflow.compat.v1 as tf
 
 from tb_gradscope.format import FlowGraph
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
+from tb_gradscope.pairs import pair_prefixes
 from tests.test_tf1_support import (
     ddpg_seed,
     dqn_feed,
@@ -160,3 +161,33 @@ def test_ddpg_actor_start_point_attributes_to_actor_scopes(tmp_path):
     assert graph.state("actor", "Actor/eval_net/l1") == "updates"
     assert graph.state("actor", "Critic/eval_net") == "independent"
     assert graph.state("critic", "Actor/eval_net") == "ignored"
+
+
+def test_dqn_drift_returns_to_zero_at_every_hard_replacement(tmp_path):
+    m = dqn_seed()
+    rng = np.random.default_rng(3)
+    with m.graph.as_default():
+        pair = pair_prefixes(tf.trainable_variables(), "target_net", "eval_net", every=3)
+        gs = GraphRecorder(str(tmp_path), losses={"td": m.loss}, train_ops={"td": m._train_op},
+                           every_n_steps=2, pairs=[pair])
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(tf.global_variables_initializer())
+            for learn_step_counter in range(11):
+                if learn_step_counter % 3 == 0:
+                    sess.run(m.target_replace_op)
+                sess.run([m._train_op, m.loss], feed_dict=dqn_feed(m, rng))
+    [(key, series)] = [(k, v) for k, v in read_records(str(tmp_path)).items() if k[0] == "drift"]
+    assert key == ("drift", "target_net<-eval_net")
+    assert [r.step for r in series] == [0, 2, 3, 4, 6, 8, 9, 10]
+    for rec in series:
+        drift = rec.value.row("target_net")["drift"]
+        if rec.step % 3 == 0:
+            assert drift == 0
+        else:
+            assert drift > 0
+    assert series[0].value.info.attrs["every"] == 3
+    assert np.isnan(series[0].value.row("target_net")["tau"])  # no snapshot before step 0
+    copies = [r for r in series if r.step in (3, 6, 9)]  # snapshot at s - 1 exists
+    assert len(copies) == 3
+    for rec in copies:  # a hard copy is an EMA with tau = 1
+        assert rec.value.row("target_net/t1")["tau"] == pytest.approx(1.0, abs=1e-6)

@@ -24,12 +24,14 @@ class CallPlan:
     """What one run call records.
 
     Attributes:
+      step: the call's step (the smallest step of the train ops it runs).
       close_before: step of an open window to close before the call, or None.
       open_step: step of a window this call opens (snapshot first), or None.
       losses: {loss: step} of the gradient tables fetched with the call.
       close_after: step of the window to close after the call, or None.
     """
 
+    step: int
     close_before: int | None
     open_step: int | None
     losses: Mapping[str, int]
@@ -103,7 +105,7 @@ class StepClock:
             if self._seen >= self._all_ops:
                 close_after = self._window
                 self._window, self._seen = None, set()
-        return CallPlan(close_before, open_step, losses, close_after)
+        return CallPlan(min(steps.values()), close_before, open_step, losses, close_after)
 
     def close(self) -> int | None:
         """Closes the open window (end of training); returns its step or None."""

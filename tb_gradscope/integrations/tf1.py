@@ -27,6 +27,7 @@ from tb_gradscope.integrations._tf1_ops import (
     build_loss_ops,
     build_update_ops,
 )
+from tb_gradscope.integrations._tf1_pairs import PairRecorder, resolve_pairs
 from tb_gradscope.integrations._tf1_static import static_flowgraph
 from tb_gradscope.integrations._writer import RecordWriter
 from tb_gradscope.record.losses import StartPoint
@@ -65,6 +66,10 @@ class GraphRecorder:
       variables: the variables whose scopes are reported (default: the graph's
         trainable variables). Optimizer slots and the global step never are.
       scopes: include/exclude patterns and depth cap for the scope tree.
+      pairs: target/online pairs whose drift is recorded (DRIFT records):
+        {target scope: online scope}, or a list of `tb_gradscope.pairs.Pair`
+        (`pair_prefixes(tf.trainable_variables(), "target_net", "eval_net",
+        every=C)` declares a hard-replacement period). See `_tf1_pairs.py`.
       analyze: run the static analysis and write the FlowGraph.
 
     Build it after the model and the optimizers, before the graph is
@@ -80,6 +85,7 @@ class GraphRecorder:
         *,
         variables: Sequence[tf.Variable] | None = None,
         scopes: ScopeSpec | None = None,
+        pairs: Any = None,
         analyze: bool = True,
     ):
         if not losses:
@@ -90,6 +96,12 @@ class GraphRecorder:
             str(name): _resolve_start(graph, name, value) for name, value in losses.items()
         }
         self._train_ops = _resolve_train_ops(graph, self._starts, train_ops)
+        self._clock = StepClock(
+            {loss: (op.name if op is not None else None) for loss, op in self._train_ops.items()},
+            every_n_steps,
+        )
+        trained = sorted({op for op in self._train_ops.values() if op is not None},
+                         key=lambda op: op.name)
         chosen = graphs.scoped_variables(graph, variables)
         self.layout = build_layout([v.name for v in chosen], scopes)
         by_name = {variable_name(v.name): v for v in chosen}
@@ -101,15 +113,14 @@ class GraphRecorder:
         )
         rollup = RollUp.from_layout(self.layout)
         self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup)
-        self._update_ops = build_update_ops(
-            graph, self.variables, rollup, {op for op in self._train_ops.values() if op is not None}
+        self._update_ops = build_update_ops(graph, self.variables, rollup, trained)
+        self._pairs = (
+            PairRecorder(graph, resolve_pairs(pairs, self.variables), trained, every_n_steps)
+            if pairs
+            else None
         )
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
-        self._clock = StepClock(
-            {loss: (op.name if op is not None else None) for loss, op in self._train_ops.items()},
-            every_n_steps,
-        )
         self._train_op_names = {op.name for op in self._train_ops.values() if op is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._offset_read = False
@@ -200,7 +211,8 @@ class GraphRecorder:
         try:
             return action()
         except Exception as e:  # noqa: BLE001 - the training loop must survive us
-            self._disable(f"{type(e).__name__}: {e}")
+            text = _error_text(e) if isinstance(e, tf.errors.OpError) else str(e)
+            self._disable(f"{type(e).__name__}: {text}")
             return None
 
     def _plan_call(self, run: Run, fetches: Any, feed_dict: Any) -> _Pending | None:
@@ -217,6 +229,8 @@ class GraphRecorder:
         )
         if plan.close_before is not None:
             self._close_window(run, plan.close_before)
+        if self._pairs is not None:
+            self._pairs.before_step(run, plan.step, self._writer.write_table)
         if plan.open_step is not None:
             run(self._update_ops.snapshot)
             self._write_flowgraph(plan.open_step)
