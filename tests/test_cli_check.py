@@ -138,3 +138,29 @@ def test_in_process_main_parses_like_the_console(logdir, rules_file, capsys):
         main(["check", "--help"])
     assert caught.value.code == 0
     assert "exit status: 0 no violation, 1 any violation, 2" in capsys.readouterr().out
+
+
+def test_rules_a_run_recorded_are_checked_without_rules_file(tmp_path):
+    from tb_gradscope import format as fmt
+
+    records = rf.dqn_records(leaky=True)
+    info, step, docs = records[0]
+    assert info.kind == fmt.Kind.FLOWGRAPH
+    with_rules = fmt.make_info(fmt.Kind.FLOWGRAPH, attrs={"rules": ["never(td, target/*)", "bogus("]})
+    rf.write_records(str(tmp_path / "run"), [(with_rules, step, docs)] + records[1:])
+    code, out, err = check(str(tmp_path))
+    assert code == 1
+    assert out.count("never(td, target/*)") == 2  # trace time and steps
+    assert "ignored a recorded rule" in err and "bogus(" in err
+
+
+@pytest.mark.slow
+def test_check_on_real_recorder_logs_fails_the_leak_and_passes_the_fix(tmp_path_factory, tmp_path):
+    logdir = rf.actor_critic_logdir(tmp_path_factory)
+    path = tmp_path / "rules.toml"
+    path.write_text(f'rules = ["{rf.LEAK_RULE}", "blocked(actor, ac/critic_head)"]\n', encoding="utf-8")
+    code, out, _ = check(logdir, "--rules", str(path), "--run", "leaky")
+    assert code == 1
+    assert "leaky  step 0  never(actor, ac/critic_head)  loss 'actor' reaches scope 'ac/critic_head' with gradient norm" in out
+    assert "(2 steps, last 2)" in out
+    assert check(logdir, "--rules", str(path), "--run", "clean")[0] == 0
