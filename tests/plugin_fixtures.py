@@ -210,14 +210,17 @@ def write_bulk(
     losses: Sequence[str],
     scalar_tag: str | None = None,
     chunk: int = 5000,
+    tables: bool = True,
 ) -> None:
     """A long run fast: grad_stats per loss and update_stats at steps
     0..steps-1 with pseudo-random values, written by a compiled loop (the
-    metadata on each tag's first write only, as the recorder does)."""
+    metadata on each tag's first write only, as the recorder does). With
+    tables=False only the scalar tag is written (into its own event file)."""
     import tensorflow as tf
 
-    infos = [fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes) for loss in losses]
-    infos.append(fmt.make_info(fmt.Kind.UPDATE_STATS, "", scopes))
+    infos = [fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes) for loss in losses] if tables else []
+    if tables:
+        infos.append(fmt.make_info(fmt.Kind.UPDATE_STATS, "", scopes))
     tags = [fmt.tag_for(i.kind, i.name) for i in infos]
     writer = tf.summary.create_file_writer(f"{logdir}/{run}", max_queue=100_000, flush_millis=600_000)
 

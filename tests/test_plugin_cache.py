@@ -22,9 +22,10 @@ from tests import providers
 CTX = tb_context.RequestContext()
 
 
-def _plugin(data_provider, samples: int) -> GradscopePlugin:
+def _plugin(data_provider, samples: int, refresh_seconds: float = 0.0) -> GradscopePlugin:
     hints = {fmt.PLUGIN_NAME: samples}
-    return GradscopePlugin(base_plugin.TBContext(data_provider=data_provider, sampling_hints=hints))
+    context = base_plugin.TBContext(data_provider=data_provider, sampling_hints=hints)
+    return GradscopePlugin(context, refresh_seconds=refresh_seconds)
 
 
 def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
@@ -50,6 +51,18 @@ def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
     assert plugin.run_impl(CTX, "", "live")["steps"] == list(range(15))
     assert cache.reads == first_reads + len(pf.LOSSES) + 3, "unchanged blob records are reused"
     assert plugin.matrix_impl(CTX, "", "live", None)["step"] == 14
+
+
+def test_listing_is_asked_at_most_once_per_refresh_interval(tmp_path):
+    logdir = str(tmp_path)
+    pf.write_run(logdir, "r", pf.RunSpec(steps=range(0, 3), events=False))
+    plugin = _plugin(providers.python_provider(logdir), 0, refresh_seconds=0.5)
+    for step in range(3):
+        plugin.matrix_impl(CTX, "", "r", step)
+    assert plugin._cache.listings == 1
+    time.sleep(0.6)
+    plugin.matrix_impl(CTX, "", "r", 0)
+    assert plugin._cache.listings == 2
 
 
 @pytest.mark.parametrize("backend", ["python", "rust"])

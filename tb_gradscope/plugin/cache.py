@@ -1,10 +1,13 @@
 """Per-run cache of decoded gradscope series.
 
 The data provider has no "read step S": it returns whole series. The cache
-keeps each run's decoded tables and blobs and, on every request, asks the
-provider only for its cheap listing; a record whose listing changed (newer max
-step or wall time, a new tag, a new metadata content) is read again, the others
-are reused. So "the matrix at step S" costs one listing, not a series read.
+keeps each run's decoded tables and blobs and asks the provider for the run's
+listing (at most once per `refresh_seconds`); a record whose listing changed
+(newer max step or wall time, a new tag, a new metadata content) is read again,
+the others are reused. So "the matrix at step S" costs at most one listing, not
+a series read. The listing is throttled because it is not free (the Rust data
+server walks every kept point of a tensor series to list it: ~10 us a point),
+while TensorBoard itself only loads new data every --reload_interval seconds.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 from typing import Any
 
 from tb_gradscope import format as fmt
@@ -19,6 +23,9 @@ from tb_gradscope.plugin.reader import BlobStep, Reader, Record, RunListing, Tab
 
 # Runs whose decoded data stay in memory (least recently used dropped first).
 DEFAULT_MAX_RUNS = 16
+
+# A run's listing is asked for at most this often (seconds).
+DEFAULT_REFRESH_SECONDS = 1.0
 
 
 @dataclasses.dataclass
@@ -34,6 +41,7 @@ class RunData:
     blobs: dict[str, list[BlobStep]]
     read_warnings: dict[str, list[str]]
     derived: dict[str, Any] = dataclasses.field(default_factory=dict)
+    checked_at: float = 0.0
 
     @property
     def run(self) -> str:
@@ -56,9 +64,16 @@ class RunCache:
     refreshed by one of them while the others wait for the result.
     """
 
-    def __init__(self, reader: Reader, max_runs: int = DEFAULT_MAX_RUNS):
+    def __init__(
+        self,
+        reader: Reader,
+        max_runs: int = DEFAULT_MAX_RUNS,
+        refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+    ):
         self._reader = reader
         self._max_runs = max_runs
+        self._refresh_seconds = refresh_seconds
+        self.listings = 0  # listings asked of the provider, for tests
         self._entries: collections.OrderedDict[tuple[str, str], RunData] = collections.OrderedDict()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -70,17 +85,24 @@ class RunCache:
         with self._lock:
             run_lock = self._locks.setdefault(key, threading.Lock())
         with run_lock:
-            listing = self._reader.list_run(ctx, experiment_id, run)
             with self._lock:
                 old = self._entries.get(key)
+            now = time.monotonic()
+            if old is not None and now - old.checked_at < self._refresh_seconds:
+                self._touch(key)
+                return old
+            listing = self._reader.list_run(ctx, experiment_id, run)
+            self.listings += 1
             if listing is None:
                 self._drop(key)
                 return None
             if old is not None and old.listing.records == listing.records:
                 old.listing.warnings = listing.warnings
+                old.checked_at = now
                 self._touch(key)
                 return old
             data = self._refresh(ctx, experiment_id, listing, old)
+            data.checked_at = now
             with self._lock:
                 self._entries[key] = data
                 self._entries.move_to_end(key)

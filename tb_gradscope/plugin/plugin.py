@@ -19,7 +19,7 @@ from werkzeug import wrappers
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin import export, timeseries, views
-from tb_gradscope.plugin.cache import RunCache
+from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache
 from tb_gradscope.plugin.encoding import dumps
 from tb_gradscope.plugin.reader import DEFAULT_SAMPLES, Reader
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
@@ -34,10 +34,15 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
     plugin_name = fmt.PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext, static_dir: pathlib.Path = STATIC_DIR):
+    def __init__(
+        self,
+        context: base_plugin.TBContext,
+        static_dir: pathlib.Path = STATIC_DIR,
+        refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+    ):
         samples = (context.sampling_hints or {}).get(self.plugin_name, DEFAULT_SAMPLES)
         self._reader = Reader(context.data_provider, downsample=samples)
-        self._cache = RunCache(self._reader)
+        self._cache = RunCache(self._reader, refresh_seconds=refresh_seconds)
         self._static = StaticFiles(static_dir)
 
     def get_plugin_apps(self) -> dict[str, Callable]:

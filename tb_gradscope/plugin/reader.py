@@ -235,13 +235,17 @@ def _decode_series(record: Record, data: list) -> tuple[TableSeries | None, str]
         problem = f"{len(bad)} of {len(data)} steps unreadable (first: step {bad[0][0]}: {bad[0][1]})"
     if not tables:
         return None, problem or "no data"
-    order = np.argsort(np.asarray(steps, dtype=np.int64), kind="stable")
+    step_arr = np.asarray(steps, dtype=np.int64)
+    order = np.argsort(step_arr, kind="stable")
+    step_arr = step_arr[order]
+    last = np.append(step_arr[1:] != step_arr[:-1], True)  # a step written twice: keep the later
+    keep = order[last]
     return (
         TableSeries(
             record=record,
-            steps=np.asarray(steps, dtype=np.int64)[order],
-            wall_times=np.asarray(walls, dtype=np.float64)[order],
-            values=np.stack(tables).astype(np.float32)[order],
+            steps=step_arr[last],
+            wall_times=np.asarray(walls, dtype=np.float64)[keep],
+            values=np.stack(tables).astype(np.float32)[keep],
         ),
         problem,
     )

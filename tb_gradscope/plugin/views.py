@@ -8,6 +8,7 @@ slices arrays. Everything returned is JSON-safe (see `encoding`).
 from __future__ import annotations
 
 import fnmatch
+import math
 from typing import Any
 
 import numpy as np
@@ -170,6 +171,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     graph = view.flowgraph_at(step)
     updates = view.rows_at(fmt.Kind.UPDATE_STATS, "", step) or {}
     violated = _violations(view, step)
+    cell_violated = _is_violated if violated else (lambda *_: False)
     grads = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
     grads = {loss: rows for loss, rows in grads.items() if rows is not None}
     scopes = scope_tree.tree_order(s for rows in grads.values() for s in rows)
@@ -181,7 +183,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
             grad = rows.get(scope)
             static = static_row.get(scope)
             update_norm = updates.get(scope, {}).get("update_norm")
-            cells[loss][scope] = _cell(grad, static, update_norm, _is_violated(violated, loss, scope))
+            cells[loss][scope] = _cell(grad, static, update_norm, cell_violated(violated, loss, scope))
     return {
         "run": view.run,
         "step": step,
@@ -195,18 +197,36 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
 def _cell(grad, static: str | None, update_norm, violation: bool) -> dict[str, Any]:
     state = cell_rules.cell_state(grad, static, update_norm)
     grad_vars = grad.get("grad_vars") if grad else None
-    has_grad = bool(grad_vars) and np.isfinite(grad_vars)
-    stat = (lambda column: num(grad[column]) if has_grad else None)
+    if grad_vars and math.isfinite(grad_vars):
+        l2, max_abs, nonfinite, zero_frac = (
+            grad.get("l2"), grad.get("max_abs"), grad.get("nonfinite"), grad.get("zero_frac")
+        )
+        if not (_finite(l2) and _finite(max_abs) and _finite(nonfinite) and _finite(zero_frac)):
+            l2, max_abs, nonfinite, zero_frac = num(l2), num(max_abs), num(nonfinite), num(zero_frac)
+        return {
+            "state": state,
+            "static_state": static,
+            "grad_vars": int(grad_vars),
+            "l2": l2,
+            "max_abs": max_abs,
+            "nonfinite": nonfinite,
+            "zero_frac": zero_frac,
+            "violation": violation,
+        }
     return {
         "state": state,
         "static_state": static,
-        "grad_vars": int(grad_vars) if has_grad else 0,
-        "l2": stat("l2"),
-        "max_abs": stat("max_abs"),
-        "nonfinite": stat("nonfinite"),
-        "zero_frac": stat("zero_frac"),
+        "grad_vars": 0,
+        "l2": None,
+        "max_abs": None,
+        "nonfinite": None,
+        "zero_frac": None,
         "violation": violation,
     }
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def _update(row: dict[str, float] | None) -> dict[str, Any]:
@@ -214,7 +234,7 @@ def _update(row: dict[str, float] | None) -> dict[str, Any]:
         return {"update_norm": None, "weight_norm": None, "ratio": None}
     update, weight = row.get("update_norm"), row.get("weight_norm")
     ratio = None
-    if update is not None and weight is not None and weight != 0 and np.isfinite(weight):
+    if update is not None and weight is not None and weight != 0 and math.isfinite(weight):
         ratio = update / weight
     return {"update_norm": num(update), "weight_norm": num(weight), "ratio": num(ratio)}
 

@@ -1,0 +1,131 @@
+"""Gradscope plugin latency and log size, in real TensorBoard processes.
+
+A run of STEPS steps x 64 scopes x 3 losses (grad_stats per loss plus
+update_stats) and one scalar tag, served by one `tensorboard` per backend
+(--load_fast=true: Rust data server; false: Python multiplexer) with default
+flags. Within each process, interleaved repetitions of:
+  - the matrix route at a kept step (cache warm), and
+  - a 1000-point downsampled cell series,
+each against TensorBoard's own scalars route serving the run's scalar tag
+(the baseline). Ratios are of medians; targets are <= 1.0. Also: event-file
+bytes per recorded value relative to raw float32 (target <= 1.2).
+Headline (last line): the worse backend's matrix / scalars ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from urllib.parse import urlencode
+
+from bench import harness
+from tb_gradscope import format as fmt
+from tests import plugin_fixtures as pf
+
+SCOPES = [f"net{i // 8}/layer{i % 8}" for i in range(64)]
+LOSSES = ["td", "aux", "entropy"]
+RUN = "bench"
+SCALAR_TAG = "loss/td"
+API = "data/plugin/gradscope/"
+
+
+def write_logs(root: str, steps: int) -> float:
+    """Writes the run; returns event-file bytes per recorded value / 4."""
+    pf.write_bulk(root, RUN, steps, SCOPES, LOSSES)
+    (tables_file,) = os.listdir(os.path.join(root, RUN))
+    table_bytes = os.path.getsize(os.path.join(root, RUN, tables_file))
+    pf.write_bulk(root, RUN, steps, SCOPES, LOSSES, scalar_tag=SCALAR_TAG, tables=False)
+    columns = len(LOSSES) * len(fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns) + len(
+        fmt.KIND_SPECS[fmt.Kind.UPDATE_STATS].columns
+    )
+    values = steps * len(SCOPES) * columns
+    return table_bytes / (values * 4)
+
+
+def wait_loaded(server: pf.TensorBoardServer, steps: int, timeout: float) -> tuple[list[int], float]:
+    """Polls the run route until the last step is in; returns (kept steps,
+    seconds until then)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        status, _, body = server.get(API + "run?" + urlencode({"run": RUN}), timeout=timeout)
+        if status == 200:
+            kept = json.loads(body)["steps"]
+            if kept and kept[-1] == steps - 1:
+                return kept, time.monotonic() - start
+        time.sleep(0.5)
+    raise RuntimeError(f"TensorBoard did not load step {steps - 1} in {timeout}s")
+
+
+def fetch(server: pf.TensorBoardServer, path: str) -> None:
+    status, _, body = server.get(path)
+    if status != 200:
+        raise RuntimeError(f"{path}: {status} {body[:300]!r}")
+
+
+def measure(load_fast: str, root: str, steps: int, repetitions: int) -> dict[str, float]:
+    server = pf.TensorBoardServer(root, load_fast).start()
+    try:
+        kept, load_seconds = wait_loaded(server, steps, timeout=1800)
+        scalars = "data/plugin/scalars/scalars?" + urlencode({"run": RUN, "tag": SCALAR_TAG})
+        status, _, body = server.get(scalars)
+        if status != 200 or not json.loads(body):
+            raise RuntimeError(f"scalars baseline unavailable: {status} {body[:200]!r}")
+        probe = [kept[(i * 7919) % len(kept)] for i in range(repetitions)]
+        counter = iter(range(10**9))
+
+        def matrix() -> None:
+            fetch(server, API + "matrix?" + urlencode({"run": RUN, "step": probe[next(counter) % len(probe)]}))
+
+        series_query = {"run": RUN, "kind": "grad_stats", "name": "aux", "scope": SCOPES[9], "stat": "l2", "points": 1000}
+
+        def series() -> None:
+            fetch(server, API + "series?" + urlencode(series_query))
+
+        def baseline() -> None:
+            fetch(server, scalars)
+
+        for warm in (matrix, series, baseline):
+            warm()
+        medians = harness.interleaved_medians(
+            {"matrix": matrix, "series": series, "scalars": baseline}, repetitions
+        )
+        return {
+            "kept_steps": len(kept),
+            "load_seconds": load_seconds,
+            "matrix_ms": medians["matrix"] * 1e3,
+            "series_ms": medians["series"] * 1e3,
+            "scalars_ms": medians["scalars"] * 1e3,
+            "matrix_vs_scalars": medians["matrix"] / medians["scalars"],
+            "series_vs_scalars": medians["series"] / medians["scalars"],
+        }
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    args = harness.parse_args(__doc__.splitlines()[0])
+    steps = 4_000 if args.quick else 100_000
+    repetitions = 15 if args.quick else 60
+    root = tempfile.mkdtemp(prefix="bench_plugin_")
+    try:
+        bytes_ratio = write_logs(root, steps)
+        harness.report("steps", steps)
+        harness.report("scopes", len(SCOPES))
+        harness.report("losses", len(LOSSES))
+        results = {backend: measure(flag, root, steps, repetitions) for backend, flag in (("rust", "true"), ("python", "false"))}
+        for backend, values in results.items():
+            for name, value in values.items():
+                harness.report(f"{backend}_{name}", value)
+        harness.report("series_vs_scalars", max(v["series_vs_scalars"] for v in results.values()))
+        harness.report("bytes_per_value_vs_float32", bytes_ratio)
+        harness.report("matrix_vs_scalars", max(v["matrix_vs_scalars"] for v in results.values()))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
