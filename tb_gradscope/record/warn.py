@@ -9,6 +9,8 @@ does not print a million lines.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 from typing import Hashable
 
@@ -27,5 +29,14 @@ def warn_once(key: Hashable, message: str) -> bool:
         return False
     _said.add(key)
     logger.warning(message)
-    warnings.warn(message, GradscopeWarning, stacklevel=3)
+    warnings.warn(message, GradscopeWarning, stacklevel=_user_stacklevel())
     return True
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first caller outside tb_gradscope and tensorflow."""
+    inside = (os.sep + "tb_gradscope" + os.sep, os.sep + "tensorflow" + os.sep)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and any(p in frame.f_code.co_filename for p in inside):
+        frame, level = frame.f_back, level + 1
+    return level
