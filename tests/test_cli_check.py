@@ -164,3 +164,15 @@ def test_check_on_real_recorder_logs_fails_the_leak_and_passes_the_fix(tmp_path_
     assert "leaky  step 0  never(actor, ac/critic_head)  loss 'actor' reaches scope 'ac/critic_head' with gradient norm" in out
     assert "(2 steps, last 2)" in out
     assert check(logdir, "--rules", str(path), "--run", "clean")[0] == 0
+
+
+def test_logdir_whose_records_are_all_unreadable_exits_2_saying_why(tmp_path):
+    import dataclasses
+
+    from tb_gradscope import format as fmt
+
+    info = dataclasses.replace(fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["net"]), version=fmt.FORMAT_VERSION + 1)
+    rf.write_records(str(tmp_path / "future"), [(info, 0, [[1.0, 0.5, 0.5, 0.0, 0.0]])])
+    code, out, err = check(str(tmp_path))
+    assert (code, out) == (2, "")
+    assert "none can be read" in err and "newer tb-gradscope" in err

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tb_gradscope.commands.text import evidence, safe
+
+if TYPE_CHECKING:
+    from tb_gradscope.commands.evaluate import Finding
 
 HELP = "exit 1 if any run breaks a flow rule (recorded, or given with --rules)"
 
@@ -37,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="check only this run")
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Any) -> None:
     """Registers `check` on an argparse subparsers object."""
     parser = subparsers.add_parser("check", help=HELP)
     add_arguments(parser)
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return VIOLATED if found else OK
 
 
-def format_finding(finding) -> str:
+def format_finding(finding: Finding) -> str:
     """One line: `run  step S  rule  message  [evidence]  (N steps, last S2)`."""
     event = finding.event
     when = " (trace)" if event.evidence.get("at") == "trace" else ""

@@ -86,6 +86,12 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
             f"logdir {logdir!r} has no gradscope data ({found} gradscope records); "
             "record training with tb_gradscope.Recorder, or point at the right logdir"
         )
+    if not any(listing.records for listing in listings.values()):
+        reasons = [w for listing in listings.values() for w in listing.warnings]
+        raise LogdirError(
+            f"logdir {logdir!r} has gradscope records but none can be read: "
+            + "; ".join(reasons[:3]) + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+        )
     if run is not None:
         if run not in listings:
             raise LogdirError(f"run {run!r} has no gradscope data in {logdir!r}; runs: {sorted(listings)}")

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", metavar="FILE", help="also evaluate the rules of this TOML file")
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Any) -> None:
     """Registers `report` on an argparse subparsers object."""
     parser = subparsers.add_parser("report", help=HELP)
     add_arguments(parser)
