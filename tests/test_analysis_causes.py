@@ -196,3 +196,24 @@ def test_call_whose_body_is_missing_is_unknown_not_a_crash():
     fg = analyze_graph(cf.graph, {"l": cf.structured_outputs["l"]}, SCOPES)
     assert fg.cells["l"]["net"] == "blocked"
     assert {e.cause for e in fg.blocked_edges} == {"unknown_gradient"}
+
+
+def test_cut_that_blocks_nothing_is_not_reported():
+    def huber(x):
+        err = x @ W
+        small = tf.abs(err) < 1.0  # Less has no gradient, but err flows on via tf.where
+        return {"l": tf.reduce_sum(tf.where(small, 0.5 * err * err, tf.abs(err) - 0.5))}
+
+    fg = run(huber)
+    assert fg.cells["l"]["net"] == "updates"
+    assert fg.blocked_edges == []
+
+
+def test_argmax_beside_a_differentiable_path_is_not_a_blocked_edge():
+    def pick_max(x):
+        h = x @ W
+        return {"l": tf.reduce_sum(tf.gather(h, tf.argmax(h, axis=1), axis=1, batch_dims=1))}
+
+    fg = run(pick_max)
+    assert fg.cells["l"]["net"] == "updates"
+    assert fg.blocked_edges == []

@@ -110,7 +110,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
     for spec in specs:
         start = flat.node_of(spec.tensor)
         forward = reach.forward_cone(flat, start)
-        gradient, cuts = reach.gradient_walk(flat, rules, start, var_dep)
+        gradient, cuts = reach.gradient_walk(flat, rules, start, var_dep, var_nodes)
         per_loss.append((spec, start, forward, gradient, cuts))
         cone = _or(cone, forward)
 

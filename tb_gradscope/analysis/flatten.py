@@ -59,6 +59,7 @@ class FlatGraph:
     opaque: set[int] = dataclasses.field(default_factory=set)
     root_ops: dict[int, int] = dataclasses.field(default_factory=dict)
     root_outputs: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
+    _consumers: list[list[int]] | None = dataclasses.field(default=None, repr=False)
 
     def add(self, op: Any, op_type: str, name: str) -> int:
         self.ops.append(op)
@@ -79,12 +80,14 @@ class FlatGraph:
         return self.root_ops[id(tensor.op)]
 
     def consumers(self) -> list[list[int]]:
-        """Forward adjacency over data edges (built on demand, O(edges))."""
-        out: list[list[int]] = [[] for _ in self.ops]
-        for n, ins in enumerate(self.inputs):
-            for src, _ in ins:
-                out[src].append(n)
-        return out
+        """Forward adjacency over data edges (built once on first use, O(edges))."""
+        if self._consumers is None or len(self._consumers) != len(self.ops):
+            out: list[list[int]] = [[] for _ in self.ops]
+            for n, ins in enumerate(self.inputs):
+                for src, _ in ins:
+                    out[src].append(n)
+            self._consumers = out
+        return self._consumers
 
 
 def is_trainable(dtype: Any) -> bool:

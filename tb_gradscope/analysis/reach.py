@@ -8,7 +8,11 @@ Three iterative walks, each linear in nodes + edges:
   and the cut edges met on the way whose producer depends on a variable.
 An edge cut only because its tensor is an integer is traced back through the
 integer region to the op that left the float world (ArgMax, Cast, ...), so
-the blocked edge names the op the user wrote.
+the blocked edge names the op the user wrote. A cut whose producer the
+gradient still reaches by another path blocks nothing and is not reported.
+Cuts the user did not ask for (a comparison or ArgMax: non-differentiable or
+integer) are reported only when they hide a variable the gradient reaches by
+no other path, so the `tf.where` inside a Huber loss is not a blocked edge.
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ from tb_gradscope.analysis.gradrules import STRUCTURAL_OPS, GradientRules
 from tb_gradscope.format.flowgraph import (
     CAUSE_CUSTOM_GRADIENT_NONE,
     CAUSE_INTEGER,
+    CAUSE_NON_DIFFERENTIABLE,
 )
+
+# Causes that are a property of the math rather than a decision in the code.
+_IMPLICIT = frozenset({CAUSE_NON_DIFFERENTIABLE, CAUSE_INTEGER})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +79,11 @@ def forward_cone(flat: FlatGraph, start: int) -> bytearray:
 
 
 def gradient_walk(
-    flat: FlatGraph, rules: GradientRules, start: int, var_dep: bytearray
+    flat: FlatGraph,
+    rules: GradientRules,
+    start: int,
+    var_dep: bytearray,
+    variables: Iterable[int] = (),
 ) -> tuple[bytearray, list[Cut]]:
     """Flags nodes a gradient started at `start` reaches; lists the cuts met."""
     inputs = flat.inputs
@@ -105,8 +117,35 @@ def gradient_walk(
                 stack.append(src)
     for producer, consumer, cause in _integer_cuts(flat, rules, integer_edges, var_dep):
         cuts.setdefault((producer, consumer), cause)
-    ordered = sorted(cuts.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    hidden = _hidden(flat, reached, variables) if any(
+        c in _IMPLICIT for c in cuts.values()) else bytearray(len(flat))
+    ordered = sorted(
+        (
+            kv
+            for kv in cuts.items()
+            if not reached[kv[0][0]] and (kv[1] not in _IMPLICIT or hidden[kv[0][0]])
+        ),
+        key=lambda kv: (kv[0][1], kv[0][0]),
+    )
     return reached, [Cut(p, c, cause) for (p, c), cause in ordered]
+
+
+def _hidden(flat: FlatGraph, reached: bytearray, variables: Iterable[int]) -> bytearray:
+    """Nodes fed by a variable the gradient misses, along nodes it misses too."""
+    consumers = flat.consumers()
+    hidden = bytearray(len(flat))
+    stack = [v for v in variables if not reached[v]]
+    for n in stack:
+        hidden[n] = 1
+    while stack:
+        n = stack.pop()
+        if flat.types[n] in STRUCTURAL_OPS:
+            continue
+        for c in consumers[n]:
+            if not hidden[c] and not reached[c]:
+                hidden[c] = 1
+                stack.append(c)
+    return hidden
 
 
 def _integer_cuts(flat, rules, edges, var_dep):
