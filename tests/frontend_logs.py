@@ -37,6 +37,7 @@ class RunSpec:
       updates: per scope, (update_norm, weight_norm).
       events: written at the last step.
       steps: the recorded steps.
+      start_points: losses the FlowGraph calls gradient start points.
     """
 
     name: str
@@ -46,6 +47,7 @@ class RunSpec:
     updates: Mapping[str, tuple[float, float]]
     events: tuple[fmt.Event, ...] = ()
     steps: tuple[int, ...] = (0, 10)
+    start_points: tuple[str, ...] = ()
 
 
 def hostile_spec() -> RunSpec:
@@ -64,6 +66,7 @@ def hostile_spec() -> RunSpec:
 def states_spec() -> RunSpec:
     """One loss whose cells go through every flow state, plus one violation.
 
+    `main` is a gradient start point (a tensor and its output gradients).
     `probe` is absent from the FlowGraph, so its missing gradients can only be
     "no_gradient" (nothing tells blocked from independent).
     """
@@ -89,6 +92,7 @@ def states_spec() -> RunSpec:
         grads={"main": main, "probe": {s: NO_GRADIENT_ROW for s in scopes}},
         updates={s: (0.0 if s == "net/ignored" else 0.01, 2.0) for s in scopes},
         events=(violation,),
+        start_points=("main",),
     )
 
 
@@ -136,7 +140,10 @@ def _write_blobs(info: fmt.RecordInfo, documents: list[object], step: int) -> No
 
 def _write_flowgraph(spec: RunSpec, step: int) -> None:
     graph = fmt.FlowGraph(
-        losses=[fmt.LossInfo(name=loss) for loss in spec.static],
+        losses=[
+            fmt.LossInfo(name=loss, kind="start_point" if loss in spec.start_points else "loss")
+            for loss in spec.static
+        ],
         scopes=list(spec.scopes),
         cells={loss: dict(row) for loss, row in spec.static.items()},
         applied=[s for s in spec.scopes if any(r[s] == fmt.UPDATES for r in spec.static.values())],

@@ -243,6 +243,10 @@ def test_every_flow_state_has_its_own_look(open_tab, tensorboard: TensorBoard, a
     outline = tab.cell("main", "net/updates").evaluate("b => getComputedStyle(b).outlineStyle")
     assert outline == "solid"
     assert tab.cell("main", "net/nonfinite").text_content() == "NaN"
+    # The run says main is a start point; its column header says so too.
+    assert {"name": "main", "kind": "start_point"} in tensorboard.json("run", run=spec.name)["losses"]
+    assert "start point" in tab.frame.locator('th[data-loss="main"]').get_attribute("title")
+    assert tab.frame.locator('th[data-loss="probe"]').get_attribute("title") is None
     tab.page.screenshot(path=str(artifacts / "gradscope-states.png"))
     tab.assert_clean()
 

@@ -166,7 +166,7 @@ export class App {
     const matrix = view.matrix;
     this.toolbar.setSteps(view.info.steps, matrix.step);
     const toggled = this.toggled.get(matrix.run) ?? new Set<string>();
-    const matrixView = new MatrixView(matrix, view.tree, toggled, this.selected, {
+    const matrixView = new MatrixView(matrix, view.info.losses, view.tree, toggled, this.selected, {
       onToggle: (scope) => this.toggle(scope),
       onSelect: (selection) => this.select(selection),
     });

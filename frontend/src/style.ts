@@ -46,6 +46,7 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-scope.gs-leaf { cursor: default; }
 .gs-twisty { display: inline-block; width: 1em; color: var(--muted); }
 .gs-rollup .gs-scope { font-weight: 600; }
+.gs-start-point { color: var(--muted); font-weight: 400; font-size: 11px; }
 .gs-cell { display: block; width: 100%; min-width: 64px; height: 26px; font: inherit; font-size: 12px;
   border: 1px solid transparent; border-radius: 3px; padding: 0 6px; cursor: pointer;
   color: var(--fg); text-align: center; }

@@ -3,7 +3,7 @@
 // buttons (keyboard-reachable), coloured by flow state; cells that update are
 // shaded by gradient norm on a log scale shared by the whole matrix.
 
-import type { CellStats, Matrix, ScopeEntry, UpdateStats } from "../api";
+import type { CellStats, LossEntry, Matrix, ScopeEntry, UpdateStats } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { formatCompact, formatFull, logPosition } from "../numbers";
@@ -58,22 +58,27 @@ export class MatrixView {
 
   constructor(
     matrix: Matrix,
+    lossKinds: readonly LossEntry[],
     tree: ScopeTree,
     toggled: ReadonlySet<string>,
     selected: Selection | null,
     private readonly handlers: MatrixHandlers,
   ) {
+    const startPoints = new Set(lossKinds.filter((l) => l.kind === "start_point").map((l) => l.name));
     const range = updateNormRange(matrix);
     const header = h(
       "tr",
       {},
       h("th", { attrs: { scope: "col" } }, "Scope"),
-      ...matrix.losses.map((loss) => h("th", { attrs: { scope: "col" }, data: { loss } }, loss)),
+      ...matrix.losses.map((loss) => lossHeader(loss, startPoints.has(loss))),
       h("th", { className: "gs-num", attrs: { scope: "col", title: "applied update norm ‖θ_after − θ_before‖" } }, "‖Δθ‖"),
       h("th", { className: "gs-num", attrs: { scope: "col", title: "update / weight ratio ‖Δθ‖ / ‖θ‖" } }, "‖Δθ‖/‖θ‖"),
     );
     const gridRows: GridRow[] = [];
-    const rows = tree.visible(toggled).map((scope) => {
+    // A scope the losses recorded nothing for at this step has no row here.
+    const present = new Set(matrix.scopes);
+    const visible = tree.visible(toggled).filter((scope) => present.has(scope.name));
+    const rows = visible.map((scope) => {
       const [row, controls] = this.row(matrix, scope, tree, toggled, selected, range);
       gridRows.push(controls);
       return row;
@@ -193,6 +198,16 @@ export class MatrixView {
     this.cellButtons.set(cellKey({ loss, scope }), button);
     return button;
   }
+}
+
+function lossHeader(loss: string, startPoint: boolean): HTMLTableCellElement {
+  if (!startPoint) return h("th", { attrs: { scope: "col" }, data: { loss } }, loss);
+  return h(
+    "th",
+    { attrs: { scope: "col", title: `${loss}: a gradient start point (a tensor and its output gradients)` }, data: { loss } },
+    loss,
+    h("span", { className: "gs-start-point" }, " (start)"),
+  );
 }
 
 function cellKey(selection: Selection): string {
