@@ -13,8 +13,10 @@ earlier (snapshots), per scope:
 - optimizer_vars: how many of the scope's target variables an optimizer writes.
 
 Without snapshots of the previous step, the step columns are NaN. Work is a few
-reductions per variable ([n_vars, 8] float64), rolled up to every scope by one
-gather and one segment sum (`RollUp`), no host round trip.
+segment sums per pair ([n_vars, 8] float64), rolled up to every scope by one
+gather and one segment sum (`RollUp`), no host round trip. Each side is
+flattened into one vector first, so the op count barely grows with the number
+of variables.
 """
 
 from __future__ import annotations
@@ -72,39 +74,38 @@ def state_scopes(pair: Pair) -> list[str]:
     return list(pair.state_names)
 
 
-def _flat(value: Any) -> tf.Tensor:
-    return tf.cast(tf.reshape(tf.convert_to_tensor(value), [-1]), tf.float64)
+def flat_dtype(variables: Sequence[Any]) -> tf.DType:
+    """The dtype a side is flattened to: its own if uniform, else float64."""
+    dtypes = {tf.as_dtype(v.dtype) for v in variables}
+    return dtypes.pop() if len(dtypes) == 1 else tf.float64
+
+
+def flatten(variables: Sequence[Any]) -> tf.Tensor:
+    """All values of a side as one flat vector (one concat, not one op chain per variable)."""
+    dtype = flat_dtype(variables)
+    parts = [tf.reshape(tf.cast(tf.convert_to_tensor(v), dtype), [-1]) for v in variables]
+    return tf.concat(parts, 0)
 
 
 def variable_sums(
-    target: Sequence[Any],
-    online: Sequence[Any],
-    prev_target: Sequence[Any],
-    prev_online: Sequence[Any],
+    target: tf.Tensor,
+    online: tf.Tensor,
+    prev_target: tf.Tensor,
+    prev_online: tf.Tensor,
+    sizes: Sequence[int],
 ) -> tf.Tensor:
     """Per variable: the 8 sums the DRIFT columns are made of, float64 [n_vars, 8].
 
-    Differences are taken in the variables' dtype (exact for close float32
-    values), products and sums in float64 so tau's residual is not lost to
-    cancellation.
+    Inputs are the flat sides (see `flatten`); `sizes` the element count of
+    each variable in order. Computed in float64 (a float16 target may follow a
+    float32 online network), so tau's residual is not lost to cancellation.
+    A handful of ops whatever the number of variables.
     """
-    rows = []
-    for t, o, tp, op in zip(target, online, prev_target, prev_online):
-        t, o = tf.convert_to_tensor(t), tf.convert_to_tensor(o)
-        tp, op = tf.convert_to_tensor(tp), tf.convert_to_tensor(op)
-        d, on = _flat(t - o), _flat(o)
-        a, b = _flat(t - tp), _flat(o - tp)
-        c, e = _flat(o - op), _flat(t - op)
-        rows.append(
-            tf.stack(
-                [
-                    tf.reduce_sum(d * d), tf.reduce_sum(on * on),
-                    tf.reduce_sum(a * a), tf.reduce_sum(a * b), tf.reduce_sum(b * b),
-                    tf.reduce_sum(c * c), tf.reduce_sum(c * e), tf.reduce_sum(e * e),
-                ]
-            )
-        )
-    return tf.stack(rows)
+    t, o, tp, op = (tf.cast(x, tf.float64) for x in (target, online, prev_target, prev_online))
+    ids = tf.repeat(tf.range(len(sizes)), tf.constant(list(sizes), tf.int32))
+    d, a, b, c, e = t - o, t - tp, o - tp, o - op, t - op
+    products = (d * d, o * o, a * a, a * b, b * b, c * c, c * e, e * e)
+    return tf.stack([tf.math.segment_sum(x, ids) for x in products], axis=1)
 
 
 def drift_table(
@@ -147,11 +148,14 @@ def optimizer_var_counts(
 def pair_table(
     pair: Pair,
     rollup: RollUp,
-    prev_target: Sequence[Any],
-    prev_online: Sequence[Any],
+    prev_target: tf.Tensor,
+    prev_online: tf.Tensor,
     have_previous: tf.Tensor,
     optimizer_vars: np.ndarray,
 ) -> tf.Tensor:
-    """The DRIFT table of `pair` now, against snapshots taken one step earlier."""
-    sums = rollup.sum(variable_sums(pair.target, pair.online, prev_target, prev_online))
-    return drift_table(sums, have_previous, optimizer_vars)
+    """The DRIFT table of `pair` now, against flat snapshots taken one step earlier."""
+    sizes = [int(np.prod(v.shape)) for v in pair.target]
+    sums = variable_sums(
+        flatten(pair.target), flatten(pair.online), prev_target, prev_online, sizes
+    )
+    return drift_table(rollup.sum(sums), have_previous, optimizer_vars)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
@@ -39,8 +40,8 @@ class _PairState:
     layout: Any
     rollup: RollUp
     tag: str
-    prev_target: list[tf.Variable]
-    prev_online: list[tf.Variable]
+    prev_target: tf.Variable
+    prev_online: tf.Variable
     snap_step: tf.Variable
 
 
@@ -142,11 +143,9 @@ class DriftMonitor:
     def _make_state(self, pair: Pair) -> _PairState:
         layout = drift_lib.pair_layout(pair)
 
-        def copies(variables: Sequence[Any]) -> list[tf.Variable]:
-            return [
-                tf.Variable(tf.zeros(tuple(v.shape), tf.as_dtype(v.dtype)), trainable=False)
-                for v in variables
-            ]
+        def copies(variables: Sequence[Any]) -> tf.Variable:
+            size = sum(int(np.prod(v.shape)) for v in variables)
+            return tf.Variable(tf.zeros([size], drift_lib.flat_dtype(variables)), trainable=False)
 
         return _PairState(
             pair=pair,
@@ -183,8 +182,8 @@ class DriftMonitor:
         tf.cond(snapshot_due, lambda: self._snapshot(state, step), lambda: tf.constant(False))
 
     def _snapshot(self, state: _PairState, step: tf.Tensor) -> tf.Tensor:
-        for copy, v in zip(state.prev_target + state.prev_online, state.pair.target + state.pair.online):
-            copy.assign(tf.convert_to_tensor(v))
+        state.prev_target.assign(drift_lib.flatten(state.pair.target))
+        state.prev_online.assign(drift_lib.flatten(state.pair.online))
         state.snap_step.assign(step)
         return tf.constant(True)
 
