@@ -15,13 +15,34 @@ from hypothesis import strategies as st
 
 from tb_gradscope.analysis import analyze_function
 
-TREATMENTS = ("none", "stop_gradient", "argmax", "int_cast", "numpy_function", "py_function")
+TREATMENTS = (
+    "none",
+    "stop_gradient",
+    "argmax",
+    "int_cast",
+    "numpy_function",
+    "py_function",
+    "custom_gradient_none",
+    "cond",
+    "while_loop",
+)
 X = tf.constant(np.random.default_rng(0).normal(size=(8, 3)).astype("float32"))
 # Non-uniform loss weights, so a one-hot or rounded output still moves the loss.
 C = tf.constant(np.random.default_rng(1).normal(size=(8, 3)).astype("float32"))
 
 
+@tf.custom_gradient
+def _no_gradient(h):
+    return h * 1.0, lambda dy: None
+
+
 def treat(kind: str, h: tf.Tensor) -> tf.Tensor:
+    if kind == "custom_gradient_none":
+        return _no_gradient(h)
+    if kind == "cond":
+        return tf.cond(tf.reduce_sum(h) > 0, lambda: h * 2.0, lambda: h - 1.0)
+    if kind == "while_loop":
+        return tf.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, tf.tanh(a) * 1.5), [0, h])[1]
     if kind == "stop_gradient":
         return tf.stop_gradient(h)
     if kind == "argmax":
