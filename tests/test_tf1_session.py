@@ -73,6 +73,16 @@ def test_optimizer_slots_are_never_scopes(tmp_path):
     )
 
 
+def test_adam_state_is_never_a_scope(tmp_path):
+    m = multihead_seed()
+    with m.graph.as_default():
+        everything = tf.global_variables()
+        assert {"beta1_power:0", "Agent/layer1/w1/Adam_1:0"} <= {v.name for v in everything}
+        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1},
+                           train_ops={"loss1": m.train1}, variables=everything)
+    assert gs.layout.scopes == ("Agent", "Agent/layer1", "Agent/layer2_1", "Agent/layer2_2")
+
+
 def test_loss_whose_placeholders_are_not_fed_is_skipped(tmp_path):
     m = multihead_seed()
     rng = np.random.default_rng(0)

@@ -48,16 +48,17 @@ def written_variables(
 
 
 def slot_variable_ops(graph: tf.Graph) -> set[tf.Operation]:
-    """Variable ops used as optimizer slots by any apply op of the graph.
+    """Variable ops holding optimizer state for any apply op of the graph.
 
-    Slots are read from the graph's structure (a variable fed to an apply op in
-    any position but the first), not guessed from names.
+    Read from the graph's structure, not guessed from names: a variable fed to
+    an apply op in any position but the first, as a handle (slots such as
+    `.../Adam`, `.../RMSProp`) or as a read value (Adam's `beta1_power`).
     """
     slots: set[tf.Operation] = set()
     for op in graph.get_operations():
         if is_apply_op(op):
             for tensor in list(op.inputs)[1:]:
-                source = _variable_op(tensor)
+                source = _variable_op(tensor, through_reads=True)
                 if source is not None:
                     slots.add(source)
     return slots
@@ -204,8 +205,10 @@ def required_placeholders(tensors: Iterable[tf.Tensor]) -> frozenset[tf.Operatio
     return frozenset(needed)
 
 
-def _variable_op(tensor: tf.Tensor) -> tf.Operation | None:
+def _variable_op(tensor: tf.Tensor, through_reads: bool = False) -> tf.Operation | None:
+    """The variable op a tensor is (or, with `through_reads`, reads), else None."""
+    passes = ("Identity", "ReadVariableOp") if through_reads else ("Identity",)
     op = tensor.op
-    while op.type == "Identity" and op.inputs:
+    while op.type in passes and op.inputs:
         op = op.inputs[0].op
     return op if op.type in _VARIABLE_OP_TYPES else None
