@@ -108,30 +108,6 @@ def write_records(run_dir: str, records: list) -> None:
     writer.close()
 
 
-def ema_drift_records(pair: str, tau: float, steps: range, frozen: bool = False) -> list:
-    """DRIFT records of an EMA target following a drifting online vector, computed
-    with numpy the way the drift kernel defines its columns."""
-    from tb_gradscope import format as fmt
-
-    info = fmt.make_info(fmt.Kind.DRIFT, pair, ["target"], {"target": "target", "online": "online", "tau": tau})
-    rng = np.random.default_rng(1)
-    online = rng.normal(size=32)
-    target = online.copy()
-    records = []
-    for step in steps:
-        online_prev, target_prev = online.copy(), target.copy()
-        online = online + 0.1 * rng.normal(size=32)
-        if not frozen:
-            target = target_prev + tau * (online - target_prev)
-        distance = float(np.linalg.norm(target - online))
-        gap = online - target_prev
-        estimated = float(np.dot(target - target_prev, gap) / np.dot(gap, gap))
-        row = [distance / np.linalg.norm(online), distance, np.linalg.norm(online),
-               np.linalg.norm(target - target_prev), estimated]
-        records.append((info, step, [row]))
-    return records
-
-
 DQN_SCOPES = ["online", "online/l1", "target", "target/l1"]
 
 
@@ -179,3 +155,28 @@ def dqn_logdir(root) -> str:
         (fmt.make_info(fmt.Kind.EVENTS), 30, [event.to_json()]),
     ])
     return str(root)
+
+
+def write_drift_run(run_dir: str, tau_used: float, declared_tau: float, frozen: bool = False, steps: int = 40) -> None:
+    """Two same-architecture models; the target follows the online one by an
+    EMA of rate `tau_used` (or not at all), recorded by the real DriftMonitor."""
+    from tb_gradscope.pairs import DriftMonitor, pair_models
+
+    keras.utils.set_random_seed(0)
+
+    def net(name: str) -> keras.Model:
+        x = keras.Input((4,))
+        return keras.Model(x, keras.layers.Dense(3, name="l1")(x), name=name)
+
+    online, target = net("online"), net("target")
+    target.set_weights(online.get_weights())
+    monitor = DriftMonitor([pair_models(target, online, tau=declared_tau)], logdir=run_dir, every_n_steps=5)
+    rng = np.random.default_rng(0)
+    for _ in range(steps):
+        for v in online.trainable_variables:
+            v.assign_add(0.05 * rng.normal(size=v.shape).astype(np.float32))
+        if not frozen:
+            for t, o in zip(target.trainable_variables, online.trainable_variables):
+                t.assign(t + tau_used * (o - t))
+        monitor.record()
+    monitor.close()

@@ -21,7 +21,8 @@ def report(*argv: str) -> tuple[int, str, str]:
 def logdir(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("report_logs")
     rf.dqn_logdir(root)
-    rf.write_records(str(root / "ema"), rf.dqn_records(False) + rf.ema_drift_records("target<-online", 0.05, range(0, 30, 10)))
+    rf.write_records(str(root / "ema"), rf.dqn_records(False))
+    rf.write_drift_run(str(root / "ema"), tau_used=0.05, declared_tau=0.05, steps=21)
     return str(root)
 
 

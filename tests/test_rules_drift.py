@@ -1,4 +1,5 @@
-"""tracks(target, online, tau=, every=) over DRIFT series read back from real event files."""
+"""tracks(target, online, tau=, every=) over drift series written by the real
+DriftMonitor and read back through TensorBoard's ingestion."""
 
 from __future__ import annotations
 
@@ -9,35 +10,40 @@ from tb_gradscope.commands import logs as logs_lib
 from tests import rules_fixtures as rf
 
 
-def _drift(tmp_path, **kwargs) -> dict:
-    rf.write_records(str(tmp_path / "run"), rf.ema_drift_records("target<-online", steps=range(0, 50, 5), **kwargs))
-    (logs,) = logs_lib.load_logdir(str(tmp_path))
-    return logs.drift
+@pytest.fixture(scope="module")
+def drift(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("drift_logs")
+    rf.write_drift_run(str(root / "ema"), tau_used=0.1, declared_tau=0.1)
+    rf.write_drift_run(str(root / "fast"), tau_used=0.5, declared_tau=0.1)
+    rf.write_drift_run(str(root / "frozen"), tau_used=0.1, declared_tau=0.1, frozen=True)
+    return {logs.run: logs.drift for logs in logs_lib.load_logdir(str(root))}
 
 
-def test_ema_at_the_declared_tau_tracks(tmp_path):
-    drift = _drift(tmp_path, tau=0.05)
-    assert rules.check_drift([rules.tracks("target", "online", tau=0.05)], drift) == []
-    assert rules.check_drift([rules.tracks("target", "online")], drift) == []
+def test_ema_at_the_declared_tau_tracks(drift):
+    assert rules.check_drift([rules.tracks("target", "online", tau=0.1)], drift["ema"]) == []
+    assert rules.check_drift([rules.tracks("target", "online")], drift["ema"]) == []
 
 
-def test_ema_at_another_tau_breaks_the_rule_with_the_estimate(tmp_path):
-    drift = _drift(tmp_path, tau=0.2)
-    (event,) = rules.check_drift([rules.tracks("target", "online", tau=0.01)], drift)
-    assert event.evidence["tau"] == 0.01
-    assert event.evidence["tau_estimated"] == pytest.approx(0.2, rel=1e-3)
-    assert event.pair == "target<-online" and event.step == 45
+def test_rule_tau_replaces_the_declared_one(drift):
+    (event,) = rules.check_drift([rules.tracks("target", "online", tau=0.3)], drift["ema"])
+    assert event.evidence["anomaly"] == "tau_mismatch"
+    assert event.evidence["declared_tau"] == 0.3
+    assert event.evidence["effective_tau"] == pytest.approx(0.1, rel=1e-3)
 
 
-def test_frozen_target_never_moves(tmp_path):
-    drift = _drift(tmp_path, tau=0.05, frozen=True)
-    (event,) = rules.check_drift([rules.tracks("target", "online")], drift)
-    assert "never moved over 10 recorded steps" in event.message
-    assert event.evidence["drift"] > 0
+def test_ema_at_another_tau_breaks_the_rule_with_the_estimate(drift):
+    (event,) = rules.check_drift([rules.tracks("target", "online", tau=0.1)], drift["fast"])
+    assert event.name == "tracks(target, online, tau=0.1)" and event.pair == "target<-online"
+    assert event.evidence["effective_tau"] == pytest.approx(0.5, rel=1e-3)
 
 
-def test_undeclared_pair_is_a_violation_naming_the_recorded_pairs(tmp_path):
-    drift = _drift(tmp_path, tau=0.05)
-    (event,) = rules.check_drift([rules.tracks("ema", "online")], drift, step=45)
+def test_frozen_target_breaks_tracks(drift):
+    (event,) = rules.check_drift([rules.tracks("target", "online")], drift["frozen"])
+    assert event.evidence["anomaly"] == "target_frozen"
+    assert "did not move" in event.message
+
+
+def test_undeclared_pair_is_a_violation_naming_the_recorded_pairs(drift):
+    (event,) = rules.check_drift([rules.tracks("ema", "online")], drift["ema"], step=35)
     assert "no drift is recorded for target 'ema'" in event.message
-    assert event.evidence["pairs"] == ["target<-online"] and event.step == 45
+    assert event.evidence["pairs"] == ["target<-online"] and event.step == 35

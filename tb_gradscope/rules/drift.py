@@ -1,27 +1,25 @@
 """Checks `tracks(target, online, tau=, every=)` rules on a run's drift series.
 
-A drift series is the recorder's DRIFT table for one target/online pair over
-its recorded steps (rows = target scopes; `attrs` name `target` and `online`).
-A tracks rule breaks when:
+A drift series is the DRIFT table of one target/online pair over its recorded
+steps (rows = target scopes; `attrs` name `target` and `online`). The numbers
+come from `tb_gradscope.anomalies`, the same read-side analysis the Gradscope
+tab shows, with the rule's `tau` / `every` taking the place of what the pair
+declared. A tracks rule breaks when:
 - no drift is recorded for its pair (the pair was never declared);
 - drift is NaN/Inf at a step;
-- the target never moves (`target_step` is 0 at every recorded step after the
-  first), or, with `every=C`, stays still for more than 2*C steps;
-- with `tau=T`, the median effective rate estimated by the recorder differs
-  from T by more than half of T.
+- the pair shows any anomaly: never synced, target frozen, moved by an
+  optimizer, pulled in the wrong direction, tau or copy period other than the
+  rule's, BatchNorm moving statistics not tracked.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Iterable, Mapping, Sequence
 
+from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.rules.model import Rule, Tracks, scope_matches
-
-# A declared tau is met when the median estimate is within this fraction of it.
-TAU_TOLERANCE = 0.5
 
 DriftSeries = Sequence[tuple[int, fmt.Table]]
 
@@ -31,7 +29,7 @@ def check_drift(rules: Iterable[Rule], drift: Mapping[str, DriftSeries], step: i
 
     Args:
       rules: any rules; only Tracks rules are checked.
-      drift: {pair name: [(step, drift table)] in step order}.
+      drift: {pair name: [(step, drift table)]}.
       step: the step to report "pair not recorded" at (the run's last step).
     """
     events: list[fmt.Event] = []
@@ -41,12 +39,12 @@ def check_drift(rules: Iterable[Rule], drift: Mapping[str, DriftSeries], step: i
         pair = _find_pair(rule, drift)
         if pair is None:
             known = sorted(drift)
-            events.append(_event(rule, step, "", (
+            events.append(_event(rule, step, "", rule.target, (
                 f"no drift is recorded for target '{rule.target}' following online '{rule.online}' "
                 f"(recorded pairs: {known or 'none'}); declare the pair to the Recorder"
             ), {"unmatched": "pair", "pairs": known}))
             continue
-        events.extend(_check_series(rule, pair, drift[pair]))
+        events.extend(_check_series(rule, pair, sorted(drift[pair], key=lambda item: item[0])))
     return events
 
 
@@ -61,50 +59,30 @@ def _find_pair(rule: Tracks, drift: Mapping[str, DriftSeries]) -> str | None:
     return None
 
 
-def _root_row(table: fmt.Table) -> str:
-    target = str(table.info.attrs.get("target", ""))
-    return target if target in table else table.info.scopes[0]
-
-
 def _check_series(rule: Tracks, pair: str, series: DriftSeries) -> list[fmt.Event]:
     events = []
-    rows = [(step, table.row(_root_row(table))) for step, table in series]
-    for step, row in rows:
-        if not math.isfinite(row["drift"]):
-            events.append(_event(rule, step, pair, f"drift of pair '{pair}' is {row['drift']} at step {step}",
+    first_table = series[0][1]
+    root = str(first_table.info.attrs.get("target", ""))
+    root = root if root in first_table else first_table.info.scopes[0]
+    for step, table in series:
+        row = table.row(root) if root in table else None
+        if row is not None and not math.isfinite(row["drift"]):
+            events.append(_event(rule, step, pair, root, f"drift of pair '{pair}' is {row['drift']} at step {step}",
                                  {"drift": row["drift"], "distance": row["distance"]}))
             break
-    moves = [step for step, row in rows[1:] if row["target_step"] > 0]
-    first, last = rows[0][0], rows[-1][0]
-    if len(rows) >= 3 and not moves:
-        events.append(_event(rule, last, pair, (
-            f"target '{rule.target}' never moved over {len(rows)} recorded steps "
-            f"({first}..{last}); drift is now {rows[-1][1]['drift']:.4g}"
-        ), {"drift": rows[-1][1]["drift"], "target_step": 0.0, "recorded_steps": len(rows)}))
-    elif rule.every is not None:
-        previous = first
-        for step in moves + [last]:
-            if step - previous > 2 * rule.every:
-                events.append(_event(rule, step, pair, (
-                    f"target '{rule.target}' did not move for {step - previous} steps "
-                    f"(after step {previous}); expected a copy every {rule.every}"
-                ), {"still_steps": step - previous, "every": rule.every}))
-                break
-            previous = step
-    if rule.tau is not None:
-        estimates = [row["tau"] for _, row in rows if math.isfinite(row.get("tau", math.nan))]
-        if estimates:
-            median = statistics.median(estimates)
-            if abs(median - rule.tau) > TAU_TOLERANCE * rule.tau:
-                events.append(_event(rule, last, pair, (
-                    f"target '{rule.target}' moves at an effective tau of {median:.4g}, "
-                    f"not the declared {rule.tau:g}"
-                ), {"tau": rule.tau, "tau_estimated": median}))
+    attrs = dict(first_table.info.attrs)
+    for key in ("tau", "every"):
+        if getattr(rule, key) is not None:
+            attrs[key] = getattr(rule, key)
+    found = anomalies.find_anomalies(pair, attrs, [s for s, _ in series], [t for _, t in series])
+    for anomaly in found:
+        events.append(_event(rule, anomaly.step, pair, anomaly.scope, anomaly.message,
+                             {"anomaly": anomaly.name, **anomaly.evidence}))
     return events
 
 
-def _event(rule: Tracks, step: int, pair: str, message: str, evidence: dict) -> fmt.Event:
+def _event(rule: Tracks, step: int, pair: str, scope: str, message: str, evidence: dict) -> fmt.Event:
     return fmt.Event(
         type=fmt.VIOLATION, name=str(rule), step=int(step), message=message,
-        scope=rule.target, pair=pair, evidence={"at": "step", **evidence},
+        scope=scope, pair=pair, evidence={"at": "step", **evidence},
     )
