@@ -23,6 +23,7 @@ def logdir(tmp_path_factory) -> str:
     rf.dqn_logdir(root)
     rf.write_records(str(root / "ema"), rf.dqn_records(False))
     rf.write_drift_run(str(root / "ema"), tau_used=0.05, declared_tau=0.05, steps=21)
+    rf.write_drift_run(str(root / "frozen"), tau_used=0.05, declared_tau=0.05, steps=21, frozen=True)
     return str(root)
 
 
@@ -53,6 +54,14 @@ def test_drift_summary_shows_the_latest_drift_per_pair(logdir):
     assert code == 0
     line = next(l for l in out.splitlines() if "target<-online" in l)
     assert "(target <- online) at step 20: drift" in line and "declared tau 0.05" in line
+    assert out.split("anomalies:\n")[1].startswith("  none")
+
+
+def test_anomalies_derived_from_drift_are_listed(logdir):
+    code, out, _ = report(logdir, "--run", "frozen")
+    assert code == 0
+    anomalies = out.split("anomalies:\n")[1].split("\n\n")[0]
+    assert "target_frozen" in anomalies and "did not move" in anomalies
 
 
 def test_json_is_one_document_with_cells_drift_and_violations(logdir, tmp_path):
@@ -62,7 +71,7 @@ def test_json_is_one_document_with_cells_drift_and_violations(logdir, tmp_path):
     assert code == 0, err
     doc = json.loads(out)
     runs = {r["run"]: r for r in doc["runs"]}
-    assert sorted(runs) == ["clean", "ema", "leaky", "recorded"]
+    assert sorted(runs) == ["clean", "ema", "frozen", "leaky", "recorded"]
     leaky = runs["leaky"]
     assert leaky["cells"]["td"]["target"] == {"state": "updates", "static": "updates", "l2": 0.75, "nonfinite": 0.0}
     assert {(v["name"], v["evidence"]["at"]) for v in leaky["violations"] if v["name"].startswith("never")} == {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
@@ -49,11 +50,24 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         **_table(logs, chosen, flowgraph),
         "blocked_edges": [_blocked_edge(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
         "drift": [_latest_drift(name, series) for name, series in sorted(logs.drift.items()) if series],
-        "anomalies": [_json_event(e) for e in logs.events if e.type == fmt.ANOMALY],
+        "anomalies": [_json_event(e) for e in run_anomalies(logs)],
         "rules": [str(r) for r in chosen_rules],
         "violations": [_finding(f) for f in found],
         "warnings": logs.warnings + warnings,
     }
+
+
+def run_anomalies(logs: RunLogs) -> list[fmt.Event]:
+    """Anomalies the run recorded, plus those `tb_gradscope.anomalies` derives
+    from its drift series (as the tab does), each once, by step."""
+    found = [e for e in logs.events if e.type == fmt.ANOMALY]
+    seen = {(e.name, e.pair, e.scope, e.step) for e in found}
+    for name, series in sorted(logs.drift.items()):
+        if not series:
+            continue
+        derived = anomalies.find_anomalies(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
+        found += [e for e in derived if (e.name, e.pair, e.scope, e.step) not in seen]
+    return sorted(found, key=lambda e: (e.step, e.pair, e.name))
 
 
 def _nearest(steps: list[int], step: int) -> list[int]:
