@@ -173,7 +173,8 @@ export class App {
     replaceChildren(
       this.body,
       matrixView.element,
-      h("div", { className: "gs-side" }, renderDetails(matrix, this.selected), renderLegend(updateNormRange(matrix))),
+      h("div", { className: "gs-side" }, renderDetails(matrix, this.selected)),
+      renderLegend(updateNormRange(matrix)),
     );
     return matrixView;
   }

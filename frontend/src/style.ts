@@ -64,7 +64,10 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-side { display: flex; flex-direction: column; gap: 16px; min-width: 260px; max-width: 420px; }
 .gs-legend, .gs-details { border: 1px solid var(--border); border-radius: 6px; padding: 8px 12px; background: var(--panel); }
 .gs-legend h2, .gs-details h2 { font-size: 13px; margin: 0 0 6px; }
-.gs-legend ul { list-style: none; margin: 0; padding: 0; display: grid; gap: 4px; }
+.gs-legend { flex: 1 1 100%; font-size: 12px; }
+.gs-legend ul { list-style: none; margin: 0; padding: 0; display: grid; gap: 4px 16px;
+  grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); }
+.gs-legend .gs-ramp-box { max-width: 340px; margin-top: 8px; }
 .gs-legend li { display: grid; grid-template-columns: 54px 1fr; gap: 8px; align-items: center; }
 .gs-legend .gs-cell { min-width: 0; height: 20px; cursor: default; }
 .gs-ramp { height: 10px; border-radius: 3px; margin: 6px 0 2px; }

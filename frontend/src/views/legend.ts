@@ -22,13 +22,17 @@ export function renderLegend(range: NormRange | null): HTMLElement {
     { className: "gs-legend", attrs: { "aria-label": "legend" } },
     h("h2", {}, "Legend"),
     h("ul", {}, ...items),
-    h("div", {}, "‖g‖ of cells that update (log scale):"),
-    ramp,
     h(
       "div",
-      { className: "gs-ramp-labels" },
-      h("span", {}, range ? formatCompact(range.low) : "–"),
-      h("span", {}, range ? formatCompact(range.high) : "–"),
+      { className: "gs-ramp-box" },
+      "‖g‖ of cells that update (log scale):",
+      ramp,
+      h(
+        "div",
+        { className: "gs-ramp-labels" },
+        h("span", {}, range ? formatCompact(range.low) : "–"),
+        h("span", {}, range ? formatCompact(range.high) : "–"),
+      ),
     ),
   );
 }
