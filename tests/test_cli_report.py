@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tb_gradscope.commands import build_parser
+from tb_gradscope import format as fmt
 from tests import rules_fixtures as rf
 
 
@@ -21,7 +22,10 @@ def report(*argv: str) -> tuple[int, str, str]:
 def logdir(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("report_logs")
     rf.dqn_logdir(root)
-    rf.write_records(str(root / "ema"), rf.dqn_records(False))
+    conflict = fmt.make_info(fmt.Kind.CONFLICT, "td|aux", ["online", "online/l1", "online/l2"], {"losses": ["td", "aux"]})
+    rf.write_records(str(root / "ema"), rf.dqn_records(False) + [
+        (conflict, 10, [[0.2], [0.9], [-0.6]]), (conflict, 20, [[-0.1], [0.5], [-0.8]]),
+    ])
     rf.write_drift_run(str(root / "ema"), tau_used=0.05, declared_tau=0.05, steps=21)
     rf.write_drift_run(str(root / "frozen"), tau_used=0.05, declared_tau=0.05, steps=21, frozen=True)
     return str(root)
@@ -55,6 +59,15 @@ def test_drift_summary_shows_the_latest_drift_per_pair(logdir):
     line = next(l for l in out.splitlines() if "target<-online" in l)
     assert "(target <- online) at step 20: drift" in line and "declared tau 0.05" in line
     assert out.split("anomalies:\n")[1].startswith("  none")
+
+
+def test_gradient_conflict_lists_the_most_opposed_scopes_at_the_step(logdir):
+    _, out, _ = report(logdir, "--run", "ema", "--step", "10")
+    assert "  td|aux at step 10: online/l2 -0.6, online 0.2, online/l1 0.9" in out
+    _, out, _ = report(logdir, "--run", "ema")
+    assert "  td|aux at step 20: online/l2 -0.8, online -0.1, online/l1 0.5" in out
+    _, out, _ = report(logdir, "--run", "clean")
+    assert "gradient conflict (cosine per shared scope, most opposed first):\n  not recorded" in out
 
 
 def test_anomalies_derived_from_drift_are_listed(logdir):

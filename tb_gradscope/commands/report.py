@@ -83,6 +83,8 @@ def render_run(report: dict[str, Any]) -> str:
     lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
     lines += ["", "drift (latest per pair):"]
     lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
+    lines += ["", "gradient conflict (cosine per shared scope, most opposed first):"]
+    lines += [_conflict_line(c) for c in report["conflict"]] or ["  not recorded"]
     lines += ["", "anomalies:"]
     lines += [_event_line(e) for e in report["anomalies"]] or ["  none"]
     lines += ["", "violations:"]
@@ -137,6 +139,15 @@ def _drift_line(drift: dict[str, Any]) -> str:
         f"drift {number(drift.get('drift'))}, target step {number(drift.get('target_step'))}, "
         f"tau {number(drift.get('tau'))}{declared}"
     )
+
+
+def _conflict_line(conflict: dict[str, Any], shown: int = 4) -> str:
+    values = sorted(((c, s) for s, c in conflict["cosine"].items() if c is not None))
+    if not values:
+        return f"  {safe(conflict['pair'])} at step {conflict['step']}: no finite cosine"
+    parts = ", ".join(f"{safe(s)} {number(c)}" for c, s in values[:shown])
+    more = f" (+{len(values) - shown} more)" if len(values) > shown else ""
+    return f"  {safe(conflict['pair'])} at step {conflict['step']}: {parts}{more}"
 
 
 def _event_line(event: dict[str, Any]) -> str:

@@ -50,6 +50,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         **_table(logs, chosen, flowgraph),
         "blocked_edges": [_blocked_edge(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
         "drift": [_latest_drift(name, series) for name, series in sorted(logs.drift.items()) if series],
+        "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
         "anomalies": [_json_event(e) for e in run_anomalies(logs)],
         "rules": [str(r) for r in chosen_rules],
         "violations": [_finding(f) for f in found],
@@ -131,6 +132,15 @@ def _latest_drift(name: str, series: list) -> dict[str, Any]:
         "declared_tau": attrs.get("tau"),
         "declared_every": attrs.get("every"),
     }
+
+
+def _conflict(name: str, series: list, step: int | None) -> dict[str, Any]:
+    """The cosine between two losses' gradients per shared scope, at `step`
+    (or the latest recorded before it)."""
+    at = [item for item in series if step is None or item[0] <= step] or series[:1]
+    recorded, table = at[-1]
+    cosine = {s: float_or_none(v) for s, v in zip(table.info.scopes, table.column("cosine").tolist())}
+    return {"pair": name, "losses": list(table.info.attrs.get("losses", name.split("|"))), "step": recorded, "cosine": cosine}
 
 
 def _json_event(event: fmt.Event) -> dict[str, Any]:
