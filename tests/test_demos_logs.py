@@ -15,6 +15,7 @@ import pathlib
 import pytest
 
 from tb_gradscope import format as fmt
+from tb_gradscope.anomalies import NEVER_SYNCED, MOVED_BY_OPTIMIZER, find_anomalies
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.commands.logs import RunLogs, load_logdir
 from tb_gradscope.demos import spec as demo_spec
@@ -64,8 +65,20 @@ def structure(logs: RunLogs) -> dict:
             for e in (graph.blocked_edges if graph else [])
         ),
         "event_names": sorted({(e.type, e.name) for e in logs.events}),
+        "pairs": {name: series[0][1].info.scopes for name, series in logs.drift.items()},
+        "anomalies": anomalies(logs),
         "warnings": logs.warnings,
     }
+
+
+def anomalies(logs: RunLogs) -> dict[str, list[tuple[str, str]]]:
+    """{pair: sorted (anomaly, scope)} derived from the run's drift series."""
+    found = {}
+    for name, series in logs.drift.items():
+        events = find_anomalies(name, series[0][1].info.attrs, [s for s, _ in series],
+                                [t for _, t in series])
+        found[name] = sorted({(e.name, e.scope) for e in events})
+    return found
 
 
 def test_every_demo_writes_one_run_per_twin(fresh, committed):
@@ -100,9 +113,9 @@ def _rules(name: str, kinds: tuple) -> list:
 
 
 FLOW_RULES = (rules_lib.Never, rules_lib.Only, rules_lib.Blocked)
-# TF2 analysis knows which variables *some* optimizer applies, not which loss's
-# optimizer applies them, so multihead's var_list leak is not static yet.
-STATIC_LEAKS = [n for n in demo_spec.DEMO_NAMES if n != "ema_lstm"]
+DRIFT_RULES = (rules_lib.Tracks,)
+# Demos whose leak breaks a flow rule; ema_lstm's leak shows in its drift.
+FLOW_LEAKS = [n for n in demo_spec.DEMO_NAMES if n != "ema_lstm"]
 
 
 def _static_violations(logs: RunLogs, name: str) -> list:
@@ -131,21 +144,40 @@ def test_clean_twin_keeps_its_rules_at_every_recorded_step(committed, name):
     assert _step_violations(committed[f"{name}/clean"], name) == []
 
 
-@pytest.mark.parametrize("name", [n for n in STATIC_LEAKS if n != "multihead"])
+@pytest.mark.parametrize("name", demo_spec.DEMO_NAMES)
+def test_clean_twin_keeps_its_tracks_rules(committed, name):
+    logs = committed[f"{name}/clean"]
+    assert rules_lib.check_drift(_rules(name, DRIFT_RULES), logs.drift, logs.last_step) == []
+
+
+# TF2 analysis knows which variables *some* optimizer applies, not which loss's
+# optimizer applies them, so multihead's var_list leak shows only at run time.
+@pytest.mark.parametrize("name", [n for n in FLOW_LEAKS if n != "multihead"])
 def test_leaky_twin_breaks_its_rules_in_the_flowgraph(committed, name):
     assert _static_violations(committed[f"{name}/leaky"], name)
 
 
-@pytest.mark.parametrize("name", STATIC_LEAKS)
+@pytest.mark.parametrize("name", FLOW_LEAKS)
 def test_leaky_twin_breaks_its_rules_at_every_recorded_step(committed, name):
     logs = committed[f"{name}/leaky"]
     broken_at = {e.step for e in _step_violations(logs, name)}
     assert broken_at == set(logs.steps)
 
 
-@pytest.mark.xfail(strict=True, reason="drift of target/EMA pairs is not recorded by the demos yet")
-def test_ema_lstm_leaky_twin_shows_drift(committed):
-    assert committed["ema_lstm/leaky"].drift
+def test_ema_lstm_leaky_target_starts_unsynced_and_clean_does_not(committed):
+    assert anomalies(committed["ema_lstm/clean"]) == {"target<-online": []}
+    assert anomalies(committed["ema_lstm/leaky"]) == {"target<-online": [(NEVER_SYNCED, "target")]}
+    first = {twin: committed[f"ema_lstm/{twin}"].drift["target<-online"][0][1].row("target")["drift"]
+             for twin in ("clean", "leaky")}
+    assert first["leaky"] > 0.5 > 0.2 > first["clean"]
+
+
+@pytest.mark.parametrize("name", ["dqn", "dqn3_grad_start"])
+def test_dqn_leaky_target_is_moved_by_the_optimizer(committed, name):
+    assert anomalies(committed[f"{name}/clean"]) == {"target<-online": []}
+    assert anomalies(committed[f"{name}/leaky"]) == {
+        "target<-online": [(MOVED_BY_OPTIMIZER, "target")]
+    }
 
 
 def test_dqn_leaky_twin_moves_the_target_network_and_clean_does_not(committed):

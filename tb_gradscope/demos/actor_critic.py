@@ -15,9 +15,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.demos import common, envs
+from tb_gradscope.demos import common, envs, recording
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.record import Recorder
 
 GAMMA = 0.99
 ROLLOUT = 16
@@ -54,12 +53,17 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"actor_critic has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
+    with recording.run_writer(spec.run_dir):
+        return _train(spec)
+
+
+def _train(spec: RunSpec) -> RunResult:
     env = envs.make_cartpole(spec.seed, spec.env)
     model = build_actor_critic(env.observation_size, env.num_actions)
     optimizer = keras.optimizers.Adam(3e-3)
     variables = model.trainable_variables
     leaky = spec.twin == LEAKY
-    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every, models={"ac": model})
+    rec = recording.recorder({"ac": model}, spec.record_every)
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -105,7 +109,7 @@ def train(spec: RunSpec) -> RunResult:
         a_loss, c_loss = train_step(obs, actions, returns)
         actor, critic = float(a_loss), float(c_loss)
         spec.on_step(step + 1)
-    rec.close()
+    rec.flush()
     mean_return = float(np.mean(finished[-10:])) if finished else float("nan")
     return RunResult(
         {"actor": actor, "critic": critic},

@@ -14,10 +14,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.demos import common, envs
+from tb_gradscope.demos import common, envs, recording
 from tb_gradscope.demos.replay import ReplayBuffer
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.record import Recorder
+from tb_gradscope.pairs import pair_models
 
 GAMMA = 0.99
 BATCH = 32
@@ -37,6 +37,11 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"dqn has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
+    with recording.run_writer(spec.run_dir):
+        return _train(spec)
+
+
+def _train(spec: RunSpec) -> RunResult:
     env = envs.make_cartpole(spec.seed, spec.env)
     online = common.mlp("online", env.observation_size, HIDDEN, env.num_actions)
     target = common.mlp("target", env.observation_size, HIDDEN, env.num_actions)
@@ -44,8 +49,10 @@ def train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.Adam(1e-3)
     leaky = spec.twin == LEAKY
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
-                   models={"online": online, "target": target})
+    rec = recording.recorder({"online": online, "target": target}, spec.record_every)
+    monitor = recording.drift_monitor(
+        [pair_models(target, online, every=SYNC_EVERY)], rec, spec.record_every, optimizer
+    )
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -54,6 +61,10 @@ def train(spec: RunSpec) -> RunResult:
     @tf.function(reduce_retracing=True)
     def sync():
         common.hard_copy(online, target)
+
+    @tf.function(reduce_retracing=True)
+    def record_drift():
+        monitor.record()
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, done):
@@ -92,8 +103,9 @@ def train(spec: RunSpec) -> RunResult:
         td = float(train_step(*map(tf.constant, buffer.sample(BATCH))))
         if (step + 1) % SYNC_EVERY == 0:
             sync()
+        record_drift()
         spec.on_step(step + 1)
-    rec.close()
+    rec.flush()
     mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
     return RunResult({"td": td}, f"{env.name}, mean return of last episodes {mean_return:.1f}")
 

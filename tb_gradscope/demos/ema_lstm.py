@@ -15,9 +15,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.demos import common
+from tb_gradscope.demos import common, recording
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.record import Recorder
+from tb_gradscope.pairs import pair_models
 
 GAMMA = 0.9
 DECAY = 0.99
@@ -54,14 +54,21 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"ema_lstm has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
+    with recording.run_writer(spec.run_dir):
+        return _train(spec)
+
+
+def _train(spec: RunSpec) -> RunResult:
     online = build_value_lstm("online")
     target = build_value_lstm("target")
     if spec.twin == CLEAN:
         common.hard_copy(online, target)  # the seed's "Change0"
     optimizer = keras.optimizers.Adam(3e-3)
     variables = online.trainable_variables
-    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
-                   models={"online": online, "target": target})
+    rec = recording.recorder({"online": online, "target": target}, spec.record_every)
+    monitor = recording.drift_monitor(
+        [pair_models(target, online, tau=1.0 - DECAY)], rec, spec.record_every, optimizer
+    )
 
     @tf.function(reduce_retracing=True)
     def train_step(s, r, s2):
@@ -70,6 +77,7 @@ def train(spec: RunSpec) -> RunResult:
             td = tf.reduce_mean(tf.square(v_target - online(s)[:, 0]))
         rec.apply(optimizer, rec.gradients(tape, {"td": td}, variables))
         common.ema_update(online, target, DECAY)
+        monitor.record()
         return td
 
     rng = np.random.default_rng(spec.seed)
@@ -77,7 +85,7 @@ def train(spec: RunSpec) -> RunResult:
     for step in range(spec.steps):
         td = float(train_step(*sample_windows(rng, BATCH)))
         spec.on_step(step + 1)
-    rec.close()
+    rec.flush()
     gap = np.sqrt(sum(np.sum((t.numpy() - o.numpy()) ** 2)
                       for t, o in zip(common.weights(target), common.weights(online))))
     return RunResult({"td": td}, f"final ||target - online|| = {gap:.3f}")

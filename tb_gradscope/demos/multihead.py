@@ -19,9 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.demos import common
+from tb_gradscope.demos import common, recording
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.record import Recorder
 
 INPUT_DIM = 100
 N1 = 50
@@ -79,6 +78,11 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"multihead has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
+    with recording.run_writer(spec.run_dir):
+        return _train(spec)
+
+
+def _train(spec: RunSpec) -> RunResult:
     agent = build_agent()
     var_list1 = _variables(agent, "layer1", "layer2_1")
     if spec.twin == LEAKY:
@@ -87,8 +91,7 @@ def train(spec: RunSpec) -> RunResult:
         var_list2 = _variables(agent, "layer2_2")
     opt1 = keras.optimizers.Adam(1e-2)
     opt2 = keras.optimizers.Adam(1e-2)
-    rec = Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
-                   models={"Agent": agent})
+    rec = recording.recorder({"Agent": agent}, spec.record_every)
 
     @tf.function(reduce_retracing=True)
     def train_step(x, y1, y2):
@@ -113,7 +116,7 @@ def train(spec: RunSpec) -> RunResult:
         l1, l2 = train_step(x[idx], y1[idx], y2[idx])
         loss1, loss2 = float(l1), float(l2)
         spec.on_step(step + 1)
-    rec.close()
+    rec.flush()
     return RunResult({"loss1": loss1, "loss2": loss2})
 
 

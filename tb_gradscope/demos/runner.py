@@ -1,12 +1,15 @@
 """Runs demos in one process: LOGDIR/<demo>/<twin> for each chosen demo and twin.
 
 One process for all runs, because importing TensorFlow costs seconds and a
-demo twin trains in about as long.
+demo twin trains in about as long. Each demo directory also gets a rules file,
+LOGDIR/<demo>/rules.toml, so `tb-gradscope check LOGDIR/<demo> --rules
+LOGDIR/<demo>/rules.toml` shows what the leaky twin breaks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -56,6 +59,7 @@ def run_demos(
     stream = stream if stream is not None else sys.stderr
     reports = []
     for demo in demos:
+        write_rules_file(os.path.join(logdir, demo.name), demo)
         for twin in demo.twins:
             run_dir = os.path.join(logdir, demo.name, twin)
             n = steps or demo.default_steps
@@ -69,3 +73,23 @@ def run_demos(
             reports.append(RunReport(demo.name, twin, run_dir, n,
                                      time.perf_counter() - started, result))
     return reports
+
+
+RULES_FILE = "rules.toml"
+
+
+def write_rules_file(demo_dir: str, demo: demo_spec.Demo) -> str:
+    """Writes DEMO_DIR/rules.toml listing `demo.rules`; returns its path."""
+    os.makedirs(demo_dir, exist_ok=True)
+    path = os.path.join(demo_dir, RULES_FILE)
+    lines = [
+        f"# Rules of the '{demo.name}' demo: its clean twin keeps them, its leaky",
+        f"# twin ({demo.leak}) breaks them.",
+        f"# tb-gradscope check {demo_dir} --rules {path}",
+        "rules = [",
+        *(f"  {json.dumps(rule)}," for rule in demo.rules),
+        "]",
+    ]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path

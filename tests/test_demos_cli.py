@@ -1,0 +1,86 @@
+"""`tb-gradscope` and `tb-gradscope demo` on the command line: help, bad input, a real run."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tb_gradscope import cli
+from tb_gradscope.demos import spec as demo_spec
+from tb_gradscope.rules import parse_rule, parse_rules_file
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SCRIPT = pathlib.Path(sys.executable).parent / "tb-gradscope"
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def test_help_lists_the_demo_command():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "demo" in result.stdout and "check" in result.stdout
+
+
+def test_demo_help_names_every_demo_and_option():
+    result = run_cli("demo", "--help")
+    assert result.returncode == 0
+    for word in ("LOGDIR", "--only", "--steps", "--seed", "--env", *demo_spec.DEMO_NAMES):
+        assert word in result.stdout
+
+
+def test_building_the_parser_does_not_import_tensorflow():
+    code = ("import sys; from tb_gradscope import cli; cli.build_parser(); "
+            "print('tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["demo", "out", "--only", "nope"], "invalid choice: 'nope'"),
+    (["demo", "out", "--steps", "0"], "must be a positive number of steps"),
+    (["demo"], "LOGDIR"),
+    ([], "COMMAND"),
+])
+def test_bad_arguments_exit_2_and_say_what_is_wrong(args, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(args)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_command_writes_the_chosen_demo_and_its_rules_file(tmp_path):
+    result = run_cli("demo", str(tmp_path), "--only", "multihead", "--steps", "6",
+                     "--env", "builtin", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["multihead"]
+    runs = tmp_path / "multihead"
+    assert sorted(os.listdir(runs)) == ["clean", "leaky", "rules.toml"]
+    for twin in ("clean", "leaky"):
+        (event_file,) = os.listdir(runs / twin)
+        assert event_file.startswith("events.out.tfevents.")
+        assert f"multihead/{twin}: 6 steps" in result.stdout
+    assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line
+
+
+@pytest.mark.parametrize("name", ["dqn", "dqn3_grad_start", "actor_critic"])
+def test_check_with_a_demos_rules_file_flags_only_the_leaky_twin(name, capsys):
+    demo_dir = REPO / "demo_logs" / name
+    status = cli.main(["check", str(demo_dir), "--rules", str(demo_dir / "rules.toml")])
+    lines = [l for l in capsys.readouterr().out.splitlines() if l and not l.startswith("checked")]
+    assert status == 1
+    assert lines and all(l.startswith("leaky") for l in lines), lines
+
+
+def test_committed_rules_files_list_each_demos_rules():
+    for name in demo_spec.DEMO_NAMES:
+        rules = parse_rules_file(str(REPO / "demo_logs" / name / "rules.toml")).rules
+        expected = [parse_rule(r) for r in demo_spec.load_demo(name).rules]
+        assert [str(r) for r in rules] == [str(r) for r in expected]
