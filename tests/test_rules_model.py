@@ -76,6 +76,15 @@ def test_only_allows_roll_ups_of_allowed_scopes_but_not_their_siblings():
     assert [(e.scope, e.evidence["l2"]) for e in events] == [("agent/critic_head", 0.5)]
 
 
+def test_only_allows_the_subtree_of_an_allowed_scope():
+    rule = rules.only("critic", ["ac/trunk", "ac/critic_head"])
+    grads = _grads("critic", {"ac": 2.0, "ac/trunk": 1.0, "ac/trunk/dense": 1.0,
+                              "ac/critic_head": 1.0, "ac/actor_head": 0.0, "ac/actor_head/x": 0.0})
+    assert rules.check_stats([rule], 0, grads) == []
+    grads = _grads("critic", {"ac": 2.0, "ac/trunk": 1.0, "ac/actor_head": 0.3, "ac/actor_head/x": 0.3})
+    assert [e.scope for e in rules.check_stats([rule], 0, grads)] == ["ac/actor_head"]
+
+
 def test_apply_policy_logs_warns_or_raises():
     event = fmt.Event(type=fmt.VIOLATION, name="never(td, target/*)", step=3, message="m", loss="td")
     assert rules.apply_policy([event], "log") == [event]

@@ -117,7 +117,7 @@ def _candidates(rule: Rule, scopes: Sequence[str]) -> list[str]:
 def _constrained(rule: Rule, scopes: tuple[str, ...]) -> tuple[str, ...]:
     """Cached per (rule, table layout): every recorded step shares its layout."""
     if isinstance(rule, Only):
-        allowed = {s for s in scopes if rule.allows(s)}
+        allowed = {s for s in scopes if any(rule.allows(a) for a in scopes_lib.ancestors(s))}
         holders = {a for s in allowed for a in scopes_lib.ancestors(s)[:-1]}
         return tuple(s for s in scopes if s not in allowed and s not in holders)
     return tuple(s for s in scopes if scope_matches(s, rule.scope))

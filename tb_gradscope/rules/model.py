@@ -64,8 +64,10 @@ class Never:
 class Only:
     """Gradient of `loss` may reach only scopes matching one of `scopes`.
 
-    A roll-up that contains an allowed scope (e.g. `agent` above
-    `agent/trunk`) is not itself checked: its norm includes the allowed child.
+    Everything below an allowed scope is allowed too (`ac/trunk` allows
+    `ac/trunk/dense`). A roll-up that contains an allowed scope (e.g. `agent`
+    above `agent/trunk`) is not itself checked: its norm includes the allowed
+    child.
     """
 
     loss: str
