@@ -205,3 +205,34 @@ def seed03_ema_lstm() -> Built:
     cf = step.get_concrete_function(tf.TensorSpec([None, 5, 3]), tf.TensorSpec([None, 2]))
     scopes = [(v, leaf_scope(v.path)) for m in (online, target) for v in m.variables]
     return Built(cf.graph, {"loss": cf.structured_outputs["loss"]}, scopes)
+
+
+def actor_critic() -> Built:
+    """DDPG-style step: the actor's loss flows through the critic, but only the
+    actor's optimizer applies it; the critic has its own loss and optimizer."""
+    rng = np.random.default_rng(3)
+    actor = tf.Variable(rng.normal(size=(4, 2)).astype("float32"), name="actor/kernel")
+    critic = tf.Variable(rng.normal(size=(6, 1)).astype("float32"), name="critic/kernel")
+    actor_opt, critic_opt = tf.keras.optimizers.Adam(0.01), tf.keras.optimizers.Adam(0.01)
+    actor_opt.build([actor])
+    critic_opt.build([critic])
+
+    def q(s, a):
+        return tf.concat([s, a], axis=1) @ critic
+
+    @tf.function
+    def step(s, a, y):
+        with tf.GradientTape() as tape:
+            actor_loss = -tf.reduce_mean(q(s, tf.tanh(s @ actor)))
+        actor_opt.apply_gradients([(tape.gradient(actor_loss, actor), actor)])
+        with tf.GradientTape() as tape:
+            critic_loss = tf.reduce_mean(tf.square(q(s, a) - y))
+        critic_opt.apply_gradients([(tape.gradient(critic_loss, critic), critic)])
+        return {"actor": actor_loss, "critic": critic_loss}
+
+    cf = step.get_concrete_function(
+        tf.TensorSpec([None, 4]), tf.TensorSpec([None, 2]), tf.TensorSpec([None, 1])
+    )
+    out = cf.structured_outputs
+    return Built(cf.graph, {"actor": out["actor"], "critic": out["critic"]},
+                 [(actor, "actor"), (critic, "critic")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.analysis_models import (
+    actor_critic,
     marker_line,
     seed01_dqn_tf1,
     seed01_dqn_tf2,
@@ -152,3 +153,10 @@ def test_scope_graph_carries_lstm_loop_output_to_head(lstm):
     assert edges[("online/lstm/lstm_cell", "online/head")] == ()
     assert edges[("target/lstm/lstm_cell", "target/head")] == ()
     assert edges[("target/head", "loss:loss")] == ("loss",)
+
+
+def test_actor_gradient_through_critic_is_ignored_not_updates():
+    fg = analyze(actor_critic())
+    assert fg.cells["actor"] == {"actor": "updates", "critic": "ignored"}
+    assert fg.cells["critic"] == {"actor": "independent", "critic": "updates"}
+    assert fg.applied == ["actor", "critic"]

@@ -57,16 +57,26 @@ def written_variables(flat: FlatGraph, node: int, variables: set[int]) -> set[in
     return roots
 
 
-def gradient_writes(flat: FlatGraph, variables: set[int]) -> dict[int, set[int]]:
-    """Write nodes fed by a gradient -> the model variable nodes they update."""
+def gradient_nodes(flat: FlatGraph) -> list[int]:
+    return [n for n, name in enumerate(flat.names) if GRADIENT_NAME.search(name)]
+
+
+def gradient_writes(
+    flat: FlatGraph, variables: set[int], seeds: list[int] | None = None
+) -> dict[int, set[int]]:
+    """Write nodes fed by a gradient -> the model variable nodes they update.
+
+    `seeds` are the gradient ops to start from (default: every gradient op,
+    and every apply op counts whether or not a gradient op is seen feeding it).
+    """
     consumers = flat.consumers()
     types = flat.types
     tainted = bytearray(len(flat))
-    stack = [n for n, name in enumerate(flat.names) if GRADIENT_NAME.search(name)]
+    stack = list(gradient_nodes(flat) if seeds is None else seeds)
     for n in stack:
         tainted[n] = 1
     writes: dict[int, set[int]] = {}
-    for n, op_type in enumerate(types):
+    for n, op_type in enumerate(types if seeds is None else ()):
         if op_type.startswith(APPLY_PREFIXES):
             targets = written_variables(flat, n, variables)
             if targets & variables:
@@ -87,6 +97,53 @@ def gradient_writes(flat: FlatGraph, variables: set[int]) -> dict[int, set[int]]
                 tainted[c] = 1
                 stack.append(c)
     return writes
+
+
+def gradient_seeds_by_loss(
+    flat: FlatGraph, cones: dict[str, bytearray]
+) -> dict[str, list[int]]:
+    """The gradient ops each loss's gradient computation consists of.
+
+    The gradient ops of one `tape.gradient`/`tf.gradients` call form a
+    connected group; a group belongs to every loss whose forward cone holds a
+    tensor the group reads and no other loss's cone holds. So an actor's
+    gradient through the critic is not mistaken for the critic's update, while
+    the gradient of `l1 + l2` belongs to both. Losses without a group are left
+    out (the caller falls back to the graph-wide writes).
+    """
+    grads = gradient_nodes(flat)
+    is_grad = bytearray(len(flat))
+    for n in grads:
+        is_grad[n] = 1
+    parent = {n: n for n in grads}
+
+    def find(n: int) -> int:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in grads:
+        for src, _ in flat.inputs[n]:
+            if is_grad[src]:
+                a, b = find(n), find(src)
+                if a != b:
+                    parent[a] = b
+    groups: dict[int, list[int]] = {}
+    for n in grads:
+        groups.setdefault(find(n), []).append(n)
+    owners = bytearray(len(flat))  # how many losses' cones hold each node (capped)
+    for cone in cones.values():
+        for n in range(len(flat)):
+            if cone[n] and owners[n] < 2:
+                owners[n] += 1
+    seeds: dict[str, list[int]] = {}
+    for members in groups.values():
+        reads = {src for n in members for src, _ in flat.inputs[n] if not is_grad[src]}
+        for name, cone in cones.items():
+            if any(cone[r] and owners[r] == 1 for r in reads):
+                seeds.setdefault(name, []).extend(members)
+    return seeds
 
 
 def upstream(flat: FlatGraph, starts: Iterable[int]) -> set[int]:

@@ -103,7 +103,6 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
         )
     rules = GradientRules(flat)
     var_dep = reach.variable_dependent(flat, var_nodes)
-    applied_vars = _applied(flat, specs, var_nodes, train_ops)
 
     per_loss = []
     cone = bytearray(len(flat))
@@ -113,6 +112,8 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
         gradient, cuts = reach.gradient_walk(flat, rules, start, var_dep, var_nodes)
         per_loss.append((spec, start, forward, gradient, cuts))
         cone = _or(cone, forward)
+    cones = {spec.name: forward for spec, _, forward, _, _ in per_loss}
+    applied_vars = _applied(flat, specs, var_nodes, train_ops, cones)
 
     cells = {}
     for spec, _, forward, gradient, _ in per_loss:
@@ -165,12 +166,22 @@ def _roll_up(states: Sequence[str], leaves: Sequence[str], scope_list: Sequence[
     return {s: _BY_RANK[r] for s, r in best.items()}
 
 
-def _applied(flat: FlatGraph, specs, var_nodes, train_ops) -> dict[Any, set[int]]:
-    """Loss name (None: every loss) -> indices of variables its optimizer applies."""
-    writes = applied_lib.gradient_writes(flat, set(var_nodes))
+def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> dict[Any, set[int]]:
+    """Loss name (None: every loss) -> indices of variables its optimizer applies.
+
+    A TF1 train op names what its loss applies; otherwise the writes fed by
+    the loss's own gradient ops; failing that, every gradient-fed write.
+    """
+    variables = set(var_nodes)
+    writes = applied_lib.gradient_writes(flat, variables)
     result: dict[Any, set[int]] = {}
+    if not writes and not train_ops:
+        return result
+    result[None] = {i for targets in writes.values() for n in targets for i in var_nodes[n]}
     if writes:
-        result[None] = {i for targets in writes.values() for n in targets for i in var_nodes[n]}
+        for name, seeds in applied_lib.gradient_seeds_by_loss(flat, cones).items():
+            own = applied_lib.gradient_writes(flat, variables, seeds)
+            result[name] = {i for targets in own.values() for n in targets for i in var_nodes[n]}
     for name, ops in (train_ops or {}).items():
         if name not in {s.name for s in specs}:
             raise AnalysisError(
