@@ -120,8 +120,7 @@ class DriftMonitor:
         if not self._disabled:
             try:
                 current = tf.cast(self.step if step is None else step, tf.int64)
-                for state in self._states:
-                    self._record_pair(state, current)
+                tf.cond(self._any_due(current), lambda: self._work(current), lambda: tf.constant(False))
             except NoWriterError:
                 raise
             except Exception as e:  # monitoring must never break the training loop
@@ -162,6 +161,16 @@ class DriftMonitor:
         if pair.every:
             due = tf.logical_or(due, tf.equal(tf.math.floormod(step, pair.every), 0))
         return tf.logical_and(due, step >= 0)
+
+    def _any_due(self, step: tf.Tensor) -> tf.Tensor:
+        """One predicate for the whole call, so unrecorded steps cost one cond."""
+        due = [self._due(s, st.pair) for st in self._states for s in (step, step + 1)]
+        return tf.reduce_any(tf.stack(due))
+
+    def _work(self, step: tf.Tensor) -> tf.Tensor:
+        for state in self._states:
+            self._record_pair(state, step)
+        return tf.constant(True)
 
     def _record_pair(self, state: _PairState, step: tf.Tensor) -> None:
         pair = state.pair
