@@ -121,3 +121,29 @@ def test_bad_step_or_run_exits_2_saying_what_exists(logdir, argv, message):
 def test_missing_logdir_exits_2(tmp_path):
     code, _, err = report(str(tmp_path / "nope"))
     assert code == 2 and "does not exist" in err
+
+
+def test_hostile_log_gives_strict_json_and_escaped_text(tmp_path):
+    scopes = ["net", "net/\x1b]0;pwned\x07", "net/line\nbreak", "net/\u202eevil"]
+    grads = fmt.make_info(fmt.Kind.GRAD_STATS, "l\x1bss", scopes)
+    drift = fmt.make_info(fmt.Kind.DRIFT, "p\x9b", ["net"], {"target": "net", "online": "x", "tau": float("nan")})
+    nan, inf = float("nan"), float("inf")
+    rf.write_records(str(tmp_path / "run\x1b"), [
+        (grads, 0, [[1, nan, nan, 3, 0], [1, inf, inf, 1, 0], [1, 0.5, 0.5, 0, 0], [0, 0, 0, 0, 0]]),
+        (drift, 0, [[nan, nan, 1.0, 0.0, nan]]),
+    ])
+
+    def strict(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    code, out, err = report(str(tmp_path), "--format", "json")
+    assert code == 0, err
+    (run,) = json.loads(out, parse_constant=strict)["runs"]
+    assert run["cells"]["l\x1bss"]["net"]["state"] == "nonfinite"
+    assert run["cells"]["l\x1bss"]["net"]["l2"] is None
+    assert all(ord(c) < 128 for c in out)
+    code, out, err = report(str(tmp_path))
+    assert code == 0, err
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert raw not in out
+    assert "net/line\\x0abreak" in out and "net/\\u202eevil" in out

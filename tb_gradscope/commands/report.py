@@ -60,7 +60,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         print(f"tb-gradscope report: {safe(e)}", file=err)
         return USAGE
     if args.format == "json":
-        json.dump({"logdir": args.logdir, "runs": reports}, out, indent=1, ensure_ascii=True, allow_nan=False)
+        document = summary.json_safe({"logdir": args.logdir, "runs": reports})
+        json.dump(document, out, indent=1, ensure_ascii=True, allow_nan=False)
         out.write("\n")
     else:
         out.write("\n\n".join(render_run(r) for r in reports) + "\n")

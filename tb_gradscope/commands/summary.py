@@ -145,7 +145,7 @@ def _conflict(name: str, series: list, step: int | None) -> dict[str, Any]:
 
 def _json_event(event: fmt.Event) -> dict[str, Any]:
     doc = event.to_json()
-    doc["evidence"] = _json_safe(doc["evidence"])
+    doc["evidence"] = json_safe(doc["evidence"])
     return doc
 
 
@@ -158,11 +158,12 @@ def _finding(finding: evaluate.Finding) -> dict[str, Any]:
     }
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float as None (strict JSON), recursively."""
     if isinstance(value, float):
         return float_or_none(value)
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
