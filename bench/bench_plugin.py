@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from urllib.parse import urlencode

@@ -76,8 +76,23 @@ class RunCache:
         self.listings = 0  # listings asked of the provider, for tests
         self._entries: collections.OrderedDict[tuple[str, str], RunData] = collections.OrderedDict()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._run_listings: dict[str, tuple[float, dict[str, RunListing]]] = {}
         self._lock = threading.Lock()
         self.reads = 0  # records (re)read from the provider, for tests
+
+    def list_runs(self, ctx, experiment_id: str) -> dict[str, RunListing]:
+        """Every run's listing, asked of the provider at most once per
+        `refresh_seconds` (listing all runs costs what listing each does)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._run_listings.get(experiment_id)
+        if cached is not None and now - cached[0] < self._refresh_seconds:
+            return cached[1]
+        listings = self._reader.list_runs(ctx, experiment_id)
+        self.listings += 1
+        with self._lock:
+            self._run_listings[experiment_id] = (now, listings)
+        return listings
 
     def get(self, ctx, experiment_id: str, run: str) -> RunData | None:
         """The run's current data, or None when it has no gradscope data."""

@@ -68,7 +68,7 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
     def runs_impl(self, ctx, experiment: str) -> dict[str, Any]:
         """Runs with gradscope data, sorted, with their losses and kinds."""
-        listings = self._reader.list_runs(ctx, experiment)
+        listings = self._cache.list_runs(ctx, experiment)
         return {
             "runs": [
                 {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import numpy as np
 from tensorboard import errors
@@ -274,8 +274,3 @@ def local_data_provider(
     multiplexer.AddRunsFromDirectory(logdir)
     multiplexer.Reload()
     return mux_provider.MultiplexerDataProvider(multiplexer, logdir)
-
-
-def documents_by_step(steps: Mapping[str, list[BlobStep]]) -> list[BlobStep]:
-    """All blob steps of several tags (layouts), by step."""
-    return sorted((s for v in steps.values() for s in v), key=lambda s: s.step)
