@@ -1,4 +1,5 @@
-"""report and check never import tensorflow, not even through TensorBoard's ingestion."""
+"""rules, testing (until it traces), report and check never import tensorflow,
+not even through TensorBoard's ingestion."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ def test_report_and_check_run_without_importing_tensorflow(tmp_path):
     logdir = rf.dqn_logdir(tmp_path)
     code = (
         "import sys\n"
+        "import tb_gradscope.rules, tb_gradscope.testing\n"
         "from tb_gradscope.commands import main\n"
         f"codes = [main(['check', {logdir!r}, '--run', 'recorded']), main(['report', {logdir!r}, '--format', 'json'])]\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
