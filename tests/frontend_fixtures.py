@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.frontend_logs import HOSTILE, DqnTrainer, hostile_spec, states_spec, write_run
+from tests.frontend_logs import HOSTILE, DqnTrainer, hostile_spec, states_spec, wide_spec, write_run
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
@@ -171,7 +171,8 @@ def tensorboard_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lau
 @pytest.fixture(scope="session")
 def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     """A DQN run (steps 0-30), a "live" DQN run (steps 0-10 so far), runs with
-    hostile names and with every flow state, and a run without gradscope data."""
+    hostile names, with every flow state and with 10,000 scopes, and a run
+    without gradscope data."""
     import tensorflow as tf
 
     logdir = tensorboard_launch.logdir
@@ -182,6 +183,7 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     live.train(11)
     write_run(logdir, hostile_spec())
     write_run(logdir, states_spec())
+    write_run(logdir, wide_spec())
     writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.0, step=0)
@@ -195,7 +197,7 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
     """The session's TensorBoard, serving every run of `gradscope_logs`."""
     launch = tensorboard_launch
     tb = await_tensorboard(launch.process, launch.logdir, launch.log)
-    tb.wait_for_runs(["dqn", "live", HOSTILE, "states"])
+    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide"])
     return tb
 
 

@@ -96,6 +96,24 @@ def states_spec() -> RunSpec:
     )
 
 
+def wide_spec(top: int = 20, middle: int = 25, leaves: int = 20) -> RunSpec:
+    """A 10,000-scope model: `top` x `middle` x `leaves` scopes, three levels deep."""
+    scopes: list[str] = []
+    for i in range(top):
+        scopes.append(f"block{i:02d}")
+        for j in range(middle):
+            scopes.append(f"block{i:02d}/layer{j:02d}")
+            scopes.extend(f"block{i:02d}/layer{j:02d}/unit{k:02d}" for k in range(leaves))
+    losses = ("policy", "value")
+    return RunSpec(
+        name="wide",
+        scopes=tuple(scopes),
+        static={loss: {s: fmt.UPDATES for s in scopes} for loss in losses},
+        grads={loss: {s: grad_row(0.1 + n % 7) for n, s in enumerate(scopes)} for loss in losses},
+        updates={s: (0.01, 2.0) for s in scopes},
+    )
+
+
 def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
     """Writes `spec` as event files under logdir/name."""
     import tensorflow as tf

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
+import time
 from typing import Iterator
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
 
 from tests.frontend_fixtures import Logs, TensorBoard
-from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec
+from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec, wide_spec
 
 pytest_plugins = ["tests.frontend_fixtures"]
 pytestmark = pytest.mark.browser
@@ -120,7 +121,7 @@ def test_tab_loads_inside_tensorboard_without_console_errors(open_tab, artifacts
     # Our guest side of TensorBoard's message channel got an answer.
     tab.frame.wait_for_selector('#gradscope[data-host="tensorboard"]', timeout=10_000)
     runs = tab.frame.locator("#gs-run option").evaluate_all("os => os.map(o => o.value)")
-    assert sorted(runs) == sorted([HOSTILE, "dqn", "live", "states"])  # scalars_only has no gradscope data
+    assert sorted(runs) == sorted([HOSTILE, "dqn", "live", "states", "wide"])  # scalars_only has no gradscope data
     tab.cell("td", "online/l1").click()
     tab.frame.wait_for_selector('#gs-details dd[data-field="scope"]')
     tab.page.screenshot(path=str(artifacts / "gradscope-in-tensorboard.png"), full_page=True)
@@ -248,6 +249,25 @@ def test_every_flow_state_has_its_own_look(open_tab, tensorboard: TensorBoard, a
     assert "start point" in tab.frame.locator('th[data-loss="main"]').get_attribute("title")
     assert tab.frame.locator('th[data-loss="probe"]').get_attribute("title") is None
     tab.page.screenshot(path=str(artifacts / "gradscope-states.png"))
+    tab.assert_clean()
+
+
+def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab) -> None:
+    spec = wide_spec()
+    tab = open_tab()
+    started = time.monotonic()
+    tab.select_run(spec.name)
+    elapsed = time.monotonic() - started
+    # Only the two top levels are drawn until the user unfolds deeper.
+    shown = tab.visible_scopes()
+    assert shown == [s for s in spec.scopes if s.count("/") < 2]
+    assert len(spec.scopes) > 10_000 and len(shown) == 520
+    assert elapsed < 15, f"switching to a 10,000-scope run took {elapsed:.1f} s"
+    started = time.monotonic()
+    tab.row("block03/layer07").locator("button.gs-scope").click()
+    assert len(tab.visible_scopes()) == 540
+    assert time.monotonic() - started < 3
+    assert tab.cell("value", "block03/layer07/unit05").get_attribute("data-state") == "updates"
     tab.assert_clean()
 
 
