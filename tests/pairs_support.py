@@ -136,9 +136,13 @@ class DriftRecord:
         return np.asarray([t.row(scope)[name] for t in self.tables])
 
 
-def read_drift(logdir: str) -> dict[str, DriftRecord]:
-    """Every DRIFT record of the logdir's runs, by pair name (python provider)."""
-    data_provider = providers.python_provider(logdir, {fmt.PLUGIN_NAME: 100000})
+def read_drift(logdir: str, data_provider: Any = None) -> dict[str, DriftRecord]:
+    """Every DRIFT record of the logdir's runs, by pair name.
+
+    Reads through `data_provider` (default: the Python multiplexer backend).
+    """
+    if data_provider is None:
+        data_provider = providers.python_provider(logdir, {fmt.PLUGIN_NAME: 100000})
     ctx = tb_context.RequestContext()
     listing = data_provider.list_tensors(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
     series = data_provider.read_tensors(

@@ -7,6 +7,8 @@ TensorBoard's data provider and runs `find_anomalies` on what it decoded.
 
 from __future__ import annotations
 
+import time
+
 import keras
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from tb_gradscope import anomalies
 from tb_gradscope.pairs import detect_pairs, pair_models
 from tb_gradscope.pairs.series import update_mode
 from tests import pairs_support as ps
+from tests import providers
 
 
 def _events(record):
@@ -185,3 +188,29 @@ def test_target_never_updated_is_frozen(tmp_path):
     assert _names(events) == [anomalies.TARGET_FROZEN]
     assert events[0].step == 10
     assert events[0].evidence["drift_last"] > events[0].evidence["drift_first"]
+
+
+@pytest.mark.slow
+def test_rust_data_server_gives_the_same_series_and_anomalies(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, tau=0.1)],
+        ps.hard_copy(20, reverse=True), steps=40,
+    )
+    expected = _only(ps.read_drift(run.logdir))
+    with providers.rust_provider(run.logdir, {"gradscope": 100000}) as rust:
+        deadline = time.monotonic() + 30
+        record = None
+        while time.monotonic() < deadline:
+            records = ps.read_drift(run.logdir, rust)
+            record = records.get(expected.info.name)
+            if record is not None and record.steps == expected.steps:
+                break
+            time.sleep(0.2)
+    assert record is not None and record.steps == expected.steps
+    assert record.info == expected.info
+    for a, b in zip(record.tables, expected.tables):
+        np.testing.assert_array_equal(a.values, b.values)
+    assert _events(record) == _events(expected)
+    assert {e.name for e in _events(record)} == {anomalies.WRONG_DIRECTION}
