@@ -89,3 +89,23 @@ def test_blocked_needs_the_flowgraph_to_show_the_cut(runs):
     assert rules.check_stats([rule], 0, clean.grads[0]) == []
     events = rules.check_stats([rule], 0, clean.grads[0], flowgraph=clean.flowgraph_at(0))
     assert [(e.scope, e.evidence["state"]) for e in events] == [("ac/actor_head", fmt.INDEPENDENT)]
+
+
+def test_rule_checker_applies_the_policy_on_recorder_tables(runs):
+    leaky, clean = runs["leaky"], runs["clean"]
+    checker = rules.RuleChecker([rf.LEAK_RULE], on_violation="raise")
+    assert checker.rule_texts == [rf.LEAK_RULE]
+    assert checker.at_trace(clean.flowgraphs[0][1]) == []
+    scopes = clean.grads[0]["actor"].info.scopes
+    arrays = {loss: table.values for loss, table in clean.grads[0].items()}
+    assert checker.at_step(0, arrays, scopes, clean.updates[0].values) == []
+    with pytest.raises(rules.FlowRuleViolation, match="never\\(actor, ac/critic_head\\)"):
+        checker.at_trace(leaky.flowgraphs[0][1])
+    arrays = {loss: table.values for loss, table in leaky.grads[2].items()}
+    with pytest.raises(rules.FlowRuleViolation) as caught:
+        checker.at_step(2, arrays, scopes)
+    (event,) = caught.value.events
+    assert event.step == 2 and event.evidence["l2"] > 0
+    assert event.evidence["missing_cut"] == ["ac/critic_head", "loss:actor"]  # from the FlowGraph seen at trace
+    with pytest.warns(rules.FlowRuleWarning):
+        rules.RuleChecker([rf.LEAK_RULE], on_violation="warn").at_step(2, arrays, scopes)

@@ -25,6 +25,7 @@ from tb_gradscope.rules.model import (
 from tb_gradscope.rules.paths import gradient_path
 from tb_gradscope.rules.policy import FlowRuleViolation, FlowRuleWarning, apply_policy
 from tb_gradscope.rules.rulesfile import RulesFileError, RuleSet, parse_rules_file
+from tb_gradscope.rules.runner import RuleChecker
 
 __all__ = [
     "Blocked",
@@ -33,6 +34,7 @@ __all__ = [
     "Never",
     "Only",
     "Rule",
+    "RuleChecker",
     "RuleError",
     "RuleSet",
     "RulesFileError",
