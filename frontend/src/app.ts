@@ -6,10 +6,11 @@ import { fetchMatrix, fetchRunInfo, fetchRuns, type Matrix, type RunInfo, type R
 import { h, replaceChildren } from "./dom";
 import { connectHost, type HostMode } from "./host";
 import { ScopeTree } from "./scopeTree";
+import { updateNormRange } from "./shading";
 import { renderDetails } from "./views/details";
 import { renderEmptyState } from "./views/emptyState";
 import { renderLegend } from "./views/legend";
-import { MatrixView, type Selection, updateNormRange } from "./views/matrix";
+import { MatrixView, type Selection } from "./views/matrix";
 import { Toolbar } from "./views/toolbar";
 
 interface RunView {

@@ -4,7 +4,7 @@
 import { h } from "../dom";
 import { FLOW_STATES } from "../flowState";
 import { formatCompact } from "../numbers";
-import { type NormRange, updatesColour } from "./matrix";
+import { type NormRange, updatesColour } from "../shading";
 
 export function renderLegend(range: NormRange | null): HTMLElement {
   const ramp = h("div", { className: "gs-ramp", attrs: { "aria-hidden": "true" } });

@@ -7,8 +7,11 @@ import type { CellStats, LossEntry, Matrix, ScopeEntry, UpdateStats } from "../a
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { formatCompact, formatFull, logPosition } from "../numbers";
+import { type NormRange, updateNormRange, updatesColour } from "../shading";
 import type { ScopeTree } from "../scopeTree";
 import { type GridRow, RovingGrid } from "./rovingGrid";
+
+const INDENT_PX = 14;
 
 export interface Selection {
   loss: string;
@@ -18,36 +21,6 @@ export interface Selection {
 export interface MatrixHandlers {
   onToggle: (scope: string) => void;
   onSelect: (selection: Selection) => void;
-}
-
-export interface NormRange {
-  low: number;
-  high: number;
-}
-
-const INDENT_PX = 14;
-
-/** The smallest and largest positive finite ‖g‖ among cells that update. */
-export function updateNormRange(matrix: Matrix): NormRange | null {
-  let low = Infinity;
-  let high = -Infinity;
-  for (const row of Object.values(matrix.cells)) {
-    for (const cell of Object.values(row)) {
-      if (cell.state !== "updates" || cell.l2 === null || !(cell.l2 > 0) || !Number.isFinite(cell.l2)) continue;
-      low = Math.min(low, cell.l2);
-      high = Math.max(high, cell.l2);
-    }
-  }
-  return Number.isFinite(low) ? { low, high } : null;
-}
-
-/** Background and text colour of an "updates" cell at log position t in [0, 1]. */
-export function updatesColour(t: number): { background: string; color: string } {
-  const lightness = 88 - 56 * t;
-  return {
-    background: `hsl(145 52% ${lightness.toFixed(1)}%)`,
-    color: lightness > 58 ? "#1f2328" : "#ffffff",
-  };
 }
 
 export class MatrixView {
