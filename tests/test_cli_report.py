@@ -147,3 +147,13 @@ def test_hostile_log_gives_strict_json_and_escaped_text(tmp_path):
     for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
         assert raw not in out
     assert "net/line\\x0abreak" in out and "net/\\u202eevil" in out
+
+
+def test_run_with_only_a_flowgraph_shows_the_static_states(tmp_path):
+    records = rf.dqn_records(leaky=True)
+    rf.write_records(str(tmp_path / "traced"), records[:1])
+    code, out, err = report(str(tmp_path))
+    assert code == 0, err
+    assert out.startswith("run traced (no recorded steps); FlowGraph traced from tf2")
+    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.startswith("  ") and l.split()}
+    assert rows["target/l1"] == ["updates"] and rows["online"] == ["updates"]

@@ -18,7 +18,7 @@ from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.commands import evaluate
 from tb_gradscope.commands.logs import RunLogs
 from tb_gradscope.format.records import float_or_none
-from tb_gradscope.plugin.cells import cell_state
+from tb_gradscope.plugin.cells import NO_GRADIENT, cell_state
 
 
 class StepError(ValueError):
@@ -90,7 +90,10 @@ def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None) -> 
         for scope in scopes:
             grad = table.row(scope) if table is not None and scope in table else None
             update = updates.row(scope)["update_norm"] if updates is not None and scope in updates else None
-            state = cell_state(grad, static_row.get(scope), update)
+            if step is None:  # nothing recorded yet: only the trace-time state is known
+                state = static_row.get(scope) or NO_GRADIENT
+            else:
+                state = cell_state(grad, static_row.get(scope), update)
             received = grad is not None and grad["grad_vars"] > 0
             row[scope] = {
                 "state": state,
