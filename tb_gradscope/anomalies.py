@@ -172,7 +172,7 @@ def _moved_by_optimizer(p: _Pair, tables: Sequence[Table]) -> list[Event]:
     moved = s.moved(th)
     tau = np.nan_to_num(s.tau)
     odd = moved & (
-        (np.nan_to_num(s.residual, nan=1.0) > th.unexplained) | (tau < -0.01) | (tau > 1.01)
+        (s.move_residual() > th.unexplained) | (tau < -0.01) | (tau > 1.01)
     )
     dynamic = int(odd.sum()) >= 2 and odd.sum() >= 0.5 * moved.sum()
     if not static and not dynamic:

@@ -50,8 +50,11 @@ def ema_update(tau: float, weights: str = "weights") -> TargetUpdate:
     return update
 
 
-def hard_copy(every: int, reverse: bool = False) -> TargetUpdate:
-    """target <- online every `every` steps (online <- target with `reverse`)."""
+def hard_copy(every: int, reverse: bool = False, until: int | None = None) -> TargetUpdate:
+    """target <- online every `every` steps (online <- target with `reverse`).
+
+    With `until`, copies stop after that step (a target that stops following).
+    """
 
     def update(target, online, step):
         def copy():
@@ -60,7 +63,10 @@ def hard_copy(every: int, reverse: bool = False) -> TargetUpdate:
                 d.assign(s)
             return tf.constant(True)
 
-        tf.cond(tf.equal(step % every, 0), copy, lambda: tf.constant(False))
+        due = tf.equal(step % every, 0)
+        if until is not None:
+            due = tf.logical_and(due, step <= until)
+        tf.cond(due, copy, lambda: tf.constant(False))
 
     return update
 

@@ -214,3 +214,19 @@ def test_rust_data_server_gives_the_same_series_and_anomalies(tmp_path):
         np.testing.assert_array_equal(a.values, b.values)
     assert _events(record) == _events(expected)
     assert {e.name for e in _events(record)} == {anomalies.WRONG_DIRECTION}
+
+
+def test_hard_copies_that_stop_make_the_target_frozen(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=50)],
+        ps.hard_copy(50, until=100), steps=300, every_n_steps=10,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
+    assert update_mode(series).label == "hard(50)"
+    events = _events(record)
+    assert _names(events) == [anomalies.TARGET_FROZEN]
+    assert events[0].step == 110
+    assert events[0].evidence["last_step"] == 300

@@ -93,9 +93,15 @@ class Series:
         self.distance, self.online_norm = np.sqrt(dist2), np.sqrt(on2)
         self.drift = _div(self.distance, self.online_norm)
         self.target_step, self.online_step = np.sqrt(a2), np.sqrt(c2)
+        self.gap = np.sqrt(b2)
         self.tau, self.residual = _div(ab, b2), _residual(a2, b2, ab)
         self.tau = np.where(np.isnan(self.tau), own_tau, self.tau)
         self.tau_reverse, self.residual_reverse = _div(ce, e2), _residual(c2, e2, ce)
+
+    def move_residual(self) -> np.ndarray:
+        """Residual of each target move, for judging it: 1 (unexplained) where
+        undefined, 0 (no contrary evidence) where the record lacks `gap`."""
+        return np.where(np.isfinite(self.gap), np.nan_to_num(self.residual, nan=1.0), 0.0)
 
     @property
     def defined(self) -> np.ndarray:
@@ -140,7 +146,7 @@ def update_mode(series: Series, th: Thresholds | None = None) -> Mode:
     th = th or Thresholds()
     moved = series.moved(th)
     n = int(moved.sum())
-    tau, residual = series.tau, np.nan_to_num(series.residual, nan=1.0)
+    tau, residual = series.tau, series.move_residual()
     ema = moved & (tau > 0) & (tau < 1 - 1e-3) & (residual < 0.1)
     copy = moved & (np.abs(tau - 1) <= 1e-3) & (residual < 0.1)
     if n and ema.sum() >= 0.8 * n:
