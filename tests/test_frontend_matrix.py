@@ -128,6 +128,22 @@ def test_tab_loads_inside_tensorboard_without_console_errors(open_tab, artifacts
     tab.assert_clean()
 
 
+def test_silent_host_page_falls_back_to_polling(browser, tensorboard: TensorBoard) -> None:
+    # An iframe whose parent is not TensorBoard: the bootstrap gets no answer.
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        problems = _watch(page)
+        page.set_content(f'<iframe src="{tensorboard.url}{ENTRY}" width="1000" height="600"></iframe>')
+        frame = _wait_for_plugin_frame(page)
+        frame.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
+        frame.wait_for_selector('#gradscope[data-host="polling"]', timeout=15_000)
+        assert "refreshing every 30 s" in frame.locator(".gs-status").text_content()
+        assert problems == []
+    finally:
+        context.close()
+
+
 def test_td_loss_updates_online_scopes_and_blocks_target(open_tab, artifacts: pathlib.Path) -> None:
     tab = open_tab()
     assert tab.visible_scopes() == list(DQN_SCOPES)
