@@ -16,7 +16,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.pairs import DriftMonitor, Pair, pair_prefixes
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.record.warn import GradscopeWarning
-from tb_gradscope.record.writing import NoWriterError
+from tb_gradscope.record.writing import NoWriterError, SummarySink
 from tests import pairs_support as ps
 
 
@@ -198,3 +198,19 @@ def test_read_side_never_imports_tensorflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_monitors_sharing_a_sink_write_one_event_file(tmp_path):
+    sink = SummarySink(str(tmp_path), "shared")
+    target, online = _variables()
+    first = DriftMonitor([pair_prefixes(target + online, "target", "online", name="a")],
+                         every_n_steps=1, sink=sink)
+    second = DriftMonitor([pair_prefixes(target + online, "target", "online", name="b")],
+                          every_n_steps=1, sink=sink)
+    for monitor in (first, second):
+        monitor.record()
+    sink.flush()
+    assert len(glob.glob(str(tmp_path / "*tfevents*"))) == 1
+    assert sorted(ps.read_drift(str(tmp_path))) == ["a", "b"]
+    with pytest.raises(ValueError, match="either logdir or sink"):
+        DriftMonitor(first.pairs, logdir=str(tmp_path), sink=sink)

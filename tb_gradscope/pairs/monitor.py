@@ -60,7 +60,10 @@ class DriftMonitor:
     Args:
       pairs: the `Pair`s to watch.
       logdir: a directory for the monitor's own event file; None writes to the
-        default `tf.summary` writer.
+        default `tf.summary` writer. To share a run directory with a Recorder,
+        use None (one default writer) or `sink`: TensorBoard's Python loader
+        reads a directory's event files one after another and misses records
+        of two files written side by side.
       every_n_steps: record steps that are multiples of it.
       step: an int64 tf.Variable holding the current step (e.g. a Recorder's
         `step`); None keeps an own counter that `record()` advances.
@@ -68,6 +71,8 @@ class DriftMonitor:
         target variables when a record is traced.
       written_by_optimizer: variables known to be written by an optimizer.
       name: used in messages.
+      sink: a `tb_gradscope.record.writing.SummarySink` to write through
+        instead (the Recorder passes its own); excludes `logdir`.
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class DriftMonitor:
         optimizers: Sequence[Any] = (),
         written_by_optimizer: Iterable[Any] = (),
         name: str = "drift",
+        sink: SummarySink | None = None,
     ):
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
@@ -88,6 +94,8 @@ class DriftMonitor:
                 "DriftMonitor needs a non-empty list of Pair (from pair_prefixes, "
                 "pair_models, pair_ema or detect_pairs)"
             )
+        if sink is not None and logdir is not None:
+            raise ValueError("pass DriftMonitor either logdir or sink, not both")
         names = [p.name for p in pairs]
         if len(set(names)) != len(names):
             raise ValueError(f"pair names must be unique, got {names}; pass name=... to tell them apart")
@@ -100,7 +108,7 @@ class DriftMonitor:
         self._metadata: dict[str, bytes] = {}
         with tf.init_scope():
             self.step = step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
-            self._sink = SummarySink(logdir, name)
+            self._sink = sink if sink is not None else SummarySink(logdir, name)
             self._states = [self._make_state(p) for p in pairs]
 
     @property
