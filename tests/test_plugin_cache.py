@@ -65,6 +65,35 @@ def test_listing_is_asked_at_most_once_per_refresh_interval(tmp_path):
     assert plugin._cache.listings == 2
 
 
+class CountingProvider(mux_provider.MultiplexerDataProvider):
+    """TensorBoard's own provider, counting blob reads."""
+
+    blob_reads = 0
+
+    def read_blob(self, ctx=None, *, blob_key):
+        self.blob_reads += 1
+        return super().read_blob(ctx, blob_key=blob_key)
+
+
+def test_new_event_steps_are_read_without_rereading_old_ones(tmp_path):
+    logdir = str(tmp_path)
+    pf.write_run(logdir, "ev", pf.RunSpec(steps=range(0, 30), flowgraph=False))
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={fmt.PLUGIN_NAME: 0})
+    multiplexer.AddRunsFromDirectory(logdir)
+    multiplexer.Reload()
+    data_provider = CountingProvider(multiplexer, logdir)
+    plugin = _plugin(data_provider, 0)
+    first = sum(len(pf.events_at(s)) for s in range(0, 30))
+    assert len(plugin.events_impl(CTX, "", "ev")["events"]) == first
+    assert data_provider.blob_reads == first
+
+    pf.write_run(logdir, "ev", pf.RunSpec(steps=range(30, 60), flowgraph=False))
+    multiplexer.Reload()
+    total = sum(len(pf.events_at(s)) for s in range(0, 60))
+    assert len(plugin.events_impl(CTX, "", "ev")["events"]) == total
+    assert data_provider.blob_reads == total, "old event steps are not read again"
+
+
 @pytest.mark.parametrize("backend", ["python", "rust"])
 def test_steps_offered_are_the_steps_kept(tmp_path, backend):
     """With a retention below the run's length, every step the run route

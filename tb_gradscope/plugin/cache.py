@@ -146,7 +146,14 @@ class RunCache:
             else:
                 stale_blobs.append(record)
         read_tables, table_warnings = self._reader.read_tables(ctx, experiment_id, listing.run, stale_tables)
-        read_blobs, blob_warnings = self._reader.read_blobs(ctx, experiment_id, listing.run, stale_blobs)
+        known = {
+            r.tag: old.blobs[r.tag]
+            for r in stale_blobs
+            if old is not None and r.tag in old.blobs and old.listing.records[r.tag].info == r.info
+        }
+        read_blobs, blob_warnings = self._reader.read_blobs(
+            ctx, experiment_id, listing.run, stale_blobs, known
+        )
         self.reads += len(stale_tables) + len(stale_blobs)
         tables.update(read_tables)
         blobs.update(read_blobs)

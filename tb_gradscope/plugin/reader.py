@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from tensorboard import errors
@@ -137,10 +137,20 @@ class Reader:
         return out, warnings
 
     def read_blobs(
-        self, ctx, experiment_id: str, run: str, records: Iterable[Record]
+        self,
+        ctx,
+        experiment_id: str,
+        run: str,
+        records: Iterable[Record],
+        known: Mapping[str, list[BlobStep]] | None = None,
     ) -> tuple[dict[str, list[BlobStep]], dict[str, list[str]]]:
         """Decodes blob records; steps whose blobs are malformed are skipped
-        and reported in the returned {tag: [warning]}."""
+        and reported in the returned {tag: [warning]}.
+
+        `known` holds steps already decoded for a tag (same metadata): a step
+        with the same wall time and blob count is reused, not read again
+        (each read_blob is a round trip, and a scan of the series in the
+        Python backend)."""
         records = {r.tag: r for r in records}
         if not records:
             return {}, {}
@@ -155,7 +165,12 @@ class Reader:
         warnings: dict[str, list[str]] = {}
         for tag, record in records.items():
             steps = []
+            reusable = {(b.step, b.wall_time): b for b in (known or {}).get(tag, [])}
             for datum in data.get(tag, []):
+                seen = reusable.get((int(datum.step), float(datum.wall_time)))
+                if seen is not None and len(seen.documents) == len(datum.values):
+                    steps.append(seen)
+                    continue
                 try:
                     blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
                 except errors.PublicError as e:
