@@ -124,7 +124,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
                 states[i] = _state(forward[node], gradient[node], applied_here, i)
         cells[spec.name] = _roll_up(states, leaves, scope_list)
 
-    scope_graph, nodes, loss_ids = _scope_graph(flat, graph, cone, var_nodes, leaves, specs, per_loss)
+    scope_graph, nodes, loss_ids = _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss)
     blocked = _blocked_edges(flat, scope_graph, loss_ids, per_loss)
     edges = _graph_edges(scope_graph, blocked)
     applied_scopes = None
@@ -197,7 +197,7 @@ def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> dict[Any, s
     return result
 
 
-def _scope_graph(flat, graph, cone, var_nodes, leaves, specs, per_loss):
+def _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss):
     variable_scope = {n: leaves[idx[0]] for n, idx in var_nodes.items()}
     inputs = {
         n: "input:" + flat.names[n]
