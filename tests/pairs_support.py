@@ -93,8 +93,13 @@ def train(
     optimizer_vars: str = "online",
     monitor_optimizer: bool = True,
     lr: float = 3e-3,
+    update_first: bool = False,
 ) -> Run:
-    """Trains `online` on a fixed regression task and records the pairs."""
+    """Trains `online` on a fixed regression task and records the pairs.
+
+    The target update runs after the optimizer step, or before it with
+    `update_first` (DQN code that syncs at the top of `learn()`).
+    """
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(64, 6)), tf.float32)
     y = tf.constant(rng.normal(size=(64, 3)), tf.float32)
@@ -113,6 +118,8 @@ def train(
     @tf.function
     def step_fn():
         step = monitor.step.read_value()
+        if update_first:
+            update(target, online, step)
         with tf.GradientTape() as tape:
             label = y
             if optimizer_vars == "both":  # seed 01's leak: a TD target without stop_gradient
@@ -120,7 +127,8 @@ def train(
             loss = tf.reduce_mean(tf.square(online(x, training=True) - label))
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))
-        update(target, online, step)
+        if not update_first:
+            update(target, online, step)
         monitor.record()
 
     monitor.record()  # step 0: the initial state

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tb_gradscope import anomalies
+from tb_gradscope import format as fmt
 from tb_gradscope.pairs import detect_pairs, pair_models
 from tb_gradscope.pairs.series import update_mode
 from tests import pairs_support as ps
@@ -230,3 +231,18 @@ def test_hard_copies_that_stop_make_the_target_frozen(tmp_path):
     assert _names(events) == [anomalies.TARGET_FROZEN]
     assert events[0].step == 110
     assert events[0].evidence["last_step"] == 300
+
+
+def test_copy_before_the_optimizer_step_is_still_hard_and_events_encode(tmp_path):
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    run = ps.train(  # never synced at start, then synced at the top of every 50th step
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
+        ps.hard_copy(50), steps=160, update_first=True,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
+    assert update_mode(series).label == "hard(50)"
+    events = _events(record)
+    assert _names(events) == [anomalies.NEVER_SYNCED]
+    documents = fmt.decode_json(fmt.encode_json([e.to_json() for e in events]))
+    assert [fmt.Event.from_json(d) for d in documents] == events

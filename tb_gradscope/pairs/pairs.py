@@ -29,7 +29,7 @@ SEP = scopes_lib.SEPARATOR
 EMA_ROOT = "ema"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # variables do not compare as booleans
 class Pair:
     """A target that should follow an online network, variable by variable.
 

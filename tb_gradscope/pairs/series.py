@@ -148,7 +148,8 @@ def update_mode(series: Series, th: Thresholds | None = None) -> Mode:
     n = int(moved.sum())
     tau, residual = series.tau, series.move_residual()
     ema = moved & (tau > 0) & (tau < 1 - 1e-3) & (residual < 0.1)
-    copy = moved & (np.abs(tau - 1) <= 1e-3) & (residual < 0.1)
+    # A copy made before the optimizer step of the same step lands near tau = 1.
+    copy = moved & (np.abs(tau - 1) <= 0.05) & (residual < 0.1)
     if n and ema.sum() >= 0.8 * n:
         return Mode("ema", tau=float(np.median(tau[ema])), points=int(ema.sum()))
     if n and copy.sum() == n:
