@@ -49,7 +49,8 @@ def test_saver_and_initializers_never_see_gradscope_variables(tmp_path):
         gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1},
                            train_ops={"loss1": m.train1}, every_n_steps=1)
         assert {v.name for v in tf.global_variables()} == before
-        assert len(tf.get_collection(SNAPSHOT_COLLECTION)) == len(gs.variables)
+        snapshots = tf.get_collection(SNAPSHOT_COLLECTION)
+        assert snapshots and all(v.name.startswith("tb_gradscope/") for v in snapshots)
         saver = tf.train.Saver()
         with gs.wrap(tf.Session()) as sess:
             sess.run(tf.global_variables_initializer())
@@ -131,3 +132,25 @@ def test_failure_in_gradscope_ops_turns_recording_off_and_training_goes_on(tmp_p
     assert len(messages) == 1 and "stopped" in messages[0] and "tb_gradscope/grads/probe" in messages[0]
     assert sess._recorder.disabled
     np.testing.assert_array_equal(weights, expected)
+
+
+def test_recorded_step_runs_the_forward_pass_once(tmp_path):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float32, [None, 3])
+        forward_runs = tf.get_variable("forward_runs", [], trainable=False,
+                                       initializer=tf.zeros_initializer())
+        with tf.control_dependencies([forward_runs.assign_add(1.0)]):
+            h = tf.identity(x)
+        with tf.variable_scope("net"):
+            w = tf.get_variable("w", [3, 1])
+        loss = tf.reduce_mean(tf.square(tf.matmul(h, w)))
+        train = tf.train.AdamOptimizer(0.1).minimize(loss)
+        gs = GraphRecorder(str(tmp_path), losses={"loss": loss}, train_ops={"loss": train},
+                           every_n_steps=1)
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(5):
+                sess.run(train, {x: np.ones([4, 3])})
+            assert sess.run(forward_runs) == 5
+    assert len(read_records(str(tmp_path))[("grad_stats", "loss")]) == 5

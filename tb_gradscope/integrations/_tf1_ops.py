@@ -3,10 +3,10 @@
 Built once, under the `tb_gradscope/` name scope, before the graph is finalized.
 None of them runs unless fetched: the per-loss gradient tables ride along with
 the user's own `Session.run` at recorded steps, the snapshot and update-norm
-ops run in two small calls around it. Snapshot variables live only in the
+ops run in two small calls around it. The snapshot variable lives only in the
 collection `SNAPSHOT_COLLECTION`, so the user's `Saver`,
 `global_variables_initializer` and `MonitoredTrainingSession` readiness checks
-never see them; an assign initializes them, so they need no initializer.
+never see it; an assign initializes it, so it needs no initializer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 
 from tb_gradscope.integrations._tf1_graph import required_placeholders, written_variables
-from tb_gradscope.record.stats import RollUp, grad_table, update_table
+from tb_gradscope.integrations import _flat_stats as flat
+from tb_gradscope.record.stats import RollUp
 
 NAME_SCOPE = "tb_gradscope"
 SNAPSHOT_COLLECTION = "tb_gradscope_snapshots"
@@ -61,10 +62,12 @@ def build_loss_ops(
     with graph.as_default():
         for name, (ys, grad_ys) in starts.items():
             with tf.name_scope(f"{NAME_SCOPE}/grads/{_op_safe(name)}"):
-                grads = tf.compat.v1.gradients(
-                    ys, list(variables), grad_ys=grad_ys
-                ) if variables else []
-                table = grad_table(grads, rollup)
+                grads = (
+                    tf.compat.v1.gradients(ys, list(variables), grad_ys=grad_ys)
+                    if variables
+                    else []
+                )
+                table = flat.grad_table(grads, rollup)
             ops[name] = LossOps(table, required_placeholders([table]))
     return ops
 
@@ -75,32 +78,36 @@ def build_update_ops(
     rollup: RollUp,
     train_ops: Sequence[tf.Operation],
 ) -> UpdateOps:
-    """Snapshot variables of `variables` and the UPDATE_STATS table against them."""
+    """One flat snapshot variable of `variables` and the UPDATE_STATS table against it."""
     with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/updates"):
-        snaps = [
-            tf.compat.v1.Variable(
-                tf.zeros_like(v.initial_value),
-                trainable=False,
-                collections=[SNAPSHOT_COLLECTION],
-                validate_shape=False,
-                name=f"snapshot_{i}",
-                use_resource=True,
-            )
-            for i, v in enumerate(variables)
-        ]
-        snapshot = tf.group(
-            [s.assign(v.value(), read_value=False) for s, v in zip(snaps, variables)],
+        dtype = flat.flat_dtype(variables)
+        shapes = [tf.TensorShape(v.shape) for v in variables]
+        known = all(s.is_fully_defined() for s in shapes)
+        size = sum(s.num_elements() for s in shapes) if known else 0
+        snap = tf.compat.v1.Variable(
+            tf.zeros([size], dtype),
+            trainable=False,
+            collections=[SNAPSHOT_COLLECTION],
+            validate_shape=known,
+            shape=[size] if known else tf.TensorShape([None]),
             name="snapshot",
+            use_resource=True,
         )
-        table = update_table([s.value() for s in snaps], list(variables), rollup)
-        snap_of = {v.op: s for v, s in zip(variables, snaps)}
+        # One read of every variable, evaluated anew by each run call that
+        # fetches it: before the step by `snapshot`, after it by `table`.
+        values = flat.flatten(variables, dtype)
+        snapshot = snap.assign(values, read_value=False)
+        per_var = flat.update_sums(values, snap.value(), flat.segment_ids(variables), len(variables))
+        table = flat.update_table(per_var, rollup)
+        index = {v.op: i for i, v in enumerate(variables)}
         changed = {}
         for op in train_ops:
-            diffs = [
-                tf.reduce_any(tf.not_equal(v.value(), snap_of[v.op].value()))
-                for v in written_variables(op, variables)
-            ]
-            changed[op.name] = tf.reduce_any(tf.stack(diffs)) if diffs else tf.constant(False)
+            written = [index[v.op] for v in written_variables(op, variables)]
+            changed[op.name] = (
+                tf.reduce_any(tf.gather(per_var[:, 2], written) > 0)
+                if written
+                else tf.constant(False)
+            )
     return UpdateOps(snapshot, table, changed)
 
 

@@ -1,0 +1,112 @@
+"""Stats kernels with a constant number of ops, for large TF1 graphs.
+
+`record.stats` builds a handful of ops per variable; building a TF1 graph costs
+roughly 0.1-1 ms per op in Python, which made a 400-variable recorder take half
+a minute to construct. Here every variable contributes one reshape (and a cast
+when needed) to a single flat vector; segment reductions over that vector give
+the same per-variable sums, rolled up by `record.stats.RollUp` into the same
+tables (`grad_table`'s columns and semantics, cross-checked in the tests).
+`tf.IndexedSlices` gradients are converted to their dense equivalent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope.record.stats import RollUp
+
+
+def flat_dtype(tensors: Sequence[Any]) -> tf.DType:
+    """float64 if any input is float64, else float32 (f16/bf16 sum in f32)."""
+    return tf.float64 if any(t.dtype == tf.float64 for t in tensors) else tf.float32
+
+
+def flatten(tensors: Sequence[Any], dtype: tf.DType) -> tf.Tensor:
+    """All values as one flat vector of `dtype`, in order."""
+    parts = []
+    for t in tensors:
+        flat = tf.reshape(tf.convert_to_tensor(t), [-1])
+        parts.append(flat if flat.dtype == dtype else tf.cast(flat, dtype))
+    return tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+
+
+def segment_ids(tensors: Sequence[Any]) -> tf.Tensor:
+    """For each element of `flatten(tensors)`, the index of its tensor."""
+    shapes = [tf.TensorShape(t.shape) for t in tensors]
+    if all(s.is_fully_defined() for s in shapes):
+        sizes = [s.num_elements() for s in shapes]
+        return tf.constant(np.repeat(np.arange(len(sizes), dtype=np.int32), sizes))
+    sizes = tf.stack([tf.size(t, out_type=tf.int32) for t in tensors])
+    return tf.repeat(tf.range(len(tensors), dtype=tf.int32), sizes)
+
+
+def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
+    """The GRAD_STATS table [n_scopes, 5] (float32) of one loss, as record.stats'.
+
+    `grads` is index-aligned with the layout's variables, None where the loss
+    gives no gradient.
+    """
+    present = [i for i, g in enumerate(grads) if g is not None]
+    n = rollup.n_variables
+    if present:
+        dense = [tf.convert_to_tensor(grads[i]) for i in present]
+        values = flatten(dense, flat_dtype(dense))
+        ids = segment_ids(dense)
+        k = len(present)
+        finite = tf.math.is_finite(values)
+        abs_finite = tf.where(finite, tf.abs(values), tf.zeros_like(values))
+        sums = tf.math.unsorted_segment_sum(
+            tf.stack(
+                [
+                    tf.square(values),
+                    tf.cast(tf.logical_not(finite), values.dtype),
+                    tf.cast(tf.equal(values, 0), values.dtype),
+                    tf.ones_like(values),
+                ],
+                axis=1,
+            ),
+            ids,
+            k,
+        )
+        max_abs = tf.maximum(tf.math.unsorted_segment_max(abs_finite, ids, k), 0)
+        rows = tf.cast(
+            tf.concat([tf.ones([k, 1], values.dtype), sums[:, :1], max_abs[:, None], sums[:, 1:]], 1),
+            tf.float64,
+        )  # present, sumsq, max_abs, nonfinite, zeros, count
+        per_var = tf.scatter_nd(np.asarray(present, np.int32)[:, None], rows, [n, 6])
+    else:
+        per_var = tf.zeros([n, 6], tf.float64)
+    sums = rollup.sum(per_var)
+    table = tf.stack(
+        [
+            sums[:, 0],
+            tf.sqrt(sums[:, 1]),
+            rollup.max(per_var[:, 2]),
+            sums[:, 3],
+            tf.math.divide_no_nan(sums[:, 4], sums[:, 5]),
+        ],
+        axis=1,
+    )
+    return tf.cast(table, tf.float32)
+
+
+def update_sums(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int) -> tf.Tensor:
+    """Per variable [n, 3] float64: sum (now - before)^2, sum now^2, count of changed elements."""
+    step = now - before
+    sums = tf.math.unsorted_segment_sum(
+        tf.stack(
+            [tf.square(step), tf.square(now), tf.cast(tf.not_equal(now, before), now.dtype)],
+            axis=1,
+        ),
+        ids,
+        n,
+    )
+    return tf.cast(sums, tf.float64)
+
+
+def update_table(per_var: tf.Tensor, rollup: RollUp) -> tf.Tensor:
+    """The UPDATE_STATS table [n_scopes, 2] (float32) from `update_sums`."""
+    return tf.cast(tf.sqrt(rollup.sum(per_var[:, :2])), tf.float32)
