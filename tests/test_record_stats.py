@@ -124,7 +124,8 @@ def test_wrong_number_of_gradients_names_the_fix():
         stats.grad_table([None], rollup)
 
 
-_finite = st.floats(-1e3, 1e3, width=32)
+# Subnormals excluded: TF's CPU kernels flush them to zero (so does the recorder).
+_finite = st.floats(-1e3, 1e3, width=32, allow_subnormal=False)
 _special = st.sampled_from([0.0, -0.0, float("nan"), float("inf"), float("-inf")])
 
 

@@ -26,7 +26,6 @@ import contextlib
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # XLA context: no public API
 
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import (
@@ -472,7 +471,4 @@ def _graph_key() -> int:
     return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
 
 
-def _in_xla() -> bool:
-    if tf.executing_eagerly():
-        return False
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+_in_xla = stats.in_xla

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util  # XLA context: no public API
 
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.scopes import ScopeLayout
@@ -83,43 +84,82 @@ def _dense_values(grad: Any) -> tuple[tf.Tensor, tf.Tensor]:
     return values, tf.size(values, out_type=tf.int64)
 
 
+# Above this many elements a float32 count of nonzeros may be inexact.
+_FLOAT_COUNT_LIMIT = 2**24
+
+
+def _fast_stats(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(max |v|, non-finite count, nonzero count) when every element is finite.
+
+    Fused reductions without temporaries where TF has them: max |v| from
+    max and min; nonzeros summed in float32 (exact below 2**24 elements).
+    """
+    max_abs = tf.maximum(tf.reduce_max(values), -tf.reduce_min(values))
+    if values.shape.num_elements() is not None and values.shape.num_elements() < _FLOAT_COUNT_LIMIT:
+        # A comparison, not sign(|v|): TF flushes denormals to zero in arithmetic.
+        nonzero = tf.cast(tf.reduce_sum(tf.cast(tf.not_equal(values, 0), tf.float32)), tf.int64)
+    else:
+        nonzero = tf.math.count_nonzero(values, dtype=tf.int64)
+    return max_abs, tf.constant(0, tf.int64), nonzero
+
+
+def _slow_stats(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(max |v| over finite elements, non-finite count, nonzero count)."""
+    finite = tf.math.is_finite(values)
+    max_abs = tf.reduce_max(tf.where(finite, tf.abs(values), tf.zeros_like(values)))
+    nonfinite = tf.size(values, out_type=tf.int64) - tf.math.count_nonzero(finite, dtype=tf.int64)
+    return max_abs, nonfinite, tf.math.count_nonzero(values, dtype=tf.int64)
+
+
+def _sum_of_squares(values: tf.Tensor) -> tf.Tensor:
+    """sum(v**2): the fused euclidean-norm kernel (one pass, no temporary) where
+    it exists; XLA has no EuclideanNorm kernel but fuses square+sum itself."""
+    if in_xla():
+        return tf.reduce_sum(tf.square(values))
+    return tf.square(tf.math.reduce_euclidean_norm(values))
+
+
+def in_xla() -> bool:
+    """True while tracing inside an XLA-compiled function (jit_compile=True)."""
+    if tf.executing_eagerly():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return control_flow_util.GraphOrParentsInXlaContext(graph)
+
+
+def _one_grad_stats(grad: Any) -> tf.Tensor:
+    values, total = _dense_values(grad)
+    sumsq = _sum_of_squares(values)
+    # A finite sum of squares means every element is finite: take the fast path.
+    max_abs, nonfinite, nonzero = tf.cond(
+        tf.math.is_finite(sumsq), lambda: _fast_stats(values), lambda: _slow_stats(values)
+    )
+    max_abs = tf.maximum(max_abs, 0)  # reduce_max of no elements is -inf
+    zeros = total - nonzero  # implicit zeros of IndexedSlices included
+    return tf.stack(
+        [
+            tf.constant(1.0, tf.float64),
+            tf.cast(sumsq, tf.float64),
+            tf.cast(max_abs, tf.float64),
+            tf.cast(nonfinite, tf.float64),
+            tf.cast(zeros, tf.float64),
+            tf.cast(total, tf.float64),
+        ]
+    )
+
+
 def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
     """Per gradient: [present, sum of squares, max |g|, non-finite, zeros, elements].
 
     `None` (no gradient) gives a row of zeros with present = 0. max |g| is taken
     over finite elements; NaN/Inf are counted in the non-finite column and make
-    the sum of squares non-finite. Returns float64 [len(grads), 6].
+    the sum of squares non-finite. Subnormal values count as zeros, as TF's CPU
+    kernels flush them. Returns float64 [len(grads), 6].
     """
-    rows = []
-    for grad in grads:
-        if grad is None:
-            rows.append(tf.zeros([_N_VAR_GRAD], tf.float64))
-            continue
-        values, total = _dense_values(grad)
-        finite = tf.math.is_finite(values)
-        n_values = tf.size(values, out_type=tf.int64)
-        sumsq = tf.reduce_sum(tf.square(values))
-        max_abs = tf.reduce_max(
-            tf.concat(
-                [tf.where(finite, tf.abs(values), tf.zeros_like(values)), tf.zeros([1], values.dtype)],
-                0,
-            )
-        )
-        nonfinite = n_values - tf.math.count_nonzero(finite, dtype=tf.int64)
-        zeros = tf.math.count_nonzero(tf.equal(values, 0), dtype=tf.int64)
-        zeros += total - n_values
-        rows.append(
-            tf.stack(
-                [
-                    tf.constant(1.0, tf.float64),
-                    tf.cast(sumsq, tf.float64),
-                    tf.cast(max_abs, tf.float64),
-                    tf.cast(nonfinite, tf.float64),
-                    tf.cast(zeros, tf.float64),
-                    tf.cast(total, tf.float64),
-                ]
-            )
-        )
+    rows = [
+        tf.zeros([_N_VAR_GRAD], tf.float64) if grad is None else _one_grad_stats(grad)
+        for grad in grads
+    ]
     if not rows:
         return tf.zeros([0, _N_VAR_GRAD], tf.float64)
     return tf.stack(rows)
@@ -168,13 +208,11 @@ def update_table(
     rows = []
     for old, variable in zip(before, variables):
         new = tf.convert_to_tensor(variable)
-        step = _float_values(new - old)
-        weight = _float_values(new)
         rows.append(
             tf.stack(
                 [
-                    tf.cast(tf.reduce_sum(tf.square(step)), tf.float64),
-                    tf.cast(tf.reduce_sum(tf.square(weight)), tf.float64),
+                    tf.cast(_sum_of_squares(_float_values(new - old)), tf.float64),
+                    tf.cast(_sum_of_squares(_float_values(new)), tf.float64),
                 ]
             )
         )
