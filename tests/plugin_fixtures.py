@@ -339,6 +339,7 @@ class TensorBoardServer:
     URL_LINE = re.compile(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+/)")
 
     def __init__(self, logdir: str, load_fast: str, *extra: str):
+        self.logdir, self.load_fast = logdir, load_fast
         binary = pathlib.Path(sys.executable).with_name("tensorboard")
         self.argv = [str(binary), "--logdir", logdir, "--port", "0", "--host", "127.0.0.1",
                      f"--load_fast={load_fast}", "--reload_interval", "1", *extra]

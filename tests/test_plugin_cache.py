@@ -28,6 +28,7 @@ def _plugin(data_provider, samples: int, refresh_seconds: float = 0.0) -> Gradsc
     return GradscopePlugin(context, refresh_seconds=refresh_seconds)
 
 
+@pytest.mark.slow
 def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
     logdir = str(tmp_path)
     pf.write_run(logdir, "live", pf.RunSpec(steps=range(0, 10), flowgraph=True, events=True))

@@ -104,10 +104,10 @@ def test_experiment_urls_and_bad_paths(tensorboard):
 
 
 def test_run_being_written_shows_new_steps_after_reload(tensorboard, tmp_path):
-    run = f"live_{tensorboard.argv[-3].split('=')[1]}"
+    run = f"live_{tensorboard.load_fast}"
     go = tmp_path / "go"
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.plugin_fixtures", tensorboard.argv[2], run,
+        [sys.executable, "-m", "tests.plugin_fixtures", tensorboard.logdir, run,
          "--steps", "5", "--batches", "2", "--go", str(go)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
