@@ -79,3 +79,21 @@ def test_optimizer_in_the_traced_step_tells_ignored_from_updates(model):
     # Reaching but not applied is still reaching: never() breaks on `ignored`.
     with pytest.raises(testing.FlowContractError, match=r"state ignored"):
         testing.assert_never(flow, "actor", "ac/critic_head")
+
+
+def test_leak_around_an_existing_cut_names_that_cut_and_its_source_line(model):
+    """The value enters the actor loss twice: once under stop_gradient, once not."""
+
+    def losses(s, a, returns):
+        logits, value = model(s)
+        cut = tf.stop_gradient(returns - value[:, 0])
+        log_prob = -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=a, logits=logits)
+        return {"actor": -tf.reduce_mean(log_prob * cut) + 0.01 * tf.reduce_mean(value)}
+
+    flow = testing.trace_flow(losses, *rf.batch(), models={"ac": model})
+    with pytest.raises(testing.FlowContractError) as caught:
+        testing.assert_never(flow, "actor", "ac/critic_head")
+    (event,) = caught.value.events
+    (cut,) = event.evidence["cuts"]
+    assert cut.startswith("StopGradient") and "test_testing_helper.py:" in cut
+    assert "does not cover it" in str(caught.value)

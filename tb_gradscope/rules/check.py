@@ -214,12 +214,23 @@ def _step_event(
 
 
 def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -> str:
-    """Adds the un-cut path and missing cut to `evidence`; returns the message tail."""
+    """Adds the un-cut path, the missing cut and the cuts that do exist on the
+    scope's other paths (op and source line) to `evidence`; returns the
+    message tail."""
     path, cut = gradient_path(flowgraph, loss, scope)
+    existing = [
+        f"{e.op_type} '{e.op_name}' on {e.producer_scope} -> {e.consumer_scope}"
+        + (f" at {e.source.file}:{e.source.line}" if e.source else "")
+        for e in flowgraph.blocked_edges
+        if e.loss == loss and (e.producer_scope == scope or e.producer_scope.startswith(scope + "/"))
+    ]
+    if existing:
+        evidence["cuts"] = existing
     if path:
         evidence["path"] = path
     if not cut:
         return ""
     evidence["missing_cut"] = list(cut)
     via = f" (path {' -> '.join(path)})" if len(path) > 2 else ""
-    return f": missing cut on {cut[0]} -> {cut[1]}{via}; wrap the tensor leaving {cut[0]} in tf.stop_gradient"
+    also = f"; the cut at {existing[0]} does not cover it" if existing else ""
+    return f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; wrap the tensor leaving {cut[0]} in tf.stop_gradient"
