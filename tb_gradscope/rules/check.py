@@ -28,7 +28,6 @@ from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.rules.model import (
     Blocked,
-    Never,
     Only,
     Rule,
     Tracks,
