@@ -214,3 +214,20 @@ def test_monitors_sharing_a_sink_write_one_event_file(tmp_path):
     assert sorted(ps.read_drift(str(tmp_path))) == ["a", "b"]
     with pytest.raises(ValueError, match="either logdir or sink"):
         DriftMonitor(first.pairs, logdir=str(tmp_path), sink=sink)
+
+
+def test_checkpoint_saves_only_the_step_and_a_restored_monitor_continues(tmp_path):
+    target, online = _variables()
+    pair = pair_prefixes(target + online, "target", "online")
+    monitor = DriftMonitor([pair], logdir=str(tmp_path / "a"), every_n_steps=1)
+    for _ in range(3):
+        monitor.record()
+    path = tf.train.Checkpoint(monitor=monitor).save(str(tmp_path / "ckpt"))
+    saved = [name for name, _ in tf.train.list_variables(path)]
+    assert [n for n in saved if "monitor" in n] == ["monitor/step/.ATTRIBUTES/VARIABLE_VALUE"]
+    resumed = DriftMonitor([pair], logdir=str(tmp_path / "b"), every_n_steps=1)
+    tf.train.Checkpoint(monitor=resumed).restore(path).assert_existing_objects_matched()
+    resumed.record()
+    resumed.flush()
+    (record,) = ps.read_drift(str(tmp_path / "b")).values()
+    assert record.steps == [3]

@@ -45,7 +45,7 @@ class _PairState:
     snap_step: tf.Variable
 
 
-class DriftMonitor:
+class DriftMonitor(tf.Module):
     """Records drift, effective tau and update mode of target/online pairs.
 
     Example::
@@ -56,6 +56,9 @@ class DriftMonitor:
             train_step()                  # optimizer updates online
             soft_update(target, online)   # the user's EMA or copy
             monitor.record()
+
+    `tf.train.Checkpoint(monitor=monitor)` saves the step counter (and nothing
+    else: snapshots are transient), so a resumed run continues its steps.
 
     Args:
       pairs: the `Pair`s to watch.
@@ -99,7 +102,7 @@ class DriftMonitor:
         names = [p.name for p in pairs]
         if len(set(names)) != len(names):
             raise ValueError(f"pair names must be unique, got {names}; pass name=... to tell them apart")
-        self.name = name
+        super().__init__(name=name)
         self.every_n_steps = every_n_steps
         self._optimizers = list(optimizers)
         self._written = {naming.variable_key(v) for v in written_by_optimizer}
