@@ -70,7 +70,7 @@ def test_demo_command_writes_the_chosen_demo_and_its_rules_file(tmp_path):
     assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line
 
 
-@pytest.mark.parametrize("name", ["dqn", "dqn3_grad_start", "actor_critic"])
+@pytest.mark.parametrize("name", ["dqn", "dqn_tf1", "dqn3_grad_start", "actor_critic"])
 def test_check_with_a_demos_rules_file_flags_only_the_leaky_twin(name, capsys):
     demo_dir = REPO / "demo_logs" / name
     status = cli.main(["check", str(demo_dir), "--rules", str(demo_dir / "rules.toml")])

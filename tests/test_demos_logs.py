@@ -129,24 +129,29 @@ def _step_violations(logs: RunLogs, name: str) -> list:
             for e in rules_lib.check_stats(rules, step, grads, logs.updates.get(step))]
 
 
-@pytest.mark.parametrize("name", [
-    n if n != "multihead" else pytest.param(n, marks=pytest.mark.xfail(
+# Every twin but the leaky one keeps its demo's rules (dqn_tf1 has two such).
+KEEPERS = [(n, t) for n in demo_spec.DEMO_NAMES for t in demo_spec.load_demo(n).twins
+           if t != demo_spec.LEAKY]
+
+
+@pytest.mark.parametrize("name, twin", [
+    (n, t) if n != "multihead" else pytest.param(n, t, marks=pytest.mark.xfail(
         strict=True, reason="TF2 analysis does not attribute optimizer writes to losses: "
         "loss2 -> Agent/layer1 shows 'updates' although only opt1 applies it"))
-    for n in demo_spec.DEMO_NAMES
+    for n, t in KEEPERS
 ])
-def test_clean_twin_keeps_its_rules_in_the_flowgraph(committed, name):
-    assert _static_violations(committed[f"{name}/clean"], name) == []
+def test_clean_twin_keeps_its_rules_in_the_flowgraph(committed, name, twin):
+    assert _static_violations(committed[f"{name}/{twin}"], name) == []
 
 
-@pytest.mark.parametrize("name", demo_spec.DEMO_NAMES)
-def test_clean_twin_keeps_its_rules_at_every_recorded_step(committed, name):
-    assert _step_violations(committed[f"{name}/clean"], name) == []
+@pytest.mark.parametrize("name, twin", KEEPERS)
+def test_clean_twin_keeps_its_rules_at_every_recorded_step(committed, name, twin):
+    assert _step_violations(committed[f"{name}/{twin}"], name) == []
 
 
-@pytest.mark.parametrize("name", demo_spec.DEMO_NAMES)
-def test_clean_twin_keeps_its_tracks_rules(committed, name):
-    logs = committed[f"{name}/clean"]
+@pytest.mark.parametrize("name, twin", KEEPERS)
+def test_clean_twin_keeps_its_tracks_rules(committed, name, twin):
+    logs = committed[f"{name}/{twin}"]
     assert rules_lib.check_drift(_rules(name, DRIFT_RULES), logs.drift, logs.last_step) == []
 
 
@@ -172,12 +177,24 @@ def test_ema_lstm_leaky_target_starts_unsynced_and_clean_does_not(committed):
     assert first["leaky"] > 0.5 > 0.2 > first["clean"]
 
 
-@pytest.mark.parametrize("name", ["dqn", "dqn3_grad_start"])
-def test_dqn_leaky_target_is_moved_by_the_optimizer(committed, name):
-    assert anomalies(committed[f"{name}/clean"]) == {"target<-online": []}
-    assert anomalies(committed[f"{name}/leaky"]) == {
-        "target<-online": [(MOVED_BY_OPTIMIZER, "target")]
-    }
+@pytest.mark.parametrize("name, target, pair", [
+    ("dqn", "target", "target<-online"),
+    ("dqn3_grad_start", "target", "target<-online"),
+    ("dqn_tf1", "target_net", "target_net<-eval_net"),
+])
+def test_dqn_leaky_target_is_moved_by_the_optimizer(committed, name, target, pair):
+    assert anomalies(committed[f"{name}/clean"]) == {pair: []}
+    assert anomalies(committed[f"{name}/leaky"]) == {pair: [(MOVED_BY_OPTIMIZER, target)]}
+
+
+def test_dqn_tf1_target_is_blocked_by_stop_gradient_and_independent_when_fed(committed):
+    states = {twin: committed[f"dqn_tf1/{twin}"].flowgraphs[0][1].cells["td"]["target_net"]
+              for twin in ("clean", "placeholder", "leaky")}
+    assert states == {"clean": fmt.BLOCKED, "placeholder": fmt.INDEPENDENT, "leaky": fmt.UPDATES}
+    graph = committed["dqn_tf1/clean"].flowgraphs[0][1]
+    assert [(e.op_type, e.producer_scope) for e in graph.blocked_edges] == [
+        ("StopGradient", "target_net/l2")
+    ]
 
 
 def test_dqn_leaky_twin_moves_the_target_network_and_clean_does_not(committed):

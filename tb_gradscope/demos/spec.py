@@ -16,7 +16,7 @@ LEAKY = "leaky"
 
 # Demo order on the command line and on disk. dqn_tf1 needs the TF1
 # integration (tb_gradscope.integrations.tf1).
-DEMO_NAMES = ("dqn", "multihead", "dqn3_grad_start", "ema_lstm", "actor_critic")
+DEMO_NAMES = ("dqn", "dqn_tf1", "multihead", "dqn3_grad_start", "ema_lstm", "actor_critic")
 
 DEFAULT_SEED = 0
 DEFAULT_RECORD_EVERY = 5
