@@ -86,6 +86,19 @@ def assert_rules(flow: fmt.FlowGraph, rules: Iterable[rules_lib.Rule | str]) -> 
         raise FlowContractError(describe(flow, events), events)
 
 
+def assert_flow(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    rules: Iterable[rules_lib.Rule | str],
+    models: Any = None,
+    variables: Sequence[Any] | None = None,
+) -> fmt.FlowGraph:
+    """`trace_flow` then `assert_rules` in one call; returns the FlowGraph."""
+    flow = trace_flow(fn, *example_args, models=models, variables=variables)
+    assert_rules(flow, rules)
+    return flow
+
+
 def assert_never(flow: fmt.FlowGraph, loss: str, scope: str) -> None:
     """No gradient of `loss` reaches a scope matching `scope`."""
     assert_rules(flow, [rules_lib.Never(loss, scope)])

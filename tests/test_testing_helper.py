@@ -97,3 +97,17 @@ def test_leak_around_an_existing_cut_names_that_cut_and_its_source_line(model):
     (cut,) = event.evidence["cuts"]
     assert cut.startswith("StopGradient") and "test_testing_helper.py:" in cut
     assert "does not cover it" in str(caught.value)
+
+
+def test_assert_flow_traces_and_checks_rule_strings_in_one_call(model):
+    def losses(s, a, returns):
+        return rf.actor_critic_losses(model, s, a, returns, leaky=False)
+
+    flow = testing.assert_flow(losses, *rf.batch(), rules=[rf.LEAK_RULE], models={"ac": model})
+    assert flow.cells["actor"]["ac/critic_head"] == "blocked"
+
+    def leaky(s, a, returns):
+        return rf.actor_critic_losses(model, s, a, returns, leaky=True)
+
+    with pytest.raises(testing.FlowContractError, match="missing cut: ac/critic_head -> loss:actor"):
+        testing.assert_flow(leaky, *rf.batch(), rules=[rf.LEAK_RULE], models={"ac": model})
