@@ -212,7 +212,8 @@ class Recorder(tf.Module):
         """`optimizer.apply_gradients(grads_and_vars)`, observed; advances `step`.
 
         At recorded steps also records ||delta theta|| and ||theta|| per scope
-        (a transient copy of the recorded variables, taken only then).
+        (a transient copy of the variables handed over, taken only then;
+        recorded variables not handed over cannot move: their update is 0).
         Returns what apply_gradients returns.
         """
         pairs = losses_lib.check_pairs("apply", grads_and_vars)
@@ -220,7 +221,7 @@ class Recorder(tf.Module):
         if not self._s.disabled:
             with self._guard():
                 if self._ensure_layout([v for _, v in pairs]):
-                    before = self._snapshot_if_recording()
+                    before = self._snapshot_if_recording(pairs)
         result = optimizer.apply_gradients(pairs)
         if before is not None and not self._s.disabled:
             with self._guard():
@@ -399,14 +400,22 @@ class Recorder(tf.Module):
     def _should_record(self) -> tf.Tensor:
         return tf.equal(tf.math.floormod(self.step.read_value(), self._s.every), 0)
 
-    def _snapshot_if_recording(self) -> list[tf.Tensor]:
-        variables = self._s.vlayout.variables
+    def _snapshot_if_recording(self, pairs: Sequence[tuple[Any, Any]]) -> list[Any]:
+        """Layout-aligned copies of the variables handed to the optimizer, taken
+        only at recorded steps; None for variables the step cannot write."""
+        vlayout = self._s.vlayout
+        handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
+        variables = [vlayout.variables[i] for i in handed]
         record = self._should_record()
         if _in_xla():  # XLA needs equal shapes on both branches
             empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
         else:
             empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
-        return tf.cond(record, lambda: stats.snapshot(variables), empty)
+        copies = tf.cond(record, lambda: stats.snapshot(variables), empty) if variables else []
+        before: list[Any] = [None] * len(vlayout.variables)
+        for i, copy in zip(handed, copies):
+            before[i] = copy
+        return before
 
     def _info_bytes(self, kind: Kind, name: str) -> tuple[str, bytes]:
         tag = tag_for(kind, name)

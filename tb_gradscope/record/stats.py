@@ -199,19 +199,22 @@ def snapshot(variables: Sequence[Any]) -> list[tf.Tensor]:
 
 
 def update_table(
-    before: Sequence[tf.Tensor], variables: Sequence[Any], rollup: RollUp
+    before: Sequence[tf.Tensor | None], variables: Sequence[Any], rollup: RollUp
 ) -> tf.Tensor:
     """The UPDATE_STATS table [n_scopes, 2] (float32): ||after - before||, ||after||.
 
     The variables are read when this runs; call it after the optimizer step.
+    A None in `before` marks a variable the step could not write (not handed to
+    the optimizer): its update is 0 by construction, and it is not copied.
     """
     rows = []
     for old, variable in zip(before, variables):
         new = tf.convert_to_tensor(variable)
+        step = 0.0 if old is None else _sum_of_squares(_float_values(new - old))
         rows.append(
             tf.stack(
                 [
-                    tf.cast(_sum_of_squares(_float_values(new - old)), tf.float64),
+                    tf.cast(step, tf.float64),
                     tf.cast(_sum_of_squares(_float_values(new)), tf.float64),
                 ]
             )
