@@ -164,7 +164,7 @@ def pair_ema(
     Call after `ema.apply(...)` created the shadows. Keras 3 variables may be
     given as such (with Keras 3, `ema.apply([v.value for v in vs])`). A shadow
     is named `<root>/<source name>`, so its scope mirrors its source's. The
-    declared tau is 1 - ema's decay.
+    declared tau is 1 - ema's decay (none when the decay is not a constant).
     """
     named = naming.named(sources, models)
     t_items, o_items = [], []
@@ -181,10 +181,9 @@ def pair_ema(
     label = name or (f"{root}<-{online_root}" if online_root else root)
     decay = getattr(ema, "decay", None)
     decay = ema._decay if decay is None else decay  # TF names it only privately
-    tau = 1.0 - float(tf.get_static_value(tf.convert_to_tensor(decay)))
-    return _make_pair(
-        label, t_items, o_items, root, online_root, tau or None, None, by_order=True
-    )
+    decay = tf.get_static_value(tf.convert_to_tensor(decay))
+    tau = None if decay is None or float(decay) >= 1.0 else 1.0 - float(decay)
+    return _make_pair(label, t_items, o_items, root, online_root, tau, None, by_order=True)
 
 
 def _shadow_of(ema: Any, source: Any) -> Any:
