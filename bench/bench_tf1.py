@@ -4,7 +4,8 @@ Baseline: the same graph and session driven without the wrapper, measured
 side by side (interleaved call by call; medians over blocks of 100 steps).
 Candidates: the wrapped session at the default `every_n_steps` (100) and at
 every step; plus the two small calls a recorded step adds (snapshot before,
-update norms after).
+update norms after); and the time to build a GraphRecorder on a deep MLP
+against the time `minimize()` took to build on the same graph.
 Headline: wrapped-session time per step at the default frequency / plain.
 """
 
@@ -52,11 +53,31 @@ def _build(n_features: int, hidden: int, n_actions: int):
     return graph, (s, s_, r, a), loss, train, init
 
 
+def _build_costs(layers: int, logdir: str) -> tuple[int, float, float]:
+    """(variables, seconds to build minimize(), seconds to build a GraphRecorder)
+    for a deep MLP: the recorder adds ops to the graph like the optimizer does."""
+    graph = tf.Graph()
+    with graph.as_default():
+        h = tf.placeholder(tf.float32, [None, 16])
+        for i in range(layers):
+            with tf.variable_scope(f"block{i // 10}"):
+                h = _dense(h, 16, f"layer{i}", tf.nn.relu)
+        loss = tf.reduce_mean(tf.square(h))
+        start = time.perf_counter()
+        train = tf.train.AdamOptimizer(1e-3).minimize(loss)
+        minimize = time.perf_counter() - start
+        start = time.perf_counter()
+        recorder = GraphRecorder(logdir, losses={"fit": loss}, train_ops={"fit": train})
+        build = time.perf_counter() - start
+        recorder.close()
+    return len(recorder.variables), minimize, build
+
+
 def main() -> None:
     args = harness.parse_args(__doc__)
     n_features, hidden, n_actions, batch = (32, 256, 8, 64) if args.quick else (64, 512, 16, 128)
     block = 100  # steps per timed block: one recorded step at the default frequency
-    repetitions = 15 if args.quick else 60
+    repetitions = 10 if args.quick else 60
     config = tf.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=1)
     rng = np.random.default_rng(0)
     feeds = [
@@ -107,6 +128,8 @@ def main() -> None:
     for recorder in (default, every):
         recorder.close(raw)
     raw.close()
+    builds = [_build_costs(50 if args.quick else 400, f"{logdir}/build{i}")
+              for i in range(1 if args.quick else 3)]
     n_params = sum(int(np.prod(v.shape)) for v in every.variables)
     harness.report("variables_recorded", len(every.variables))
     harness.report("parameters_recorded", n_params)
@@ -115,6 +138,11 @@ def main() -> None:
     harness.report("every_step_ratio_vs_plain", every_step / plain)
     harness.report("snapshot_call_seconds", calls["snapshot"])
     harness.report("update_norms_call_seconds", calls["update_norms"])
+    harness.report("build_variables", builds[0][0])
+    harness.report("minimize_build_seconds", statistics.median(b[1] for b in builds))
+    harness.report("recorder_build_seconds", statistics.median(b[2] for b in builds))
+    harness.report("recorder_build_ratio_vs_minimize",
+                   statistics.median(b[2] / b[1] for b in builds))
     harness.report("default_step_seconds", default_step)
     harness.report("tf1_run_ratio_default_vs_plain", default_step / plain)
 

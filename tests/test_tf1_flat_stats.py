@@ -45,6 +45,20 @@ def test_flat_grad_table_matches_record_kernel():
     assert row["emb"][4] == 6 / 10  # untouched and summed-to rows are dense zeros
 
 
+def test_zero_size_variable_at_the_end_keeps_its_row():
+    layout = build_layout(["net/w", "net/empty"])
+    rollup = record_stats.RollUp.from_layout(layout)
+    g = tf.Graph()
+    with g.as_default():
+        grads = [tf.constant([3.0, 4.0]), tf.zeros([0])]
+        with tf.Session(graph=g) as sess:
+            ours, theirs = sess.run(
+                [flat.grad_table(grads, rollup), record_stats.grad_table(grads, rollup)]
+            )
+    np.testing.assert_allclose(ours, theirs)
+    assert ours[layout.index("net")][1] == 5.0
+
+
 def test_flat_update_table_matches_record_kernel():
     rng = np.random.default_rng(1)
     names = ["online/l1/w", "online/l1/b", "online/l2/w"]
@@ -61,9 +75,13 @@ def test_flat_update_table_matches_record_kernel():
             flat.flatten(new, tf.float32), flat.flatten(old, tf.float32),
             flat.segment_ids(new), len(new),
         )
+        changed = flat.changed_counts(
+            flat.flatten(new, tf.float32), flat.flatten(old, tf.float32),
+            flat.segment_ids(new), len(new),
+        )
         ours = flat.update_table(per_var, rollup)
         theirs = record_stats.update_table(old, new, rollup)
         with tf.Session(graph=g) as sess:
-            ours, theirs, per_var = sess.run([ours, theirs, per_var])
+            ours, theirs, changed = sess.run([ours, theirs, changed])
     np.testing.assert_allclose(ours, theirs, rtol=1e-6)
-    assert list(per_var[:, 2]) == [6, 2, 0]  # changed elements per variable
+    assert list(changed) == [6, 2, 0]  # changed elements per variable

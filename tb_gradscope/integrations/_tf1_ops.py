@@ -97,14 +97,17 @@ def build_update_ops(
         # fetches it: before the step by `snapshot`, after it by `table`.
         values = flat.flatten(variables, dtype)
         snapshot = snap.assign(values, read_value=False)
-        per_var = flat.update_sums(values, snap.value(), flat.segment_ids(variables), len(variables))
-        table = flat.update_table(per_var, rollup)
+        ids = flat.segment_ids(variables)
+        table = flat.update_table(
+            flat.update_sums(values, snap.value(), ids, len(variables)), rollup
+        )
+        changed_elements = flat.changed_counts(values, snap.value(), ids, len(variables))
         index = {v.op: i for i, v in enumerate(variables)}
         changed = {}
         for op in train_ops:
             written = [index[v.op] for v in written_variables(op, variables)]
             changed[op.name] = (
-                tf.reduce_any(tf.gather(per_var[:, 2], written) > 0)
+                tf.reduce_any(tf.gather(changed_elements, written) > 0)
                 if written
                 else tf.constant(False)
             )
