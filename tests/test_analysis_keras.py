@@ -60,3 +60,20 @@ def test_keras_functional_step_without_optimizer_reports_unknown_applied():
                        [(v, leaf_scope(v.path)) for v in model.variables])
     assert fg.applied is None
     assert fg.cells["l"] and set(fg.cells["l"].values()) == {"updates"}
+
+
+def test_mirrored_variables_are_matched_through_their_replicas():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        w = tf.Variable(tf.ones([3, 1]), name="net/kernel")
+        t = tf.Variable(tf.ones([3, 1]), name="tgt/kernel")
+
+    @tf.function
+    def step(x):
+        per_replica = strategy.run(lambda x: tf.reduce_mean(x @ w + tf.stop_gradient(x @ t)), args=(x,))
+        return {"l": strategy.reduce("MEAN", per_replica, axis=None)}
+
+    cf = step.get_concrete_function(tf.TensorSpec([2, 3]))
+    fg = analyze_graph(cf.graph, {"l": cf.structured_outputs["l"]}, [(w, "net"), (t, "tgt")])
+    assert fg.cells["l"] == {"net": "updates", "tgt": "blocked"}
+    assert fg.warnings == []

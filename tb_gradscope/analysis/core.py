@@ -121,7 +121,9 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
         states = [INDEPENDENT] * len(var_names)
         for node, indices in var_nodes.items():
             for i in indices:
-                states[i] = _state(forward[node], gradient[node], applied_here, i)
+                state = _state(forward[node], gradient[node], applied_here, i)
+                if _RANK[state] > _RANK[states[i]]:  # a replicated variable: any replica
+                    states[i] = state
         cells[spec.name] = _roll_up(states, leaves, scope_list)
 
     scope_graph, nodes, loss_ids = _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss)

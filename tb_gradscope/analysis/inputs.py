@@ -133,21 +133,26 @@ def match_variables(
                 "pass a non-empty scope name such as 'online/l1'"
             )
         names.append(variable_name(str(getattr(variable, "path", None) or variable.name)))
-        node = _variable_node(flat, graph, captured, variable)
-        if node is None:
+        nodes = _variable_nodes(flat, graph, captured, variable)
+        if not nodes:
             missing.append(names[-1])
-        else:
+        for node in nodes:
             by_node.setdefault(node, []).append(i)
     return by_node, names, missing
 
 
-def _variable_node(flat: FlatGraph, graph: tf.Graph, captured: dict, variable: Any):
-    handle = handle_of(variable)
-    if handle is None:
-        return None
-    inner = captured.get(id(handle))
-    if inner is not None:
-        return flat.node_of(inner)
-    if not _is_eager(handle) and handle.graph is graph:
-        return flat.root_ops.get(id(handle.op))
-    return None
+def _variable_nodes(flat: FlatGraph, graph: tf.Graph, captured: dict, variable: Any) -> set[int]:
+    """Nodes of the variable's handle; every replica's for a tf.distribute variable."""
+    components = getattr(variable, "values", None)
+    candidates = list(components) if isinstance(components, (list, tuple)) else []
+    nodes = set()
+    for candidate in [variable] + candidates:
+        handle = handle_of(candidate)
+        if handle is None:
+            continue
+        inner = captured.get(id(handle))
+        if inner is not None:
+            nodes.add(flat.node_of(inner))
+        elif not _is_eager(handle) and handle.graph is graph and id(handle.op) in flat.root_ops:
+            nodes.add(flat.root_ops[id(handle.op)])
+    return nodes
