@@ -139,10 +139,16 @@ def test_copy_online_from_target_is_wrong_direction(tmp_path):
         str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=100)],
         ps.hard_copy(100, reverse=True), steps=220,
     )
-    events = _events(_only(ps.read_drift(run.logdir)))
+    record = _only(ps.read_drift(run.logdir))
+    events = _events(record)
     assert _names(events) == [anomalies.WRONG_DIRECTION]
     (event,) = events
     assert event.step == 100
+    shuffled = anomalies.find_anomalies(  # series order does not matter
+        record.info.name, record.info.attrs, record.steps[::-1], record.tables[::-1]
+    )
+    assert shuffled == events
+    assert anomalies.find_anomalies(record.info.name, record.info.attrs, [], []) == []
     assert event.evidence["tau_reverse"] == pytest.approx(1.0, abs=1e-6)
 
 
