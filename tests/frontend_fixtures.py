@@ -19,6 +19,7 @@ import urllib.request
 from typing import Any, Iterator
 
 import pytest
+from playwright.sync_api import Browser
 
 from tests.frontend_logs import HOSTILE, DqnTrainer, hostile_spec, states_spec, wide_spec, write_run
 
@@ -202,7 +203,7 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator["object"]:
+def browser() -> Iterator[Browser]:
     """Debian's chromium, headless, driven by Playwright (never downloaded)."""
     from playwright.sync_api import sync_playwright
 

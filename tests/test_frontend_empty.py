@@ -11,6 +11,7 @@ import pathlib
 from typing import Iterator
 
 import pytest
+from playwright.sync_api import Browser
 
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
 
@@ -32,7 +33,7 @@ def empty_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tens
 
 
 def test_empty_logdir_explains_how_to_record_then_shows_new_runs(
-    browser, empty_tensorboard: TensorBoard, artifacts: pathlib.Path
+    browser: Browser, empty_tensorboard: TensorBoard, artifacts: pathlib.Path
 ) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     try:

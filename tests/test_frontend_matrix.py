@@ -12,9 +12,10 @@ import dataclasses
 import math
 import pathlib
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Frame, Locator, Page
 
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
 
@@ -31,14 +32,14 @@ ENTRY = "/data/plugin_entry.html?name=gradscope"
 class Tab:
     """A browser page showing the Gradscope tab, and what went wrong on it."""
 
-    page: object
-    frame: object
+    page: Page
+    frame: Frame
     problems: list[str]
 
-    def cell(self, loss: str, scope: str):
+    def cell(self, loss: str, scope: str) -> Locator:
         return self.frame.locator(f'.gs-cell[data-loss="{_css(loss)}"][data-scope="{_css(scope)}"]')
 
-    def row(self, scope: str):
+    def row(self, scope: str) -> Locator:
         return self.frame.locator(f'tr[data-scope="{_css(scope)}"]')
 
     def visible_scopes(self) -> list[str]:
@@ -54,15 +55,19 @@ class Tab:
         assert self.problems == [], "\n".join(self.problems)
 
 
+# open_tab(embedded=False, color_scheme="light", run="dqn") -> Tab
+OpenTab = Callable[..., Tab]
+
+
 def _css(text: str) -> str:
     """Escapes text for a double-quoted CSS attribute selector."""
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _watch(page) -> list[str]:
+def _watch(page: Page) -> list[str]:
     problems: list[str] = []
 
-    def on_console(message) -> None:
+    def on_console(message: ConsoleMessage) -> None:
         # Opened as a top-level page, chromium asks for /favicon.ico by itself;
         # TensorBoard has none. Inside the tab's iframe it never asks.
         if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico"):
@@ -71,7 +76,7 @@ def _watch(page) -> list[str]:
     page.on("console", on_console)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
 
-    def on_dialog(dialog) -> None:
+    def on_dialog(dialog: Dialog) -> None:
         problems.append(f"dialog {dialog.type}: {dialog.message}")
         dialog.dismiss()
 
@@ -80,7 +85,7 @@ def _watch(page) -> list[str]:
 
 
 @pytest.fixture()
-def open_tab(browser, tensorboard: TensorBoard) -> Iterator:
+def open_tab(browser: Browser, tensorboard: TensorBoard) -> Iterator[OpenTab]:
     """Opens the tab; `open_tab(embedded=..., color_scheme=...)` returns a Tab."""
     contexts = []
 
@@ -107,7 +112,7 @@ def open_tab(browser, tensorboard: TensorBoard) -> Iterator:
         context.close()
 
 
-def _wait_for_plugin_frame(page):
+def _wait_for_plugin_frame(page: Page) -> Frame:
     for _ in range(200):
         for frame in page.frames:
             if "plugin_entry.html?name=gradscope" in frame.url:
@@ -116,7 +121,7 @@ def _wait_for_plugin_frame(page):
     raise AssertionError(f"no gradscope iframe among {[f.url for f in page.frames]}")
 
 
-def test_tab_loads_inside_tensorboard_without_console_errors(open_tab, artifacts: pathlib.Path) -> None:
+def test_tab_loads_inside_tensorboard_without_console_errors(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
     tab = open_tab(embedded=True)
     # Our guest side of TensorBoard's message channel got an answer.
     tab.frame.wait_for_selector('#gradscope[data-host="tensorboard"]', timeout=10_000)
@@ -128,7 +133,7 @@ def test_tab_loads_inside_tensorboard_without_console_errors(open_tab, artifacts
     tab.assert_clean()
 
 
-def test_silent_host_page_falls_back_to_polling(browser, tensorboard: TensorBoard) -> None:
+def test_silent_host_page_falls_back_to_polling(browser: Browser, tensorboard: TensorBoard) -> None:
     # An iframe whose parent is not TensorBoard: the bootstrap gets no answer.
     context = browser.new_context()
     try:
@@ -144,7 +149,7 @@ def test_silent_host_page_falls_back_to_polling(browser, tensorboard: TensorBoar
         context.close()
 
 
-def test_td_loss_updates_online_scopes_and_blocks_target(open_tab, artifacts: pathlib.Path) -> None:
+def test_td_loss_updates_online_scopes_and_blocks_target(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
     tab = open_tab()
     assert tab.visible_scopes() == list(DQN_SCOPES)
     headers = tab.frame.locator("#gs-matrix thead th[data-loss]").all_text_contents()
@@ -159,7 +164,7 @@ def test_td_loss_updates_online_scopes_and_blocks_target(open_tab, artifacts: pa
     tab.assert_clean()
 
 
-def test_updates_are_shaded_by_gradient_norm(open_tab, tensorboard: TensorBoard) -> None:
+def test_updates_are_shaded_by_gradient_norm(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     cells = tensorboard.json("matrix", run="dqn")["cells"]
     updating = [(c["l2"], loss, scope) for loss, row in cells.items() for scope, c in row.items()
                 if c["state"] == "updates"]
@@ -173,7 +178,7 @@ def test_updates_are_shaded_by_gradient_norm(open_tab, tensorboard: TensorBoard)
     tab.assert_clean()
 
 
-def test_folding_a_scope_rolls_its_children_up(open_tab, tensorboard: TensorBoard) -> None:
+def test_folding_a_scope_rolls_its_children_up(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     served = tensorboard.json("matrix", run="dqn")["cells"]["td"]
     # The roll-up row combines its children: ||g_online||^2 = sum of theirs.
     children = math.hypot(served["online/l1"]["l2"], served["online/l2"]["l2"])
@@ -193,7 +198,7 @@ def test_folding_a_scope_rolls_its_children_up(open_tab, tensorboard: TensorBoar
     tab.assert_clean()
 
 
-def test_clicking_a_cell_shows_all_its_numbers(open_tab, tensorboard: TensorBoard) -> None:
+def test_clicking_a_cell_shows_all_its_numbers(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     matrix = tensorboard.json("matrix", run="dqn")
     served, update = matrix["cells"]["td"]["online/l2"], matrix["updates"]["online/l2"]
     tab = open_tab()
@@ -221,7 +226,7 @@ def test_clicking_a_cell_shows_all_its_numbers(open_tab, tensorboard: TensorBoar
     tab.assert_clean()
 
 
-def test_step_slider_moves_over_kept_steps(open_tab, tensorboard: TensorBoard) -> None:
+def test_step_slider_moves_over_kept_steps(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     steps = tensorboard.json("run", run="dqn")["steps"]
     first = tensorboard.json("matrix", run="dqn", step=str(steps[0]))["cells"]["td"]["online/l1"]["l2"]
     tab = open_tab()
@@ -238,7 +243,9 @@ def test_step_slider_moves_over_kept_steps(open_tab, tensorboard: TensorBoard) -
     tab.assert_clean()
 
 
-def test_every_flow_state_has_its_own_look(open_tab, tensorboard: TensorBoard, artifacts: pathlib.Path) -> None:
+def test_every_flow_state_has_its_own_look(
+    open_tab: OpenTab, tensorboard: TensorBoard, artifacts: pathlib.Path
+) -> None:
     spec = states_spec()
     served = tensorboard.json("matrix", run=spec.name)["cells"]
     expected = {scope.rpartition("/")[2]: scope for scope in spec.scopes if "/" in scope}
@@ -253,7 +260,8 @@ def test_every_flow_state_has_its_own_look(open_tab, tensorboard: TensorBoard, a
             button = tab.cell(loss, scope)
             assert button.get_attribute("data-state") == cell["state"], (loss, scope)
             assert button.get_attribute("data-violation") == str(cell["violation"]).lower()
-            looks.setdefault(cell["state"], set()).add(button.evaluate("b => getComputedStyle(b).backgroundImage + getComputedStyle(b).backgroundColor"))
+            look = button.evaluate("b => getComputedStyle(b).backgroundImage + getComputedStyle(b).backgroundColor")
+            looks.setdefault(cell["state"], set()).add(look)
     assert set(looks) == {"updates", "ignored", "blocked", "vanishing", "nonfinite", "no_gradient"}
     assert len({min(v) for v in looks.values()}) == len(looks), looks
     assert served["main"]["net/updates"]["violation"] is True
@@ -268,7 +276,7 @@ def test_every_flow_state_has_its_own_look(open_tab, tensorboard: TensorBoard, a
     tab.assert_clean()
 
 
-def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab) -> None:
+def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab: OpenTab) -> None:
     spec = wide_spec()
     tab = open_tab()
     started = time.monotonic()
@@ -287,7 +295,7 @@ def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab) -> None:
     tab.assert_clean()
 
 
-def test_names_from_logs_render_as_text(open_tab, artifacts: pathlib.Path) -> None:
+def test_names_from_logs_render_as_text(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
     spec = hostile_spec()
     tab = open_tab(embedded=True, run=HOSTILE)
     assert tab.frame.locator("#gs-run").input_value() == HOSTILE
@@ -303,7 +311,9 @@ def test_names_from_logs_render_as_text(open_tab, artifacts: pathlib.Path) -> No
     tab.assert_clean()
 
 
-def test_tensorboard_reload_refreshes_the_tab(open_tab, tensorboard: TensorBoard, gradscope_logs: Logs) -> None:
+def test_tensorboard_reload_refreshes_the_tab(
+    open_tab: OpenTab, tensorboard: TensorBoard, gradscope_logs: Logs
+) -> None:
     tab = open_tab(embedded=True, run="live")
     assert tab.frame.locator("#gs-step").get_attribute("max") == "1"  # steps 0 and 10
     gradscope_logs.live.train(20)  # records steps 20 and 30
@@ -315,7 +325,7 @@ def test_tensorboard_reload_refreshes_the_tab(open_tab, tensorboard: TensorBoard
     tab.assert_clean()
 
 
-def test_dark_theme_follows_the_system(open_tab, artifacts: pathlib.Path) -> None:
+def test_dark_theme_follows_the_system(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
     light = open_tab(color_scheme="light")
     dark = open_tab(color_scheme="dark")
     background = "() => getComputedStyle(document.body).backgroundColor"
@@ -326,9 +336,10 @@ def test_dark_theme_follows_the_system(open_tab, artifacts: pathlib.Path) -> Non
     dark.assert_clean()
 
 
-def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab) -> None:
+def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab: OpenTab) -> None:
     tab = open_tab()
-    focused = "() => document.activeElement.id || `${document.activeElement.dataset.loss ?? ''}|${document.activeElement.dataset.scope}`"
+    # The focused control: its id, or "loss|scope" for the matrix's buttons.
+    focused = "() => { const e = document.activeElement; return e.id || `${e.dataset.loss ?? ''}|${e.dataset.scope}`; }"
     order = []
     for _ in range(4):
         tab.page.keyboard.press("Tab")

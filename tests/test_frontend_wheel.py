@@ -46,11 +46,12 @@ def test_installed_wheel_serves_the_tab(tmp_path: pathlib.Path) -> None:
     _run(sys._base_executable, "-m", "venv", "--without-pip", venv)
     python = venv / "bin" / "python"
     _run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel)
-    # Run from tmp_path: from the repository, `python -c` would import the source tree.
     site = pathlib.Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
-    # "zz" sorts last, so the dev venv comes after the new venv's own packages.
-    (site / "zz_dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    installed = pathlib.Path(_run(python, "-c", "import tb_gradscope; print(tb_gradscope.__file__)", cwd=tmp_path).strip())
+    # A .pth line is appended to sys.path after the venv's own site-packages.
+    (site / "dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Run from tmp_path: from the repository, `python -c` would import the source tree.
+    where = _run(python, "-c", "import tb_gradscope; print(tb_gradscope.__file__)", cwd=tmp_path)
+    installed = pathlib.Path(where.strip())
     assert installed.is_relative_to(venv), f"tb_gradscope imported from {installed}, not the wheel"
 
     # Mark the installed copy: only a server reading the wheel's files sends it.
