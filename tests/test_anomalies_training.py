@@ -16,7 +16,7 @@ import pytest
 from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import detect_pairs, pair_models
-from tb_gradscope.pairs.series import update_mode
+from tb_gradscope.pairs.series import scope_modes, update_mode
 from tests import pairs_support as ps
 from tests import providers
 
@@ -167,6 +167,10 @@ def test_ema_of_trainable_weights_only_leaves_moving_statistics_untracked(tmp_pa
     assert sorted(s.rsplit("/", 1)[-1] for s in scopes) == ["moving_mean", "moving_variance"]
     _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
     assert update_mode(series).tau == pytest.approx(0.05, rel=0.01)
+    modes = scope_modes(record.steps, record.tables)
+    assert {modes[s].kind for s in scopes} == {"none"}
+    dense = [s for s in modes if s.startswith("target/dense")]
+    assert dense and all(modes[s].tau == pytest.approx(0.05, rel=0.01) for s in dense)
 
 
 def test_ema_of_all_weights_tracks_moving_statistics(tmp_path):

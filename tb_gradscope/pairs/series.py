@@ -193,3 +193,11 @@ def within(scope: str, root: str) -> bool:
 
 def _parent(scope: str) -> str:
     return scope.rpartition("/")[0]
+
+
+def scope_modes(
+    steps: Sequence[int], tables: Sequence[Table], th: Thresholds | None = None
+) -> dict[str, Mode]:
+    """The update mode of every scope of a DRIFT series, each judged alone."""
+    scopes = list(dict.fromkeys(s for t in tables for s in t.info.scopes))
+    return {s: update_mode(Series(steps, tables, [s]), th) for s in scopes}
