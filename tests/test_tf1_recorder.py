@@ -11,6 +11,7 @@ from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
 from tb_gradscope.pairs import pair_prefixes
 from tests.test_tf1_support import (
     ddpg_seed,
+    dqn3_seed,
     dqn_feed,
     dqn_seed,
     multihead_feed,
@@ -191,3 +192,25 @@ def test_dqn_drift_returns_to_zero_at_every_hard_replacement(tmp_path):
     assert len(copies) == 3
     for rec in copies:  # a hard copy is an EMA with tau = 1
         assert rec.value.row("target_net/t1")["tau"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_dqn3_gradient_start_point_attributes_to_network_only(tmp_path):
+    m = dqn3_seed()
+    rng = np.random.default_rng(4)
+    with m.graph.as_default():
+        gs = GraphRecorder(str(tmp_path), losses={"q": StartPoint(m.q_all, -m.targets)},
+                           train_ops={"q": m.train}, every_n_steps=1)
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(tf.global_variables_initializer())
+            feed = {m.s: rng.normal(size=(8, 4)), m.s2: rng.normal(size=(8, 4)),
+                    m.a: rng.integers(0, 3, size=8), m.r: rng.normal(size=8)}
+            _, grads = sess.run([m.train, m.grads], feed)
+    records = read_records(str(tmp_path))
+    [rec] = records[("grad_stats", "q")]
+    assert rec.value.row("network")["l2"] == pytest.approx(_l2(grads), rel=1e-5)
+    assert rec.value.row("network/out")["grad_vars"] == 2
+    assert rec.value.row("target_network")["grad_vars"] == 0
+    graph = FlowGraph.from_json(records[("flowgraph", "")][0].value[0])
+    assert graph.losses[0].kind == "start_point"
+    assert graph.state("q", "network/l1") == "updates"
+    assert graph.state("q", "target_network/l1") == "independent"

@@ -193,3 +193,28 @@ def _dense(x, units: int, name: str, activation=None):
         b = tf.get_variable('b', [1, units], initializer=tf.constant_initializer(0.1))
         y = tf.matmul(x, w) + b
     return activation(y) if activation else y
+
+
+def dqn3_seed(n_features: int = 4, n_actions: int = 3, batch: int = 8) -> types.SimpleNamespace:
+    """Seed 02 in TF1: the gradient starts at the network's output q_all with
+    output gradients -targets (targets[i][a_i] = clipped delta_i), as DQN 3.0's
+    `network:backward(s, targets)` does; target_network only makes the targets."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.set_random_seed(4)
+        s = tf.placeholder(tf.float32, [batch, n_features], 's')
+        s2 = tf.placeholder(tf.float32, [batch, n_features], 's2')
+        a = tf.placeholder(tf.int32, [batch], 'a')
+        r = tf.placeholder(tf.float32, [batch], 'r')
+        with tf.variable_scope('network'):
+            q_all = _dense(_dense(s, 16, 'l1', tf.nn.relu), n_actions, 'out')
+        with tf.variable_scope('target_network'):
+            q2_all = _dense(_dense(s2, 16, 'l1', tf.nn.relu), n_actions, 'out')
+        q2_max = tf.reduce_max(q2_all, axis=1)
+        q = tf.reduce_sum(q_all * tf.one_hot(a, n_actions), axis=1)
+        delta = tf.clip_by_value(r + 0.99 * q2_max - q, -1.0, 1.0)
+        targets = tf.stop_gradient(tf.one_hot(a, n_actions) * delta[:, None])
+        params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope='network')
+        grads = tf.gradients(q_all, params, grad_ys=-targets)
+        train = tf.train.RMSPropOptimizer(0.00025).apply_gradients(zip(grads, params))
+    return types.SimpleNamespace(**locals())

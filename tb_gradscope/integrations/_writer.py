@@ -8,6 +8,7 @@ its first event in the file (TensorBoard keeps the first metadata it sees).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Iterable
 
@@ -23,15 +24,22 @@ from tb_gradscope.format import (
     encode_table,
     tag_for,
 )
+from tb_gradscope.record.warn import warn_once
 
 
 class RecordWriter:
-    """One event file of gradscope records in `logdir`."""
+    """One event file of gradscope records in `logdir`.
+
+    A deleted or moved logdir makes the event writer lose data without an
+    error, so every write checks that the file is still there and warns once
+    when it is not.
+    """
 
     def __init__(self, logdir: str, flush_secs: float = 30.0):
         self._writer = EventFileWriter(
             logdir, flush_secs=flush_secs, filename_suffix=".gradscope"
         )
+        self._logdir = logdir
         self._tags_with_metadata: set[str] = set()
 
     @property
@@ -55,6 +63,14 @@ class RecordWriter:
         self._writer.close()
 
     def _write(self, info: RecordInfo, array: np.ndarray, step: int) -> None:
+        if not os.path.exists(self.path):
+            warn_once(
+                ("event_file_gone", self.path),
+                f"tb_gradscope: the event file '{self.path}' is gone (logdir "
+                f"'{self._logdir}' deleted or moved?); records from step {step} on "
+                "are lost. Keep the logdir in place while training, or create a new "
+                "GraphRecorder to start a new event file.",
+            )
         tag = tag_for(info.kind, info.name)
         value = summary_pb2.Summary.Value(
             tag=tag, tensor=tensor_util.make_tensor_proto(array)

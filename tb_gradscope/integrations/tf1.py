@@ -15,6 +15,7 @@ gets no summary ops. See `_steps.py` for what a step is.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
@@ -36,6 +37,7 @@ from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeSpec, build_layout, variable_name
 
 Run = Callable[..., Any]
+_SERIALS = itertools.count()  # warn_once keys: id() of a dead recorder may be reused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +135,7 @@ class GraphRecorder:
         self._writer = RecordWriter(logdir)
         self.logdir = logdir
         self.disabled = False
+        self._serial = next(_SERIALS)
 
     def wrap(self, session: Any) -> "RecordingSession":
         """A session whose `run()` also records; everything else is `session`'s."""
@@ -202,7 +205,7 @@ class GraphRecorder:
     def _disable(self, reason: Any) -> None:
         self.disabled = True
         warn_once(
-            (id(self), "disabled"),
+            ("tf1_recorder_disabled", self._serial),
             f"tb_gradscope: recording into '{self.logdir}' stopped ({reason}); "
             "training continues unaffected. Records written so far are kept.",
         )

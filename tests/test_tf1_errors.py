@@ -1,0 +1,69 @@
+"""What GraphRecorder says when it is given the wrong things, or loses its logdir."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
+from tb_gradscope.record.warn import GradscopeWarning
+from tests.test_tf1_support import multihead_feed, multihead_seed
+
+
+@pytest.fixture(scope="module")
+def seed01():
+    return multihead_seed()
+
+
+def test_non_scalar_loss_is_refused_with_the_fix(seed01, tmp_path):
+    with seed01.graph.as_default(), pytest.raises(ValueError, match=r"loss 'y1' is not a scalar.*reduce_mean"):
+        GraphRecorder(str(tmp_path), losses={"y1": seed01.y1}, train_ops={"y1": seed01.train1})
+
+
+def test_train_ops_must_be_keyed_by_loss(seed01, tmp_path):
+    with seed01.graph.as_default(), pytest.raises(ValueError, match=r"\['train1'\], which are not losses"):
+        GraphRecorder(str(tmp_path), losses={"loss1": seed01.loss1},
+                      train_ops={"train1": seed01.train1})
+
+
+def test_train_ops_are_required(seed01, tmp_path):
+    with seed01.graph.as_default(), pytest.raises(ValueError, match="needs train_ops"):
+        GraphRecorder(str(tmp_path), losses={"loss1": seed01.loss1}, train_ops={})
+
+
+def test_start_point_gradients_must_match_the_tensor(seed01, tmp_path):
+    with seed01.graph.as_default(), pytest.raises(ValueError, match="output_gradients have shape"):
+        GraphRecorder(str(tmp_path),
+                      losses={"head": StartPoint(seed01.y1, tf.ones([3, 2]))},
+                      train_ops={"head": seed01.train1})
+
+
+def test_variables_of_another_graph_are_refused(seed01, tmp_path):
+    other = multihead_seed()
+    with seed01.graph.as_default(), pytest.raises(ValueError, match="belongs to another graph"):
+        GraphRecorder(str(tmp_path), losses={"loss1": seed01.loss1},
+                      train_ops={"loss1": seed01.train1}, variables=[other.w1])
+
+
+def test_deleted_logdir_is_reported_once(tmp_path):
+    m = multihead_seed()
+    logdir = tmp_path / "logs"
+    rng = np.random.default_rng(0)
+    with m.graph.as_default():
+        gs = GraphRecorder(str(logdir), losses={"loss1": m.loss1},
+                           train_ops={"loss1": m.train1}, every_n_steps=1)
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.run(m.train1, multihead_feed(m, rng))
+            shutil.rmtree(logdir)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(3):
+                    sess.run(m.train1, multihead_feed(m, rng))
+    gone = [w for w in caught if issubclass(w.category, GradscopeWarning)]
+    assert len(gone) == 1 and "is gone" in str(gone[0].message)
+    assert not gs.disabled  # recording goes on; only the file is missing
