@@ -35,12 +35,14 @@ body { margin: 0; background: var(--bg); color: var(--fg);
 .gs-error { background: var(--error-bg); color: var(--error-fg); padding: 6px 10px; border-radius: 4px; }
 .gs-warnings { margin: 0; padding-left: 20px; color: var(--muted); }
 .gs-body { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 16px; }
-.gs-matrix-wrap { overflow: auto; max-width: 100%; border: 1px solid var(--border); border-radius: 6px; }
+/* The matrix scrolls inside its box so the loss headers and scope names stay in view. */
+.gs-matrix-wrap { overflow: auto; max-width: 100%; max-height: calc(100vh - 90px);
+  border: 1px solid var(--border); border-radius: 6px; }
 table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-numeric: tabular-nums; }
-.gs-matrix th { font-weight: 600; text-align: left; padding: 4px 8px; white-space: nowrap;
-  position: sticky; top: 0; background: var(--bg); }
+.gs-matrix th { font-weight: 600; text-align: left; padding: 4px 8px; white-space: nowrap; background: var(--bg); }
+.gs-matrix thead th { position: sticky; top: 0; z-index: 2; }
 .gs-matrix thead th.gs-num { text-align: right; }
-.gs-matrix tbody th { position: sticky; left: 0; font-weight: 400; background: var(--bg); }
+.gs-matrix tbody th { position: sticky; left: 0; z-index: 1; font-weight: 400; }
 .gs-scope { display: inline-flex; align-items: center; gap: 4px; font: inherit; color: inherit;
   background: none; border: 0; padding: 2px 4px; cursor: pointer; text-align: left; }
 .gs-scope.gs-leaf { cursor: default; }
