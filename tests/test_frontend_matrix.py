@@ -326,7 +326,8 @@ def test_tensorboard_reload_refreshes_the_tab(
     tensorboard.wait_for_steps("live", 4)
     # TensorBoard's reload broadcasts experimental.DataReloaded to the iframe.
     tab.page.locator("app-header-reload button.reload-button").click()
-    tab.frame.wait_for_selector('#gs-step[max="3"]', timeout=15_000)
+    # (TensorBoard's own 30 s auto-reload would send it too: allow for that.)
+    tab.frame.wait_for_selector('#gs-step[max="3"]', timeout=40_000)
     assert tab.frame.locator("output.gs-step-label").text_content() == "30 (latest)"
     tab.assert_clean()
 
