@@ -8,7 +8,7 @@ import tensorflow.compat.v1 as tf
 
 from tb_gradscope.format import FlowGraph
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
-from tb_gradscope.pairs import pair_prefixes
+from tb_gradscope.pairs import pair_ema, pair_prefixes
 from tests.test_tf1_support import (
     ddpg_seed,
     dqn3_seed,
@@ -214,3 +214,37 @@ def test_dqn3_gradient_start_point_attributes_to_network_only(tmp_path):
     assert graph.losses[0].kind == "start_point"
     assert graph.state("q", "network/l1") == "updates"
     assert graph.state("q", "target_network/l1") == "independent"
+
+
+def test_ema_shadows_drift_with_the_declared_tau(tmp_path):
+    """Seed 03 in TF1: the target is tf.train.ExponentialMovingAverage of online."""
+    g = tf.Graph()
+    rng = np.random.default_rng(5)
+    with g.as_default():
+        tf.set_random_seed(5)
+        x = tf.placeholder(tf.float32, [None, 3])
+        with tf.variable_scope("online"):
+            with tf.variable_scope("l1"):
+                w = tf.get_variable("w", [3, 4])
+            with tf.variable_scope("l2"):
+                v = tf.get_variable("v", [4, 1])
+        loss = tf.reduce_mean(tf.square(tf.matmul(tf.tanh(tf.matmul(x, w)), v) - 1.0))
+        online = tf.trainable_variables("online")
+        opt_op = tf.train.AdamOptimizer(0.05).minimize(loss)
+        ema = tf.train.ExponentialMovingAverage(decay=0.75)
+        with tf.control_dependencies([opt_op]):
+            train = ema.apply(online)
+        gs = GraphRecorder(str(tmp_path), losses={"fit": loss}, train_ops={"fit": train},
+                           every_n_steps=2, pairs=[pair_ema(ema, online)])
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(7):
+                sess.run(train, {x: rng.normal(size=(8, 3))})
+    [series] = [v for k, v in read_records(str(tmp_path)).items() if k[0] == "drift"]
+    assert [r.step for r in series] == [0, 2, 4, 6]
+    assert series[0].value.row(series[0].value.info.scopes[0])["drift"] == 0  # shadows start equal
+    for rec in series[1:]:
+        root = rec.value.info.scopes[0]
+        assert rec.value.row(root)["drift"] > 0
+        assert rec.value.row(root)["tau"] == pytest.approx(0.25, rel=1e-3)
+    assert series[0].value.info.attrs["tau"] == pytest.approx(0.25)

@@ -74,8 +74,18 @@ class GraphRecorder:
         every=C)` declares a hard-replacement period). See `_tf1_pairs.py`.
       analyze: run the static analysis and write the FlowGraph.
 
-    Build it after the model and the optimizers, before the graph is
-    finalized (before `MonitoredTrainingSession`).
+    Steps: a loss's step is how many run calls included its train op before
+    this one (0-based; offset by the global step when the session starts, so
+    a resumed run continues). Alternating `sess.run(train1)` and
+    `sess.run(train2)` thus records both losses at the same steps. A recorded
+    step costs the gradient tables in the user's own run call plus two small
+    calls: a snapshot of the variables before the step's first train call and
+    the update norms after its last (||delta theta|| needs the values before
+    the user's train op, which is not ours to add control dependencies to).
+
+    Failures inside gradscope never stop training: they are reported once and
+    recording stops. Build it after the model and the optimizers, before the
+    graph is finalized (before `MonitoredTrainingSession`).
     """
 
     def __init__(
