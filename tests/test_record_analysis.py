@@ -111,3 +111,29 @@ def test_failing_analysis_only_warns_and_stats_are_still_recorded(tmp_path, monk
     records = only(read_records(str(tmp_path)))
     assert (fmt.Kind.FLOWGRAPH, "") not in records
     assert sorted(records[(fmt.Kind.GRAD_STATS, "a")]) == [0, 2]
+
+
+def test_loop_that_applies_itself_is_analyzed_at_advance(tmp_path):
+    model, opt, rec = _setup(tmp_path)
+    variables = model.trainable_variables
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape(persistent=True) as tape:
+            losses = two_losses(model, x, y)
+            total = losses["a"] + losses["b"]
+        rec.record_gradients(
+            {k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()},
+            losses=losses,
+        )
+        opt.apply_gradients(zip(tape.gradient(total, variables), variables))
+        rec.advance()
+
+    for s in range(3):
+        step(*batch(s))
+    rec.close()
+    records = only(read_records(str(tmp_path)))
+    (doc,) = records[(fmt.Kind.FLOWGRAPH, "")][0]
+    graph = fmt.FlowGraph.from_json(doc)
+    assert graph.state("b", "online/trunk") == fmt.BLOCKED
+    assert graph.applied is not None and "online/trunk" in graph.applied

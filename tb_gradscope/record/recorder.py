@@ -234,7 +234,15 @@ class Recorder(tf.Module):
 
     @_no_autograph
     def advance(self) -> None:
-        """Advances `step` without applying (for loops that apply themselves)."""
+        """Advances `step` without applying (for loops that apply themselves).
+
+        Traced after the user's own optimizer step, it is also where that step's
+        graph is analyzed (as `apply` does).
+        """
+        if not self._s.disabled and self._s.vlayout is not None:
+            with self._guard():
+                if self._analyze_traced_step() and not _in_xla():
+                    self._write_flowgraph(self.step.read_value(), self._should_record())
         self.step.assign_add(1)
 
     # ----- XLA: compute inside, write outside ------------------------------
@@ -460,20 +468,25 @@ class Recorder(tf.Module):
         if not tf.executing_eagerly() and losses:
             self._s.pending_losses.setdefault(_graph_key(), {}).update(losses)
 
-    def _analyze_traced_step(self) -> None:
-        """At trace time, after the optimizer: analyze this graph once per recorder."""
+    def _analyze_traced_step(self) -> bool:
+        """At trace time, after the optimizer: analyze this graph (once per recorder).
+
+        Returns True when this call found the recorder's FlowGraph.
+        """
         if tf.executing_eagerly():
-            return
-        key = _graph_key()
-        graph_losses = self._s.pending_losses.pop(key, {})
+            return False
+        graph_losses = self._s.pending_losses.pop(_graph_key(), {})
         if self._s.flowgraph is not None or not graph_losses:
-            return
-        graph = tf.compat.v1.get_default_graph()
+            return False
         vlayout = self._s.vlayout
-        found = flow.analyze_step(
-            graph, graph_losses, vlayout.variable_scopes(), vlayout.layout.scopes, self.name
+        self._s.flowgraph = flow.analyze_step(
+            tf.compat.v1.get_default_graph(),
+            graph_losses,
+            vlayout.variable_scopes(),
+            vlayout.layout.scopes,
+            self.name,
         )
-        self._s.flowgraph = found
+        return self._s.flowgraph is not None
 
 
 def _graph_key() -> int:
