@@ -32,7 +32,7 @@ def test_seed01_multihead_gives_full_matrix(tmp_path):
             "Agent/layer1": tf.gradients(m.loss1, m.layer1_params),
             "Agent/layer2_1": tf.gradients(m.loss1, m.layer21_params),
         }
-        # The seed's training code, with the three added lines marked.
+        # The seed's training code; the two added statements are marked.
         gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1, "loss2": m.loss2},  # added
                            train_ops={"loss1": m.train1, "loss2": m.train2}, every_n_steps=5)
         sess = tf.Session()
@@ -45,7 +45,7 @@ def test_seed01_multihead_gives_full_matrix(tmp_path):
             if step == 0:
                 expected_l2 = {scope: _l2(g) for scope, g in grads.items()}
             sess.run(m.train2, feed)
-        sess.close()  # added
+        # No close() needed: each recorded step is flushed when its window closes.
 
     records = read_records(str(tmp_path))
     loss1 = records[("grad_stats", "loss1")]

@@ -259,6 +259,7 @@ class GraphRecorder:
     def _close_window(self, run: Run, step: int) -> None:
         table = run(self._update_ops.table)
         self._writer.write_table(self._update_info, table, step)
+        self._writer.flush()  # a recorded step is on disk when training moves on
 
     def _close_open_window(self, run: Run) -> None:
         step = self._clock.close()
