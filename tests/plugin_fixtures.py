@@ -264,7 +264,8 @@ def write_plain_run(logdir: str, run: str, steps: Iterable[int]) -> None:
 
 def write_unreadable_run(logdir: str, run: str) -> None:
     """One good grad_stats record, one from a newer format version, one with
-    metadata that is not JSON, and one whose stored table has the wrong shape."""
+    metadata that is not JSON, one whose stored table has the wrong shape, and
+    events that are not Event documents (step 0) or not JSON (step 1)."""
     import tensorflow as tf
     from tensorboard.compat.proto import summary_pb2
 
@@ -279,6 +280,8 @@ def write_unreadable_run(logdir: str, run: str) -> None:
         data_class=summary_pb2.DATA_CLASS_TENSOR,
     )
     wrong = fmt.make_info(fmt.Kind.GRAD_STATS, "wrong_shape", SCOPES)
+    events = fmt.make_info(fmt.Kind.EVENTS)
+    bad_events = [fmt.encode_json({"type": "violation", "step": 0}), b"{not json"]
     writer = tf.summary.create_file_writer(f"{logdir}/{run}")
     with writer.as_default():
         for step in (0, 1):
@@ -306,6 +309,12 @@ def write_unreadable_run(logdir: str, run: str) -> None:
                 np.zeros((2, 2), np.float32),
                 step=step,
                 metadata=meta(fmt.create_summary_metadata(wrong).SerializeToString()),
+            )
+            tf.summary.write(
+                fmt.tag_for(fmt.Kind.EVENTS),
+                tf.constant([bad_events[step]]),
+                step=step,
+                metadata=meta(fmt.create_summary_metadata(events).SerializeToString()),
             )
     writer.close()
 

@@ -125,8 +125,11 @@ def test_unreadable_records_are_skipped_with_tag_and_reason(client):
     assert "gradscope/grad_stats/future" in warnings and "newer tb-gradscope" in warnings
     assert "gradscope/garbage" in warnings and "not UTF-8 JSON" in warnings
     assert "gradscope/grad_stats/wrong_shape" in warnings and "shape (2, 2)" in warnings
+    assert "gradscope/events" in warnings and "skipped a events document at step 0" in warnings
+    assert "step 1: gradscope blob is not UTF-8 JSON" in warnings
     assert [loss["name"] for loss in broken["losses"]] == ["td"]
-    assert broken["steps"] == [0, 1]
+    assert broken["steps"] == [0, 1] and broken["event_count"] == 0
+    assert get_json(client, "matrix", run="broken")["losses"] == ["td"]
 
 
 def test_run_lists_losses_scope_tree_and_kept_steps(client):
