@@ -4,9 +4,10 @@ An op that reads a model variable belongs to that variable's scope; every
 other op is glue and passes on the set of scope-graph nodes its inputs came
 from. An edge A -> B counts the tensors arriving at an op of B (or at a loss)
 whose nearest upstream nodes include A. `downstream` is the mirror image,
-used to place a blocked edge's consumer side. Both are single passes in node
-order; a second pass carries values around loop back edges (one level of
-loop nesting; deeper nests may miss edges carried around the outer loop).
+used to place a blocked edge's consumer side. Both are passes in node order;
+when the graph has loops, the forward pass repeats until values carried
+around back edges settle (at most `MAX_LOOP_PASSES` times, enough for loops
+nested that deep).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from tb_gradscope.analysis.flatten import BRANCH, LINK, LOOP_VAR, FlatGraph
 # Ops that pass a variable on rather than use it: they join its scope's readers.
 _READS = frozenset({"ReadVariableOp", "Identity", LINK, LOOP_VAR, BRANCH})
 _EMPTY: frozenset[str] = frozenset()
+_LOOP_TYPES = frozenset({LOOP_VAR, "NextIteration", "RefNextIteration"})
+MAX_LOOP_PASSES = 4
 
 
 class ScopeGraph:
@@ -45,12 +48,19 @@ class ScopeGraph:
         self.upstream: list[frozenset[str]] = [_EMPTY] * len(flat)
         self.edges: Counter[tuple[str, str]] = Counter()
         self._downstream: list[frozenset[str]] | None = None
-        self._forward(inputs, count=False)
+        changed = self._forward(inputs, count=False)
+        if any(t in _LOOP_TYPES for t in set(flat.types)):
+            for _ in range(MAX_LOOP_PASSES):
+                if not changed:
+                    break
+                changed = self._forward(inputs, count=False)
         self._forward(inputs, count=True)
 
-    def _forward(self, inputs: Mapping[int, str], count: bool) -> None:
+    def _forward(self, inputs: Mapping[int, str], count: bool) -> bool:
+        """One pass in node order; True if any node's upstream set changed."""
         flat, cone, readers, label = self.flat, self.cone, self.readers, self.label
         upstream, edges = self.upstream, self.edges
+        changed = False
         for n, op_inputs in enumerate(flat.inputs):
             if not cone[n]:
                 continue
@@ -74,7 +84,11 @@ class ScopeGraph:
                                 edges[(a, scope)] += 1
                 upstream[n] = frozenset((scope,))
                 continue
-            upstream[n] = _union(upstream[src] for src, _ in op_inputs)
+            merged = _union(upstream[src] for src, _ in op_inputs)
+            if merged != upstream[n]:
+                upstream[n] = merged
+                changed = True
+        return changed
 
     def add_loss(self, node: int, loss_id: str) -> None:
         """Adds edges from the nodes upstream of a loss tensor to its loss node."""
