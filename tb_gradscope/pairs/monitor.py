@@ -113,6 +113,11 @@ class DriftMonitor(tf.Module):
             self.step = step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
             self._sink = sink if sink is not None else SummarySink(logdir, name)
             self._states = [self._make_state(p) for p in pairs]
+        # A call that is never inlined: an unrecorded step then skips one op
+        # instead of pushing "not taken" through every op of the record.
+        self._work_fn = tf.function(
+            self._work, autograph=False, experimental_attributes={"_noinline": True}
+        )
 
     @property
     def pairs(self) -> list[Pair]:
@@ -131,7 +136,7 @@ class DriftMonitor(tf.Module):
         if not self._disabled:
             try:
                 current = tf.cast(self.step if step is None else step, tf.int64)
-                tf.cond(self._any_due(current), lambda: self._work(current), lambda: tf.constant(False))
+                tf.cond(self._any_due(current), lambda: self._work_fn(current), lambda: tf.constant(False))
             except NoWriterError:
                 raise
             except Exception as e:  # monitoring must never break the training loop
