@@ -8,7 +8,8 @@ usable from TF1 graph mode); `naming` maps variables to scopes.
 
 from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.naming import VariableLayout, build_variable_layout, full_name
-from tb_gradscope.record.recorder import Recorder, Stats
+from tb_gradscope.record.emit import Stats
+from tb_gradscope.record.recorder import Recorder
 from tb_gradscope.record.stats import RollUp, grad_table, update_table, variable_grad_stats
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.record.writing import NoWriterError

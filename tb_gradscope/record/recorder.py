@@ -23,61 +23,34 @@ itself warn once and the recorder steps aside, never the training loop.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
-from tb_gradscope.format.metadata import (
-    KIND_SPECS,
-    Kind,
-    create_summary_metadata,
-    make_info,
-    tag_for,
-)
-from tb_gradscope.format.records import encode_json
+from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import flow, losses as losses_lib, naming, stats
+from tb_gradscope.record.emit import Emitter, Stats, graph_key
+from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError, SummarySink
 from tb_gradscope.scopes import ScopeSpec
 
-
 # Our code builds its own control flow (tf.cond); autograph must not rewrite it
 # when a user's tf.function calls into the recorder.
 _no_autograph = tf.autograph.experimental.do_not_convert
-
-
-class Stats(NamedTuple):
-    """Stats computed inside an XLA-compiled step, to be written outside it.
-
-    Return it from the `jit_compile=True` function and pass it to
-    `Recorder.write`. `tables` maps a record tag to its [scopes, columns] table.
-    """
-
-    step: tf.Tensor
-    record: tf.Tensor
-    tables: dict
+_in_xla = stats.in_xla
 
 
 class _State:
     """Everything but the step counter: deliberately invisible to checkpoints."""
 
-    def __init__(self, sink, every, roots, variables, spec):
-        self.sink: SummarySink = sink
-        self.every: int = every
-        self.roots: list = roots
-        self.explicit: list | None = variables
-        self.spec: ScopeSpec | None = spec
-        self.vlayout: naming.VariableLayout | None = None
-        self.rollup: stats.RollUp | None = None
-        self.known: set[int] = set()
-        self.metadata: dict[str, bytes] = {}
+    def __init__(self, emitter: Emitter, layout: LayoutResolver, every: int):
+        self.emitter = emitter
+        self.layout = layout
+        self.every = every
         self.pending_losses: dict[int, dict] = {}
-        self.deferred: dict[int, list[Stats]] = {}
-        self.deferred_made = False
-        self.written_deferred = False
-        self.flowgraph: FlowGraph | None = None
         self.disabled = False
 
 
@@ -128,7 +101,11 @@ class Recorder(tf.Module):
         roots = naming.model_roots(models)
         with tf.init_scope():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self._s = _State(SummarySink(logdir, name), every_n_steps, roots, explicit, scopes)
+        self._s = _State(
+            Emitter(SummarySink(logdir, name), name, every_n_steps),
+            LayoutResolver(name, roots, explicit, scopes),
+            every_n_steps,
+        )
 
     # ----- the two ways in -------------------------------------------------
 
@@ -156,7 +133,7 @@ class Recorder(tf.Module):
             return None
         with self._guard():
             seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
-            if not self._ensure_layout(seen):
+            if not self._s.layout.ensure(seen):
                 return None
             self._stash_losses(losses or {})
             makers = {
@@ -202,7 +179,7 @@ class Recorder(tf.Module):
             )
         if not self._s.disabled:
             with self._guard():
-                if self._ensure_layout(variables):
+                if self._s.layout.ensure(variables):
                     self._stash_losses(losses)
                     self._emit(Kind.GRAD_STATS, self._loss_makers(tape, losses, variables, grads))
         return list(zip(grads, variables))
@@ -220,13 +197,13 @@ class Recorder(tf.Module):
         before = None
         if not self._s.disabled:
             with self._guard():
-                if self._ensure_layout([v for _, v in pairs]):
+                if self._s.layout.ensure([v for _, v in pairs]):
                     before = self._snapshot_if_recording(pairs)
         result = optimizer.apply_gradients(pairs)
         if before is not None and not self._s.disabled:
             with self._guard():
                 self._analyze_traced_step()
-                variables, rollup = self._s.vlayout.variables, self._s.rollup
+                variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
                 maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
                 self._emit(Kind.UPDATE_STATS, {"": maker})
         self.advance()
@@ -239,10 +216,10 @@ class Recorder(tf.Module):
         Traced after the user's own optimizer step, it is also where that step's
         graph is analyzed (as `apply` does).
         """
-        if not self._s.disabled and self._s.vlayout is not None:
+        if not self._s.disabled and self._s.layout.vlayout is not None:
             with self._guard():
                 if self._analyze_traced_step() and not _in_xla():
-                    self._write_flowgraph(self.step.read_value(), self._should_record())
+                    self._s.emitter.write_flowgraph(self.step.read_value(), self._should_record())
         self.step.assign_add(1)
 
     # ----- XLA: compute inside, write outside ------------------------------
@@ -250,13 +227,7 @@ class Recorder(tf.Module):
     @_no_autograph
     def stats(self) -> Stats:
         """All stats computed so far in this XLA-compiled trace, to return from it."""
-        pending = self._s.deferred.pop(_graph_key(), [])
-        if not pending:
-            return Stats(self.step.read_value(), tf.constant(False), {})
-        tables = {}
-        for item in pending:
-            tables.update(item.tables)
-        return Stats(pending[0].step, pending[0].record, tables)
+        return self._s.emitter.take_deferred(self.step.read_value())
 
     @_no_autograph
     def write(self, *all_stats: Stats | None) -> None:
@@ -267,14 +238,10 @@ class Recorder(tf.Module):
                 "(summaries are unsupported on XLA); return rec.stats() from the "
                 "compiled step and call rec.write(...) on its result outside it"
             )
-        self._s.written_deferred = True
         for item in all_stats:
-            if item is None or self._s.disabled:
-                continue
-            with self._guard():
-                for tag, table in item.tables.items():
-                    self._s.sink.write(tag, self._s.metadata[tag], table, item.step, item.record)
-                self._write_flowgraph(item.step, item.record)
+            if item is not None and not self._s.disabled:
+                with self._guard():
+                    self._s.emitter.write(item)
 
     # ----- static analysis -------------------------------------------------
 
@@ -286,33 +253,34 @@ class Recorder(tf.Module):
         failed, after a warning).
         """
         tf.function(fn).get_concrete_function(*args, **kwargs)
-        return self._s.flowgraph
+        return self.flowgraph
 
     @property
     def flowgraph(self) -> FlowGraph | None:
         """The FlowGraph of the first analyzed step, if any."""
-        return self._s.flowgraph
+        return self._s.emitter.flowgraph
 
     @property
     def layout(self) -> naming.VariableLayout | None:
         """The recorded variables and scope tree, once known."""
-        return self._s.vlayout
+        return self._s.layout.vlayout
 
     def flush(self) -> None:
         """Flushes the writer; warns if the event file vanished or stats went unwritten."""
-        if self._s.deferred_made and not self._s.written_deferred:
+        emitter = self._s.emitter
+        if emitter.deferred_made and not emitter.deferred_written:
             warn_once(
                 (id(self), "unwritten"),
                 f"Recorder '{self.name}' computed stats inside a jit_compile=True "
                 "step but nothing wrote them: return rec.stats() from the step and "
                 "call rec.write(result) after it",
             )
-        self._s.sink.flush()
+        emitter.sink.flush()
 
     def close(self) -> None:
         """Flushes and closes the recorder's own writer."""
         self.flush()
-        self._s.sink.close()
+        self._s.emitter.sink.close()
 
     # ----- internals -------------------------------------------------------
 
@@ -331,52 +299,9 @@ class Recorder(tf.Module):
                 f"({type(e).__name__}: {e}); training continues unaffected",
             )
 
-    def _ensure_layout(self, seen: Sequence[Any]) -> bool:
-        """Fixes the scope layout on first use; False if there is nothing to record."""
-        if self._s.vlayout is not None:
-            return True
-        s = self._s
-        if s.roots or s.explicit is not None:
-            named = [nv for root, m in s.roots for nv in naming.model_variables(root, m)]
-            named += naming.name_variables(s.explicit or [], s.roots)
-        else:
-            named = [(v, naming.full_name(v)) for v in seen]
-        vlayout = naming.build_variable_layout(named, s.spec)
-        if not vlayout.variables:
-            warn_once(
-                (id(self), "no_variables"),
-                f"Recorder '{self.name}' found no float variables to record "
-                "(is the model built? are include/exclude too strict?); build the "
-                "model before the first step or pass Recorder(variables=...)",
-            )
-            return False
-        s.vlayout, s.rollup = vlayout, stats.RollUp.from_layout(vlayout.layout)
-        s.known = {naming.variable_key(v) for v, _ in named}
-        return True
-
-    def _aligned(self, loss: str, grads: Sequence[Any], variables: Sequence[Any]) -> list[Any]:
-        """Gradients placed at their variables' layout positions (None elsewhere)."""
-        aligned: list[Any] = [None] * len(self._s.vlayout.variables)
-        for grad, variable in zip(grads, variables):
-            i = self._s.vlayout.index_of(variable)
-            if i is None:
-                if naming.variable_key(variable) not in self._s.known:
-                    warn_once(
-                        (id(self), "unknown", naming.variable_key(variable)),
-                        f"Recorder '{self.name}': variable '{naming.full_name(variable)}' "
-                        f"(loss '{loss}') is not among the recorded variables, so its "
-                        "gradient is not recorded; pass it in Recorder(variables=...) "
-                        "or its model in Recorder(models=...)",
-                    )
-                continue
-            if grad is not None and aligned[i] is not None:
-                grad = tf.convert_to_tensor(aligned[i]) + tf.convert_to_tensor(grad)
-            aligned[i] = grad if grad is not None else aligned[i]
-        return aligned
-
     def _grad_maker(self, loss: str, grads: Sequence[Any], variables: Sequence[Any]) -> Callable:
-        aligned = self._aligned(loss, grads, variables)
-        return lambda: stats.grad_table(aligned, self._s.rollup)
+        aligned = self._s.layout.aligned(loss, grads, variables)
+        return lambda: stats.grad_table(aligned, self._s.layout.rollup)
 
     def _loss_makers(self, tape, losses, variables, total_grads) -> dict[str, Callable]:
         if len(losses) == 1:
@@ -388,7 +313,8 @@ class Recorder(tf.Module):
 
             def make(name=name, target=target, seed=seed):
                 grads = tape.gradient(target, variables, output_gradients=seed)
-                return stats.grad_table(self._aligned(name, grads, variables), self._s.rollup)
+                aligned = self._s.layout.aligned(name, grads, variables)
+                return stats.grad_table(aligned, self._s.layout.rollup)
 
             makers[name] = make
         return makers
@@ -411,7 +337,7 @@ class Recorder(tf.Module):
     def _snapshot_if_recording(self, pairs: Sequence[tuple[Any, Any]]) -> list[Any]:
         """Layout-aligned copies of the variables handed to the optimizer, taken
         only at recorded steps; None for variables the step cannot write."""
-        vlayout = self._s.vlayout
+        vlayout = self._s.layout.vlayout
         handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
         variables = [vlayout.variables[i] for i in handed]
         record = self._should_record()
@@ -425,48 +351,15 @@ class Recorder(tf.Module):
             before[i] = copy
         return before
 
-    def _info_bytes(self, kind: Kind, name: str) -> tuple[str, bytes]:
-        tag = tag_for(kind, name)
-        if tag not in self._s.metadata:
-            info = make_info(
-                kind,
-                name,
-                scopes=self._s.vlayout.layout.scopes if KIND_SPECS[kind].is_table else (),
-                attrs={"every_n_steps": self._s.every, "recorder": self.name},
-            )
-            self._s.metadata[tag] = create_summary_metadata(info).SerializeToString()
-        return tag, self._s.metadata[tag]
-
     def _emit(self, kind: Kind, makers: Mapping[str, Callable]) -> Stats | None:
-        """Writes one table per maker at recorded steps, or defers them under XLA."""
-        step = self.step.read_value()
-        record = self._should_record()
-        shape = [len(self._s.vlayout.layout.scopes), len(KIND_SPECS[kind].columns)]
-        if _in_xla():
-            tables = {}
-            for name, make in makers.items():
-                tag, _ = self._info_bytes(kind, name)
-                tables[tag] = tf.cond(record, make, lambda: tf.zeros(shape, tf.float32))
-            result = Stats(step, record, tables)
-            self._s.deferred.setdefault(_graph_key(), []).append(result)
-            self._s.deferred_made = True
-            return result
-        for name, make in makers.items():
-            tag, meta = self._info_bytes(kind, name)
-            self._s.sink.write(tag, meta, make, step, record)
-        self._write_flowgraph(step, record)
-        return None
-
-    def _write_flowgraph(self, step: tf.Tensor, record: tf.Tensor) -> None:
-        if self._s.flowgraph is None:
-            return
-        tag, meta = self._info_bytes(Kind.FLOWGRAPH, "")
-        blob = tf.constant([encode_json(self._s.flowgraph.to_json())])
-        self._s.sink.write(tag, meta, blob, step, record, once=True)
+        scopes = self._s.layout.vlayout.layout.scopes
+        return self._s.emitter.emit(
+            kind, makers, scopes, self.step.read_value(), self._should_record()
+        )
 
     def _stash_losses(self, losses: Mapping[str, Any]) -> None:
         if not tf.executing_eagerly() and losses:
-            self._s.pending_losses.setdefault(_graph_key(), {}).update(losses)
+            self._s.pending_losses.setdefault(graph_key(), {}).update(losses)
 
     def _analyze_traced_step(self) -> bool:
         """At trace time, after the optimizer: analyze this graph (once per recorder).
@@ -475,22 +368,16 @@ class Recorder(tf.Module):
         """
         if tf.executing_eagerly():
             return False
-        graph_losses = self._s.pending_losses.pop(_graph_key(), {})
-        if self._s.flowgraph is not None or not graph_losses:
+        graph_losses = self._s.pending_losses.pop(graph_key(), {})
+        emitter = self._s.emitter
+        if emitter.flowgraph is not None or not graph_losses:
             return False
-        vlayout = self._s.vlayout
-        self._s.flowgraph = flow.analyze_step(
+        vlayout = self._s.layout.vlayout
+        emitter.flowgraph = flow.analyze_step(
             tf.compat.v1.get_default_graph(),
             graph_losses,
             vlayout.variable_scopes(),
             vlayout.layout.scopes,
             self.name,
         )
-        return self._s.flowgraph is not None
-
-
-def _graph_key() -> int:
-    return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
-
-
-_in_xla = stats.in_xla
+        return emitter.flowgraph is not None

@@ -1,0 +1,114 @@
+"""Turning table makers into records: written in-graph, or deferred out of XLA.
+
+Outside XLA each table is a `tf.summary.write` whose value is a callable, so
+the stats are computed only at recorded steps. Inside a `jit_compile=True`
+trace summaries cannot be written: tables are computed under a `tf.cond` and
+collected as `Stats`, which the user returns from the compiled step and hands
+to `Recorder.write` outside it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, NamedTuple, Sequence
+
+import tensorflow as tf
+
+from tb_gradscope.format.flowgraph import FlowGraph
+from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
+from tb_gradscope.format.records import encode_json
+from tb_gradscope.record.stats import in_xla
+from tb_gradscope.record.writing import SummarySink
+
+
+class Stats(NamedTuple):
+    """Stats computed inside an XLA-compiled step, to be written outside it.
+
+    Return it from the `jit_compile=True` function and pass it to
+    `Recorder.write`. `tables` maps a record tag to its [scopes, columns] table.
+    """
+
+    step: tf.Tensor
+    record: tf.Tensor
+    tables: dict
+
+
+def graph_key() -> int:
+    """Identifies the graph being traced (0 when eager)."""
+    return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
+
+
+class Emitter:
+    """Writes a recorder's records through its sink, or defers them under XLA."""
+
+    def __init__(self, sink: SummarySink, recorder: str, every_n_steps: int):
+        self.sink = sink
+        self.recorder = recorder
+        self.every = every_n_steps
+        self.flowgraph: FlowGraph | None = None
+        self._metadata: dict[str, bytes] = {}
+        self._deferred: dict[int, list[Stats]] = {}
+        self.deferred_made = False
+        self.deferred_written = False
+
+    def metadata(self, kind: Kind, name: str, scopes: Sequence[str]) -> tuple[str, bytes]:
+        """The tag of a record and its full serialized metadata."""
+        tag = tag_for(kind, name)
+        if tag not in self._metadata:
+            info = make_info(
+                kind,
+                name,
+                scopes=scopes if KIND_SPECS[kind].is_table else (),
+                attrs={"every_n_steps": self.every, "recorder": self.recorder},
+            )
+            self._metadata[tag] = create_summary_metadata(info).SerializeToString()
+        return tag, self._metadata[tag]
+
+    def emit(
+        self,
+        kind: Kind,
+        makers: Mapping[str, Callable[[], tf.Tensor]],
+        scopes: Sequence[str],
+        step: tf.Tensor,
+        record: tf.Tensor,
+    ) -> Stats | None:
+        """One table per maker: written when `record`, or deferred inside XLA."""
+        if in_xla():
+            shape = [len(scopes), len(KIND_SPECS[kind].columns)]
+            tables = {}
+            for name, make in makers.items():
+                tag, _ = self.metadata(kind, name, scopes)
+                tables[tag] = tf.cond(record, make, lambda: tf.zeros(shape, tf.float32))
+            result = Stats(step, record, tables)
+            self._deferred.setdefault(graph_key(), []).append(result)
+            self.deferred_made = True
+            return result
+        for name, make in makers.items():
+            tag, meta = self.metadata(kind, name, scopes)
+            self.sink.write(tag, meta, make, step, record)
+        self.write_flowgraph(step, record)
+        return None
+
+    def take_deferred(self, step: tf.Tensor) -> Stats:
+        """Every Stats deferred in the graph being traced, merged into one."""
+        pending = self._deferred.pop(graph_key(), [])
+        if not pending:
+            return Stats(step, tf.constant(False), {})
+        tables = {}
+        for item in pending:
+            tables.update(item.tables)
+        return Stats(pending[0].step, pending[0].record, tables)
+
+    def write(self, item: Stats) -> None:
+        """Writes deferred Stats (outside XLA)."""
+        self.deferred_written = True
+        for tag, table in item.tables.items():
+            self.sink.write(tag, self._metadata[tag], table, item.step, item.record)
+        self.write_flowgraph(item.step, item.record)
+
+    def write_flowgraph(self, step: tf.Tensor, record: tf.Tensor) -> None:
+        """The FlowGraph blob, at the first recorded step after it is known."""
+        if self.flowgraph is None:
+            return
+        tag, meta = self.metadata(Kind.FLOWGRAPH, "", ())
+        blob = tf.constant([encode_json(self.flowgraph.to_json())])
+        self.sink.write(tag, meta, blob, step, record, once=True)
