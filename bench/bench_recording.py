@@ -8,8 +8,9 @@ For each model the baseline step (tape.gradient + optimizer.apply_gradients)
 and the recorded steps (rec.tape / rec.gradients / rec.apply, every step and at
 the default every_n_steps=10) run round-robin in the same process; figures are
 medians of the repetitions and ratios are recorded / baseline, in wall time
-and in process CPU time. The headline ratios are CPU-time ratios: on a shared
-machine other processes inflate wall time at random, not the work done.
+and in process CPU time. The headline ratios are CPU-time ratios with TF on one
+thread: on a shared machine other processes inflate wall time at random, and
+a spinning thread pool turns contention into CPU time; neither is our work.
 
     python bench/bench_recording.py --quick   # < 60 s
     python bench/bench_recording.py           # full
@@ -179,7 +180,11 @@ def measure(prefix, setup, steps, repetitions, logdir):
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    steps, repetitions = (4, 7) if args.quick else (10, 31)
+    # One TF thread: Eigen's pool spins while waiting, so on a busy machine the
+    # CPU time of a multi-threaded step measures contention, not work.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    steps, repetitions = (3, 7) if args.quick else (10, 31)
     with tempfile.TemporaryDirectory() as logdir:
         mlp = measure("mlp1m", mlp_setup, steps, repetitions, logdir)
         dqn = measure("dqn", dqn_setup, steps, repetitions, logdir)
