@@ -6,7 +6,19 @@ and the CLI derive the same events from the same records:
     events = find_anomalies(info.name, info.attrs, steps, tables)
 
 Each event is an ANOMALY `tb_gradscope.format.Event` naming the pair and a
-target scope, with the numbers that prove it in `evidence`.
+target scope, with the numbers that prove it in `evidence`:
+
+- never_synced: drift at the first recorded step above 0.5 (seed 03 "Change0");
+- target_frozen: the target does not move for several recorded steps (or two
+  hard-copy periods) while online trains;
+- moved_by_optimizer: an optimizer writes target variables, or the target
+  moves in directions the online network does not explain;
+- wrong_direction: online lands exactly on a target that stays put;
+- tau_mismatch / every_mismatch: declared tau or copy period vs the one seen;
+- moving_stats_not_tracked: non-trainable target state (BatchNorm statistics)
+  never moves while the trainable weights are tracked.
+
+Judgements about the whole pair use its trainable part (see `pair_series`).
 """
 
 from __future__ import annotations
@@ -25,9 +37,16 @@ from tb_gradscope.pairs.series import (
     Series,
     Thresholds,
     pair_series,
+    scope_modes,
     update_mode,
 )
 from tb_gradscope.pairs.series import within as _within
+
+__all__ = [
+    "DRIFT_COLUMNS", "EVERY_MISMATCH", "MOVED_BY_OPTIMIZER", "MOVING_STATS_NOT_TRACKED",
+    "Mode", "NEVER_SYNCED", "Series", "TARGET_FROZEN", "TAU_MISMATCH", "Thresholds",
+    "WRONG_DIRECTION", "find_anomalies", "pair_series", "scope_modes", "update_mode",
+]
 
 NEVER_SYNCED = "never_synced"
 TARGET_FROZEN = "target_frozen"
@@ -36,7 +55,6 @@ WRONG_DIRECTION = "wrong_direction"
 TAU_MISMATCH = "tau_mismatch"
 EVERY_MISMATCH = "every_mismatch"
 MOVING_STATS_NOT_TRACKED = "moving_stats_not_tracked"
-
 
 
 @dataclasses.dataclass(frozen=True)
