@@ -58,7 +58,8 @@ def written_variables(flat: FlatGraph, node: int, variables: set[int]) -> set[in
 
 
 def gradient_nodes(flat: FlatGraph) -> list[int]:
-    return [n for n, name in enumerate(flat.names) if GRADIENT_NAME.search(name)]
+    """Nodes TF created to compute a gradient (by their name scope)."""
+    return [n for n, name in enumerate(flat.names) if "gradient" in name and GRADIENT_NAME.search(name)]
 
 
 def gradient_writes(

@@ -129,14 +129,17 @@ class _Flattener:
             else:
                 node = flat.add(op, op_type, prefix + op.name)
             by_op[id(op)] = node
+        trainable = self._trainable
         for op in ops:
             node = by_op.get(id(op))
             if node is None:
                 continue
-            flat.inputs[node] = [
-                (self._resolve(x, by_op, by_output), self._trainable(x.dtype))
-                for x in op.inputs
-            ]
+            if by_output:
+                flat.inputs[node] = [
+                    (self._resolve(x, by_op, by_output), trainable(x.dtype)) for x in op.inputs
+                ]
+            else:  # no call outputs to redirect: every producer is a plain op
+                flat.inputs[node] = [(by_op[id(x.op)], trainable(x.dtype)) for x in op.inputs]
             controls = op.control_inputs
             if controls:
                 flat.control[node] = [by_op[id(c)] for c in controls if id(c) in by_op]
