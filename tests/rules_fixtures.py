@@ -89,15 +89,16 @@ def stop_gradient_line() -> int:
 
 def write_records(run_dir: str, records: list) -> None:
     """Writes gradscope records as the recorder does (full metadata on a tag's
-    first event only): `records` is [(info, step, payload)], payload a table
-    array or a list of JSON documents."""
+    first event only): `records` is [(info, step, payload[, layout])],
+    payload a table array or a list of JSON documents, layout the tag's
+    layout number (default 0)."""
     from tb_gradscope import format as fmt
 
     first_seen: set = set()
     writer = tf.summary.create_file_writer(run_dir)
     with writer.as_default():
-        for info, step, payload in records:
-            tag = fmt.tag_for(info.kind, info.name)
+        for info, step, payload, *layout in records:
+            tag = fmt.tag_for(info.kind, info.name, *layout)
             metadata = b"" if tag in first_seen else fmt.create_summary_metadata(info).SerializeToString()
             first_seen.add(tag)
             if fmt.KIND_SPECS[info.kind].is_table:

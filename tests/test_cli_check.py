@@ -176,3 +176,22 @@ def test_logdir_whose_records_are_all_unreadable_exits_2_saying_why(tmp_path):
     code, out, err = check(str(tmp_path))
     assert (code, out) == (2, "")
     assert "none can be read" in err and "newer tb-gradscope" in err
+
+
+def test_scope_layout_change_mid_run_is_merged_by_step(tmp_path):
+    """Variables created after the first recorded step start `~1` tags."""
+    from tb_gradscope import format as fmt
+
+    first = fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["online"])
+    later = fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["online", "target"])
+    rf.write_records(str(tmp_path / "run"), [
+        (first, 0, [[1.0, 0.5, 0.5, 0.0, 0.0]]),
+        (first, 10, [[1.0, 0.5, 0.5, 0.0, 0.0]]),
+        (later, 20, [[1.0, 0.5, 0.5, 0.0, 0.0], [1.0, 0.125, 0.1, 0.0, 0.0]], 1),
+    ])
+    path = tmp_path / "rules.toml"
+    path.write_text('rules = ["never(td, target/*)"]\n', encoding="utf-8")
+    code, out, err = check(str(tmp_path), "--rules", str(path))
+    assert code == 1, err
+    (line,) = out.splitlines()
+    assert line.startswith("run  step 20  never(td, target/*)") and "l2=0.125" in line

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.commands.logs import RunLogs
+from tb_gradscope.rules.model import loss_matches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,27 @@ def evaluate(logs: RunLogs, rules: Sequence[rules_lib.Rule]) -> list[fmt.Event]:
                     message="cannot be checked: the run has neither a FlowGraph nor gradient tables",
                     loss=rule.loss, evidence={"at": "step", "unmatched": "run"},
                 ))
-    return events
+    matched = _matched_in_run(logs, rules)
+    return [e for e in events if e.evidence.get("unmatched") not in ("loss", "scope") or e.name not in matched]
+
+
+def _matched_in_run(logs: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
+    """Rules whose loss and scope patterns match somewhere in the run: a step
+    recorded before a scope existed (its layout lacked it) is no typo."""
+    losses = {l for _, g in logs.flowgraphs for l in g.cells} | {l for t in logs.grads.values() for l in t}
+    scopes = {s for _, g in logs.flowgraphs for s in g.scopes}
+    layouts = {t.info.scopes for tables in logs.grads.values() for t in tables.values()}
+    scopes |= {s for layout in layouts for s in layout}
+    found = set()
+    for rule in rules:
+        if isinstance(rule, rules_lib.Tracks):
+            continue
+        patterns = rule.scopes if isinstance(rule, rules_lib.Only) else (rule.scope,)
+        if any(loss_matches(l, rule.loss) for l in losses) and any(
+            rules_lib.scope_matches(s, p) for s in scopes for p in patterns
+        ):
+            found.add(str(rule))
+    return found
 
 
 def findings(run: str, recorded: Iterable[fmt.Event], evaluated: Iterable[fmt.Event]) -> list[Finding]:
