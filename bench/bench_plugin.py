@@ -66,9 +66,8 @@ def fetch(server: pf.TensorBoardServer, path: str) -> None:
         raise RuntimeError(f"{path}: {status} {body[:300]!r}")
 
 
-def measure(server: pf.TensorBoardServer, steps: int, repetitions: int) -> dict[str, float]:
+def measure(server: pf.TensorBoardServer, kept: list[int], steps: int, repetitions: int) -> dict[str, float]:
     """Interleaved medians of the three routes in one TensorBoard process."""
-    kept = wait_loaded(server, steps, timeout=1800)
     scalars = "data/plugin/scalars/scalars?" + urlencode({"run": RUN, "tag": SCALAR_TAG})
     status, _, body = server.get(scalars)
     baseline_points = len(json.loads(body)) if status == 200 else 0
@@ -124,7 +123,13 @@ def main() -> None:
         with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
             list(pool.map(lambda server: server.start(), servers.values()))
             try:
-                results = {backend: measure(server, steps, repetitions) for backend, server in servers.items()}
+                # Both loaded before timing either: a loading backend would
+                # steal CPU from the one being measured.
+                kept = {backend: wait_loaded(server, steps, timeout=1800) for backend, server in servers.items()}
+                results = {
+                    backend: measure(server, kept[backend], steps, repetitions)
+                    for backend, server in servers.items()
+                }
             finally:
                 list(pool.map(lambda server: server.stop(), servers.values()))
         for backend, values in results.items():
