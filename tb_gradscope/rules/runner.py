@@ -64,10 +64,15 @@ class RuleChecker:
             `format.KIND_SPECS[Kind.GRAD_STATS]`).
           scopes: the row labels of every table.
           updates: the [len(scopes), 2] update_stats array, if recorded.
+
+        A rule naming a loss or scope missing from this step's tables is not
+        reported here (a scope may appear later, when its variables are
+        created); typos are reported by `at_trace` and `tb-gradscope check`.
         """
         tables = {loss: _table(fmt.Kind.GRAD_STATS, loss, scopes, values) for loss, values in grads.items()}
         update_table = None if updates is None else _table(fmt.Kind.UPDATE_STATS, "", scopes, updates)
         events = check_stats(self.rules, int(step), tables, update_table, self._flowgraph)
+        events = [e for e in events if "unmatched" not in e.evidence]
         return apply_policy(events, self.on_violation)
 
 
