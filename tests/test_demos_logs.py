@@ -136,8 +136,8 @@ KEEPERS = [(n, t) for n in demo_spec.DEMO_NAMES for t in demo_spec.load_demo(n).
 
 @pytest.mark.parametrize("name, twin", [
     (n, t) if n != "multihead" else pytest.param(n, t, marks=pytest.mark.xfail(
-        strict=True, reason="TF2 analysis does not attribute optimizer writes to losses: "
-        "loss2 -> Agent/layer1 shows 'updates' although only opt1 applies it"))
+        strict=True, reason="never/only count an 'ignored' cell (gradient reaches, the "
+        "optimizer's var_list leaves it out) as reaching; no rule kind says 'never applied'"))
     for n, t in KEEPERS
 ])
 def test_clean_twin_keeps_its_rules_in_the_flowgraph(committed, name, twin):
@@ -155,9 +155,7 @@ def test_clean_twin_keeps_its_tracks_rules(committed, name, twin):
     assert rules_lib.check_drift(_rules(name, DRIFT_RULES), logs.drift, logs.last_step) == []
 
 
-# TF2 analysis knows which variables *some* optimizer applies, not which loss's
-# optimizer applies them, so multihead's var_list leak shows only at run time.
-@pytest.mark.parametrize("name", [n for n in FLOW_LEAKS if n != "multihead"])
+@pytest.mark.parametrize("name", FLOW_LEAKS)
 def test_leaky_twin_breaks_its_rules_in_the_flowgraph(committed, name):
     assert _static_violations(committed[f"{name}/leaky"], name)
 
@@ -221,7 +219,15 @@ def test_dqn3_clean_twin_starts_the_gradient_at_the_q_output(committed):
     assert [l.kind for l in leaky.losses] == ["loss"]
 
 
-def test_multihead_loss2_reaches_the_shared_layer_only_in_the_leaky_twin(committed):
+def test_multihead_loss2_updates_the_shared_layer_only_in_the_leaky_twin(committed):
+    states = {twin: committed[f"multihead/{twin}"].flowgraphs[0][1].cells["loss2"]
+              for twin in ("clean", "leaky")}
+    assert states["clean"]["Agent/layer1"] == fmt.IGNORED
+    assert states["leaky"]["Agent/layer1"] == fmt.UPDATES
+    assert states["clean"]["Agent/layer2_2"] == states["leaky"]["Agent/layer2_2"] == fmt.UPDATES
+
+
+def test_multihead_loss2_gradient_on_the_shared_layer_is_recorded_only_in_the_leaky_twin(committed):
     for twin, reaches in (("clean", False), ("leaky", True)):
         logs = committed[f"multihead/{twin}"]
         for step, grads in logs.grads.items():
