@@ -204,7 +204,10 @@ def _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss):
     inputs = {
         n: "input:" + flat.names[n]
         for n in flat.root_ops.values()
-        if flat.types[n] == "Placeholder" and n not in var_nodes and cone[n]
+        if flat.types[n] == "Placeholder"
+        and n not in var_nodes
+        and cone[n]
+        and flat.ops[n].outputs[0].dtype != tf.resource  # other variables' handles
     }
     sg = ScopeGraph(flat, cone, variable_scope, inputs)
     loss_ids = {}
@@ -224,10 +227,17 @@ def _blocked_edges(flat, sg: ScopeGraph, loss_ids, per_loss) -> list[BlockedEdge
         for cut in cuts:
             producer_side = sorted(sg.sources(cut.producer), key=_prefer_scope)
             down = sg.downstream(cut.consumer, loss_nodes)
+            if down <= set(producer_side):  # the cut sits inside the producer's scope
+                down = frozenset().union(
+                    *(sg.downstream(c, loss_nodes) for c in flat.consumers()[cut.consumer])
+                ) - set(producer_side) or down
             own = loss_ids[spec.name]
             consumer_side = [own] if own in down else sorted(down, key=_prefer_scope)
-            if cut.consumer in sg.label:
-                consumer_side = [sg.label[cut.consumer]]
+            label = sg.label.get(cut.consumer)
+            if label is not None and label not in producer_side:
+                consumer_side = [label]
+            elif not consumer_side:
+                consumer_side = producer_side
             result.append(
                 BlockedEdge(
                     loss=spec.name,
