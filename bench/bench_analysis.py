@@ -92,7 +92,7 @@ def main() -> None:
     sizes = {"1k": (1_000, 3), "10k": (10_000, 3)}
     if not args.quick:
         sizes = {"1k": (1_000, 7), "10k": (10_000, 5), "50k": (50_000, 3)}
-    per_layer = 12.5  # graph ops per layer; re-estimated from each measured size
+    per_layer = 20.0  # graph ops per layer; re-estimated from each measured size
     results = {}
     for label, (target, reps) in sizes.items():
         layers = max(2, round(target / per_layer))
