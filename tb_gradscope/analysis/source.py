@@ -2,7 +2,8 @@
 
 TF records a Python traceback on every graph op (autograph frames already
 mapped back to the user's file). The innermost frame outside TensorFlow,
-Keras, tb_gradscope and site-packages is the line the user wrote. Paths under
+Keras, tb_gradscope (its demos excepted) and site-packages is the line the
+user wrote. Paths under
 the working directory are made relative so shared logs do not leak home
 directories.
 """
@@ -16,6 +17,8 @@ import tb_gradscope
 from tb_gradscope.format.flowgraph import SourceLine
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(tb_gradscope.__file__)) + os.sep
+# The demos play the user's part: their lines are the ones to show.
+_DEMOS_DIR = _PACKAGE_DIR + "demos" + os.sep
 _LIBRARY_PARTS = (
     f"{os.sep}site-packages{os.sep}",
     f"{os.sep}dist-packages{os.sep}",
@@ -30,6 +33,8 @@ def is_library_frame(filename: str) -> bool:
     if filename.startswith("<"):
         return True
     path = os.path.abspath(filename)
+    if path.startswith(_DEMOS_DIR):
+        return False
     return path.startswith(_PACKAGE_DIR) or any(part in path for part in _LIBRARY_PARTS)
 
 
