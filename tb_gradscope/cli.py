@@ -17,6 +17,7 @@ from tb_gradscope import __version__
 # name -> module implementing it.
 COMMANDS = {
     "demo": "tb_gradscope.demos.command",
+    "report": "tb_gradscope.commands.report",
     "check": "tb_gradscope.commands.check",
 }
 

@@ -25,7 +25,8 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_help_lists_the_demo_command():
     result = run_cli("--help")
     assert result.returncode == 0
-    assert "demo" in result.stdout and "check" in result.stdout
+    for command in ("demo", "report", "check"):
+        assert command in result.stdout
 
 
 def test_demo_help_names_every_demo_and_option():
@@ -68,6 +69,7 @@ def test_demo_command_writes_the_chosen_demo_and_its_rules_file(tmp_path):
         assert event_file.startswith("events.out.tfevents.")
         assert f"multihead/{twin}: 6 steps" in result.stdout
     assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line
+    assert f"tb-gradscope check {runs} --rules {runs / 'rules.toml'}" in result.stdout
 
 
 @pytest.mark.parametrize("name", ["dqn", "dqn_tf1", "dqn3_grad_start", "actor_critic"])

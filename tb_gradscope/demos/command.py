@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 from tb_gradscope.demos import envs, spec
@@ -43,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # TensorFlow's C++ start-up chatter would bury the progress bars.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tb_gradscope.demos.runner import run_demos
+    from tb_gradscope.demos.runner import RULES_FILE, run_demos
 
     started = time.perf_counter()
     reports = run_demos(args.logdir, only=args.only, steps=args.steps,
@@ -53,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
         note = f" ({r.result.note})" if r.result.note else ""
         print(f"{r.run_dir}: {r.steps} steps in {r.seconds:.1f}s, {losses}{note}")
     print(f"{len(reports)} runs in {time.perf_counter() - started:.1f}s; "
-          f"view with: tensorboard --logdir {args.logdir}", file=sys.stdout)
+          f"view with: tensorboard --logdir {args.logdir}")
+    if reports:
+        demo_dir = os.path.dirname(reports[0].run_dir)
+        print(f"see what a leaky twin breaks: tb-gradscope check {demo_dir} "
+              f"--rules {os.path.join(demo_dir, RULES_FILE)}")
     return 0
 
 
