@@ -3,9 +3,8 @@
 TF records a Python traceback on every graph op (autograph frames already
 mapped back to the user's file). The innermost frame outside TensorFlow,
 Keras, tb_gradscope (its demos excepted) and site-packages is the line the
-user wrote. Paths under
-the working directory are made relative so shared logs do not leak home
-directories.
+user wrote. Paths under the working directory are made relative so shared
+logs do not leak home directories.
 """
 
 from __future__ import annotations
