@@ -1,11 +1,13 @@
 """Cost of the TF1 integration on a DQN learn step (seed 01's shape).
 
 Baseline: the same graph and session driven without the wrapper, measured
-side by side (interleaved call by call; medians over blocks of 100 steps).
+side by side (interleaved call by call in alternating order; medians over
+blocks of 100 steps).
 Candidates: the wrapped session at the default `every_n_steps` (100) and at
 every step; plus the two small calls a recorded step adds (snapshot before,
-update norms after); and the time to build a GraphRecorder on a deep MLP
-against the time `minimize()` took to build on the same graph.
+update norms after); the wrapper's Python cost on an unrecorded call; and
+the time to build a GraphRecorder on a deep MLP against the time
+`minimize()` took to build on the same graph.
 Headline: wrapped-session time per step at the default frequency / plain.
 """
 
@@ -73,6 +75,34 @@ def _build_costs(layers: int, logdir: str) -> tuple[int, float, float]:
     return len(recorder.variables), minimize, build
 
 
+def _call_overhead(logdir: str, repetitions: int) -> float:
+    """Seconds the wrapper adds to one unrecorded run call (a trivial graph)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.placeholder(tf.float32, [None, 2])
+        loss = tf.reduce_mean(_dense(x, 1, "net"))
+        train = tf.train.GradientDescentOptimizer(1e-6).minimize(loss)
+        raw = tf.Session(graph=graph)
+        recorder = GraphRecorder(logdir, losses={"fit": loss}, train_ops={"fit": train},
+                                 every_n_steps=10**9)
+        raw.run(tf.global_variables_initializer())
+    wrapped = recorder.wrap(raw)
+    feed = {x: np.ones((2, 2), np.float32)}
+    wrapped.run(train, feed)  # step 0 is recorded; every later call is not
+
+    def calls(run):
+        def go():
+            for _ in range(100):
+                run([train, loss], feed)
+        return go
+
+    medians = harness.interleaved_medians(
+        {"raw": calls(raw.run), "wrapped": calls(wrapped.run)}, repetitions
+    )
+    wrapped.close()
+    return (medians["wrapped"] - medians["raw"]) / 100
+
+
 def main() -> None:
     args = harness.parse_args(__doc__)
     n_features, hidden, n_actions, batch = (32, 256, 8, 64) if args.quick else (64, 512, 16, 128)
@@ -106,20 +136,32 @@ def main() -> None:
     for name, session in sessions.items():  # warm up: the first runs build executors
         for i in range(block):
             step(session.run, i)
-    # Interleaved call by call (load from other processes hits every candidate
-    # alike); per candidate, the median over blocks of each block's mean step.
-    times: dict[str, list[float]] = {name: [] for name in sessions}
+    # Plain vs default: interleaved call by call, the order swapped every call
+    # (load from other processes and cache state hit both alike); per
+    # candidate, the median over blocks of each block's mean step.
+    times: dict[str, list[float]] = {"plain": [], "default": []}
     for i in range(block * repetitions):
-        for name, session in sessions.items():
+        order = ("plain", "default") if i % 2 else ("default", "plain")
+        for name in order:
             start = time.perf_counter()
-            step(session.run, i)
+            step(sessions[name].run, i)
             times[name].append(time.perf_counter() - start)
-    plain, default_step, every_step = (
+    plain, default_step = (
         statistics.median(
             statistics.fmean(times[name][k * block:(k + 1) * block]) for k in range(repetitions)
         )
-        for name in ("plain", "default", "every_step")
+        for name in ("plain", "default")
     )
+    # Every step recorded: its transient tensors evict caches, so it is timed
+    # in whole blocks against plain blocks rather than call by call.
+    def block_of(name):
+        return lambda: [step(sessions[name].run, i) for i in range(block)]
+
+    blocks = harness.interleaved_medians(
+        {"plain": block_of("plain"), "every_step": block_of("every_step")}, repetitions
+    )
+    every_ratio = blocks["every_step"] / blocks["plain"]
+    every_step = blocks["every_step"] / block
     calls = harness.interleaved_medians(
         {"snapshot": lambda: raw.run(every._update_ops.snapshot),
          "update_norms": lambda: raw.run(every._update_ops.table)},
@@ -135,7 +177,7 @@ def main() -> None:
     harness.report("parameters_recorded", n_params)
     harness.report("plain_step_seconds", plain)
     harness.report("every_step_seconds", every_step)
-    harness.report("every_step_ratio_vs_plain", every_step / plain)
+    harness.report("every_step_ratio_vs_plain", every_ratio)
     harness.report("snapshot_call_seconds", calls["snapshot"])
     harness.report("update_norms_call_seconds", calls["update_norms"])
     harness.report("build_variables", builds[0][0])
@@ -143,6 +185,8 @@ def main() -> None:
     harness.report("recorder_build_seconds", statistics.median(b[2] for b in builds))
     harness.report("recorder_build_ratio_vs_minimize",
                    statistics.median(b[2] / b[1] for b in builds))
+    harness.report("unrecorded_call_overhead_seconds",
+                   _call_overhead(f"{logdir}/overhead", 20 if args.quick else 100))
     harness.report("default_step_seconds", default_step)
     harness.report("tf1_run_ratio_default_vs_plain", default_step / plain)
 

@@ -133,7 +133,7 @@ class GraphRecorder:
         )
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
-        self._train_op_names = {op.name for op in self._train_ops.values() if op is not None}
+        self._train_op_names = {op: op.name for op in trained}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._offset_read = False
         self._flowgraph_written = False
@@ -229,17 +229,21 @@ class GraphRecorder:
             return None
 
     def _plan_call(self, run: Run, fetches: Any, feed_dict: Any) -> _Pending | None:
-        called = {
-            op.name for op in graphs.fetched_ops(self.graph, fetches)
-        } & self._train_op_names
+        named = self._train_op_names  # {op: name}; op.name is a C call, avoid it per run
+        called = {named[op] for op in graphs.fetched_ops(self.graph, fetches) if op in named}
         if not called:
             return None
         if not self._offset_read:
             self._read_offset(run)
-        fed = graphs.fed_ops(self.graph, feed_dict)
-        plan = self._clock.plan(
-            called, lambda loss: self._loss_ops[loss].placeholders <= fed
-        )
+        fed: set | None = None
+
+        def can_record(loss: str) -> bool:  # asked only at recorded steps
+            nonlocal fed
+            if fed is None:
+                fed = graphs.fed_ops(self.graph, feed_dict)
+            return self._loss_ops[loss].placeholders <= fed
+
+        plan = self._clock.plan(called, can_record)
         if plan.close_before is not None:
             self._close_window(run, plan.close_before)
         if self._pairs is not None:
