@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
+from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import DriftMonitor, Pair, pair_prefixes
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
@@ -231,3 +232,18 @@ def test_checkpoint_saves_only_the_step_and_a_restored_monitor_continues(tmp_pat
     resumed.flush()
     (record,) = ps.read_drift(str(tmp_path / "b")).values()
     assert record.steps == [3]
+
+
+def test_variables_declared_written_by_an_optimizer_are_counted_per_scope(tmp_path):
+    target, online = _variables()
+    monitor = DriftMonitor([pair_prefixes(target + online, "target", "online")],
+                           logdir=str(tmp_path), every_n_steps=2)
+    monitor.note_optimizer_variables(target[:2])  # what a Recorder's apply() saw
+    _drive(monitor, target, online, steps=6, tau=0.2)
+    (record,) = ps.read_drift(str(tmp_path)).values()
+    assert list(record.column("target/l1", "optimizer_vars")) == [2.0] * 4
+    assert list(record.column("target/l2", "optimizer_vars")) == [0.0] * 4
+    events = anomalies.find_anomalies(record.info.name, record.info.attrs, record.steps, record.tables)
+    assert [(e.name, e.step, e.evidence["optimizer_scopes"]) for e in events] == [
+        (anomalies.MOVED_BY_OPTIMIZER, 0, ["target/l1"])
+    ]
