@@ -112,7 +112,9 @@ class RunCache:
                 self._drop(key)
                 return None
             if old is not None and old.listing.records == listing.records:
-                old.listing.warnings = listing.warnings
+                if old.listing.warnings != listing.warnings:
+                    old.listing.warnings = listing.warnings
+                    old.derived.clear()
                 old.checked_at = now
                 self._touch(key)
                 return old
@@ -167,5 +169,8 @@ class RunCache:
                 self._entries.move_to_end(key)
 
     def _drop(self, key: tuple[str, str]) -> None:
+        """Forgets a run without gradscope data (and its lock: names of
+        unknown runs come from URLs and must not accumulate)."""
         with self._lock:
             self._entries.pop(key, None)
+            self._locks.pop(key, None)
