@@ -188,7 +188,11 @@ def test_stop_gradient_blocks_target_net_and_start_point_is_independent(client):
     assert cells["td"]["target/l1"]["state"] == "blocked"
     assert cells["aux"]["target/l1"]["state"] == "independent"
     assert cells["td"]["online/l1"]["state"] == "updates"
-    assert cells["aux"]["online/l2"]["state"] == "ignored"  # static: not in var_list
+    # Static: not in aux's var_list; ignored whether its gradient was computed or not.
+    assert cells["aux"]["online/l2"]["state"] == "ignored"
+    assert cells["aux"]["online/l2"]["grad_vars"] == 0
+    computed = get_json(client, "matrix", run=pf.MAIN_RUN, step=2)["cells"]["aux"]["online/l2"]
+    assert computed["state"] == "ignored" and computed["grad_vars"] == 2
 
 
 def test_numeric_states_vanishing_and_nonfinite(client):

@@ -40,8 +40,10 @@ def cell_state(
     Returns:
       One of CELL_STATES, by the first rule that applies:
       1. no gradient (grad_vars == 0 or missing): the static state if it is
-         blocked or independent; blocked if the static state says the
-         gradient should arrive (updates/ignored); else no_gradient;
+         blocked, independent or ignored (a scope outside the optimizer's
+         var_list often gets no gradient computed at all); blocked if the
+         static state is updates (the gradient should have arrived); else
+         no_gradient;
       2. any non-finite element (nonfinite > 0 or a non-finite l2): nonfinite;
       3. l2 <= vanishing_l2: vanishing;
       4. update_norm == 0 (the optimizer moved nothing): ignored;
@@ -50,9 +52,9 @@ def cell_state(
     """
     grad_vars = _finite_or_none(grad.get("grad_vars")) if grad else None
     if not grad_vars:
-        if static_state in (fmt.BLOCKED, fmt.INDEPENDENT):
+        if static_state in (fmt.BLOCKED, fmt.INDEPENDENT, fmt.IGNORED):
             return static_state
-        if static_state in (fmt.UPDATES, fmt.IGNORED):
+        if static_state == fmt.UPDATES:
             return fmt.BLOCKED
         return NO_GRADIENT
     l2 = grad.get("l2")
