@@ -261,3 +261,15 @@ def test_regenerating_a_demo_is_deterministic(fresh, tmp_path):
                 assert (table.values == after.grads[step][loss].values).all(), (twin, step, loss)
             assert (before.updates[step].values == after.updates[step].values).all()
     assert os.listdir(tmp_path) == ["dqn"]
+
+
+def test_blocked_edges_point_at_the_demos_stop_gradient_lines(committed):
+    edges = [(run, e) for run, logs in sorted(committed.items())
+             for e in logs.flowgraphs[0][1].blocked_edges]
+    assert {run for run, _ in edges} >= {"dqn/clean", "dqn_tf1/clean", "ema_lstm/clean",
+                                         "actor_critic/clean"}
+    for run, edge in edges:
+        assert edge.source is not None, run
+        assert edge.source.file == f"tb_gradscope/demos/{run.split('/')[0]}.py", run
+        line = (REPO / edge.source.file).read_text().splitlines()[edge.source.line - 1]
+        assert "tf.stop_gradient(" in line, (run, line)
