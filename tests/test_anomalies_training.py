@@ -39,7 +39,7 @@ def test_undeclared_ema_is_detected_and_tau_estimated_within_5_percent(tmp_path)
     ps.sync(target, online)
     run = ps.train(
         str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
-        ps.ema_update(0.01), steps=200,
+        ps.ema_update(0.01), steps=100,
     )
     record = _only(ps.read_drift(run.logdir))
     assert record.info.name == "target<-online"
@@ -231,27 +231,27 @@ def test_hard_copies_that_stop_make_the_target_frozen(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=50)],
-        ps.hard_copy(50, until=100), steps=300, every_n_steps=10,
+        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=20)],
+        ps.hard_copy(20, until=40), steps=120, every_n_steps=10,
     )
     record = _only(ps.read_drift(run.logdir))
     _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
-    assert update_mode(series).label == "hard(50)"
+    assert update_mode(series).label == "hard(20)"
     events = _events(record)
     assert _names(events) == [anomalies.TARGET_FROZEN]
-    assert events[0].step == 110
-    assert events[0].evidence["last_step"] == 300
+    assert events[0].step == 50
+    assert events[0].evidence["last_step"] == 120
 
 
 def test_copy_before_the_optimizer_step_is_still_hard_and_events_encode(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
-    run = ps.train(  # never synced at start, then synced at the top of every 50th step
+    run = ps.train(  # never synced at start, then synced at the top of every 30th step
         str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
-        ps.hard_copy(50), steps=160, update_first=True,
+        ps.hard_copy(30), steps=100, update_first=True,
     )
     record = _only(ps.read_drift(run.logdir))
     _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
-    assert update_mode(series).label == "hard(50)"
+    assert update_mode(series).label == "hard(30)"
     events = _events(record)
     assert _names(events) == [anomalies.NEVER_SYNCED]
     documents = fmt.decode_json(fmt.encode_json([e.to_json() for e in events]))
