@@ -144,3 +144,41 @@ def test_any_gradient_values_match_numpy(values):
     table = stats.grad_table([None if g is None else tf.constant(g) for g in grads], rollup)
     expected = np_grad_table(layout.scopes, layout.variable_leaf, grads)
     np.testing.assert_allclose(table.numpy(), expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_big_and_small_tensors_reduce_alike():
+    # Big tensors (>= reductions.BIG elements) are reduced one by one, small ones
+    # as one flat vector: both paths, with and without NaN/Inf, and an empty one.
+    from tb_gradscope.record.reductions import BIG
+
+    names = ["big/a", "big/b", "small/c", "small/d", "small/empty"]
+    layout, rollup = _layout(names)
+    rng = np.random.default_rng(9)
+    grads = [
+        rng.normal(size=(BIG + 7,)).astype(np.float32),
+        rng.normal(size=(2, BIG)).astype(np.float32),
+        rng.normal(size=(5, 3)).astype(np.float32),
+        np.array([0.0, 2.0, -3.0], np.float32),
+        np.zeros([0], np.float32),
+    ]
+    clean = stats.grad_table([tf.constant(g) for g in grads], rollup).numpy()
+    assert_table_close(clean, np_grad_table(layout.scopes, layout.variable_leaf, grads), "finite")
+    grads[1][0, 5] = np.inf
+    grads[3][0] = np.nan
+    dirty = stats.grad_table([tf.constant(g) for g in grads], rollup).numpy()
+    expected = np_grad_table(layout.scopes, layout.variable_leaf, grads)
+    np.testing.assert_allclose(dirty, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def _op_count(n_variables):
+    names = [f"net/block{i // 10}/layer{i}/kernel" for i in range(n_variables)]
+    _, rollup = _layout(names)
+    specs = [tf.TensorSpec([4, 4]) for _ in range(n_variables)]
+    fn = tf.function(lambda *grads: stats.grad_table(list(grads), rollup))
+    graph = fn.get_concrete_function(*specs).graph
+    return len(graph.get_operations())
+
+
+def test_graph_grows_by_a_few_ops_per_variable_not_a_cond_each():
+    small, large = _op_count(20), _op_count(220)
+    assert (large - small) / 200 <= 4, (small, large)  # reshape + input + a share of stacks

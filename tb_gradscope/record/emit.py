@@ -16,7 +16,7 @@ import tensorflow as tf
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
 from tb_gradscope.format.records import encode_json
-from tb_gradscope.record.stats import in_xla
+from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.writing import SummarySink
 
 

@@ -33,6 +33,7 @@ from tb_gradscope.record import flow, losses as losses_lib, naming, stats
 from tb_gradscope.record.emit import Emitter, Stats, graph_key
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.losses import StartPoint
+from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError, SummarySink
 from tb_gradscope.scopes import ScopeSpec
@@ -40,7 +41,7 @@ from tb_gradscope.scopes import ScopeSpec
 # Our code builds its own control flow (tf.cond); autograph must not rewrite it
 # when a user's tf.function calls into the recorder.
 _no_autograph = tf.autograph.experimental.do_not_convert
-_in_xla = stats.in_xla
+_in_xla = in_xla
 
 
 class _State:

@@ -1,0 +1,123 @@
+"""Per-tensor reductions over many tensors with few ops.
+
+Graph building and op dispatch cost per op, so a model with thousands of small
+variables must not get a handful of ops (let alone a tf.cond) per variable.
+Small tensors are concatenated into one flat vector and reduced by segment ops
+(a constant number of ops); big ones are reduced one by one with the fused
+single-pass kernels, which avoids copying them. Results come back in the
+caller's order as float64 vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util  # XLA context: no public API
+
+# Tensors with at least this many elements are reduced one by one.
+BIG = 1 << 16
+# Above this many elements a float32 count may be inexact.
+_FLOAT_COUNT_LIMIT = 1 << 24
+
+
+def in_xla() -> bool:
+    """True while tracing inside an XLA-compiled function (jit_compile=True)."""
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+class TensorGroup:
+    """Flat float tensors, reduced per tensor: big ones alone, small ones together.
+
+    Args:
+      tensors: rank-1 float tensors (float32 or float64).
+    """
+
+    def __init__(self, tensors: Sequence[tf.Tensor]):
+        self.tensors = list(tensors)
+        sizes = [t.shape.num_elements() for t in self.tensors]
+        self.big = [i for i, s in enumerate(sizes) if s is None or s >= BIG]
+        self.small = [i for i, s in enumerate(sizes) if s is not None and s < BIG]
+        order = self.big + self.small
+        self._inverse = np.argsort(np.asarray(order, np.int64)).astype(np.int32)
+        self.flat = None
+        if self.small:
+            dtype = tf.float64 if any(self.tensors[i].dtype == tf.float64 for i in self.small) else tf.float32
+            parts = [tf.cast(self.tensors[i], dtype) for i in self.small]
+            self.flat = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+            self.ids = tf.constant(np.repeat(np.arange(len(self.small), dtype=np.int32), [sizes[i] for i in self.small]))
+
+    def reduce(
+        self,
+        one: Callable[[tf.Tensor], tf.Tensor],
+        segments: Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor],
+    ) -> tf.Tensor:
+        """float64 [len(tensors)]: `one(t)` for big tensors, `segments(flat, ids, k)` for small."""
+        parts = []
+        if self.big:
+            parts.append(tf.cast(tf.stack([one(self.tensors[i]) for i in self.big]), tf.float64))
+        if self.small:
+            parts.append(tf.cast(segments(self.flat, self.ids, len(self.small)), tf.float64))
+        if not parts:
+            return tf.zeros([0], tf.float64)
+        joined = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+        return tf.gather(joined, self._inverse)
+
+    def sizes(self) -> tf.Tensor:
+        """float64 [len(tensors)]: element counts."""
+        return tf.cast(tf.stack([tf.size(t, out_type=tf.int64) for t in self.tensors]), tf.float64)
+
+    def sum_of_squares(self) -> tf.Tensor:
+        return self.reduce(_sum_of_squares, lambda f, i, k: _segment_sum(tf.square(f), i, k))
+
+    def finite_stats(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(max |v|, non-finite count, nonzero count) when every element is finite."""
+        max_abs = self.reduce(
+            lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
+            lambda f, i, k: tf.math.unsorted_segment_max(tf.abs(f), i, k),
+        )
+        nonzero = self.reduce(
+            _count_nonzero, lambda f, i, k: _segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype), i, k)
+        )
+        return tf.maximum(max_abs, 0), tf.zeros_like(max_abs), nonzero
+
+    def any_stats(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(max |v| over finite elements, non-finite count, nonzero count)."""
+
+        def finite_abs(t):
+            return tf.where(tf.math.is_finite(t), tf.abs(t), tf.zeros_like(t))
+
+        max_abs = self.reduce(
+            lambda t: tf.reduce_max(finite_abs(t)),
+            lambda f, i, k: tf.math.unsorted_segment_max(finite_abs(f), i, k),
+        )
+        nonfinite = self.reduce(
+            lambda t: tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)),
+            lambda f, i, k: _segment_sum(tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype), i, k),
+        )
+        nonzero = self.reduce(
+            _count_nonzero, lambda f, i, k: _segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype), i, k)
+        )
+        return tf.maximum(max_abs, 0), nonfinite, nonzero
+
+
+def _sum_of_squares(t: tf.Tensor) -> tf.Tensor:
+    """sum(t**2) in one pass: the fused euclidean-norm kernel, which XLA lacks."""
+    if in_xla():
+        return tf.reduce_sum(tf.square(t))
+    return tf.square(tf.math.reduce_euclidean_norm(t))
+
+
+def _count_nonzero(t: tf.Tensor) -> tf.Tensor:
+    """A comparison, not sign(|t|): TF flushes subnormals to zero in arithmetic."""
+    size = t.shape.num_elements()
+    if size is not None and size < _FLOAT_COUNT_LIMIT:
+        return tf.reduce_sum(tf.cast(tf.not_equal(t, 0), tf.float32))
+    return tf.math.count_nonzero(t, dtype=tf.int64)
+
+
+def _segment_sum(values: tf.Tensor, ids: tf.Tensor, k: int) -> tf.Tensor:
+    return tf.math.unsorted_segment_sum(values, ids, k)
