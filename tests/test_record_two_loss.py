@@ -184,3 +184,36 @@ def test_resumed_run_continues_its_steps(tmp_path):
     records = only(read_records(logdir))
     assert sorted(records[(fmt.Kind.GRAD_STATS, "a")]) == [0, 2, 4, 6, 8]
     assert sorted(records[(fmt.Kind.UPDATE_STATS, "")]) == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("way", ["tape", "computed"])
+def test_recording_never_changes_training_results(tmp_path, way):
+    # Eager, so both runs are deterministic: the weights must be bitwise equal.
+    def train(record):
+        model = two_head_model(seed=9)
+        variables = model.trainable_variables
+        opt = keras.optimizers.Adam(0.05)
+        rec = Recorder(logdir=str(tmp_path / str(record)), every_n_steps=2, models=[model])
+        for s in range(4):
+            x, y = batch(s)
+            if record and way == "tape":
+                with rec.tape() as tape:
+                    losses = two_losses(model, x, y)
+                rec.apply(opt, rec.gradients(tape, losses, variables))
+                continue
+            with tf.GradientTape(persistent=True) as tape:
+                losses = two_losses(model, x, y)
+                total = losses["a"] + losses["b"]
+            grads_and_vars = list(zip(tape.gradient(total, variables), variables))
+            if record:
+                rec.record_gradients(
+                    {k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()}
+                )
+                rec.apply(opt, grads_and_vars)
+            else:
+                opt.apply_gradients(grads_and_vars)
+        rec.close()
+        return [v.numpy() for v in variables]
+
+    for with_rec, without in zip(train(True), train(False)):
+        assert np.array_equal(with_rec, without)
