@@ -78,13 +78,14 @@ def test_seed01_multihead_gives_full_matrix(tmp_path):
             assert rec.value.row(scope)["weight_norm"] > 0
 
 
-def _run_dqn(logdir: str, learn_steps: int, replace_every: int, every_n_steps: int):
+def _run_dqn(logdir: str, learn_steps: int, replace_every: int, every_n_steps: int,
+             pairs=None):
     """Seed 01's DQN learn loop (target replaced every `replace_every` learn steps)."""
     m = dqn_seed()
     rng = np.random.default_rng(1)
     with m.graph.as_default():
         gs = GraphRecorder(logdir, losses={"td": m.loss}, train_ops={"td": m._train_op},
-                           every_n_steps=every_n_steps)
+                           every_n_steps=every_n_steps, pairs=pairs)
         sess = gs.wrap(tf.Session())
         sess.run(tf.global_variables_initializer())
         for learn_step_counter in range(learn_steps):
@@ -119,13 +120,18 @@ def test_dqn_stop_gradient_blocks_target_net(tmp_path):
 
 
 def test_dqn_applied_updates_follow_the_train_op(tmp_path):
-    _run_dqn(str(tmp_path), learn_steps=4, replace_every=100, every_n_steps=1)
-    updates = read_records(str(tmp_path))[("update_stats", "")]
+    _run_dqn(str(tmp_path), learn_steps=4, replace_every=100, every_n_steps=1,
+             pairs={"target_net": "eval_net"})
+    records = read_records(str(tmp_path))
+    updates = records[("update_stats", "")]
     assert [r.step for r in updates] == [0, 1, 2, 3]
     for rec in updates:
         assert rec.value.row("eval_net")["update_norm"] > 0
         assert rec.value.row("target_net")["update_norm"] == 0
         assert rec.value.row("target_net")["weight_norm"] > 0
+    # Replaced once, before step 0: the target then falls behind step by step.
+    drift = [r.value.row("target_net")["drift"] for r in records[("drift", "target_net<-eval_net")]]
+    assert drift[0] == 0 and drift[1] > 0 and drift[3] > drift[1]
 
 
 def test_ddpg_actor_start_point_attributes_to_actor_scopes(tmp_path):
