@@ -5,7 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
-READ_SIDE = ["tb_gradscope", "tb_gradscope.format", "tb_gradscope.scopes", "tb_gradscope.plugin"]
+READ_SIDE = [
+    "tb_gradscope",
+    "tb_gradscope.format",
+    "tb_gradscope.scopes",
+    "tb_gradscope.plugin.plugin",
+    "tb_gradscope.plugin.loader",
+    "tb_gradscope.rules",
+    "tb_gradscope.commands.report",
+    "tb_gradscope.commands.check",
+    "tb_gradscope.anomalies",
+]
 
 
 def test_read_side_does_not_import_tensorflow():
