@@ -21,7 +21,16 @@ from typing import Any, Iterator
 import pytest
 from playwright.sync_api import Browser
 
-from tests.frontend_logs import HOSTILE, DqnTrainer, hostile_spec, states_spec, wide_spec, write_run
+from tests.frontend_logs import (
+    HOSTILE,
+    DqnTrainer,
+    graph_spec,
+    hostile_spec,
+    record_demo_runs,
+    states_spec,
+    wide_spec,
+    write_run,
+)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
@@ -185,6 +194,7 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     write_run(logdir, hostile_spec())
     write_run(logdir, states_spec())
     write_run(logdir, wide_spec())
+    write_run(logdir, graph_spec())
     writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.0, step=0)
@@ -198,8 +208,20 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
     """The session's TensorBoard, serving every run of `gradscope_logs`."""
     launch = tensorboard_launch
     tb = await_tensorboard(launch.process, launch.logdir, launch.log)
-    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide"])
+    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500"])
     return tb
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tensorboard: TensorBoard) -> TensorBoard:
+    """The session's TensorBoard once it also serves demo runs recorded by the
+    real Recorder: multihead/clean, multihead/leaky and ema_lstm/leaky (with
+    the anomalies tb_gradscope.anomalies derives from its drift)."""
+    runs = record_demo_runs(tensorboard.logdir)
+    tensorboard.wait_for_runs(runs, timeout=120)
+    for run in runs:
+        tensorboard.wait_for_steps(run, 2, timeout=120)
+    return tensorboard
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,7 @@ class RunSpec:
       events: written at the last step.
       steps: the recorded steps.
       start_points: losses the FlowGraph calls gradient start points.
+      nodes, edges: the FlowGraph's scope graph.
     """
 
     name: str
@@ -48,6 +49,8 @@ class RunSpec:
     events: tuple[fmt.Event, ...] = ()
     steps: tuple[int, ...] = (0, 10)
     start_points: tuple[str, ...] = ()
+    nodes: tuple[fmt.GraphNode, ...] = ()
+    edges: tuple[fmt.GraphEdge, ...] = ()
 
 
 def hostile_spec() -> RunSpec:
@@ -114,6 +117,30 @@ def wide_spec(top: int = 20, middle: int = 25, leaves: int = 20) -> RunSpec:
     )
 
 
+def graph_spec(blocks: int = 10, layers: int = 50) -> RunSpec:
+    """A 500-scope scope graph: `blocks` chains of `layers` leaf scopes each,
+    fed by one input and all flowing into one loss."""
+    leaves = [f"block{i:02d}/layer{j:02d}" for i in range(blocks) for j in range(layers)]
+    scopes = tuple(s for i in range(blocks) for s in [f"block{i:02d}"] + [l for l in leaves if l.startswith(f"block{i:02d}/")])
+    nodes = [fmt.GraphNode(id=s, kind="scope", label=s) for s in leaves]
+    nodes += [fmt.GraphNode(id="input:x", kind="input", label="x"), fmt.GraphNode(id="loss:fit", kind="loss", label="fit")]
+    edges = []
+    for i in range(blocks):
+        chain = [f"block{i:02d}/layer{j:02d}" for j in range(layers)]
+        edges.append(fmt.GraphEdge(src="input:x", dst=chain[0], tensors=1))
+        edges += [fmt.GraphEdge(src=a, dst=b, tensors=1) for a, b in zip(chain, chain[1:])]
+        edges.append(fmt.GraphEdge(src=chain[-1], dst="loss:fit", tensors=1))
+    return RunSpec(
+        name="graph500",
+        scopes=scopes,
+        static={"fit": {s: fmt.UPDATES for s in scopes}},
+        grads={"fit": {s: grad_row(0.5) for s in scopes}},
+        updates={s: (0.01, 2.0) for s in scopes},
+        nodes=tuple(nodes),
+        edges=tuple(edges),
+    )
+
+
 def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
     """Writes `spec` as event files under logdir/name."""
     import tensorflow as tf
@@ -165,6 +192,8 @@ def _write_flowgraph(spec: RunSpec, step: int) -> None:
         scopes=list(spec.scopes),
         cells={loss: dict(row) for loss, row in spec.static.items()},
         applied=[s for s in spec.scopes if any(r[s] == fmt.UPDATES for r in spec.static.values())],
+        nodes=list(spec.nodes),
+        edges=list(spec.edges),
         source="tf2",
     )
     _write_blobs(fmt.make_info(fmt.Kind.FLOWGRAPH), [graph.to_json()], step)
@@ -229,3 +258,42 @@ class DqnTrainer:
             r = self._rng.normal(size=16).astype("float32")
             self._train_step(s, a, r, s2)
         self.recorder.flush()
+
+
+DEMO_TWINS = (("multihead", "clean"), ("multihead", "leaky"), ("ema_lstm", "leaky"))
+DEMO_STEPS = 16
+
+
+def record_demo_runs(logdir: pathlib.Path) -> list[str]:
+    """Trains the demo twins of DEMO_TWINS under the real Recorder into
+    logdir/<demo>/<twin>; returns their run names.
+
+    The plugin's events route serves recorded events only, and the recorder
+    writes no anomalies, so ema_lstm/leaky also gets an EVENTS record with the
+    anomalies that `tb_gradscope.anomalies` derives from its recorded drift
+    (what `tb-gradscope report` lists for the run).
+    """
+    from tb_gradscope.commands.logs import load_logdir
+    from tb_gradscope.commands.summary import run_anomalies
+    from tb_gradscope.demos import spec as demo_spec
+
+    runs = []
+    for demo, twin in DEMO_TWINS:
+        run_dir = logdir / demo / twin
+        demo_spec.load_demo(demo).train(demo_spec.RunSpec(twin=twin, run_dir=str(run_dir), steps=DEMO_STEPS))
+        runs.append(f"{demo}/{twin}")
+    (logs,) = load_logdir(str(logdir / "ema_lstm"), run="leaky")
+    write_events(logdir / "ema_lstm" / "leaky", run_anomalies(logs))
+    return runs
+
+
+def write_events(run_dir: pathlib.Path, events: list[fmt.Event]) -> None:
+    """Writes `events` as EVENTS records (one per step) in a new event file."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(str(run_dir), filename_suffix=".anomalies")
+    with writer.as_default():
+        for step in sorted({e.step for e in events}):
+            _write_blobs(fmt.make_info(fmt.Kind.EVENTS), [e.to_json() for e in events if e.step == step], step)
+    writer.flush()
+    writer.close()

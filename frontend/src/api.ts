@@ -62,6 +62,97 @@ export interface Matrix {
   updates: Record<string, UpdateStats>;
 }
 
+export interface SourceLine {
+  file: string;
+  line: number;
+  function: string;
+}
+
+export interface BlockedEdge {
+  loss: string;
+  producer: string;
+  consumer: string;
+  op_name: string;
+  op_type: string;
+  cause: string;
+  producer_scope: string;
+  consumer_scope: string;
+  source: SourceLine | null;
+}
+
+export type GraphNodeKind = "scope" | "input" | "loss";
+
+export interface GraphNode {
+  id: string;
+  kind: GraphNodeKind;
+  label: string;
+}
+
+export interface GraphEdge {
+  src: string;
+  dst: string;
+  tensors: number;
+  blocked_for: string[];
+}
+
+export interface FlowGraph {
+  losses: { name: string; kind: string; tensor: string }[];
+  scopes: string[];
+  cells: Record<string, Record<string, string>>;
+  blocked_edges: BlockedEdge[];
+  nodes: GraphNode[];
+  edges: GraphEdge[];
+  applied: string[] | null;
+  warnings: string[];
+  source: string;
+}
+
+export interface FlowGraphAnswer {
+  run: string;
+  step: number | null;
+  flowgraph: FlowGraph | null;
+}
+
+/** One (step, wall_time, value) point of a series route answer. */
+export type SeriesPoint = [number, number, number | null];
+
+export interface SeriesAnswer {
+  run: string;
+  kind: string;
+  name: string;
+  scope: string;
+  stat: string;
+  points: SeriesPoint[];
+}
+
+export interface DriftPair {
+  name: string;
+  attrs: Record<string, unknown>;
+  scopes: string[];
+  steps: number[];
+  /** values[column][scope][i] is the value at steps[i]. */
+  values: Record<string, Record<string, (number | null)[]>>;
+}
+
+export interface ConflictPair {
+  name: string;
+  losses: string[];
+  scopes: string[];
+  steps: number[];
+  cosine: Record<string, (number | null)[]>;
+}
+
+export interface GradEvent {
+  type: string;
+  name: string;
+  step: number;
+  message: string;
+  loss: string;
+  scope: string;
+  pair: string;
+  wall_time: number;
+}
+
 /** An HTTP error with the backend's plain-text message. */
 export class ApiError extends Error {
   constructor(
@@ -137,4 +228,48 @@ function decodeMatrix(raw: Matrix): Matrix {
     };
   }
   return { ...raw, cells, updates };
+}
+
+export async function fetchFlowGraph(run: string): Promise<FlowGraphAnswer> {
+  return (await getJson("flowgraph", { run })) as FlowGraphAnswer;
+}
+
+export async function fetchSeries(run: string, kind: string, name: string, scope: string, stat: string): Promise<SeriesAnswer> {
+  const raw = (await getJson("series", { run, kind, name, scope, stat })) as SeriesAnswer;
+  const points = (raw.points ?? []).map(([step, wall, value]): SeriesPoint => [step, wall, wireNumber(value)]);
+  return { ...raw, points };
+}
+
+export async function fetchDrift(run: string): Promise<DriftPair[]> {
+  const raw = (await getJson("drift", { run })) as { pairs?: DriftPair[] };
+  return (raw.pairs ?? []).map((pair) => ({ ...pair, values: decodeColumns(pair.values ?? {}) }));
+}
+
+export async function fetchConflict(run: string): Promise<ConflictPair[]> {
+  const raw = (await getJson("conflict", { run })) as { pairs?: ConflictPair[] };
+  return (raw.pairs ?? []).map((pair) => ({ ...pair, cosine: decodeArrays(pair.cosine ?? {}) }));
+}
+
+export async function fetchEvents(run: string): Promise<GradEvent[]> {
+  const raw = (await getJson("events", { run })) as { events?: GradEvent[] };
+  return Array.isArray(raw.events) ? raw.events : [];
+}
+
+export type ExportFormat = "csv" | "json";
+
+/** The relative URL of a route's answer in `format`, for a download link. */
+export function exportUrl(route: string, params: Record<string, string>, format: ExportFormat): string {
+  return `./${route}?${new URLSearchParams({ ...params, format }).toString()}`;
+}
+
+function decodeArrays(arrays: Record<string, unknown[]>): Record<string, (number | null)[]> {
+  const decoded: Record<string, (number | null)[]> = {};
+  for (const [key, values] of Object.entries(arrays)) decoded[key] = values.map(wireNumber);
+  return decoded;
+}
+
+function decodeColumns(columns: Record<string, Record<string, unknown[]>>): Record<string, Record<string, (number | null)[]>> {
+  const decoded: Record<string, Record<string, (number | null)[]>> = {};
+  for (const [column, perScope] of Object.entries(columns)) decoded[column] = decodeArrays(perScope);
+  return decoded;
 }

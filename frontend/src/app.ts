@@ -3,6 +3,7 @@
 // separate modules that turn data into DOM; they never fetch.
 
 import { fetchMatrix, fetchRunInfo, fetchRuns, type Matrix, type RunInfo, type RunSummary } from "./api";
+import { fetchRunExtras, type RunExtras } from "./runExtras";
 import { h, replaceChildren } from "./dom";
 import { connectHost, type HostMode } from "./host";
 import { ScopeTree } from "./scopeTree";
@@ -11,12 +12,16 @@ import { renderDetails } from "./views/details";
 import { renderEmptyState } from "./views/emptyState";
 import { renderLegend } from "./views/legend";
 import { MatrixView, type Selection } from "./views/matrix";
+import { ScopeGraphView, type StateOf } from "./views/scopeGraph";
 import { Toolbar } from "./views/toolbar";
 
 interface RunView {
   info: RunInfo;
   tree: ScopeTree;
   matrix: Matrix | null;
+  /** The FlowGraph, drift, conflict and events: fetched after the matrix shows. */
+  extras: RunExtras | null;
+  graph: ScopeGraphView | null;
 }
 
 export class App {
@@ -102,6 +107,7 @@ export class App {
       this.view.matrix = matrix;
       this.error = null;
       this.draw();
+      this.view.graph?.setStates(this.stateOf());
     } catch (e) {
       if (generation === this.generation) this.fail(e);
     }
@@ -124,9 +130,26 @@ export class App {
     }
     const matrix = step === null ? null : await fetchMatrix(run, step);
     if (generation !== this.generation) return;
-    this.view = { info, tree: new ScopeTree(info.scopes), matrix };
+    const previous = this.view !== null && this.view.info.run === run ? this.view : null;
+    this.view = { info, tree: new ScopeTree(info.scopes), matrix, extras: previous?.extras ?? null, graph: previous?.graph ?? null };
     this.error = null;
     this.draw();
+    const extras = await fetchRunExtras(run);
+    if (generation !== this.generation || this.view === null || this.view.info.run !== run) return;
+    const sameGraph = this.view.graph !== null && this.view.extras?.flowgraphStep === extras.flowgraphStep;
+    this.view.extras = extras;
+    if (sameGraph) this.view.graph?.setStates(this.stateOf());
+    else this.view.graph = extras.flowgraph === null || extras.flowgraph.nodes.length === 0
+      ? null
+      : new ScopeGraphView(extras.flowgraph, this.stateOf());
+    this.draw();
+  }
+
+  /** Flow states at the shown step from the matrix, else the FlowGraph's static ones. */
+  private stateOf(): StateOf {
+    const matrix = this.view?.matrix ?? null;
+    const graph = this.view?.extras?.flowgraph ?? null;
+    return (loss, scope) => matrix?.cells[loss]?.[scope]?.state ?? graph?.cells[loss]?.[scope] ?? null;
   }
 
   private toggle(scope: string): void {
@@ -176,8 +199,22 @@ export class App {
       matrixView.element,
       h("div", { className: "gs-side" }, renderDetails(matrix, this.selected)),
       renderLegend(updateNormRange(matrix)),
+      this.drawExtras(view),
     );
     return matrixView;
+  }
+
+  /** The scope graph, charts and events, or a note while they load. */
+  private drawExtras(view: RunView): HTMLElement {
+    const extras = view.extras;
+    if (extras === null) return h("p", { className: "gs-muted gs-wide" }, "Loading the scope graph, drift and events…");
+    return h(
+      "div",
+      { className: "gs-wide" },
+      view.graph?.element ?? h("p", { className: "gs-muted", attrs: { id: "gs-graph-none" } }, extras.flowgraph === null
+        ? "This run has no FlowGraph, so there is no scope graph."
+        : "This run's FlowGraph has no scope graph (no nodes)."),
+    );
   }
 
   private drawStatus(): void {

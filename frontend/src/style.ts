@@ -77,6 +77,40 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; }
 .gs-details dt { color: var(--muted); }
 .gs-details dd { margin: 0; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
+.gs-muted { color: var(--muted); }
+.gs-wide { flex: 1 1 100%; display: flex; flex-direction: column; gap: 16px; min-width: 0; }
+.gs-wide h2 { font-size: 14px; margin: 0 0 6px; }
+.gs-controls { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 16px; margin-bottom: 6px; }
+.gs-controls label { display: inline-flex; align-items: center; gap: 6px; }
+.gs-controls select, .gs-controls button, .gs-controls input { font: inherit; color: var(--fg); background: var(--panel);
+  border: 1px solid var(--border); border-radius: 4px; padding: 2px 8px; }
+.gs-controls input[type=number] { width: 5em; }
+.gs-graph-svg { display: block; width: 100%; height: 440px; border: 1px solid var(--border); border-radius: 6px;
+  background: var(--bg); cursor: grab; touch-action: none; user-select: none; }
+.gs-node rect { fill: var(--panel); stroke: var(--border); stroke-width: 1.2; }
+.gs-node text { fill: var(--fg); font-size: 12px; }
+.gs-node[data-kind=input] rect { fill: var(--independent); stroke-dasharray: 3 2; }
+.gs-node[data-kind=loss] rect { fill: var(--panel); stroke: var(--accent); stroke-width: 2; }
+.gs-node[data-flow=ignored] rect { fill: var(--ignored); }
+.gs-node[data-flow=blocked] rect { fill: var(--blocked); }
+.gs-node[data-flow=blocked] text { fill: #ffffff; }
+.gs-node[data-highlight=true] rect { fill: hsl(145 52% 45%); stroke: hsl(145 60% 25%); stroke-width: 2.5; }
+.gs-node[data-highlight=true] text { fill: #ffffff; font-weight: 600; }
+.gs-graph-svg[data-loss]:not([data-loss=""]) .gs-node[data-highlight=false][data-flow=independent] { opacity: 0.45; }
+.gs-edge-line { fill: none; stroke: var(--muted); stroke-width: 1.3; }
+.gs-arrow { fill: var(--muted); }
+.gs-edge[data-highlight=true] .gs-edge-line { stroke: hsl(145 60% 35%); stroke-width: 3; }
+.gs-edge-blocked .gs-edge-line { stroke: var(--violation); stroke-dasharray: 6 4; stroke-width: 2; }
+.gs-edge-hit { fill: none; stroke: transparent; stroke-width: 14; cursor: pointer; }
+.gs-edge-mark { fill: var(--violation); font-size: 18px; font-weight: 700; cursor: pointer;
+  paint-order: stroke; stroke: var(--bg); stroke-width: 4px; }
+.gs-edge-blocked[data-selected=true] .gs-edge-line { stroke-width: 4; }
+.gs-edge-blocked:focus { outline: none; }
+.gs-edge-blocked:focus-visible .gs-edge-line { stroke-width: 4; stroke: var(--focus); }
+.gs-blocked-details h3 { font-size: 13px; margin: 0 0 6px; }
+.gs-blocked-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 8px; }
+.gs-blocked-details dt { color: var(--muted); }
+.gs-blocked-details dd { margin: 0; overflow-wrap: anywhere; }
 .gs-empty { max-width: 680px; }
 .gs-empty pre { background: var(--panel); border: 1px solid var(--border); border-radius: 6px; padding: 10px 12px; overflow: auto; }
 `;

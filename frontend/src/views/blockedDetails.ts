@@ -1,0 +1,45 @@
+// What a click on a blocked edge shows: per blocking op, the loss it cuts, the
+// op's type and name, why it cuts, both sides, and the user's source line.
+
+import type { BlockedEdge } from "../api";
+import { h } from "../dom";
+import type { FoldedEdge } from "../graph/fold";
+
+const CAUSES: Record<string, string> = {
+  stop_gradient: "tf.stop_gradient (or PreventGradient) cuts the path",
+  non_differentiable: "the op is registered as not differentiable",
+  no_gradient: "the op has no gradient function",
+  integer: "the path only crosses integer or bool tensors",
+  custom_gradient_none: "a custom gradient returns None",
+  unknown_gradient: "an op the analysis does not know",
+};
+
+export function sourceText(edge: BlockedEdge): string {
+  if (edge.source === null) return "unknown";
+  const where = `${edge.source.file}:${edge.source.line}`;
+  return edge.source.function ? `${where} (${edge.source.function})` : where;
+}
+
+export function renderBlockedDetails(edge: FoldedEdge): HTMLElement {
+  const panel = h("section", { className: "gs-details gs-blocked-details" },
+    h("h3", {}, `Blocked: ${edge.src} → ${edge.dst}`));
+  if (edge.blocked.length === 0) {
+    panel.append(h("p", {}, `The gradient of ${edge.blockedFor.join(", ")} is cut on this edge; the FlowGraph names no op for it.`));
+    return panel;
+  }
+  for (const blocked of edge.blocked) {
+    const rows: [string, string][] = [
+      ["loss", blocked.loss],
+      ["op type", blocked.op_type],
+      ["op", blocked.op_name],
+      ["cause", `${blocked.cause}: ${CAUSES[blocked.cause] ?? "see docs/FORMAT.md"}`],
+      ["producer", `${blocked.producer} (${blocked.producer_scope})`],
+      ["consumer", `${blocked.consumer} (${blocked.consumer_scope})`],
+      ["source", sourceText(blocked)],
+    ];
+    const list = h("dl", { data: { op: blocked.op_name } });
+    for (const [term, value] of rows) list.append(h("dt", {}, term), h("dd", { data: { field: term } }, value));
+    panel.append(list);
+  }
+  return panel;
+}

@@ -1,0 +1,158 @@
+"""The scope graph of the Gradscope tab, in a real browser on real logs.
+
+DQN and multihead runs are recorded by the real Recorder (the multihead twins
+by tb_gradscope.demos); the 500-scope graph is hand-written with the
+tb_gradscope.format contract.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
+
+from tests.frontend_fixtures import REPO, TensorBoard
+from tests.frontend_tab import OpenTab, Tab, css
+
+pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytestmark = pytest.mark.browser
+
+IMAGES = REPO / "docs" / "images"
+
+
+def _highlighted_scopes(tab: Tab) -> set[str]:
+    return set(tab.frame.locator('.gs-node[data-kind="scope"][data-highlight="true"]').evaluate_all(
+        "ns => ns.map(n => n.dataset.id)"))
+
+
+def _view_box(tab: Tab) -> list[float]:
+    return [float(v) for v in tab.frame.locator("#gs-graph-svg").get_attribute("viewBox").split()]
+
+
+def _choose_loss(tab: Tab, loss: str) -> None:
+    tab.frame.locator("#gs-graph-loss").select_option(value=loss)
+
+
+def test_clicking_the_dqn_blocked_edge_shows_the_stop_gradient_and_its_source_line(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
+    (blocked,) = tensorboard.json("flowgraph", run="dqn")["flowgraph"]["blocked_edges"]
+    source = blocked["source"]
+    # The recorder attributes the cut to the user's line: DqnTrainer's stop_gradient.
+    user_line = (REPO / source["file"]).read_text().splitlines()[source["line"] - 1]
+    assert "tf.stop_gradient" in user_line
+    tab = open_tab()
+    tab.frame.wait_for_selector("#gs-graph-svg")
+    edge = tab.frame.locator(
+        f'.gs-edge-blocked[data-src="{css(blocked["producer_scope"])}"][data-dst="{css(blocked["consumer_scope"])}"]')
+    assert edge.count() == 1
+    # Only the blocked edge is dashed and marked.
+    assert tab.frame.locator(".gs-edge-blocked").count() == 1
+    assert edge.locator(".gs-edge-mark").text_content() == "⊘"
+    assert edge.locator(".gs-edge-line").evaluate("p => getComputedStyle(p).strokeDasharray") != "none"
+    edge.locator(".gs-edge-mark").click()
+    details = tab.frame.locator("#gs-blocked")
+    assert details.locator('dd[data-field="op type"]').text_content() == "StopGradient"
+    assert details.locator('dd[data-field="op"]').text_content() == blocked["op_name"]
+    assert details.locator('dd[data-field="cause"]').text_content().startswith("stop_gradient")
+    assert details.locator('dd[data-field="source"]').text_content().startswith(f'{source["file"]}:{source["line"]}')
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    tab.frame.locator("#gs-graph").screenshot(path=str(IMAGES / "gradscope-graph.png"))
+    tab.assert_clean()
+
+
+def test_blocked_edge_opens_from_the_keyboard(open_tab: OpenTab) -> None:
+    tab = open_tab()
+    edge = tab.frame.locator(".gs-edge-blocked")
+    edge.focus()
+    edge.press("Enter")
+    assert tab.frame.locator('#gs-blocked dd[data-field="op type"]').text_content() == "StopGradient"
+    tab.assert_clean()
+
+
+def test_td_highlights_the_online_net_it_updates(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    cells = tensorboard.json("matrix", run="dqn")["cells"]["td"]
+    tab = open_tab()
+    tab.frame.wait_for_selector("#gs-graph-svg")
+    _choose_loss(tab, "td")
+    nodes = set(tab.frame.locator('.gs-node[data-kind="scope"]').evaluate_all("ns => ns.map(n => n.dataset.id)"))
+    assert _highlighted_scopes(tab) == {s for s in nodes if cells[s]["state"] == "updates"}
+    assert _highlighted_scopes(tab) and all(s.startswith("online/") for s in _highlighted_scopes(tab))
+    assert tab.frame.locator('.gs-node[data-id="loss:td"]').get_attribute("data-highlight") == "true"
+    # The blocked edge into td is never highlighted.
+    assert tab.frame.locator(".gs-edge-blocked").get_attribute("data-highlight") == "false"
+    _choose_loss(tab, "")
+    assert _highlighted_scopes(tab) == set()
+    tab.assert_clean()
+
+
+def test_each_multihead_loss_highlights_its_own_head_and_the_shared_trunk(
+    open_tab: OpenTab, demo_runs: TensorBoard
+) -> None:
+    tab = open_tab(run="multihead/leaky")
+    tab.frame.wait_for_selector("#gs-graph-svg")
+    _choose_loss(tab, "loss1")
+    assert _highlighted_scopes(tab) == {"Agent/layer1", "Agent/layer2_1"}
+    highlighted_edges = tab.frame.locator('.gs-edge[data-highlight="true"]').evaluate_all(
+        "es => es.map(e => [e.dataset.src, e.dataset.dst])")
+    assert sorted(highlighted_edges) == [["Agent/layer1", "Agent/layer2_1"], ["Agent/layer2_1", "loss:loss1"]]
+    _choose_loss(tab, "loss2")
+    assert _highlighted_scopes(tab) == {"Agent/layer1", "Agent/layer2_2"}
+    # The clean twin keeps loss2 off the trunk (var_list): the trunk is only "ignored".
+    tab.select_run("multihead/clean")
+    tab.frame.wait_for_selector("#gs-graph-svg")
+    _choose_loss(tab, "loss2")
+    assert _highlighted_scopes(tab) == {"Agent/layer2_2"}
+    assert tab.frame.locator('.gs-node[data-id="Agent/layer1"]').get_attribute("data-flow") == "ignored"
+    tab.assert_clean()
+
+
+def test_a_500_scope_graph_starts_folded_and_unfolds_by_depth(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
+    tab = open_tab(run="graph500")
+    drawing = tab.frame.locator("#gs-graph-svg")
+    drawing.wait_for()
+    # 10 blocks of 50 layers: readable means folded to the 10 blocks (+ input and loss).
+    assert drawing.get_attribute("data-depth") == "1"
+    assert tab.frame.locator(".gs-node").count() == 12
+    # Each block's chain folds into the block; its edges merge into x -> block -> fit.
+    assert tab.frame.locator(".gs-edge").count() == 20
+    folded = tab.frame.locator('.gs-node[data-id="block03"] text').text_content()
+    assert folded == "block03 (50)"
+    depth = tab.frame.locator("#gs-graph-depth")
+    depth.fill("2")
+    depth.dispatch_event("change")
+    tab.frame.wait_for_function("() => document.querySelector('#gs-graph-svg').dataset.depth === '2'")
+    assert tab.frame.locator(".gs-node").count() == 502
+    assert tab.frame.locator(".gs-edge").count() == 510
+    tab.frame.locator("#gs-graph").screenshot(path=str(artifacts / "gradscope-graph-500.png"))
+    tab.assert_clean()
+
+
+def test_graph_pans_and_zooms_by_wheel_drag_buttons_and_keys(open_tab: OpenTab) -> None:
+    tab = open_tab()
+    drawing = tab.frame.locator("#gs-graph-svg")
+    drawing.wait_for()
+    fit = _view_box(tab)
+    drawing.scroll_into_view_if_needed()
+    box = drawing.bounding_box()
+    tab.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    tab.page.mouse.wheel(0, -200)
+    tab.frame.wait_for_function(f"() => parseFloat(document.querySelector('#gs-graph-svg').getAttribute('viewBox').split(' ')[2]) < {fit[2]}")
+    zoomed = _view_box(tab)
+    tab.page.mouse.move(box["x"] + 20, box["y"] + 20)
+    tab.page.mouse.down()
+    tab.page.mouse.move(box["x"] + 120, box["y"] + 60, steps=4)
+    tab.page.mouse.up()
+    dragged = _view_box(tab)
+    assert dragged[0] < zoomed[0] and dragged[1] < zoomed[1]  # content follows the pointer
+    drawing.focus()
+    drawing.press("0")
+    assert _view_box(tab) == fit
+    drawing.press("ArrowRight")
+    assert _view_box(tab)[0] > fit[0]
+    tab.frame.get_by_role("button", name="fit the graph").click()
+    tab.frame.get_by_role("button", name="zoom in").click()
+    assert _view_box(tab)[2] < fit[2]
+    tab.assert_clean()
