@@ -15,6 +15,7 @@ READ_SIDE = [
     "tb_gradscope.commands.report",
     "tb_gradscope.commands.check",
     "tb_gradscope.anomalies",
+    "tb_gradscope.pairs.series",
 ]
 
 
