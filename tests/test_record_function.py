@@ -62,6 +62,7 @@ def _leaves(model):
     return [leaf_scope(f"online/{v.path}") for v in model.trainable_variables]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("way", ["tape", "computed"])
 def test_jit_compiled_step_computes_stats_inside_and_writes_outside(tmp_path, way):
     model, opt = _model_and_opt(seed=1)

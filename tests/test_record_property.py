@@ -11,7 +11,6 @@ from __future__ import annotations
 import tempfile
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -53,7 +52,6 @@ def _forward(variables, used, stops, tap, x):
     return {"main": tf.reduce_mean(h**2), "side": tf.reduce_sum(tapped) * 0.5}
 
 
-@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(models())
 def test_has_gradient_iff_tape_gradient_is_not_none(model):

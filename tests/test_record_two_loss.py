@@ -161,6 +161,7 @@ def test_gradients_are_bitwise_those_of_the_summed_loss(tmp_path, in_function):
         assert np.array_equal(mine.numpy(), theirs.numpy()), v.path
 
 
+@pytest.mark.slow
 def test_resumed_run_continues_its_steps(tmp_path):
     logdir = str(tmp_path)
     model = two_head_model(seed=5)
