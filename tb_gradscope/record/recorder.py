@@ -75,6 +75,17 @@ class Recorder(tf.Module):
 
     `rec.step` is an int64 tf.Variable; `tf.train.Checkpoint(recorder=rec)`
     saves it so a resumed run continues its steps.
+
+    Under `jit_compile=True` summaries cannot be written (XLA has no kernel for
+    them): the stats are computed inside the compiled step and written outside::
+
+      @tf.function(jit_compile=True)
+      def step(x, y):
+          ...  # rec.gradients / rec.record_gradients, rec.apply as usual
+          return loss, rec.stats()
+
+      loss, stats = step(x, y)
+      rec.write(stats)
     """
 
     def __init__(
