@@ -19,6 +19,8 @@ await build({
   sourcemap: false,
   charset: "utf8",
   legalComments: "eof",
+  // Library stylesheets (uPlot's) become strings that style.ts injects.
+  loader: { ".css": "text" },
   logLevel: "warning",
 });
 console.log(`built ${outfile}`);

@@ -1,19 +1,30 @@
-// The Gradscope tab's controller: holds what is selected (run, step, folded
-// scopes, cell), fetches through api.ts and redraws the views. Views are
-// separate modules that turn data into DOM; they never fetch.
+// The Gradscope tab's controller: holds what is selected (run, compared run,
+// step, folded scopes, cell, charted cells), fetches through api.ts and
+// redraws the views. Views are separate modules that turn data into DOM; they
+// never fetch.
 
-import { fetchMatrix, fetchRunInfo, fetchRuns, type Matrix, type RunInfo, type RunSummary } from "./api";
-import { fetchRunExtras, type RunExtras } from "./runExtras";
+import { fetchMatrix, fetchRunInfo, fetchRuns, fetchSeries, type Matrix, type RunInfo, type RunSummary, type SeriesPoint } from "./api";
+import { type Comparison, compareWith } from "./compare";
 import { h, replaceChildren } from "./dom";
 import { connectHost, type HostMode } from "./host";
+import { fetchRunExtras, type RunExtras } from "./runExtras";
 import { ScopeTree } from "./scopeTree";
 import { updateNormRange } from "./shading";
+import { CellSeriesPanel } from "./views/cellSeries";
+import { renderConflictCharts } from "./views/conflictCharts";
 import { renderDetails } from "./views/details";
+import { renderDriftCharts } from "./views/driftCharts";
 import { renderEmptyState } from "./views/emptyState";
+import { renderEvents } from "./views/eventsList";
+import { renderExport } from "./views/exportLinks";
 import { renderLegend } from "./views/legend";
-import { MatrixView, type Selection } from "./views/matrix";
+import { destroyCharts } from "./views/lineChart";
+import { type MatrixDiff, MatrixView, type Selection } from "./views/matrix";
 import { ScopeGraphView, type StateOf } from "./views/scopeGraph";
 import { Toolbar } from "./views/toolbar";
+
+/** At most this many cells are charted at once; picking another drops the oldest. */
+const MAX_CHARTED = 6;
 
 interface RunView {
   info: RunInfo;
@@ -22,20 +33,27 @@ interface RunView {
   /** The FlowGraph, drift, conflict and events: fetched after the matrix shows. */
   extras: RunExtras | null;
   graph: ScopeGraphView | null;
+  /** Drift, conflict and events, built once per fetch of the extras. */
+  panels: HTMLElement | null;
+  comparison: Comparison | null;
 }
 
 export class App {
   private readonly toolbar: Toolbar;
   private readonly messages = h("div", { attrs: { id: "gs-messages" } });
   private readonly body = h("main", { className: "gs-body", attrs: { id: "gs-body" } });
+  private readonly seriesPanel: CellSeriesPanel;
   private runs: RunSummary[] = [];
   private run: string | null = null;
+  private compareRun: string | null = null;
   private view: RunView | null = null;
   /** The step the user chose; null follows the latest kept step. */
   private chosenStep: number | null = null;
   /** Per run, the scopes the user folded or unfolded away from the default. */
   private readonly toggled = new Map<string, Set<string>>();
   private selected: Selection | null = null;
+  private charted: Selection[] = [];
+  private readonly series = new Map<string, SeriesPoint[]>();
   private error: string | null = null;
   private mode: HostMode | null = null;
   /** Counts requests so a slow, outdated response never overwrites a newer one. */
@@ -44,9 +62,11 @@ export class App {
   constructor(private readonly root: HTMLElement) {
     this.toolbar = new Toolbar({
       onRun: (run) => void this.selectRun(run),
+      onCompare: (run) => void this.selectCompare(run),
       onStep: (step) => void this.selectStep(step),
       onRefresh: () => void this.refresh(),
     });
+    this.seriesPanel = new CellSeriesPanel({ onRemove: (cell) => this.uncharted(cell) });
     replaceChildren(root, h("div", { className: "gs-app" }, this.toolbar.element, this.messages, this.body));
   }
 
@@ -74,23 +94,42 @@ export class App {
       const names = runs.map((r) => r.run);
       if (this.run === null || !names.includes(this.run)) {
         this.run = names[0] ?? null;
-        this.chosenStep = null;
-        this.selected = null;
+        this.resetRunState();
       }
+      if (this.compareRun !== null && !names.includes(this.compareRun)) this.compareRun = null;
+      this.series.clear();
       await this.loadRun(generation);
     } catch (e) {
       if (generation === this.generation) this.fail(e);
     }
   }
 
-  private async selectRun(run: string): Promise<void> {
-    this.run = run;
+  private resetRunState(): void {
     this.chosenStep = null;
     this.selected = null;
-    this.view = null;
+    this.charted = [];
+    this.series.clear();
+    this.seriesPanel.setSeries([]);
+  }
+
+  private async selectRun(run: string): Promise<void> {
+    this.run = run;
+    if (this.compareRun === run) this.compareRun = null;
+    this.resetRunState();
+    this.dropView();
     const generation = ++this.generation;
     try {
       await this.loadRun(generation);
+    } catch (e) {
+      if (generation === this.generation) this.fail(e);
+    }
+  }
+
+  private async selectCompare(run: string | null): Promise<void> {
+    this.compareRun = run;
+    const generation = ++this.generation;
+    try {
+      await this.loadComparison(generation);
     } catch (e) {
       if (generation === this.generation) this.fail(e);
     }
@@ -108,15 +147,23 @@ export class App {
       this.error = null;
       this.draw();
       this.view.graph?.setStates(this.stateOf());
+      await this.loadComparison(generation);
     } catch (e) {
       if (generation === this.generation) this.fail(e);
     }
   }
 
+  /** Shows the first kept step at or after `step` (an event's first step). */
+  private jumpTo(step: number): void {
+    const steps = this.view?.info.steps ?? [];
+    const kept = steps.find((s) => s >= step) ?? steps[steps.length - 1];
+    if (kept !== undefined) void this.selectStep(kept);
+  }
+
   private async loadRun(generation: number): Promise<void> {
     const run = this.run;
     if (run === null) {
-      this.view = null;
+      this.dropView();
       this.error = null;
       this.draw();
       return;
@@ -131,17 +178,51 @@ export class App {
     const matrix = step === null ? null : await fetchMatrix(run, step);
     if (generation !== this.generation) return;
     const previous = this.view !== null && this.view.info.run === run ? this.view : null;
-    this.view = { info, tree: new ScopeTree(info.scopes), matrix, extras: previous?.extras ?? null, graph: previous?.graph ?? null };
+    this.view = {
+      info, tree: new ScopeTree(info.scopes), matrix,
+      extras: previous?.extras ?? null, graph: previous?.graph ?? null,
+      panels: previous?.panels ?? null, comparison: previous?.comparison ?? null,
+    };
     this.error = null;
     this.draw();
     const extras = await fetchRunExtras(run);
-    if (generation !== this.generation || this.view === null || this.view.info.run !== run) return;
-    const sameGraph = this.view.graph !== null && this.view.extras?.flowgraphStep === extras.flowgraphStep;
-    this.view.extras = extras;
-    if (sameGraph) this.view.graph?.setStates(this.stateOf());
-    else this.view.graph = extras.flowgraph === null || extras.flowgraph.nodes.length === 0
+    // Only the run matters here: moving the step slider meanwhile must not drop the extras.
+    if (this.view === null || this.view.info.run !== run) return;
+    this.useExtras(this.view, extras);
+    this.draw();
+    await this.loadComparison(generation);
+    await this.loadCharted(generation);
+  }
+
+  private useExtras(view: RunView, extras: RunExtras): void {
+    const sameGraph = view.graph !== null && view.extras?.flowgraphStep === extras.flowgraphStep;
+    view.extras = extras;
+    if (sameGraph) view.graph?.setStates(this.stateOf());
+    else view.graph = extras.flowgraph === null || extras.flowgraph.nodes.length === 0
       ? null
       : new ScopeGraphView(extras.flowgraph, this.stateOf());
+    if (view.panels !== null) destroyCharts(view.panels);
+    view.panels = h(
+      "div",
+      { className: "gs-panels" },
+      renderDriftCharts(extras.drift, extras.events),
+      renderConflictCharts(extras.conflict),
+      renderEvents(extras.events, (step) => this.jumpTo(step)),
+    );
+  }
+
+  private dropView(): void {
+    if (this.view?.panels) destroyCharts(this.view.panels);
+    this.view = null;
+  }
+
+  /** Diffs the shown matrix with the compared run's, or clears the comparison. */
+  private async loadComparison(generation: number): Promise<void> {
+    const view = this.view;
+    if (view === null || view.matrix === null) return;
+    const comparison = this.compareRun === null ? null : await compareWith(view.matrix, this.compareRun);
+    if (generation !== this.generation || this.view !== view) return;
+    view.comparison = comparison;
     this.draw();
   }
 
@@ -164,6 +245,40 @@ export class App {
   private select(selection: Selection): void {
     this.selected = selection;
     this.draw()?.focusCell(selection);
+    const same = (c: Selection): boolean => c.loss === selection.loss && c.scope === selection.scope;
+    if (!this.charted.some(same)) {
+      this.charted = [...this.charted, selection].slice(-MAX_CHARTED);
+      void this.loadCharted(this.generation);
+    }
+  }
+
+  private uncharted(cell: Selection): void {
+    this.charted = this.charted.filter((c) => c.loss !== cell.loss || c.scope !== cell.scope);
+    this.showCharted();
+  }
+
+  /** Fetches the ‖g‖ series of charted cells not fetched yet, then charts them all. */
+  private async loadCharted(generation: number): Promise<void> {
+    const run = this.run;
+    if (run === null) return;
+    try {
+      const missing = this.charted.filter((c) => !this.series.has(seriesKey(run, c)));
+      const answers = await Promise.all(missing.map((c) => fetchSeries(run, "grad_stats", c.loss, c.scope, "l2")));
+      if (this.run !== run) return;
+      missing.forEach((c, i) => this.series.set(seriesKey(run, c), answers[i]!.points));
+      this.showCharted();
+    } catch (e) {
+      if (generation === this.generation) this.fail(e);
+    }
+  }
+
+  private showCharted(): void {
+    const run = this.run;
+    if (run === null) return;
+    this.seriesPanel.setSeries(this.charted.flatMap((cell) => {
+      const points = this.series.get(seriesKey(run, cell));
+      return points === undefined ? [] : [{ cell, points }];
+    }));
   }
 
   private fail(error: unknown): void {
@@ -174,6 +289,7 @@ export class App {
   /** Redraws everything below the toolbar; returns the matrix view, if any. */
   private draw(): MatrixView | null {
     this.toolbar.setRuns(this.runs, this.run);
+    this.toolbar.setCompare(this.runs, this.run, this.compareRun);
     this.drawStatus();
     this.drawMessages();
     if (this.runs.length === 0) {
@@ -190,22 +306,35 @@ export class App {
     const matrix = view.matrix;
     this.toolbar.setSteps(view.info.steps, matrix.step);
     const toggled = this.toggled.get(matrix.run) ?? new Set<string>();
+    const diff: MatrixDiff | null = view.comparison === null ? null : { run: view.comparison.run, differ: view.comparison.differ };
     const matrixView = new MatrixView(matrix, view.info.losses, view.tree, toggled, this.selected, {
       onToggle: (scope) => this.toggle(scope),
       onSelect: (selection) => this.select(selection),
-    });
+    }, diff);
     replaceChildren(
       this.body,
       matrixView.element,
-      h("div", { className: "gs-side" }, renderDetails(matrix, this.selected)),
+      h("div", { className: "gs-side" }, renderDetails(matrix, this.selected, diff), this.comparisonNote(view)),
       renderLegend(updateNormRange(matrix)),
-      this.drawExtras(view),
+      this.drawExtras(view, matrix),
     );
     return matrixView;
   }
 
-  /** The scope graph, charts and events, or a note while they load. */
-  private drawExtras(view: RunView): HTMLElement {
+  private comparisonNote(view: RunView): HTMLElement | null {
+    const comparison = view.comparison;
+    if (comparison === null) return null;
+    const count = comparison.differ.size;
+    return h(
+      "p",
+      { className: "gs-compare-note", attrs: { id: "gs-compare-note" }, data: { differ: String(count) } },
+      `Compared with run ${comparison.run} at step ${comparison.step}: `,
+      count === 0 ? "every cell has the same flow state." : `${count} cell${count === 1 ? "" : "s"} differ (outlined dashed; hover for both states).`,
+    );
+  }
+
+  /** The scope graph, charts, events and downloads, or a note while they load. */
+  private drawExtras(view: RunView, matrix: Matrix): HTMLElement {
     const extras = view.extras;
     if (extras === null) return h("p", { className: "gs-muted gs-wide" }, "Loading the scope graph, drift and events…");
     return h(
@@ -214,6 +343,9 @@ export class App {
       view.graph?.element ?? h("p", { className: "gs-muted", attrs: { id: "gs-graph-none" } }, extras.flowgraph === null
         ? "This run has no FlowGraph, so there is no scope graph."
         : "This run's FlowGraph has no scope graph (no nodes)."),
+      this.seriesPanel.element,
+      view.panels,
+      renderExport(matrix.run, matrix.step),
     );
   }
 
@@ -239,4 +371,8 @@ export class App {
       unique.length > 0 && h("ul", { className: "gs-warnings", attrs: { "aria-label": "warnings" } }, ...unique.map((w) => h("li", {}, w))),
     );
   }
+}
+
+function seriesKey(run: string, cell: Selection): string {
+  return [run, cell.loss, cell.scope].join("\u0000");
 }

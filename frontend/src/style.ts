@@ -2,6 +2,8 @@
 // CSP allows inline styles but no external hosts). Colours are CSS variables so
 // light and dark themes follow the system's prefers-color-scheme.
 
+import UPLOT_CSS from "uplot/dist/uPlot.min.css";
+
 const CSS = `
 :root {
   color-scheme: light dark;
@@ -111,12 +113,31 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-blocked-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 8px; }
 .gs-blocked-details dt { color: var(--muted); }
 .gs-blocked-details dd { margin: 0; overflow-wrap: anywhere; }
+.gs-cell[data-diff=true] { outline: 3px dashed var(--accent); outline-offset: 1px; }
+.gs-compare-note { margin: 0; padding: 6px 10px; border-left: 3px dashed var(--accent); background: var(--panel); }
+.gs-chart { margin: 0 0 12px; }
+.gs-chart figcaption { font-weight: 600; margin-bottom: 4px; }
+.gs-plot { color: var(--fg); }
+.gs-chart-legend, .gs-chips, .gs-marker-list { list-style: none; margin: 4px 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; }
+.gs-marker-list { flex-direction: column; color: var(--fg); }
+.gs-swatch { display: inline-block; width: 14px; height: 3px; margin-right: 6px; vertical-align: middle; }
+.gs-chips li { display: inline-flex; gap: 4px; align-items: center; background: var(--panel); border: 1px solid var(--border);
+  border-radius: 12px; padding: 1px 4px 1px 10px; }
+.gs-chips button { font: inherit; border: 0; background: none; color: var(--muted); cursor: pointer; }
+.gs-marker { position: absolute; top: 0; bottom: 0; width: 0; border-left: 2px dashed var(--violation); pointer-events: auto; }
+.gs-marker-label { position: absolute; top: 2px; left: 4px; white-space: nowrap; font-size: 11px; font-weight: 600;
+  color: var(--violation); background: var(--bg); padding: 0 3px; border-radius: 3px; }
+.gs-table { border-collapse: collapse; font-size: 12px; }
+.gs-table th, .gs-table td { border-bottom: 1px solid var(--border); padding: 3px 8px; text-align: left; vertical-align: top; }
+.gs-table td button { font: inherit; color: var(--accent); background: none; border: 1px solid var(--border); border-radius: 4px; cursor: pointer; }
+.gs-export ul { margin: 0; padding-left: 20px; }
+.gs-export a { color: var(--accent); }
 .gs-empty { max-width: 680px; }
 .gs-empty pre { background: var(--panel); border: 1px solid var(--border); border-radius: 6px; padding: 10px 12px; overflow: auto; }
 `;
 
 export function installStyle(doc: Document): void {
   const style = doc.createElement("style");
-  style.textContent = CSS;
+  style.textContent = UPLOT_CSS + CSS;
   doc.head.appendChild(style);
 }

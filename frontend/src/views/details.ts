@@ -5,9 +5,10 @@ import type { Matrix } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { formatFull } from "../numbers";
-import type { Selection } from "./matrix";
+import { cellKey } from "../compare";
+import type { MatrixDiff, Selection } from "./matrix";
 
-export function renderDetails(matrix: Matrix, selection: Selection | null): HTMLElement {
+export function renderDetails(matrix: Matrix, selection: Selection | null, diff: MatrixDiff | null = null): HTMLElement {
   const panel = h("section", { className: "gs-details", attrs: { id: "gs-details", "aria-live": "polite" } });
   if (selection === null) {
     panel.append(h("h2", {}, "Details"), h("p", {}, "Select a cell to see all its numbers."));
@@ -33,6 +34,10 @@ export function renderDetails(matrix: Matrix, selection: Selection | null): HTML
       ["zero fraction", formatFull(stats.zero_frac)],
       ["violation", stats.violation ? "yes" : "no"],
     );
+  }
+  if (diff !== null) {
+    const theirs = diff.differ.get(cellKey(selection.loss, selection.scope));
+    rows.push([`state in ${diff.run}`, theirs === undefined ? "the same" : stateInfo(theirs).label]);
   }
   rows.push(
     ["‖Δθ‖ applied", formatFull(update?.update_norm ?? null)],

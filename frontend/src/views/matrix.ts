@@ -9,6 +9,7 @@ import { stateInfo } from "../flowState";
 import { formatCompact, formatFull, logPosition } from "../numbers";
 import { type NormRange, updateNormRange, updatesColour } from "../shading";
 import type { ScopeTree } from "../scopeTree";
+import { cellKey as compareKey } from "../compare";
 import { type GridRow, RovingGrid } from "./rovingGrid";
 
 const INDENT_PX = 14;
@@ -16,6 +17,12 @@ const INDENT_PX = 14;
 export interface Selection {
   loss: string;
   scope: string;
+}
+
+/** The compared run and, per differing cell (compare.cellKey), its state there. */
+export interface MatrixDiff {
+  run: string;
+  differ: ReadonlyMap<string, string>;
 }
 
 export interface MatrixHandlers {
@@ -36,6 +43,7 @@ export class MatrixView {
     toggled: ReadonlySet<string>,
     selected: Selection | null,
     private readonly handlers: MatrixHandlers,
+    private readonly diff: MatrixDiff | null = null,
   ) {
     const startPoints = new Set(lossKinds.filter((l) => l.kind === "start_point").map((l) => l.name));
     const range = updateNormRange(matrix);
@@ -147,17 +155,19 @@ export class MatrixView {
   ): HTMLButtonElement {
     const info = stateInfo(stats?.state ?? "no_gradient");
     const label = info.state === "updates" ? formatCompact(stats?.l2 ?? null) : info.mark;
+    const theirs = this.diff?.differ.get(cellKey({ loss, scope }));
+    const compared = theirs === undefined || this.diff === null ? "" : `\nin run ${this.diff.run}: ${stateInfo(theirs).label}`;
     const button = h(
       "button",
       {
         className: "gs-cell",
         attrs: {
           type: "button",
-          title: cellTitle(loss, scope, stats),
+          title: cellTitle(loss, scope, stats) + compared,
           "aria-pressed": String(isSelected),
           "aria-label": `${loss}, ${scope}: ${info.label}`,
         },
-        data: { loss, scope, state: info.state, violation: String(stats?.violation === true) },
+        data: { loss, scope, state: info.state, violation: String(stats?.violation === true), diff: String(theirs !== undefined) },
         on: { click: () => this.handlers.onSelect({ loss, scope }) },
       },
       label,
@@ -184,7 +194,7 @@ function lossHeader(loss: string, startPoint: boolean): HTMLTableCellElement {
 }
 
 function cellKey(selection: Selection): string {
-  return `${selection.loss}\u0000${selection.scope}`;
+  return compareKey(selection.loss, selection.scope);
 }
 
 /** The tooltip of a cell: every number, one per line. */

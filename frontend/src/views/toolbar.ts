@@ -7,6 +7,8 @@ import { h, replaceChildren } from "../dom";
 
 export interface ToolbarHandlers {
   onRun: (run: string) => void;
+  /** The run to compare with, or null for none. */
+  onCompare: (run: string | null) => void;
   onStep: (step: number) => void;
   onRefresh: () => void;
 }
@@ -14,6 +16,7 @@ export interface ToolbarHandlers {
 export class Toolbar {
   readonly element: HTMLElement;
   private readonly runSelect: HTMLSelectElement;
+  private readonly compareSelect: HTMLSelectElement;
   private readonly slider: HTMLInputElement;
   private readonly stepLabel: HTMLOutputElement;
   private readonly status: HTMLElement;
@@ -23,6 +26,10 @@ export class Toolbar {
     this.runSelect = h("select", {
       attrs: { id: "gs-run", name: "run" },
       on: { change: () => handlers.onRun(this.runSelect.value) },
+    });
+    this.compareSelect = h("select", {
+      attrs: { id: "gs-compare", name: "compare" },
+      on: { change: () => handlers.onCompare(this.compareSelect.value === "" ? null : this.compareSelect.value) },
     });
     this.slider = h("input", {
       attrs: { id: "gs-step", type: "range", min: "0", max: "0", step: "1", value: "0" },
@@ -42,6 +49,7 @@ export class Toolbar {
       { className: "gs-toolbar" },
       h("h1", {}, "Gradscope"),
       h("label", {}, "Run", this.runSelect),
+      h("label", {}, "Compare with", this.compareSelect),
       h("label", {}, "Step", this.slider, this.stepLabel),
       h("button", { attrs: { type: "button", id: "gs-refresh" }, on: { click: handlers.onRefresh } }, "Refresh"),
       this.status,
@@ -56,6 +64,16 @@ export class Toolbar {
     }
     if (selected !== null) this.runSelect.value = selected;
     this.runSelect.disabled = runs.length === 0;
+  }
+
+  setCompare(runs: readonly RunSummary[], shown: string | null, selected: string | null): void {
+    const names = ["", ...runs.map((r) => r.run).filter((name) => name !== shown)];
+    const current = Array.from(this.compareSelect.options, (o) => o.value);
+    if (names.join("\u0000") !== current.join("\u0000")) {
+      replaceChildren(this.compareSelect, ...names.map((name) => h("option", { attrs: { value: name } }, name === "" ? "none" : name)));
+    }
+    this.compareSelect.value = selected !== null && names.includes(selected) ? selected : "";
+    this.compareSelect.disabled = names.length <= 1;
   }
 
   setSteps(steps: readonly number[], current: number | null): void {

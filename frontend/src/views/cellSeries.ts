@@ -1,0 +1,78 @@
+// Time series of the cells the user picked in the matrix: ‖g‖ per step, one
+// line per (loss, scope), with a log-scale switch and a smoothing slider.
+// Built once per run and updated in place so the controls keep focus.
+
+import type { SeriesPoint } from "../api";
+import { h, replaceChildren } from "../dom";
+import { smooth } from "../smoothing";
+import type { Selection } from "./matrix";
+import { type ChartSeries, destroyCharts, renderLineChart } from "./lineChart";
+
+export interface CellSeries {
+  cell: Selection;
+  points: SeriesPoint[];
+}
+
+export interface CellSeriesHandlers {
+  onRemove: (cell: Selection) => void;
+}
+
+export class CellSeriesPanel {
+  readonly element: HTMLElement;
+  private readonly logBox: HTMLInputElement;
+  private readonly smoothing: HTMLInputElement;
+  private readonly smoothingLabel = h("output", { attrs: { for: "gs-smoothing" } });
+  private readonly chips = h("ul", { className: "gs-chips", attrs: { "aria-label": "charted cells" } });
+  private readonly plot = h("div", {});
+  private series: CellSeries[] = [];
+
+  constructor(private readonly handlers: CellSeriesHandlers) {
+    this.logBox = h("input", { attrs: { id: "gs-log", type: "checkbox", checked: "" }, on: { change: () => this.redraw() } });
+    this.smoothing = h("input", {
+      attrs: { id: "gs-smoothing", type: "range", min: "0", max: "0.99", step: "0.01", value: "0" },
+      on: { input: () => this.redraw() },
+    });
+    this.element = h(
+      "section",
+      { className: "gs-series", attrs: { id: "gs-series", "aria-label": "time series of chosen cells" } },
+      h("h2", {}, "Gradient norm over steps"),
+      h("div", { className: "gs-controls" },
+        h("label", {}, this.logBox, "log scale"),
+        h("label", {}, "Smoothing", this.smoothing, this.smoothingLabel)),
+      this.chips,
+      this.plot,
+    );
+    this.redraw();
+  }
+
+  setSeries(series: CellSeries[]): void {
+    this.series = series;
+    this.redraw();
+  }
+
+  private redraw(): void {
+    const weight = Number(this.smoothing.value);
+    this.smoothingLabel.textContent = weight.toFixed(2);
+    replaceChildren(this.chips, ...this.series.map(({ cell }) => h("li", {},
+      `${cell.loss} × ${cell.scope}`,
+      h("button", {
+        attrs: { type: "button", "aria-label": `stop charting ${cell.loss} × ${cell.scope}`, title: "remove" },
+        on: { click: () => this.handlers.onRemove(cell) },
+      }, "×"))));
+    destroyCharts(this.plot);
+    if (this.series.length === 0) {
+      replaceChildren(this.plot, h("p", { className: "gs-muted", attrs: { id: "gs-series-empty" } },
+        "Click cells of the matrix to chart their gradient norm over the kept steps."));
+      return;
+    }
+    const steps = Array.from(new Set(this.series.flatMap((s) => s.points.map((p) => p[0])))).sort((a, b) => a - b);
+    const lines: ChartSeries[] = this.series.map(({ cell, points }) => {
+      const byStep = new Map(points.map((p) => [p[0], p[2]]));
+      return { label: `${cell.loss} × ${cell.scope}`, values: smooth(steps.map((s) => byStep.get(s) ?? null), weight) };
+    });
+    replaceChildren(this.plot, renderLineChart({
+      id: "gs-series-chart", title: `‖g‖ per step${weight > 0 ? `, smoothed ${weight.toFixed(2)}` : ""}`,
+      steps, series: lines, log: this.logBox.checked, yLabel: "‖g‖",
+    }));
+  }
+}

@@ -1,0 +1,127 @@
+// A line chart drawn by uPlot on a canvas, with a legend and step markers we
+// build ourselves as text (uPlot's own legend is off). Labels handed to uPlot
+// only reach its canvas, never the DOM as markup.
+
+import uPlot from "uplot";
+import { h } from "../dom";
+import { formatCompact } from "../numbers";
+
+export interface ChartSeries {
+  label: string;
+  values: (number | null)[];
+}
+
+/** A vertical line at a step, labelled (e.g. an anomaly). */
+export interface StepMarker {
+  step: number;
+  label: string;
+  title: string;
+  name: string;
+}
+
+export interface LineChartSpec {
+  id: string;
+  title: string;
+  steps: number[];
+  series: ChartSeries[];
+  log: boolean;
+  markers?: StepMarker[];
+  yLabel: string;
+}
+
+/** The uPlot behind each chart figure, so a replaced chart can be destroyed. */
+const PLOTS = new WeakMap<Element, uPlot>();
+
+/** Frees the uPlot instances (and their window listeners) of charts under `root`. */
+export function destroyCharts(root: Element): void {
+  for (const figure of Array.from(root.querySelectorAll(".gs-chart"))) {
+    PLOTS.get(figure)?.destroy();
+    PLOTS.delete(figure);
+  }
+}
+
+const PALETTE = ["#0969da", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#cf222e", "#57606a"];
+const HEIGHT = 220;
+
+export function colourOf(index: number): string {
+  return PALETTE[index % PALETTE.length]!;
+}
+
+/** Keeps what a log scale can draw: positive finite values. */
+function forLog(values: (number | null)[]): (number | null)[] {
+  return values.map((v) => (v !== null && Number.isFinite(v) && v > 0 ? v : null));
+}
+
+function finite(values: (number | null)[]): (number | null)[] {
+  return values.map((v) => (v !== null && Number.isFinite(v) ? v : null));
+}
+
+function chartWidth(): number {
+  return Math.max(360, Math.min(1000, document.documentElement.clientWidth - 80));
+}
+
+export function renderLineChart(spec: LineChartSpec): HTMLElement {
+  const figure = h("figure", {
+    className: "gs-chart",
+    attrs: { id: spec.id, "aria-label": spec.title },
+    data: { log: String(spec.log), points: String(spec.steps.length), series: String(spec.series.length) },
+  });
+  figure.append(h("figcaption", {}, spec.title));
+  const plotBox = h("div", { className: "gs-plot" });
+  figure.append(plotBox);
+  const data: uPlot.AlignedData = [
+    spec.steps,
+    ...spec.series.map((s) => (spec.log ? forLog(s.values) : finite(s.values))),
+  ];
+  const markers = spec.markers ?? [];
+  const options: uPlot.Options = {
+    width: chartWidth(),
+    height: HEIGHT,
+    legend: { show: false },
+    cursor: { drag: { x: true, y: false } },
+    scales: { x: { time: false }, y: spec.log ? { distr: 3 } : { auto: true } },
+    axes: [
+      { label: "step", stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" } },
+      { label: spec.yLabel, stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" }, size: 60 },
+    ],
+    series: [
+      {},
+      ...spec.series.map((s, i) => ({ label: s.label, stroke: colourOf(i), width: 1.6, spanGaps: true, points: { show: spec.steps.length < 40 } })),
+    ],
+    hooks: { draw: [(u: uPlot) => placeMarkers(u, markers)] },
+  };
+  PLOTS.set(figure, new uPlot(options, data, plotBox));
+  figure.append(renderLegend(spec.series));
+  if (markers.length > 0) {
+    figure.append(h("ul", { className: "gs-marker-list", attrs: { "aria-label": "marked steps" } },
+      ...markers.map((m) => h("li", { data: { step: String(m.step), name: m.name } }, `step ${m.step}: ${m.label} — ${m.title}`))));
+  }
+  return figure;
+}
+
+function renderLegend(series: ChartSeries[]): HTMLElement {
+  return h(
+    "ul",
+    { className: "gs-chart-legend" },
+    ...series.map((s, i) => {
+      const last = [...s.values].reverse().find((v) => v !== null) ?? null;
+      const swatch = h("span", { className: "gs-swatch", attrs: { "aria-hidden": "true" } });
+      swatch.style.background = colourOf(i);
+      return h("li", { data: { label: s.label, last: last === null ? "" : String(last) } },
+        swatch, s.label, h("span", { className: "gs-muted" }, ` last ${formatCompact(last)}`));
+    }),
+  );
+}
+
+/** Positions one DOM marker per step over the plot (text, not canvas). */
+function placeMarkers(u: uPlot, markers: StepMarker[]): void {
+  for (const old of Array.from(u.over.querySelectorAll(".gs-marker"))) old.remove();
+  for (const marker of markers) {
+    const left = u.valToPos(marker.step, "x");
+    if (!Number.isFinite(left)) continue;
+    const element = h("div", { className: "gs-marker", attrs: { title: marker.title }, data: { step: String(marker.step), name: marker.name } },
+      h("span", { className: "gs-marker-label" }, marker.label));
+    element.style.left = `${left}px`;
+    u.over.appendChild(element);
+  }
+}
