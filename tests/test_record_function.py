@@ -200,3 +200,21 @@ def test_advance_moves_the_step_for_loops_that_apply_themselves(tmp_path):
     assert sorted(records[(fmt.Kind.GRAD_STATS, "a")]) == [0, 3, 6]
     assert (fmt.Kind.UPDATE_STATS, "") not in records
     assert np.all(records[(fmt.Kind.GRAD_STATS, "a")][0].column("grad_vars")[:1] == 4)
+
+
+def test_switching_default_writers_gives_each_file_its_metadata(tmp_path):
+    model, opt = _model_and_opt(seed=6)
+    variables = model.trainable_variables
+    rec = Recorder(every_n_steps=1, models={"online": model})
+    for s in range(4):
+        run = "first" if s < 2 else "second"
+        writer = tf.summary.create_file_writer(str(tmp_path / run))
+        with writer.as_default():
+            with tf.GradientTape() as tape:
+                loss = two_losses(model, *batch(s))["a"]
+            rec.record_gradients({"a": list(zip(tape.gradient(loss, variables), variables))})
+            rec.advance()
+        writer.close()
+    records = read_records(str(tmp_path))
+    assert sorted(records["first"][(fmt.Kind.GRAD_STATS, "a")]) == [0, 1]
+    assert sorted(records["second"][(fmt.Kind.GRAD_STATS, "a")]) == [2, 3]

@@ -1,9 +1,10 @@
 """Where records go: the recorder's own file writer or the user's default one.
 
 TF2's summary writer repeats a summary's metadata on every event, so the full
-metadata is written only on a tag's first write through this sink and b""
-afterwards (TensorBoard keeps a tag's first metadata). Which tags were written
-is in-graph state (a string variable), so one trace serves every step; it is
+metadata is written only on a tag's first write to each writer through this
+sink and b"" afterwards (TensorBoard keeps a tag's first metadata). Which
+(writer, tag) pairs were written is in-graph state (a string variable), so one
+trace serves every step; it is
 deliberately kept out of checkpoints, since a resumed run starts a new event
 file that needs the metadata again.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import os
 from typing import Any, Callable, Iterator
 
@@ -47,7 +49,6 @@ class SummarySink:
                 trainable=False,
                 name="written_tags",
             )
-        self.writes_traced = 0
 
     @contextlib.contextmanager
     def as_default(self) -> Iterator[None]:
@@ -79,18 +80,19 @@ class SummarySink:
         With `once`, the tag is written only if it never was through this sink.
         Returns a bool tensor: written or not.
         """
-        self.writes_traced += 1
         with self.as_default():
-            first = tf.logical_not(tf.reduce_any(tf.equal(self._written, tag)))
+            # Per writer: a user who switches default writers starts a new file.
+            key = f"{_writer_token(summary_ops_v2._summary_state.writer)}:{tag}"  # noqa: SLF001
+            first = tf.logical_not(tf.reduce_any(tf.equal(self._written, key)))
             condition = tf.logical_and(record, first) if once else record
             with tf.summary.record_if(condition):
                 meta = tf.where(first, tf.constant(metadata), tf.constant(b""))
                 written = tf.summary.write(tag, value, step=step, metadata=meta)
             mark = tf.logical_and(written, first)
-            return tf.cond(mark, lambda: self._mark(tag), lambda: written)
+            return tf.cond(mark, lambda: self._mark(key), lambda: written)
 
-    def _mark(self, tag: str) -> tf.Tensor:
-        self._written.assign(tf.concat([self._written, [tag]], 0))
+    def _mark(self, key: str) -> tf.Tensor:
+        self._written.assign(tf.concat([self._written, [key]], 0))
         return tf.constant(True)
 
     def flush(self) -> None:
@@ -111,6 +113,18 @@ class SummarySink:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+_tokens = itertools.count()
+
+
+def _writer_token(writer: Any) -> int:
+    """A number unique to a writer object for the process (ids get reused)."""
+    token = getattr(writer, "_gradscope_token", None)
+    if token is None:
+        token = next(_tokens)
+        writer._gradscope_token = token
+    return token
 
 
 def _create_writer(logdir: str, name: str) -> Any:
