@@ -1,14 +1,16 @@
 """Cost of the TF1 integration on a DQN learn step (seed 01's shape).
 
-Baseline: the same graph and session driven without the wrapper, measured
-side by side (interleaved call by call in alternating order; medians over
-blocks of 100 steps).
-Candidates: the wrapped session at the default `every_n_steps` (100) and at
-every step; plus the two small calls a recorded step adds (snapshot before,
-update norms after); the wrapper's Python cost on an unrecorded call; and
-the time to build a GraphRecorder on a deep MLP against the time
-`minimize()` took to build on the same graph.
-Headline: wrapped-session time per step at the default frequency / plain.
+All candidates drive one graph and one session, measured side by side
+(interleaved call by call in rotating order; medians over blocks of 100
+steps): the plain session (baseline of the wrapper), `GraphRecorder.wrap` at
+the default `every_n_steps` (100), a MonitoredSession without hooks (baseline
+of the hook) and with `GraphRecorder.hook()`. Also: recording every step (in
+blocks against plain), the two small calls a recorded step adds (snapshot
+before, update norms after), the wrapper's Python cost on an unrecorded call,
+and the time to build a GraphRecorder on a deep MLP against the time
+`minimize()` took on the same graph.
+Headline: MonitoredSession step time with the hook at the default frequency /
+without it.
 """
 
 from __future__ import annotations
@@ -103,6 +105,37 @@ def _call_overhead(logdir: str, repetitions: int) -> float:
     return (medians["wrapped"] - medians["raw"]) / 100
 
 
+class _Existing(tf.train.SessionCreator):
+    """Hands an existing session to MonitoredSession, so that sessions with and
+    without the hook share one session (same thread pools, same variables)."""
+
+    def __init__(self, session):
+        self._session = session
+
+    def create_session(self):
+        return self._session
+
+
+def _per_step(runs: dict, step, block: int, repetitions: int) -> dict[str, float]:
+    """Seconds per step of each run function, interleaved call by call with the
+    order rotated every call (load from other processes and cache state hit
+    all alike): the median over `repetitions` blocks of each block's mean."""
+    names = list(runs)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(block * repetitions):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            step(runs[name], i)
+            times[name].append(time.perf_counter() - start)
+    return {
+        name: statistics.median(
+            statistics.fmean(t[k * block:(k + 1) * block]) for k in range(repetitions)
+        )
+        for name, t in times.items()
+    }
+
+
 def main() -> None:
     args = harness.parse_args(__doc__)
     n_features, hidden, n_actions, batch = (32, 256, 8, 64) if args.quick else (64, 512, 16, 128)
@@ -120,75 +153,74 @@ def main() -> None:
     logdir = tempfile.mkdtemp(prefix="bench_tf1_")
     graph, inputs, loss, train, init = _build(n_features, hidden, n_actions)
     with graph.as_default():
-        # One session for every candidate: they differ only in the wrapper, not
-        # in thread pools or memory layout.
         raw = tf.Session(graph=graph, config=config)
-        default = GraphRecorder(f"{logdir}/default", losses={"td": loss},
-                                train_ops={"td": train})
-        every = GraphRecorder(f"{logdir}/every", losses={"td": loss},
-                              train_ops={"td": train}, every_n_steps=1)
+        recorders = {
+            name: GraphRecorder(f"{logdir}/{name}", losses={"td": loss}, train_ops={"td": train},
+                                every_n_steps=every)
+            for name, every in (("wrapped", 100), ("hooked", 100), ("every_step", 1))
+        }
         raw.run(init)
-    sessions = {"plain": raw, "default": default.wrap(raw), "every_step": every.wrap(raw)}
+        monitored = tf.train.MonitoredSession(session_creator=_Existing(raw))
+        hooked = tf.train.MonitoredSession(
+            session_creator=_Existing(raw), hooks=[recorders["hooked"].hook()]
+        )
+    runs = {
+        "plain": raw.run,
+        "wrapped": recorders["wrapped"].wrap(raw).run,
+        "monitored": monitored.run,
+        "hooked": hooked.run,
+        "every_step": recorders["every_step"].wrap(raw).run,
+    }
 
     def step(run, i):
         run([train, loss], dict(zip(inputs, feeds[i % len(feeds)])))
 
-    for name, session in sessions.items():  # warm up: the first runs build executors
+    for run in runs.values():  # warm up: the first runs build executors
         for i in range(block):
-            step(session.run, i)
-    # Plain vs default: interleaved call by call, the order swapped every call
-    # (load from other processes and cache state hit both alike); per
-    # candidate, the median over blocks of each block's mean step.
-    times: dict[str, list[float]] = {"plain": [], "default": []}
-    for i in range(block * repetitions):
-        order = ("plain", "default") if i % 2 else ("default", "plain")
-        for name in order:
-            start = time.perf_counter()
-            step(sessions[name].run, i)
-            times[name].append(time.perf_counter() - start)
-    plain, default_step = (
-        statistics.median(
-            statistics.fmean(times[name][k * block:(k + 1) * block]) for k in range(repetitions)
-        )
-        for name in ("plain", "default")
+            step(run, i)
+    per_step = _per_step(
+        {n: runs[n] for n in ("plain", "wrapped", "monitored", "hooked")}, step, block, repetitions
     )
+
     # Every step recorded: its transient tensors evict caches, so it is timed
     # in whole blocks against plain blocks rather than call by call.
     def block_of(name):
-        return lambda: [step(sessions[name].run, i) for i in range(block)]
+        return lambda: [step(runs[name], i) for i in range(block)]
 
     blocks = harness.interleaved_medians(
         {"plain": block_of("plain"), "every_step": block_of("every_step")}, repetitions
     )
-    every_ratio = blocks["every_step"] / blocks["plain"]
-    every_step = blocks["every_step"] / block
+    update_ops = recorders["every_step"]._update_ops
     calls = harness.interleaved_medians(
-        {"snapshot": lambda: raw.run(every._update_ops.snapshot),
-         "update_norms": lambda: raw.run(every._update_ops.table)},
+        {"snapshot": lambda: raw.run(update_ops.snapshot),
+         "update_norms": lambda: raw.run(update_ops.table)},
         repetitions=50 if args.quick else 200,
     )
-    for recorder in (default, every):
-        recorder.close(raw)
-    raw.close()
     builds = [_build_costs(50 if args.quick else 400, f"{logdir}/build{i}")
               for i in range(1 if args.quick else 3)]
-    n_params = sum(int(np.prod(v.shape)) for v in every.variables)
-    harness.report("variables_recorded", len(every.variables))
-    harness.report("parameters_recorded", n_params)
-    harness.report("plain_step_seconds", plain)
-    harness.report("every_step_seconds", every_step)
-    harness.report("every_step_ratio_vs_plain", every_ratio)
+    overhead = _call_overhead(f"{logdir}/overhead", 20 if args.quick else 100)
+    for recorder in recorders.values():
+        recorder.close(raw)
+    raw.close()
+
+    variables = recorders["every_step"].variables
+    harness.report("variables_recorded", len(variables))
+    harness.report("parameters_recorded", sum(int(np.prod(v.shape)) for v in variables))
+    harness.report("plain_step_seconds", per_step["plain"])
+    harness.report("every_step_seconds", blocks["every_step"] / block)
+    harness.report("every_step_ratio_vs_plain", blocks["every_step"] / blocks["plain"])
     harness.report("snapshot_call_seconds", calls["snapshot"])
     harness.report("update_norms_call_seconds", calls["update_norms"])
     harness.report("build_variables", builds[0][0])
     harness.report("minimize_build_seconds", statistics.median(b[1] for b in builds))
     harness.report("recorder_build_seconds", statistics.median(b[2] for b in builds))
-    harness.report("recorder_build_ratio_vs_minimize",
-                   statistics.median(b[2] / b[1] for b in builds))
-    harness.report("unrecorded_call_overhead_seconds",
-                   _call_overhead(f"{logdir}/overhead", 20 if args.quick else 100))
-    harness.report("default_step_seconds", default_step)
-    harness.report("tf1_run_ratio_default_vs_plain", default_step / plain)
+    harness.report("recorder_build_ratio_vs_minimize", statistics.median(b[2] / b[1] for b in builds))
+    harness.report("unrecorded_call_overhead_seconds", overhead)
+    harness.report("wrapped_step_seconds", per_step["wrapped"])
+    harness.report("tf1_wrapped_run_ratio_default_vs_plain", per_step["wrapped"] / per_step["plain"])
+    harness.report("monitored_step_seconds", per_step["monitored"])
+    harness.report("hooked_step_seconds", per_step["hooked"])
+    harness.report("tf1_hook_run_ratio_default_vs_without", per_step["hooked"] / per_step["monitored"])
 
 
 if __name__ == "__main__":
