@@ -12,6 +12,7 @@ import io
 import os
 import pathlib
 
+import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
@@ -248,19 +249,28 @@ def test_demo_logs_stay_small():
     assert size < 20 * 2**20, f"demo_logs/ is {size / 2**20:.1f} MB; keep it under 20 MB"
 
 
-def test_regenerating_a_demo_is_deterministic(fresh, tmp_path):
+RERUN = ("dqn_tf1", "ema_lstm", "actor_critic")  # TF1 graph, LSTM, sampled actions
+
+
+def test_regenerating_demos_is_deterministic_whatever_ran_before(fresh, tmp_path):
     from tb_gradscope.demos.runner import run_demos
 
-    run_demos(str(tmp_path), only=["dqn"], steps=FEW_STEPS, env="builtin", stream=io.StringIO())
+    run_demos(str(tmp_path), only=RERUN, steps=FEW_STEPS, env="builtin", stream=io.StringIO())
     again = {logs.run: logs for logs in load_logdir(str(tmp_path))}
-    for twin in ("clean", "leaky"):
-        before, after = fresh[f"dqn/{twin}"], again[f"dqn/{twin}"]
+    assert sorted(os.listdir(tmp_path)) == sorted(RERUN)
+    assert sorted(again) == [r for r in EXPECTED_RUNS if r.split("/")[0] in RERUN]
+    for run, after in again.items():
+        before = fresh[run]
         assert before.steps == after.steps
         for step in before.steps:
             for loss, table in before.grads[step].items():
-                assert (table.values == after.grads[step][loss].values).all(), (twin, step, loss)
-            assert (before.updates[step].values == after.updates[step].values).all()
-    assert os.listdir(tmp_path) == ["dqn"]
+                assert (table.values == after.grads[step][loss].values).all(), (run, step, loss)
+            assert (before.updates[step].values == after.updates[step].values).all(), (run, step)
+        for pair, series in before.drift.items():
+            assert [s for s, _ in series] == [s for s, _ in after.drift[pair]]
+            for (step, table), (_, again_table) in zip(series, after.drift[pair]):
+                assert np.array_equal(table.values, again_table.values, equal_nan=True), (
+                    run, pair, step)
 
 
 def test_blocked_edges_point_at_the_demos_stop_gradient_lines(committed):
