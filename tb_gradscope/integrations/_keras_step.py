@@ -1,0 +1,180 @@
+"""The instrumented Keras train step: stats computed in the step, kept in variables.
+
+`StepProbe.wrap(train_step)` returns a step that runs the model's own
+`train_step` unchanged inside an outer persistent GradientTape. Keras's inner
+tape computes and applies the very gradient it always does; the outer tape only
+watches, so per-output losses (captured from the CompileLoss) can be
+differentiated afterwards, at recorded steps only, under a `tf.cond`.
+
+Summaries cannot be written inside XLA (`jit_compile=True`), and with
+`steps_per_execution > 1` several steps run in one call, so tables are not
+written from the step: they go into a small ring of variables (one slot per
+recorded step that one execution can hold), which the callback reads in Python
+between executions. The step of a recorded batch is the optimizer's
+`iterations` before it applies, so it counts the batches actually trained on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope.format.flowgraph import FlowGraph
+from tb_gradscope.format.metadata import KIND_SPECS, Kind
+from tb_gradscope.integrations import _keras_capture as capture
+from tb_gradscope.record import flow, stats
+from tb_gradscope.record.naming import VariableLayout
+from tb_gradscope.record.reductions import in_xla
+
+_no_autograph = tf.autograph.experimental.do_not_convert
+_N_GRAD = len(KIND_SPECS[Kind.GRAD_STATS].columns)
+_N_UPDATE = len(KIND_SPECS[Kind.UPDATE_STATS].columns)
+
+
+class StepProbe:
+    """In-graph recording for one model: a ring of stats slots and the wrapper.
+
+    Args:
+      model: the compiled, built Keras model.
+      vlayout: its recorded variables and scope tree.
+      every: record steps divisible by this.
+      slots: ring size; at least the recorded steps one execution can hold.
+      name: used in warnings and analysis messages.
+      on_error: called with the exception when building the instrumentation
+        fails at trace time (the model's own step still runs, unrecorded).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        vlayout: VariableLayout,
+        every: int,
+        slots: int,
+        name: str,
+        on_error: Callable[[Exception], None],
+    ):
+        self.model = model
+        self.vlayout = vlayout
+        self.losses: list[capture.OutputLoss] = []
+        self.every = every
+        self.slots = slots
+        self.name = name
+        self._on_error = on_error
+        self._rollup = stats.RollUp.from_layout(vlayout.layout)
+        self.flowgraph: FlowGraph | None = None
+        self.captured: set[str] = set()
+        self.grad_tables: tf.Variable | None = None
+        self.traces = 0
+        n_scopes = len(vlayout.layout.scopes)
+        with tf.init_scope():
+            self.enabled = tf.Variable(False, trainable=False, name="gradscope_enabled")
+            self.slot_step = tf.Variable(
+                np.full([slots], -1, np.int64), trainable=False, name="gradscope_slot_step"
+            )
+            self.update_tables = tf.Variable(
+                tf.zeros([slots, n_scopes, _N_UPDATE]),
+                trainable=False,
+                name="gradscope_update_tables",
+            )
+
+    @staticmethod
+    def slots_for(steps_per_execution: int, every: int) -> int:
+        """Recorded steps one execution of `steps_per_execution` steps can hold."""
+        return max(1, math.ceil(steps_per_execution / every))
+
+    def wrap(self, train_step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """`train_step`, observed; what it computes and applies is untouched."""
+
+        @_no_autograph
+        def instrumented_train_step(data: Any) -> Any:
+            self.traces += 1
+            before = self._guarded(self._before)
+            with capture.capture_losses(self.model) as captured:
+                with tf.GradientTape(persistent=True) as tape:
+                    logs = train_step(data)
+            if before is not None:
+                self._guarded(lambda: self._after(tape, captured, *before))
+            return logs
+
+        instrumented_train_step.gradscope_probe = self
+        return instrumented_train_step
+
+    def switch(self, on: bool) -> None:
+        """Turns recording on or off (eagerly, also when called while tracing)."""
+        with tf.init_scope():
+            self.enabled.assign(on)
+
+    def read(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(slot steps, grad tables [slot, loss, scope, col] or None, update tables)."""
+        grads = None if self.grad_tables is None else self.grad_tables.numpy()
+        return self.slot_step.numpy(), grads, self.update_tables.numpy()
+
+    # ----- in-graph --------------------------------------------------------
+
+    def _guarded(self, build: Callable[[], Any]) -> Any:
+        if tf.executing_eagerly():
+            return None  # run_eagerly=True: nothing is traced, nothing recorded
+        try:
+            return build()
+        except Exception as e:  # noqa: BLE001 - the user's step must still run
+            self._on_error(e)
+            return None
+
+    def _before(self) -> tuple[tf.Tensor, tf.Tensor, list[Any]]:
+        step = tf.cast(self.model.optimizer.iterations, tf.int64)
+        record = tf.logical_and(
+            self.enabled.read_value(), tf.equal(tf.math.floormod(step, self.every), 0)
+        )
+        variables = list(self.vlayout.variables)
+        if in_xla():  # XLA needs equal shapes on both branches
+            empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
+        else:
+            empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
+        before = tf.cond(record, lambda: stats.snapshot(variables), empty)
+        return step, record, list(before)
+
+    def _after(self, tape: tf.GradientTape, captured: capture.Captured, step, record, before) -> None:
+        if not self.losses and captured.losses:
+            self.losses = list(captured.losses)
+            shape = [self.slots, len(self.losses), len(self.vlayout.layout.scopes), _N_GRAD]
+            with tf.init_scope():
+                self.grad_tables = tf.Variable(
+                    tf.zeros(shape), trainable=False, name="gradscope_grad_tables"
+                )
+        with tape:  # the weighting must be on the tape too
+            losses = {
+                self.losses[i].name: capture.weighted(self.model, value, self.losses[i])
+                for i, value in sorted(captured.values.items())
+                if i < len(self.losses) and captured.losses[i] == self.losses[i]
+            }
+        self.captured |= set(losses)
+        if self.flowgraph is None and losses:
+            self.flowgraph = flow.analyze_step(
+                tf.compat.v1.get_default_graph(),
+                losses,
+                self.vlayout.variable_scopes(),
+                self.vlayout.layout.scopes,
+                self.name,
+            )
+        variables = list(self.vlayout.variables)
+        order = [loss.name for loss in self.losses]
+
+        def store() -> tf.Tensor:
+            slot = tf.math.floormod(tf.math.floordiv(step, self.every), self.slots)
+            index = tf.reshape(slot, [1, 1])
+            if self.grad_tables is not None:
+                shape = self.grad_tables.shape[1:]
+                tables = [tf.zeros(shape[1:], tf.float32)] * shape[0]
+                for name, value in losses.items():
+                    grads = tape.gradient(value, variables)
+                    tables[order.index(name)] = stats.grad_table(grads, self._rollup)
+                self.grad_tables.scatter_nd_update(index, tf.stack(tables)[None])
+            update = stats.update_table(before, variables, self._rollup)
+            self.update_tables.scatter_nd_update(index, update[None])
+            self.slot_step.scatter_nd_update(index, tf.reshape(step, [1]))
+            return tf.constant(True)
+
+        tf.cond(record, store, lambda: tf.constant(False))

@@ -1,0 +1,261 @@
+"""Record where each compiled loss's gradient flows during Keras 3 `model.fit`.
+
+    model.fit(x, y, callbacks=[GradscopeCallback("logs/run1")])
+
+Keras 3 with the TensorFlow backend only. See `GradscopeCallback`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import keras
+import numpy as np
+
+from tb_gradscope.format import Kind, make_info
+from tb_gradscope.integrations import _keras_capture as capture
+from tb_gradscope.integrations._keras_step import StepProbe
+from tb_gradscope.integrations._writer import RecordWriter
+from tb_gradscope.record import naming
+from tb_gradscope.record.warn import warn_once
+from tb_gradscope.scopes import ScopeSpec
+
+_SERIALS = itertools.count()  # warn_once keys: a dead callback's id() may be reused
+
+
+class GradscopeCallback(keras.callbacks.Callback):
+    """Records per-output-loss gradient flow and applied updates, per scope, during `fit`.
+
+    Example:
+
+        inputs = keras.Input((4,))
+        body = keras.layers.Dense(8, name="body")(inputs)
+        q = keras.layers.Dense(1, name="q")(body)
+        aux = keras.layers.Dense(1, name="aux")(body)
+        model = keras.Model(inputs, {"q": q, "aux": aux}, name="agent")
+        model.compile("sgd", loss={"q": "mse", "aux": "mse"},
+                      loss_weights={"q": 1.0, "aux": 0.2})
+        model.fit(x, {"q": y, "aux": y2}, epochs=2,
+                  callbacks=[GradscopeCallback("logs/run1", every_n_batches=10)])
+        # then: tensorboard --logdir logs  ->  the "Gradscope" tab
+
+    Each compiled output loss is a gradscope loss named as Keras names it
+    (`q`, `aux`); what is recorded is the *weighted* loss (`loss_weight *
+    loss`, the output's term in the total Keras differentiates), and each
+    record's metadata says so (`attrs`: `weighted`, `loss_weight`). Losses
+    added with `add_loss` or weight regularizers are not attributed. Applied
+    updates are each scope's ||delta theta|| over the recorded step; the
+    step's graph is analyzed once (blocked edges with source lines).
+
+    The model's own `train_step` runs unchanged: the callback wraps it (before
+    Keras compiles its train function) in an outer GradientTape that only
+    watches, so the weights trained with and without the callback are bitwise
+    identical. Works with `jit_compile` on or off and with
+    `steps_per_execution > 1` (every recorded batch is the one trained on).
+    The wrapper stays on the model between fits with this callback (no
+    retracing) and is switched off outside them; `detach()` removes it.
+    Errors inside the callback are reported once and recording stops; `fit`
+    goes on.
+
+    Args:
+      logdir: directory for the event file (e.g. the TensorBoard run folder).
+      every_n_batches: record the batches whose optimizer step
+        (`optimizer.iterations` before the update) is divisible by this.
+      scopes: a `tb_gradscope.scopes.ScopeSpec` (include, exclude, max_depth)
+        for the scope tree; the model's name is its root.
+    """
+
+    def __init__(self, logdir: str, every_n_batches: int = 10, scopes: ScopeSpec | None = None):
+        super().__init__()
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise ValueError(
+                f"GradscopeCallback records TensorFlow training only, but Keras "
+                f"runs on the '{backend}' backend; set KERAS_BACKEND=tensorflow "
+                "before importing keras (jax and torch are not supported)"
+            )
+        if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int) or every_n_batches < 1:
+            raise ValueError(
+                f"every_n_batches must be an int >= 1, got {every_n_batches!r}; "
+                "e.g. every_n_batches=10 records batches 0, 10, 20, ..."
+            )
+        if scopes is not None and not isinstance(scopes, ScopeSpec):
+            raise ValueError(
+                f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}"
+            )
+        self.logdir = logdir
+        self.every_n_batches = every_n_batches
+        self.scopes = scopes
+        self.disabled = False
+        self._serial = next(_SERIALS)
+        self._probe: StepProbe | None = None
+        self._writer: RecordWriter | None = None
+        self._infos: dict[str, Any] = {}
+        self._written_step = -1
+        self._flowgraph_written = False
+        self._epoch_base = 0
+        self._drained_to = 0
+
+    @property
+    def probe(self) -> StepProbe | None:
+        """The in-graph instrumentation, once attached to a model."""
+        return self._probe
+
+    # ----- Keras hooks -----------------------------------------------------
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        self._guard(lambda: self._attach(model))
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self._active():
+            self._guard(self._begin)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        if self._active():
+            self._guard(self._read_step)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if not self._active():
+            return
+        current = self._epoch_base + batch
+        every = self.every_n_batches
+        if -(-self._drained_to // every) * every < current:  # a recorded step ran
+            self._guard(self._drain)
+            self._drained_to = current
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self._active():
+            self._guard(self._drain)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self._probe is None:
+            return
+        if not self.disabled:
+            self._guard(self._drain)
+        self._probe.switch(False)
+        if self._writer is not None:
+            self._writer.flush()
+
+    def detach(self) -> None:
+        """Gives the model back its own train_step (the next fit retraces)."""
+        model, probe = self.model, self._probe
+        if model is not None and _probe_of(model) is probe and probe is not None:
+            del model.train_step
+            model.train_function = None
+
+    # ----- internals -------------------------------------------------------
+
+    def _active(self) -> bool:
+        return self._probe is not None and not self.disabled
+
+    def _attach(self, model: Any) -> None:
+        _check_model(model)
+        if _probe_of(model) is self._probe and self._probe is not None:
+            return  # already instrumented by this callback: keep the traced step
+        if _probe_of(model) is not None:
+            del model.train_step  # another GradscopeCallback's wrapper
+        named = naming.model_variables(model.name, model)
+        vlayout = naming.build_variable_layout(named, self.scopes)
+        if not vlayout.variables:
+            raise ValueError(
+                f"model '{model.name}' has no float variables to record (is it "
+                "built? are the scopes' include/exclude too strict?)"
+            )
+        slots = StepProbe.slots_for(int(getattr(model, "steps_per_execution", 1) or 1), self.every_n_batches)
+        self._probe = StepProbe(
+            model, vlayout, self.every_n_batches, slots, model.name, self._fail
+        )
+        model.train_step = self._probe.wrap(model.train_step)
+        model.train_function = None  # compile the instrumented step
+        self._infos = {}
+
+    def _info(self, loss: capture.OutputLoss | None) -> Any:
+        """The metadata of a loss's GRAD_STATS record (UPDATE_STATS for None)."""
+        key = "" if loss is None else loss.name
+        if key not in self._infos:
+            scopes = self._probe.vlayout.layout.scopes
+            if loss is None:
+                self._infos[key] = make_info(Kind.UPDATE_STATS, "", scopes, attrs=self._attrs())
+            else:
+                weight = 1.0 if loss.weight is None else loss.weight
+                attrs = self._attrs(weighted=True, loss_weight=weight, source="keras.compile")
+                self._infos[key] = make_info(Kind.GRAD_STATS, key, scopes, attrs=attrs)
+        return self._infos[key]
+
+    def _attrs(self, **extra: Any) -> dict[str, Any]:
+        return {"every_n_steps": self.every_n_batches, "recorder": "keras", **extra}
+
+    def _begin(self) -> None:
+        if self._writer is None:
+            self._writer = RecordWriter(self.logdir)
+        self._probe.switch(True)
+        self._read_step()
+
+    def _read_step(self) -> None:
+        step = int(self.model.optimizer.iterations.numpy())
+        self._epoch_base = self._drained_to = step
+
+    def _drain(self) -> None:
+        """Writes every recorded step the ring holds that was not written yet."""
+        probe = self._probe
+        steps, grads, updates = probe.read()
+        if not probe.captured and probe.traces:
+            warn_once(
+                ("keras_no_losses", self._serial),
+                f"GradscopeCallback: the train step of model '{probe.name}' computed "
+                "none of its compiled losses through Keras's CompileLoss (a custom "
+                "train_step or compute_loss?); only applied updates are recorded",
+            )
+        for slot in np.argsort(steps):
+            step = int(steps[slot])
+            if step <= self._written_step:
+                continue
+            if probe.flowgraph is not None and not self._flowgraph_written:
+                self._flowgraph_written = True
+                info = make_info(Kind.FLOWGRAPH, attrs=self._attrs())
+                self._writer.write_blobs(info, [probe.flowgraph.to_json()], step)
+            for i, loss in enumerate(probe.losses):
+                if grads is not None and loss.name in probe.captured:
+                    self._writer.write_table(self._info(loss), grads[slot, i], step)
+            self._writer.write_table(self._info(None), updates[slot], step)
+            self._written_step = step
+        self._writer.flush()
+
+    def _guard(self, action: Any) -> Any:
+        try:
+            return action()
+        except Exception as e:  # noqa: BLE001 - fit must survive us
+            self._fail(e)
+            return None
+
+    def _fail(self, error: Exception) -> None:
+        self.disabled = True
+        if self._probe is not None:
+            self._probe.switch(False)
+        warn_once(
+            ("keras_callback_failed", self._serial),
+            f"GradscopeCallback stopped recording into '{self.logdir}' after an "
+            f"error ({type(error).__name__}: {error}); training continues unaffected",
+        )
+
+
+def _probe_of(model: Any) -> StepProbe | None:
+    return getattr(model.__dict__.get("train_step"), "gradscope_probe", None)
+
+
+def _check_model(model: Any) -> None:
+    if not isinstance(model, keras.Model):
+        raise ValueError(
+            f"GradscopeCallback needs a Keras 3 keras.Model, got {type(model).__module__}."
+            f"{type(model).__name__}; legacy tf_keras (TF_USE_LEGACY_KERAS=1) is not supported yet"
+        )
+    if getattr(model, "optimizer", None) is None:
+        raise ValueError(
+            f"model '{model.name}' is not compiled with an optimizer; call "
+            "model.compile(optimizer=..., loss=...) before fit"
+        )
+
+
+__all__ = ["GradscopeCallback"]
