@@ -32,7 +32,8 @@ def test_help_lists_the_demo_command():
 def test_demo_help_names_every_demo_and_option():
     result = run_cli("demo", "--help")
     assert result.returncode == 0
-    for word in ("LOGDIR", "--only", "--steps", "--seed", "--env", *demo_spec.DEMO_NAMES):
+    for word in ("LOGDIR", "--only", "--steps", "--seed", "--env", "--overwrite",
+                 *demo_spec.DEMO_NAMES):
         assert word in result.stdout
 
 
@@ -57,7 +58,7 @@ def test_bad_arguments_exit_2_and_say_what_is_wrong(args, message, capsys):
 
 
 @pytest.mark.slow
-def test_demo_command_writes_the_chosen_demo_and_its_rules_file(tmp_path):
+def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_path):
     result = run_cli("demo", str(tmp_path), "--only", "multihead", "--steps", "6",
                      "--env", "builtin", timeout=300)
     assert result.returncode == 0, result.stderr
@@ -70,6 +71,12 @@ def test_demo_command_writes_the_chosen_demo_and_its_rules_file(tmp_path):
         assert f"multihead/{twin}: 6 steps" in result.stdout
     assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line
     assert f"tb-gradscope check {runs} --rules {runs / 'rules.toml'}" in result.stdout
+    first = sorted(os.listdir(runs / "clean"))
+    again = run_cli("demo", str(tmp_path), "--only", "multihead", "--steps", "6",
+                    "--env", "builtin", "--overwrite", timeout=300)
+    assert again.returncode == 0, again.stderr
+    (replaced,) = os.listdir(runs / "clean")
+    assert [replaced] != first
 
 
 @pytest.mark.parametrize("name", ["dqn", "dqn_tf1", "dqn3_grad_start", "actor_critic"])
@@ -86,3 +93,13 @@ def test_committed_rules_files_list_each_demos_rules():
         rules = parse_rules_file(str(REPO / "demo_logs" / name / "rules.toml")).rules
         expected = [parse_rule(r) for r in demo_spec.load_demo(name).rules]
         assert [str(r) for r in rules] == [str(r) for r in expected]
+
+
+def test_demo_refuses_to_mix_new_runs_with_old_ones(tmp_path, capsys):
+    old = tmp_path / "multihead" / "clean"
+    old.mkdir(parents=True)
+    (old / "events.out.tfevents.1.host.1.v2").write_bytes(b"")
+    assert cli.main(["demo", str(tmp_path), "--only", "dqn", "multihead"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'multihead'} already holds demo runs" in err and "--overwrite" in err
+    assert sorted(os.listdir(tmp_path)) == ["multihead"]  # nothing trained, nothing removed

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 from tb_gradscope.demos import envs, spec
@@ -30,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps", type=_positive_int, default=None, metavar="N",
         help="optimizer steps per run (default: each demo's own, a few hundred)",
     )
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace runs an earlier `demo` left in LOGDIR (default: refuse)")
     parser.add_argument("--seed", type=int, default=spec.DEFAULT_SEED,
                         help="random seed of every run (default: %(default)s)")
     parser.add_argument(
@@ -45,8 +48,12 @@ def run(args: argparse.Namespace) -> int:
     from tb_gradscope.demos.runner import RULES_FILE, run_demos
 
     started = time.perf_counter()
-    reports = run_demos(args.logdir, only=args.only, steps=args.steps,
-                        seed=args.seed, env=args.env)
+    try:
+        reports = run_demos(args.logdir, only=args.only, steps=args.steps, seed=args.seed,
+                            env=args.env, overwrite=args.overwrite)
+    except (FileExistsError, ValueError) as e:
+        print(f"tb-gradscope demo: error: {e}", file=sys.stderr)
+        return 2
     for r in reports:
         losses = ", ".join(f"{k}={v:.4g}" for k, v in r.result.losses.items())
         note = f" ({r.result.note})" if r.result.note else ""

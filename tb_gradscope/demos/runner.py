@@ -9,8 +9,10 @@ LOGDIR/<demo>/rules.toml` shows what the leaky twin breaks.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
+import shutil
 import sys
 import time
 from typing import Sequence, TextIO
@@ -38,6 +40,7 @@ def run_demos(
     seed: int = demo_spec.DEFAULT_SEED,
     env: str = "auto",
     stream: TextIO | None = None,
+    overwrite: bool = False,
 ) -> list[RunReport]:
     """Trains every twin of the chosen demos (all when `only` is empty).
 
@@ -48,13 +51,21 @@ def run_demos(
       seed: seed of every run (each run reseeds, so runs do not depend on order).
       env: CartPole choice for the RL demos ("auto", "builtin", "gymnasium").
       stream: where progress goes (stderr by default).
+      overwrite: delete a chosen demo's earlier runs under LOGDIR first.
 
     Raises:
       ValueError: an unknown demo name, or steps < 1.
+      FileExistsError: a chosen demo already has runs under LOGDIR and
+        `overwrite` is False.
     """
     if steps is not None and steps < 1:
         raise ValueError(f"--steps must be at least 1, got {steps}")
     names = list(dict.fromkeys(only)) or list(demo_spec.DEMO_NAMES)
+    unknown = [n for n in names if n not in demo_spec.DEMO_NAMES]
+    if unknown:
+        raise ValueError(f"unknown demo(s) {unknown}; choose from {', '.join(demo_spec.DEMO_NAMES)}")
+    for name in names:
+        _clear_or_refuse(os.path.join(logdir, name), overwrite)
     demos = [demo_spec.load_demo(name) for name in names]
     stream = stream if stream is not None else sys.stderr
     reports = []
@@ -73,6 +84,20 @@ def run_demos(
             reports.append(RunReport(demo.name, twin, run_dir, n,
                                      time.perf_counter() - started, result))
     return reports
+
+
+def _clear_or_refuse(demo_dir: str, overwrite: bool) -> None:
+    """New runs must not land next to old event files: TensorBoard would merge them."""
+    old = glob.glob(os.path.join(glob.escape(demo_dir), "**", "*tfevents*"), recursive=True)
+    if not old:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"{demo_dir} already holds demo runs ({len(old)} event file(s)); new runs "
+            "would mix with them in TensorBoard. Remove it, pick another LOGDIR, "
+            "or pass --overwrite"
+        )
+    shutil.rmtree(demo_dir)
 
 
 RULES_FILE = "rules.toml"
