@@ -1,0 +1,105 @@
+"""The Gradscope tab's charts (uPlot): chosen cells' ‖g‖ over steps, drift with
+anomalies marked, gradient-conflict cosines. Real TensorBoard, real browser;
+runs recorded by the real Recorder."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
+
+from tests.frontend_fixtures import REPO, TensorBoard
+from tests.frontend_tab import OpenTab, Tab, css
+
+pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytestmark = pytest.mark.browser
+
+
+def _legend_last(tab: Tab, chart: str) -> dict[str, float]:
+    items = tab.frame.locator(f"#{chart} .gs-chart-legend li").evaluate_all(
+        "ls => ls.map(l => [l.dataset.label, l.dataset.last])")
+    return {label: float(last) for label, last in items}
+
+
+def _ema(values: list[float], weight: float) -> float:
+    """TensorBoard's debiased exponential moving average, last point."""
+    last, count = 0.0, 0
+    for value in values:
+        last = last * weight + (1 - weight) * value
+        count += 1
+    return last / (1 - weight**count)
+
+
+def test_chosen_cells_chart_their_gradient_norm_with_log_scale_and_smoothing(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
+    series = {scope: tensorboard.json("series", run="dqn", kind="grad_stats", name="td", scope=scope, stat="l2")["points"]
+              for scope in ("online/l1", "online/l2")}
+    tab = open_tab()
+    assert tab.frame.locator("#gs-series-empty").is_visible()
+    tab.cell("td", "online/l1").click()
+    tab.cell("td", "online/l2").click()
+    chart = tab.frame.locator("#gs-series-chart")
+    tab.frame.wait_for_selector('#gs-series-chart[data-series="2"]')
+    assert chart.get_attribute("data-points") == str(len(series["online/l1"]))
+    assert chart.get_attribute("data-log") == "true"
+    assert chart.locator("canvas").count() >= 1
+    last = _legend_last(tab, "gs-series-chart")
+    for scope, points in series.items():
+        assert last[f"td × {scope}"] == pytest.approx(points[-1][2], rel=1e-6)
+    smoothing = tab.frame.locator("#gs-smoothing")
+    smoothing.fill("0.9")
+    tab.frame.wait_for_selector("#gs-series-chart figcaption:has-text('smoothed 0.90')")
+    last = _legend_last(tab, "gs-series-chart")
+    for scope, points in series.items():
+        assert last[f"td × {scope}"] == pytest.approx(_ema([p[2] for p in points], 0.9), rel=1e-6)
+    tab.frame.locator("#gs-log").uncheck()
+    assert tab.frame.locator("#gs-series-chart").get_attribute("data-log") == "false"
+    tab.frame.get_by_role("button", name="stop charting td × online/l1").click()
+    assert tab.frame.locator("#gs-series-chart").get_attribute("data-series") == "1"
+    tab.assert_clean()
+
+
+def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
+    open_tab: OpenTab, demo_runs: TensorBoard
+) -> None:
+    run = "ema_lstm/leaky"
+    (pair,) = demo_runs.json("drift", run=run)["pairs"]
+    anomalies = [e for e in demo_runs.json("events", run=run)["events"] if e["type"] == "anomaly"]
+    (never,) = [e for e in anomalies if e["name"] == "never_synced"]
+    assert never["pair"] == pair["name"]
+    tab = open_tab(run=run)
+    chart = tab.frame.locator(f'#gs-drift .gs-chart[data-pair="{css(pair["name"])}"]')
+    chart.wait_for()
+    drift_scopes = [s for s in pair["scopes"] if s in pair["values"]["drift"]]
+    assert chart.get_attribute("data-series") == str(len(drift_scopes))
+    assert chart.get_attribute("data-points") == str(len(pair["steps"]))
+    marker = chart.locator(f'.gs-marker[data-name="never_synced"][data-step="{never["step"]}"]')
+    assert marker.text_content() == "never synced"
+    assert marker.get_attribute("title") == never["message"]
+    # The marker stands at its step on the x axis: the first step is the plot's left edge.
+    over = chart.locator(".u-over").bounding_box()
+    left = marker.bounding_box()["x"] - over["x"]
+    expected = (never["step"] - pair["steps"][0]) / (pair["steps"][-1] - pair["steps"][0]) * over["width"]
+    assert abs(left - expected) <= 3, (left, expected)
+    assert "never synced" in chart.locator(".gs-marker-list").text_content()
+    images = REPO / "docs" / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    chart.screenshot(path=str(images / "gradscope-drift.png"))
+    tab.assert_clean()
+
+
+def test_conflict_cosines_chart_each_pair_of_losses_or_say_there_are_none(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
+    pairs = tensorboard.json("conflict", run="dqn")["pairs"]
+    tab = open_tab()
+    tab.frame.locator("#gs-conflict").wait_for()
+    assert tab.frame.locator("#gs-conflict .gs-chart").count() == len(pairs)
+    for pair in pairs:
+        chart = tab.frame.locator(f'#gs-conflict .gs-chart[data-pair="{css(pair["name"])}"]')
+        assert chart.get_attribute("data-series") == str(len(pair["cosine"]))
+    tab.select_run("states")
+    tab.frame.locator("#gs-conflict-empty").wait_for()
+    assert tab.frame.locator("#gs-conflict .gs-chart").count() == 0
+    tab.assert_clean()
