@@ -214,13 +214,16 @@ def main() -> None:
     harness.report("build_variables", builds[0][0])
     harness.report("minimize_build_seconds", statistics.median(b[1] for b in builds))
     harness.report("recorder_build_seconds", statistics.median(b[2] for b in builds))
-    harness.report("recorder_build_ratio_vs_minimize", statistics.median(b[2] / b[1] for b in builds))
+    harness.report("recorder_build_ratio_vs_minimize",
+                   statistics.median(b[2] / b[1] for b in builds))
     harness.report("unrecorded_call_overhead_seconds", overhead)
     harness.report("wrapped_step_seconds", per_step["wrapped"])
-    harness.report("tf1_wrapped_run_ratio_default_vs_plain", per_step["wrapped"] / per_step["plain"])
+    harness.report("tf1_wrapped_run_ratio_default_vs_plain",
+                   per_step["wrapped"] / per_step["plain"])
     harness.report("monitored_step_seconds", per_step["monitored"])
     harness.report("hooked_step_seconds", per_step["hooked"])
-    harness.report("tf1_hook_run_ratio_default_vs_without", per_step["hooked"] / per_step["monitored"])
+    harness.report("tf1_hook_run_ratio_default_vs_without",
+                   per_step["hooked"] / per_step["monitored"])
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ def seed01():
 
 
 def test_non_scalar_loss_is_refused_with_the_fix(seed01, tmp_path):
-    with seed01.graph.as_default(), pytest.raises(ValueError, match=r"loss 'y1' is not a scalar.*reduce_mean"):
+    refused = pytest.raises(ValueError, match=r"loss 'y1' is not a scalar.*reduce_mean")
+    with seed01.graph.as_default(), refused:
         GraphRecorder(str(tmp_path), losses={"y1": seed01.y1}, train_ops={"y1": seed01.train1})
 
 
 def test_train_ops_must_be_keyed_by_loss(seed01, tmp_path):
-    with seed01.graph.as_default(), pytest.raises(ValueError, match=r"\['train1'\], which are not losses"):
+    refused = pytest.raises(ValueError, match=r"\['train1'\], which are not losses")
+    with seed01.graph.as_default(), refused:
         GraphRecorder(str(tmp_path), losses={"loss1": seed01.loss1},
                       train_ops={"train1": seed01.train1})
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pytest
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations._tf1_ops import SNAPSHOT_COLLECTION
@@ -129,7 +128,8 @@ def test_failure_in_gradscope_ops_turns_recording_off_and_training_goes_on(tmp_p
         warnings.simplefilter("always")
         weights, sess = build(str(tmp_path))
     messages = [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)]
-    assert len(messages) == 1 and "stopped" in messages[0] and "tb_gradscope/grads/probe" in messages[0]
+    assert len(messages) == 1
+    assert "stopped" in messages[0] and "tb_gradscope/grads/probe" in messages[0]
     assert sess._recorder.disabled
     np.testing.assert_array_equal(weights, expected)
 

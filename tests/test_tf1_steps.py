@@ -43,7 +43,9 @@ def test_one_call_with_both_train_ops_is_one_step():
     assert [dict(p.losses) for p in plans] == [
         {"loss1": 0, "loss2": 0}, {}, {}, {"loss1": 3, "loss2": 3}
     ]
-    assert [(p.open_step, p.close_after) for p in plans] == [(0, 0), (None, None), (None, None), (3, 3)]
+    assert [(p.open_step, p.close_after) for p in plans] == [
+        (0, 0), (None, None), (None, None), (3, 3)
+    ]
 
 
 def test_calls_without_a_named_train_op_are_not_steps():

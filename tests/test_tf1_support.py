@@ -181,7 +181,8 @@ def ddpg_seed(s_dim: int = 3, a_dim: int = 2) -> types.SimpleNamespace:
         with tf.variable_scope('policy_grads'):
             policy_grads = tf.gradients(ys=a, xs=actor_params, grad_ys=a_grads)
         with tf.variable_scope('A_train'):
-            train_actor = tf.train.AdamOptimizer(-0.001).apply_gradients(zip(policy_grads, actor_params))
+            train_actor = tf.train.AdamOptimizer(-0.001).apply_gradients(
+                zip(policy_grads, actor_params))
     return types.SimpleNamespace(**locals())
 
 

@@ -80,7 +80,8 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
         k = len(present)
         finite = tf.math.is_finite(values)
         abs_finite = tf.where(finite, tf.abs(values), tf.zeros_like(values))
-        max_abs = tf.maximum(_pad_to(tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64), k), 0)
+        max_abs = tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64)
+        max_abs = tf.maximum(_pad_to(max_abs, k), 0)  # empty segments hold the lowest float
         columns = [
             tf.ones([k], tf.float64),
             _segment_sum(tf.square(values), ids, k),

@@ -103,7 +103,8 @@ class PairRecorder:
         )
 
     def _due(self, step: int, pair: Pair) -> bool:
-        return step >= 0 and (step % self._every == 0 or bool(pair.every) and step % pair.every == 0)
+        copy_step = bool(pair.every) and step % pair.every == 0
+        return step >= 0 and (step % self._every == 0 or copy_step)
 
     def before_step(self, run: Callable[..., Any], step: int,
                     write: Callable[[RecordInfo, Any, int], None]) -> None:

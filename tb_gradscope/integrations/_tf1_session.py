@@ -14,6 +14,7 @@ from tensorflow.python.client import session as tf_session  # SessionInterface: 
 
 from tb_gradscope.integrations._tf1_graph import replace_ops
 
+
 class RecordingSession(tf_session.SessionInterface):
     """A session whose `run()` also records gradient flow; see GraphRecorder.wrap.
 
