@@ -68,13 +68,7 @@ class GradscopeCallback(keras.callbacks.Callback):
 
     def __init__(self, logdir: str, every_n_batches: int = 10, scopes: ScopeSpec | None = None):
         super().__init__()
-        backend = keras.backend.backend()
-        if backend != "tensorflow":
-            raise ValueError(
-                f"GradscopeCallback records TensorFlow training only, but Keras "
-                f"runs on the '{backend}' backend; set KERAS_BACKEND=tensorflow "
-                "before importing keras (jax and torch are not supported)"
-            )
+        check_backend(keras.backend.backend())
         if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int) or every_n_batches < 1:
             raise ValueError(
                 f"every_n_batches must be an int >= 1, got {every_n_batches!r}; "
@@ -238,6 +232,16 @@ class GradscopeCallback(keras.callbacks.Callback):
             ("keras_callback_failed", self._serial),
             f"GradscopeCallback stopped recording into '{self.logdir}' after an "
             f"error ({type(error).__name__}: {error}); training continues unaffected",
+        )
+
+
+def check_backend(backend: str) -> None:
+    """Raises unless `backend` (keras.backend.backend()) is TensorFlow."""
+    if backend != "tensorflow":
+        raise ValueError(
+            f"GradscopeCallback records TensorFlow training only, but Keras "
+            f"runs on the '{backend}' backend; set KERAS_BACKEND=tensorflow "
+            "before importing keras (jax and torch are not supported)"
         )
 
 
