@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing import event_file_loader
 
 from tb_gradscope import format as fmt
 from tb_gradscope.record import NoWriterError, Recorder
+from tb_gradscope.scopes import leaf_scope
 from tests.record_fixtures import (
     assert_table_close,
     batch,
@@ -57,8 +58,6 @@ def test_no_retracing_across_100_steps(tmp_path):
 
 
 def _leaves(model):
-    from tb_gradscope.scopes import leaf_scope
-
     return [leaf_scope(f"online/{v.path}") for v in model.trainable_variables]
 
 
@@ -218,3 +217,37 @@ def test_switching_default_writers_gives_each_file_its_metadata(tmp_path):
     records = read_records(str(tmp_path))
     assert sorted(records["first"][(fmt.Kind.GRAD_STATS, "a")]) == [0, 1]
     assert sorted(records["second"][(fmt.Kind.GRAD_STATS, "a")]) == [2, 3]
+
+
+@pytest.mark.slow
+def test_per_loss_gradients_through_an_lstm_while_loop(tmp_path):
+    # Seed 03 shape: each loss's gradient goes through the LSTM's While loop,
+    # computed inside the recorded-step branch.
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((5, 3))
+    hidden = keras.layers.LSTM(8, name="lstm")(inputs)
+    model = keras.Model(
+        inputs, [keras.layers.Dense(1, name="a")(hidden), keras.layers.Dense(1, name="b")(hidden)], name="net"
+    )
+    variables = model.trainable_variables
+    opt = keras.optimizers.Adam(0.01)
+    opt.build(variables)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=1, models=[model])
+
+    @tf.function
+    def step(x):
+        with rec.tape() as tape:
+            out_a, out_b = model(x)
+            losses = {"a": tf.reduce_mean(out_a**2), "b": tf.reduce_mean(out_b**2)}
+        rec.apply(opt, rec.gradients(tape, losses, variables))
+        return {k: tape.gradient(l, variables) for k, l in losses.items()}
+
+    grads = step(tf.constant(np.random.default_rng(0).normal(size=(4, 5, 3)).astype(np.float32)))
+    rec.close()
+    leaves = [leaf_scope(f"net/{v.path}") for v in variables]
+    records = only(read_records(str(tmp_path)))
+    for loss in ("a", "b"):
+        table = records[(fmt.Kind.GRAD_STATS, loss)][0]
+        expected = np_grad_table(table.info.scopes, leaves, [dense(g) for g in grads[loss]])
+        assert_table_close(table, expected, loss)
+        assert table.row("net/lstm")["grad_vars"] == 3
