@@ -8,7 +8,7 @@ Keras 3 with the TensorFlow backend only. See `GradscopeCallback`.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -19,6 +19,8 @@ from tb_gradscope.integrations._keras_step import StepProbe
 from tb_gradscope.integrations._writer import RecordWriter
 from tb_gradscope.record import naming
 from tb_gradscope.record.warn import warn_once
+from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy
+from tb_gradscope.rules.policy import LOG
 from tb_gradscope.scopes import ScopeSpec
 
 _SERIALS = itertools.count()  # warn_once keys: a dead callback's id() may be reused
@@ -64,9 +66,21 @@ class GradscopeCallback(keras.callbacks.Callback):
         (`optimizer.iterations` before the update) is divisible by this.
       scopes: a `tb_gradscope.scopes.ScopeSpec` (include, exclude, max_depth)
         for the scope tree; the model's name is its root.
+      rules: flow rules (`tb_gradscope.rules` objects or strings such as
+        "never(q, agent/aux*)"), checked on the step's FlowGraph and at every
+        recorded step; violations are written as EVENTS records.
+      on_violation: "log" (default), "warn", or "raise" (FlowRuleViolation
+        stops fit, after the violations are written).
     """
 
-    def __init__(self, logdir: str, every_n_batches: int = 10, scopes: ScopeSpec | None = None):
+    def __init__(
+        self,
+        logdir: str,
+        every_n_batches: int = 10,
+        scopes: ScopeSpec | None = None,
+        rules: Sequence[Rule | str] = (),
+        on_violation: str = LOG,
+    ):
         super().__init__()
         check_backend(keras.backend.backend())
         if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int) or every_n_batches < 1:
@@ -79,6 +93,9 @@ class GradscopeCallback(keras.callbacks.Callback):
                 f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}"
             )
         self.logdir = logdir
+        self._checker = RuleChecker(rules, on_violation=LOG) if rules else None
+        apply_policy([], on_violation)  # checks the policy's name now
+        self.on_violation = on_violation
         self.every_n_batches = every_n_batches
         self.scopes = scopes
         self.disabled = False
@@ -206,20 +223,37 @@ class GradscopeCallback(keras.callbacks.Callback):
             step = int(steps[slot])
             if step <= self._written_step:
                 continue
+            events = []
             if probe.flowgraph is not None and not self._flowgraph_written:
                 self._flowgraph_written = True
-                info = make_info(Kind.FLOWGRAPH, attrs=self._attrs())
+                rules = {"rules": self._checker.rule_texts} if self._checker else {}
+                info = make_info(Kind.FLOWGRAPH, attrs=self._attrs(**rules))
                 self._writer.write_blobs(info, [probe.flowgraph.to_json()], step)
+                if self._checker is not None:
+                    events += self._checker.at_trace(probe.flowgraph, step)
+            tables = {}
             for i, loss in enumerate(probe.losses):
                 if grads is not None and loss.name in probe.captured:
+                    tables[loss.name] = grads[slot, i]
                     self._writer.write_table(self._info(loss), grads[slot, i], step)
             self._writer.write_table(self._info(None), updates[slot], step)
+            if self._checker is not None:
+                scopes = probe.vlayout.layout.scopes
+                events += self._checker.at_step(step, tables, scopes, updates[slot])
             self._written_step = step
+            if events:
+                info = make_info(Kind.EVENTS, attrs=self._attrs())
+                self._writer.write_blobs(info, [e.to_json() for e in events], step)
+                self._writer.flush()
+                if self.on_violation != LOG:
+                    apply_policy(events, self.on_violation)
         self._writer.flush()
 
     def _guard(self, action: Any) -> Any:
         try:
             return action()
+        except FlowRuleViolation:
+            raise  # on_violation="raise": the user asked fit to stop
         except Exception as e:  # noqa: BLE001 - fit must survive us
             self._fail(e)
             return None
