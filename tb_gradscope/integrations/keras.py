@@ -11,14 +11,14 @@ import itertools
 from typing import Any, Sequence
 
 import keras
-import numpy as np
 
-from tb_gradscope.format import Kind, make_info
-from tb_gradscope.integrations import _keras_capture as capture
+from tb_gradscope.integrations._keras_records import KerasRecords
 from tb_gradscope.integrations._keras_step import StepProbe
-from tb_gradscope.integrations._writer import RecordWriter
+from tb_gradscope.pairs.monitor import DriftMonitor
+from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record import naming
 from tb_gradscope.record.warn import warn_once
+from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy
 from tb_gradscope.rules.policy import LOG
 from tb_gradscope.scopes import ScopeSpec
@@ -71,6 +71,10 @@ class GradscopeCallback(keras.callbacks.Callback):
         recorded step; violations are written as EVENTS records.
       on_violation: "log" (default), "warn", or "raise" (FlowRuleViolation
         stops fit, after the violations are written).
+      pairs: target/online `tb_gradscope.pairs.Pair`s (`pair_models(target,
+        model, tau=...)`) whose drift is recorded (DRIFT records), read
+        between batches, after other callbacks' target updates; needs
+        `steps_per_execution=1` (drift compares a step with the one before).
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class GradscopeCallback(keras.callbacks.Callback):
         scopes: ScopeSpec | None = None,
         rules: Sequence[Rule | str] = (),
         on_violation: str = LOG,
+        pairs: Sequence[Pair] = (),
     ):
         super().__init__()
         check_backend(keras.backend.backend())
@@ -96,15 +101,19 @@ class GradscopeCallback(keras.callbacks.Callback):
         self._checker = RuleChecker(rules, on_violation=LOG) if rules else None
         apply_policy([], on_violation)  # checks the policy's name now
         self.on_violation = on_violation
+        self.pairs = list(pairs)
+        if not all(isinstance(p, Pair) for p in self.pairs):
+            raise ValueError(
+                "pairs must be tb_gradscope.pairs.Pair objects, e.g. "
+                "pairs=[pair_models(target_model, model, tau=0.005)]"
+            )
         self.every_n_batches = every_n_batches
         self.scopes = scopes
         self.disabled = False
         self._serial = next(_SERIALS)
         self._probe: StepProbe | None = None
-        self._writer: RecordWriter | None = None
-        self._infos: dict[str, Any] = {}
-        self._written_step = -1
-        self._flowgraph_written = False
+        self._records: KerasRecords | None = None
+        self._drift: DriftMonitor | None = None
         self._epoch_base = 0
         self._drained_to = 0
 
@@ -131,6 +140,8 @@ class GradscopeCallback(keras.callbacks.Callback):
         if not self._active():
             return
         current = self._epoch_base + batch
+        if self._drift is not None and batch > 0:
+            self._guard(lambda: self._drift.record(current - 1))
         every = self.every_n_batches
         if -(-self._drained_to // every) * every < current:  # a recorded step ran
             self._guard(self._drain)
@@ -138,7 +149,7 @@ class GradscopeCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._active():
-            self._guard(self._drain)
+            self._guard(self._end_epoch)
 
     def on_train_end(self, logs: Any = None) -> None:
         if self._probe is None:
@@ -146,8 +157,8 @@ class GradscopeCallback(keras.callbacks.Callback):
         if not self.disabled:
             self._guard(self._drain)
         self._probe.switch(False)
-        if self._writer is not None:
-            self._writer.flush()
+        if self._records is not None:
+            self._records.sink.flush()
 
     def detach(self) -> None:
         """Gives the model back its own train_step (the next fit retraces)."""
@@ -180,38 +191,48 @@ class GradscopeCallback(keras.callbacks.Callback):
         )
         model.train_step = self._probe.wrap(model.train_step)
         model.train_function = None  # compile the instrumented step
-        self._infos = {}
-
-    def _info(self, loss: capture.OutputLoss | None) -> Any:
-        """The metadata of a loss's GRAD_STATS record (UPDATE_STATS for None)."""
-        key = "" if loss is None else loss.name
-        if key not in self._infos:
-            scopes = self._probe.vlayout.layout.scopes
-            if loss is None:
-                self._infos[key] = make_info(Kind.UPDATE_STATS, "", scopes, attrs=self._attrs())
-            else:
-                weight = 1.0 if loss.weight is None else loss.weight
-                attrs = self._attrs(weighted=True, loss_weight=weight, source="keras.compile")
-                self._infos[key] = make_info(Kind.GRAD_STATS, key, scopes, attrs=attrs)
-        return self._infos[key]
 
     def _attrs(self, **extra: Any) -> dict[str, Any]:
         return {"every_n_steps": self.every_n_batches, "recorder": "keras", **extra}
 
     def _begin(self) -> None:
-        if self._writer is None:
-            self._writer = RecordWriter(self.logdir)
+        if self._records is None:
+            sink = SummarySink(self.logdir, "keras")
+            self._records = KerasRecords(sink, self._attrs(), self._checker, self.on_violation)
+            if self.pairs:
+                self._drift = self._drift_monitor(sink)
         self._probe.switch(True)
         self._read_step()
+
+    def _drift_monitor(self, sink: SummarySink) -> DriftMonitor:
+        spe = int(getattr(self.model, "steps_per_execution", 1) or 1)
+        if spe != 1:
+            warn_once(
+                ("keras_drift_spe", self._serial),
+                f"GradscopeCallback: drift is read between batches, but "
+                f"steps_per_execution={spe} runs {spe} batches per call; compile "
+                "with steps_per_execution=1 to record pairs",
+            )
+        return DriftMonitor(
+            self.pairs,
+            every_n_steps=self.every_n_batches,
+            step=self.model.optimizer.iterations,
+            optimizers=[self.model.optimizer],
+            sink=sink,
+        )
 
     def _read_step(self) -> None:
         step = int(self.model.optimizer.iterations.numpy())
         self._epoch_base = self._drained_to = step
 
+    def _end_epoch(self) -> None:
+        self._drain()
+        if self._drift is not None:
+            self._drift.record(int(self.model.optimizer.iterations.numpy()) - 1)
+
     def _drain(self) -> None:
-        """Writes every recorded step the ring holds that was not written yet."""
+        """Writes every recorded step the probe holds that was not written yet."""
         probe = self._probe
-        steps, grads, updates = probe.read()
         if not probe.captured and probe.traces:
             warn_once(
                 ("keras_no_losses", self._serial),
@@ -219,35 +240,7 @@ class GradscopeCallback(keras.callbacks.Callback):
                 "none of its compiled losses through Keras's CompileLoss (a custom "
                 "train_step or compute_loss?); only applied updates are recorded",
             )
-        for slot in np.argsort(steps):
-            step = int(steps[slot])
-            if step <= self._written_step:
-                continue
-            events = []
-            if probe.flowgraph is not None and not self._flowgraph_written:
-                self._flowgraph_written = True
-                rules = {"rules": self._checker.rule_texts} if self._checker else {}
-                info = make_info(Kind.FLOWGRAPH, attrs=self._attrs(**rules))
-                self._writer.write_blobs(info, [probe.flowgraph.to_json()], step)
-                if self._checker is not None:
-                    events += self._checker.at_trace(probe.flowgraph, step)
-            tables = {}
-            for i, loss in enumerate(probe.losses):
-                if grads is not None and loss.name in probe.captured:
-                    tables[loss.name] = grads[slot, i]
-                    self._writer.write_table(self._info(loss), grads[slot, i], step)
-            self._writer.write_table(self._info(None), updates[slot], step)
-            if self._checker is not None:
-                scopes = probe.vlayout.layout.scopes
-                events += self._checker.at_step(step, tables, scopes, updates[slot])
-            self._written_step = step
-            if events:
-                info = make_info(Kind.EVENTS, attrs=self._attrs())
-                self._writer.write_blobs(info, [e.to_json() for e in events], step)
-                self._writer.flush()
-                if self.on_violation != LOG:
-                    apply_policy(events, self.on_violation)
-        self._writer.flush()
+        self._records.drain(probe)
 
     def _guard(self, action: Any) -> Any:
         try:

@@ -1,0 +1,96 @@
+"""Turning the probe's ring of stats into records: tables, FlowGraph, rule violations.
+
+Runs in Python between executions of the train function, so it writes eagerly
+through a `SummarySink` (one event file per run directory, shared with a
+DriftMonitor: TensorBoard's Python loader misses records of two files written
+side by side in one directory).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope.format import Kind, create_summary_metadata, encode_blobs, encode_table, make_info, tag_for
+from tb_gradscope.integrations._keras_capture import OutputLoss
+from tb_gradscope.integrations._keras_step import StepProbe
+from tb_gradscope.record.writing import SummarySink
+from tb_gradscope.rules import RuleChecker, apply_policy
+from tb_gradscope.rules.policy import LOG
+
+
+
+class KerasRecords:
+    """Writes what a StepProbe recorded, each step once, in step order.
+
+    Args:
+      sink: where records go.
+      attrs: metadata attrs shared by every record (recorder, every_n_steps).
+      checker: rules to check (None: no rules).
+      on_violation: the user's policy, applied after violations are written.
+    """
+
+    def __init__(self, sink: SummarySink, attrs: dict[str, Any], checker: RuleChecker | None, on_violation: str):
+        self.sink = sink
+        self.attrs = attrs
+        self.checker = checker
+        self.on_violation = on_violation
+        self.written_step = -1
+        self._flowgraph_written = False
+        self._metadata: dict[str, tuple[Any, bytes]] = {}
+
+    def drain(self, probe: StepProbe) -> None:
+        """Writes every recorded step the ring holds that is not written yet."""
+        steps, grads, updates = probe.read()
+        for slot in np.argsort(steps):
+            step = int(steps[slot])
+            if step > self.written_step:
+                self._write_step(probe, step, grads, updates, slot)
+                self.written_step = step
+        self.sink.flush()
+
+    def _write_step(self, probe: StepProbe, step: int, grads, updates, slot: int) -> None:
+        events = []
+        if probe.flowgraph is not None and not self._flowgraph_written:
+            self._flowgraph_written = True
+            rules = {"rules": self.checker.rule_texts} if self.checker else {}
+            self._blobs(Kind.FLOWGRAPH, [probe.flowgraph.to_json()], step, rules)
+            if self.checker is not None:
+                events += self.checker.at_trace(probe.flowgraph, step)
+        scopes = probe.vlayout.layout.scopes
+        tables = {}
+        for i, loss in enumerate(probe.losses):
+            if grads is not None and loss.name in probe.captured:
+                tables[loss.name] = grads[slot, i]
+                self._table(Kind.GRAD_STATS, loss, scopes, grads[slot, i], step)
+        self._table(Kind.UPDATE_STATS, None, scopes, updates[slot], step)
+        if self.checker is not None:
+            events += self.checker.at_step(step, tables, scopes, updates[slot])
+        if events:
+            self._blobs(Kind.EVENTS, [e.to_json() for e in events], step, {})
+            self.sink.flush()
+            if self.on_violation != LOG:
+                apply_policy(events, self.on_violation)
+
+    def _table(self, kind: Kind, loss: OutputLoss | None, scopes, values: np.ndarray, step: int) -> None:
+        name = "" if loss is None else loss.name
+        tag = tag_for(kind, name)
+        if tag not in self._metadata:
+            attrs = dict(self.attrs)
+            if loss is not None:
+                weight = 1.0 if loss.weight is None else loss.weight
+                attrs.update(weighted=True, loss_weight=weight, source="keras.compile")
+            info = make_info(kind, name, scopes, attrs=attrs)
+            self._metadata[tag] = (info, create_summary_metadata(info).SerializeToString())
+        info, meta = self._metadata[tag]
+        self._write(tag, meta, encode_table(info, values), step)
+
+    def _blobs(self, kind: Kind, documents: list, step: int, extra: dict[str, Any]) -> None:
+        info = make_info(kind, attrs={**self.attrs, **extra})
+        meta = create_summary_metadata(info).SerializeToString()
+        self._write(tag_for(kind), meta, np.array(encode_blobs(info, documents), dtype=object), step)
+
+    def _write(self, tag: str, meta: bytes, value: np.ndarray, step: int) -> None:
+        self.sink.write(tag, meta, tf.constant(value), tf.constant(step, tf.int64), tf.constant(True))
