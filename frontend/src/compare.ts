@@ -2,7 +2,7 @@
 // differs from the compared run's at the same step. A cell the other run does
 // not have at all counts as differing ("absent").
 
-import { ApiError, fetchMatrix, type Matrix } from "./api";
+import { fetchMatrix, fetchRunInfo, type Matrix } from "./api";
 
 export const ABSENT = "absent";
 
@@ -35,14 +35,11 @@ export interface Comparison {
   differ: Map<string, string>;
 }
 
-/** The compared run's matrix at `step` (or its latest step), diffed with `shown`. */
+/** The compared run's matrix at the shown step (or its latest step), diffed with `shown`.
+ * Asks for the compared run's kept steps first, so no request ends in a 404. */
 export async function compareWith(shown: Matrix, run: string): Promise<Comparison> {
-  let other: Matrix;
-  try {
-    other = await fetchMatrix(run, shown.step);
-  } catch (e) {
-    if (!(e instanceof ApiError) || e.status !== 404) throw e;
-    other = await fetchMatrix(run, null);
-  }
+  const info = await fetchRunInfo(run);
+  const step = info.steps.includes(shown.step) ? shown.step : null;
+  const other = await fetchMatrix(run, step);
   return { run, step: other.step, differ: diffMatrices(shown, other) };
 }
