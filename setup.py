@@ -32,6 +32,9 @@ setuptools.setup(
             "pytest-timeout",
             "hypothesis",
             "playwright",
+            # Legacy Keras 2 for the tf_keras / tf.compat.v1.layers tests; its
+            # version tracks tensorflow's.
+            "tf-keras~=2.21",
         ],
         "gym": ["gymnasium"],
     },
