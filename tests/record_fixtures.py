@@ -140,3 +140,32 @@ def batch(step: int, size: int = 16) -> tuple[tf.Tensor, tf.Tensor]:
 def two_losses(model: Any, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
     a, b = model(x)
     return {"a": tf.reduce_mean((a - y) ** 2), "b": tf.reduce_mean((b - y) ** 2)}
+
+
+def shared_trunk_model(name: str = "net", seed: int = 0) -> Any:
+    """A trunk both heads read (no stop_gradient): losses on the heads share it."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((5,), name="x")
+    trunk = keras.layers.Dense(6, activation="tanh", name="trunk")(inputs)
+    head_a = keras.layers.Dense(1, name="head_a")(trunk)
+    head_b = keras.layers.Dense(1, name="head_b")(trunk)
+    return keras.Model(inputs, [head_a, head_b], name=name)
+
+
+def np_cosine(grads_a: Sequence[Any], grads_b: Sequence[Any], idx: Sequence[int]) -> float:
+    """The cosine of two losses' gradients over the variables `idx`, in float64.
+
+    A None gradient counts as zeros (it adds nothing to the dot product)."""
+    dot = sq_a = sq_b = 0.0
+    for i in idx:
+        a = None if grads_a[i] is None else np.asarray(grads_a[i], np.float64).ravel()
+        b = None if grads_b[i] is None else np.asarray(grads_b[i], np.float64).ravel()
+        if a is not None:
+            sq_a += a @ a
+        if b is not None:
+            sq_b += b @ b
+        if a is not None and b is not None:
+            dot += a @ b
+    return float(dot / np.sqrt(sq_a * sq_b))

@@ -18,6 +18,11 @@ Two ways in, eager or inside `tf.function` (also `jit_compile=True`):
 Recording is gated in-graph every `every_n_steps` steps, so one trace serves
 every step. Bad arguments raise ValueError at trace time; failures of recording
 itself warn once and the recorder steps aside, never the training loop.
+
+The recorder composes the other pieces onto its step counter and its one event
+file: target/online pairs (`pairs=`, a DriftMonitor: `targets`), flow rules
+(`rules=`: `checks`) and gradient conflict between losses (`conflict=`:
+`conflict`, computed with the per-loss tables in `tables`).
 """
 
 from __future__ import annotations
@@ -29,30 +34,22 @@ import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import Kind
-from tb_gradscope.record import flow, losses as losses_lib, naming, stats
+from tb_gradscope.record import flow, gradients as gradients_lib, losses as losses_lib, naming, stats
+from tb_gradscope.record import targets
+from tb_gradscope.record.checks import RuleSteps, resolve_rules
+from tb_gradscope.record.state import RecorderState
 from tb_gradscope.record.emit import Emitter, Stats, graph_key
 from tb_gradscope.record.layout import LayoutResolver
-from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError, SummarySink
+from tb_gradscope.rules.policy import FlowRuleViolation
 from tb_gradscope.scopes import ScopeSpec
 
 # Our code builds its own control flow (tf.cond); autograph must not rewrite it
 # when a user's tf.function calls into the recorder.
 _no_autograph = tf.autograph.experimental.do_not_convert
 _in_xla = in_xla
-
-
-class _State:
-    """Everything but the step counter: deliberately invisible to checkpoints."""
-
-    def __init__(self, emitter: Emitter, layout: LayoutResolver, every: int):
-        self.emitter = emitter
-        self.layout = layout
-        self.every = every
-        self.pending_losses: dict[int, dict] = {}
-        self.disabled = False
 
 
 class Recorder(tf.Module):
@@ -72,6 +69,46 @@ class Recorder(tf.Module):
       scopes: a `tb_gradscope.scopes.ScopeSpec` (include, exclude, max_depth,
         mapping).
       name: the recorder's name, used in messages.
+      pairs: target/online `tb_gradscope.pairs.Pair`s whose drift is recorded
+        (DRIFT records), or "auto" to detect them among `models`/`variables`.
+      rules: flow rules checked on the traced step's FlowGraph and at every
+        recorded step: Rule objects or strings ("never(td, target/*)"), or a
+        TOML rules file path. Violations are written as EVENTS records (and
+        kept in `rec.violations`) before `on_violation` applies; the rule
+        texts go in the FLOWGRAPH record for `tb-gradscope check`.
+      on_violation: "log", "warn" or "raise" (FlowRuleViolation; inside
+        tf.function TensorFlow reports it as tf.errors.UnknownError carrying
+        its text). None: the rules file's policy, else "log".
+      conflict: with two or more losses, record per pair of losses the cosine
+        of their gradients on every scope both reach (CONFLICT records "a|b").
+
+    Drift is read by `rec.record_drift()`, once per training step, after
+    `rec.apply` and after the user's target update (eagerly or in the same
+    tf.function). Pairs are compared with the step before a recorded step, so
+    call it every step, not only at recorded ones. DQN, hard copy every C::
+
+      rec = Recorder("logs/dqn", models={"online": q, "target": q_target},
+                     pairs=[pair_models(q_target, q, every=C)],
+                     rules=["never(td, target/*)"])
+
+      @tf.function
+      def train_step(batch):
+          with rec.tape() as tape:
+              losses = {"td": td_loss(batch)}
+          rec.apply(opt, rec.gradients(tape, losses, q.trainable_variables))
+          if rec.step % C == 0:  # rec.step counts applied steps
+              copy_weights(q, q_target)
+          rec.record_drift()
+
+    EMA (Polyak) target::
+
+      rec = Recorder("logs/sac", models={"critic": critic, "target": target},
+                     pairs=[pair_models(target, critic, tau=0.005)])
+      ...
+      rec.apply(opt, grads_and_vars)
+      for t, o in zip(target.weights, critic.weights):
+          t.assign(0.995 * t + 0.005 * o)
+      rec.record_drift()
 
     `rec.step` is an int64 tf.Variable; `tf.train.Checkpoint(recorder=rec)`
     saves it so a resumed run continues its steps.
@@ -96,6 +133,10 @@ class Recorder(tf.Module):
         variables: Sequence[Any] | None = None,
         scopes: ScopeSpec | None = None,
         name: str = "gradscope",
+        pairs: Any = None,
+        rules: Any = None,
+        on_violation: str | None = None,
+        conflict: bool = True,
     ):
         super().__init__(name=name)
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
@@ -113,10 +154,18 @@ class Recorder(tf.Module):
         roots = naming.model_roots(models)
         with tf.init_scope():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self._s = _State(
+        found_pairs = targets.resolve_pairs(pairs, models, explicit, name)
+        rule_list, policy = resolve_rules(rules or [], on_violation)
+        self._s = RecorderState(
             Emitter(SummarySink(logdir, name), name, every_n_steps),
             LayoutResolver(name, roots, explicit, scopes),
             every_n_steps,
+        )
+        self._s.conflict = bool(conflict)
+        if rule_list:
+            self._s.checks = RuleSteps(rule_list, policy, self._s.emitter, name)
+        self._s.monitor = targets.make_monitor(
+            found_pairs, self._s.emitter.sink, self.step, every_n_steps, name
         )
 
     # ----- the two ways in -------------------------------------------------
@@ -148,11 +197,7 @@ class Recorder(tf.Module):
             if not self._s.layout.ensure(seen):
                 return None
             self._stash_losses(losses or {})
-            makers = {
-                name: self._grad_maker(name, [g for g, _ in pairs], [v for _, v in pairs])
-                for name, pairs in pairs_by_loss.items()
-            }
-            return self._emit(Kind.GRAD_STATS, makers)
+            return self._s.record_losses(self.step, gradients_lib.given(self._s.layout, pairs_by_loss))
         return None
 
     def tape(self) -> tf.GradientTape:
@@ -181,7 +226,7 @@ class Recorder(tf.Module):
                 "gradients needs a persistent tape to compute each loss's gradients: "
                 "use `with rec.tape() as tape:` or tf.GradientTape(persistent=True)"
             )
-        grads = self._total_gradients(tape, losses, variables)
+        grads = gradients_lib.total_gradients(tape, losses, variables)
         if variables and all(g is None for g in grads):
             warn_once(
                 (id(self), "no_gradient", tuple(losses)),
@@ -193,7 +238,8 @@ class Recorder(tf.Module):
             with self._guard():
                 if self._s.layout.ensure(variables):
                     self._stash_losses(losses)
-                    self._emit(Kind.GRAD_STATS, self._loss_makers(tape, losses, variables, grads))
+                    makers = gradients_lib.per_loss(self._s.layout, tape, losses, variables, grads)
+                    self._s.record_losses(self.step, makers)
         return list(zip(grads, variables))
 
     @_no_autograph
@@ -210,14 +256,21 @@ class Recorder(tf.Module):
         if not self._s.disabled:
             with self._guard():
                 if self._s.layout.ensure([v for _, v in pairs]):
-                    before = self._snapshot_if_recording(pairs)
+                    before = gradients_lib.snapshot_if_recording(
+                        self._s.layout, pairs, self._s.should_record(self.step)
+                    )
         result = optimizer.apply_gradients(pairs)
+        if self._s.monitor is not None:
+            self._s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
         if before is not None and not self._s.disabled:
             with self._guard():
                 self._analyze_traced_step()
                 variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
                 maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
-                self._emit(Kind.UPDATE_STATS, {"": maker})
+                if self._s.checks is None or _in_xla():
+                    self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
+                else:
+                    self._s.check_step(self.step, self._s.record_updates(self.step, maker))
         self.advance()
         return result
 
@@ -231,8 +284,22 @@ class Recorder(tf.Module):
         if not self._s.disabled and self._s.layout.vlayout is not None:
             with self._guard():
                 if self._analyze_traced_step() and not _in_xla():
-                    self._s.emitter.write_flowgraph(self.step.read_value(), self._should_record())
+                    self._s.emitter.write_flowgraph(self.step.read_value(), self._s.should_record(self.step))
+                self._s.check_step(self.step, None)
         self.step.assign_add(1)
+
+    @_no_autograph
+    def record_drift(self) -> None:
+        """Records the drift of `pairs` at `step`: call once per training step,
+        after `apply` and after the target update (see the class docstring)."""
+        if self._s.monitor is None:
+            return
+        if _in_xla():
+            raise ValueError(
+                "Recorder.record_drift cannot run inside a jit_compile=True function "
+                "(summaries are unsupported on XLA); call it after the compiled step"
+            )
+        self._s.monitor.record()
 
     # ----- XLA: compute inside, write outside ------------------------------
 
@@ -254,6 +321,7 @@ class Recorder(tf.Module):
             if item is not None and not self._s.disabled:
                 with self._guard():
                     self._s.emitter.write(item)
+                    self._s.check_written(item)
 
     # ----- static analysis -------------------------------------------------
 
@@ -271,6 +339,16 @@ class Recorder(tf.Module):
     def flowgraph(self) -> FlowGraph | None:
         """The FlowGraph of the first analyzed step, if any."""
         return self._s.emitter.flowgraph
+
+    @property
+    def violations(self) -> list:
+        """Every rule violation (tb_gradscope.format.Event) seen so far."""
+        return list(self._s.checks.violations) if self._s.checks is not None else []
+
+    @property
+    def pairs(self) -> list:
+        """The target/online pairs whose drift is recorded."""
+        return self._s.monitor.pairs if self._s.monitor is not None else []
 
     @property
     def layout(self) -> naming.VariableLayout | None:
@@ -301,7 +379,7 @@ class Recorder(tf.Module):
         """Turns an unexpected failure of recording into one warning, then steps aside."""
         try:
             yield
-        except NoWriterError:
+        except (NoWriterError, FlowRuleViolation):
             raise
         except Exception as e:  # recording must never break the training loop
             self._s.disabled = True
@@ -310,64 +388,6 @@ class Recorder(tf.Module):
                 f"Recorder '{self.name}' stopped recording after an error "
                 f"({type(e).__name__}: {e}); training continues unaffected",
             )
-
-    def _grad_maker(self, loss: str, grads: Sequence[Any], variables: Sequence[Any]) -> Callable:
-        aligned = self._s.layout.aligned(loss, grads, variables)
-        return lambda: stats.grad_table(aligned, self._s.layout.rollup)
-
-    def _loss_makers(self, tape, losses, variables, total_grads) -> dict[str, Callable]:
-        if len(losses) == 1:
-            (name,) = losses
-            return {name: self._grad_maker(name, total_grads, variables)}
-        makers = {}
-        for name, value in losses.items():
-            target, seed = losses_lib.target_and_seed(value)
-
-            def make(name=name, target=target, seed=seed):
-                grads = tape.gradient(target, variables, output_gradients=seed)
-                aligned = self._s.layout.aligned(name, grads, variables)
-                return stats.grad_table(aligned, self._s.layout.rollup)
-
-            makers[name] = make
-        return makers
-
-    def _total_gradients(self, tape, losses, variables) -> list[Any]:
-        targets, seeds = zip(*(losses_lib.target_and_seed(v) for v in losses.values()))
-        if any(isinstance(v, StartPoint) for v in losses.values()):
-            seeds = [tf.ones_like(t) if s is None else s for t, s in zip(targets, seeds)]
-            return tape.gradient(list(targets), variables, output_gradients=seeds)
-        if len(targets) == 1:
-            return tape.gradient(targets[0], variables)
-        recording = getattr(tape, "_recording", False)
-        with contextlib.nullcontext() if recording else tape:
-            total = tf.add_n(list(targets))
-        return tape.gradient(total, variables)
-
-    def _should_record(self) -> tf.Tensor:
-        return tf.equal(tf.math.floormod(self.step.read_value(), self._s.every), 0)
-
-    def _snapshot_if_recording(self, pairs: Sequence[tuple[Any, Any]]) -> list[Any]:
-        """Layout-aligned copies of the variables handed to the optimizer, taken
-        only at recorded steps; None for variables the step cannot write."""
-        vlayout = self._s.layout.vlayout
-        handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
-        variables = [vlayout.variables[i] for i in handed]
-        record = self._should_record()
-        if _in_xla():  # XLA needs equal shapes on both branches
-            empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
-        else:
-            empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
-        copies = tf.cond(record, lambda: stats.snapshot(variables), empty) if variables else []
-        before: list[Any] = [None] * len(vlayout.variables)
-        for i, copy in zip(handed, copies):
-            before[i] = copy
-        return before
-
-    def _emit(self, kind: Kind, makers: Mapping[str, Callable]) -> Stats | None:
-        scopes = self._s.layout.vlayout.layout.scopes
-        return self._s.emitter.emit(
-            kind, makers, scopes, self.step.read_value(), self._should_record()
-        )
 
     def _stash_losses(self, losses: Mapping[str, Any]) -> None:
         if not tf.executing_eagerly() and losses:
@@ -392,4 +412,6 @@ class Recorder(tf.Module):
             vlayout.layout.scopes,
             self.name,
         )
+        if emitter.flowgraph is not None and self._s.checks is not None:
+            self._s.checks.at_trace(emitter.flowgraph, self.step)
         return emitter.flowgraph is not None

@@ -1,0 +1,108 @@
+"""What a Recorder holds besides its step counter, and how a step's tables are written.
+
+Deliberately a plain object (not a tf.Module): nothing here goes into a
+checkpoint, so `tf.train.Checkpoint(recorder=rec)` saves the step alone, and a
+resumed run starts new snapshots and a new event file.
+
+Per-loss tables are written the cheap way (each computed inside its own
+summary write) unless gradient conflict or rules need them as tensors; then
+all of a step's loss tables are computed together (`tables.step_tables`) and
+the rules are checked on them before the step counter advances.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import tensorflow as tf
+
+from tb_gradscope.format.metadata import Kind
+from tb_gradscope.record import stats
+from tb_gradscope.record import tables as tables_lib
+from tb_gradscope.record.checks import RuleSteps
+from tb_gradscope.record.emit import Emitter, Stats, graph_key
+from tb_gradscope.record.layout import LayoutResolver
+from tb_gradscope.record.reductions import in_xla
+
+
+class RecorderState:
+    """A recorder's emitter, layout, options and per-graph pending work."""
+
+    def __init__(self, emitter: Emitter, layout: LayoutResolver, every: int):
+        self.emitter = emitter
+        self.layout = layout
+        self.every = every
+        self.pending_losses: dict[int, dict] = {}  # per graph: losses for analysis
+        self.pending_tables: dict[int, dict] = {}  # per graph: {loss: GRAD_STATS} for rules
+        self.disabled = False
+        self.checks: RuleSteps | None = None
+        self.monitor: Any = None  # a DriftMonitor when there are pairs
+        self.conflict = True
+
+    def should_record(self, step: tf.Variable) -> tf.Tensor:
+        return tf.equal(tf.math.floormod(step.read_value(), self.every), 0)
+
+    def emit(self, step: tf.Variable, kind: Kind, makers: Mapping[str, Callable]) -> Stats | None:
+        scopes = self.layout.vlayout.layout.scopes
+        return self.emitter.emit(kind, makers, scopes, step.read_value(), self.should_record(step))
+
+    def record_losses(self, step: tf.Variable, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
+        """Records each loss's gradients ({loss: () -> aligned gradients}), and
+        the conflicts between them when asked for."""
+        rollup = self.layout.rollup
+        if self.checks is None and not (self.conflict and len(makers) > 1):
+            return self.emit(
+                step, Kind.GRAD_STATS, {n: (lambda f=f: stats.grad_table(f(), rollup)) for n, f in makers.items()}
+            )
+        record, now = self.should_record(step), step.read_value()
+        found = tables_lib.step_tables(
+            record, lambda: {n: f() for n, f in makers.items()}, self.layout.vlayout.layout, rollup, self.conflict
+        )
+        written = [
+            self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
+            for t in found
+        ]
+        if self.checks is not None and not in_xla():
+            grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
+            self.pending_tables.setdefault(graph_key(), {}).update(grads)
+        parts = [w for w in written if w is not None]
+        if not parts:
+            return None
+        return Stats(parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()})
+
+    def record_updates(self, step: tf.Variable, maker: Callable[[], tf.Tensor]) -> tf.Tensor | None:
+        """Writes the UPDATE_STATS table and returns it as a tensor (for rules);
+        eagerly at an unrecorded step, writes nothing and returns None."""
+        record = self.should_record(step)
+        scopes = self.layout.vlayout.layout.scopes
+        if tf.executing_eagerly():
+            if not bool(record):
+                return None
+            table = maker()
+        else:
+            table = tf.cond(record, maker, lambda: tf.zeros([len(scopes), 2], tf.float32))
+        self.emit(step, Kind.UPDATE_STATS, {"": lambda: table})
+        return table
+
+    def check_step(self, step: tf.Variable, updates: tf.Tensor | None) -> None:
+        """Checks rules on this step's pending tables (before `step` advances)."""
+        if self.checks is None or in_xla():
+            return
+        grads = self.pending_tables.pop(graph_key(), None)
+        if grads:
+            scopes = self.layout.vlayout.layout.scopes
+            self.checks.at_step(step.read_value(), self.should_record(step), grads, scopes, updates)
+
+    def check_written(self, item: Stats) -> None:
+        """Checks rules on Stats returned from a jit_compile=True step."""
+        if self.checks is None or self.layout.vlayout is None:
+            return
+        grads, updates = {}, None
+        for tag, table in item.tables.items():
+            kind, name = self.emitter.record_of[tag]
+            if kind == Kind.GRAD_STATS:
+                grads[name] = table
+            elif kind == Kind.UPDATE_STATS:
+                updates = table
+        scopes = self.layout.vlayout.layout.scopes
+        self.checks.at_step(item.step, item.record, grads, scopes, updates)

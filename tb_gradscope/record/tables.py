@@ -1,0 +1,81 @@
+"""One step's loss tables computed together: per-loss GRAD_STATS and pair CONFLICT.
+
+Used when something needs the tables as tensors rather than only written:
+gradient conflict (needs two losses' gradients at once) and rules checked at
+recorded steps (need the tables on the host). Everything is computed in one
+`tf.cond` on the recorded-step predicate, so an unrecorded step costs one cond
+that returns zeros; eagerly, nothing runs at unrecorded steps.
+
+Which scopes a conflict table has depends on which gradients are None, known
+only once the recorded branch is traced; the unrecorded branch (traced after
+it, as `tf.cond` does) returns zeros of the same shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+import tensorflow as tf
+
+from tb_gradscope.format.metadata import KIND_SPECS, Kind
+from tb_gradscope.record import conflict as conflict_lib
+from tb_gradscope.record import stats
+from tb_gradscope.scopes import ScopeLayout
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTable:
+    """A table of the step: its rows (scopes), metadata attrs, and value."""
+
+    kind: Kind
+    name: str
+    scopes: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    value: tf.Tensor
+
+
+def step_tables(
+    record: tf.Tensor,
+    make_aligned: Callable[[], Mapping[str, Sequence[Any]]],
+    layout: ScopeLayout,
+    rollup: stats.RollUp,
+    conflict: bool,
+) -> list[StepTable]:
+    """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair.
+
+    `make_aligned()` returns {loss: gradients aligned with the layout's
+    variables}; it is called only on the recorded branch. Eagerly, returns []
+    when `record` is false.
+    """
+    shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
+
+    def compute() -> dict[tuple[str, str], tf.Tensor]:
+        aligned = make_aligned()
+        out = {}
+        for loss, grads in aligned.items():
+            shapes[(Kind.GRAD_STATS, loss)] = (tuple(layout.scopes), {})
+            out[(Kind.GRAD_STATS.value, loss)] = stats.grad_table(grads, rollup)
+        if conflict and len(aligned) > 1:
+            for (a, b), (rows, make) in conflict_lib.conflict_tables(aligned, layout, rollup).items():
+                name = conflict_lib.pair_name(a, b)
+                shapes[(Kind.CONFLICT, name)] = (tuple(layout.scopes[r] for r in rows), {"losses": [a, b]})
+                out[(Kind.CONFLICT.value, name)] = make()
+        return out
+
+    def skip() -> dict[tuple[str, str], tf.Tensor]:
+        return {
+            (kind.value, name): tf.zeros([len(scopes), len(KIND_SPECS[kind].columns)], tf.float32)
+            for (kind, name), (scopes, _) in shapes.items()
+        }
+
+    if tf.executing_eagerly():
+        if not bool(record):
+            return []
+        values = compute()
+    else:
+        values = tf.cond(record, compute, skip)
+    return [
+        StepTable(kind, name, shapes[(kind, name)][0], shapes[(kind, name)][1], values[(kind.value, name)])
+        for kind, name in shapes
+    ]

@@ -1,0 +1,58 @@
+"""The recorder's target/online pairs: a DriftMonitor on the recorder's step and sink.
+
+`Recorder(pairs=...)` takes `tb_gradscope.pairs.Pair`s or "auto" (pairs found by
+`detect_pairs` over the recorder's models and variables). The monitor counts
+steps with the recorder's `step` and writes through the recorder's sink, so a
+run directory holds one event file (TensorBoard's Python loader misses records
+of two files written side by side in one directory).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tb_gradscope.pairs.detect import detect_pairs
+from tb_gradscope.pairs.monitor import DriftMonitor
+from tb_gradscope.pairs.pairs import Pair
+from tb_gradscope.record.warn import warn_once
+from tb_gradscope.record.writing import SummarySink
+
+AUTO = "auto"
+
+
+def resolve_pairs(pairs: Any, models: Any, variables: Sequence[Any] | None, recorder: str) -> list[Pair]:
+    """The Pairs to watch: given ones (checked), or those detected for "auto"."""
+    if pairs is None:
+        return []
+    if isinstance(pairs, str):
+        if pairs != AUTO:
+            raise ValueError(f"pairs={pairs!r}: pass a list of Pair, or pairs='auto' to detect them")
+        found = detect_pairs(variables=list(variables or ()), models=models)
+        if not found:
+            warn_once(
+                ("no_pairs", recorder),
+                f"Recorder '{recorder}': pairs='auto' found no target/online pair among "
+                "the recorded variables (are the models built? named like target/online?); "
+                "declare them with tb_gradscope.pairs.pair_models(...)",
+            )
+        return found
+    if isinstance(pairs, Pair):
+        pairs = [pairs]
+    pairs = list(pairs)
+    if not all(isinstance(p, Pair) for p in pairs):
+        raise ValueError(
+            "pairs must be tb_gradscope.pairs.Pair objects (pair_models, pair_prefixes, "
+            "pair_ema, detect_pairs) or 'auto', e.g. pairs=[pair_models(target, online, tau=0.005)]"
+        )
+    return pairs
+
+
+def make_monitor(
+    pairs: Sequence[Pair], sink: SummarySink, step: Any, every_n_steps: int, recorder: str
+) -> DriftMonitor | None:
+    """A DriftMonitor counting `step` and writing through `sink` (None without pairs)."""
+    if not pairs:
+        return None
+    return DriftMonitor(
+        list(pairs), every_n_steps=every_n_steps, step=step, sink=sink, name=f"{recorder}_drift"
+    )
