@@ -254,12 +254,12 @@ def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab: OpenTab
     # The focused control: its id, or "loss|scope" for the matrix's buttons.
     focused = "() => { const e = document.activeElement; return e.id || `${e.dataset.loss ?? ''}|${e.dataset.scope}`; }"
     order = []
-    for _ in range(4):
+    for _ in range(5):
         tab.page.keyboard.press("Tab")
         order.append(tab.frame.evaluate(focused))
         outline = tab.frame.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
         assert outline != "none", f"no visible focus on {order[-1]}"
-    assert order == ["gs-run", "gs-step", "gs-refresh", "|online"]
+    assert order == ["gs-run", "gs-compare", "gs-step", "gs-refresh", "|online"]
     # The matrix is one tab stop: the next Tab leaves it.
     tab.page.keyboard.press("Tab")
     assert tab.frame.evaluate("() => !document.querySelector('#gs-matrix').contains(document.activeElement)")

@@ -42,6 +42,8 @@ export class App {
   private readonly toolbar: Toolbar;
   private readonly messages = h("div", { attrs: { id: "gs-messages" } });
   private readonly body = h("main", { className: "gs-body", attrs: { id: "gs-body" } });
+  /** Below the matrix: graph, charts, events, downloads (redrawn on their own). */
+  private readonly extrasBox = h("div", { className: "gs-wide" });
   private readonly seriesPanel: CellSeriesPanel;
   private runs: RunSummary[] = [];
   private run: string | null = null;
@@ -189,7 +191,8 @@ export class App {
     // Only the run matters here: moving the step slider meanwhile must not drop the extras.
     if (this.view === null || this.view.info.run !== run) return;
     this.useExtras(this.view, extras);
-    this.draw();
+    // Only the part below the matrix changes: the matrix keeps its elements (and focus).
+    if (this.view.matrix !== null) this.drawExtras(this.view, this.view.matrix);
     await this.loadComparison(generation);
     await this.loadCharted(generation);
   }
@@ -220,6 +223,7 @@ export class App {
   private async loadComparison(generation: number): Promise<void> {
     const view = this.view;
     if (view === null || view.matrix === null) return;
+    if (this.compareRun === null && view.comparison === null) return;
     const comparison = this.compareRun === null ? null : await compareWith(view.matrix, this.compareRun);
     if (generation !== this.generation || this.view !== view) return;
     view.comparison = comparison;
@@ -316,8 +320,9 @@ export class App {
       matrixView.element,
       h("div", { className: "gs-side" }, renderDetails(matrix, this.selected, diff), this.comparisonNote(view)),
       renderLegend(updateNormRange(matrix)),
-      this.drawExtras(view, matrix),
+      this.extrasBox,
     );
+    this.drawExtras(view, matrix);
     return matrixView;
   }
 
@@ -334,12 +339,14 @@ export class App {
   }
 
   /** The scope graph, charts, events and downloads, or a note while they load. */
-  private drawExtras(view: RunView, matrix: Matrix): HTMLElement {
+  private drawExtras(view: RunView, matrix: Matrix): void {
     const extras = view.extras;
-    if (extras === null) return h("p", { className: "gs-muted gs-wide" }, "Loading the scope graph, drift and events…");
-    return h(
-      "div",
-      { className: "gs-wide" },
+    if (extras === null) {
+      replaceChildren(this.extrasBox, h("p", { className: "gs-muted" }, "Loading the scope graph, drift and events…"));
+      return;
+    }
+    replaceChildren(
+      this.extrasBox,
       view.graph?.element ?? h("p", { className: "gs-muted", attrs: { id: "gs-graph-none" } }, extras.flowgraph === null
         ? "This run has no FlowGraph, so there is no scope graph."
         : "This run's FlowGraph has no scope graph (no nodes)."),
