@@ -1,0 +1,327 @@
+"""Recording overhead per train step: tb_gradscope against no recording and against hand-written summaries.
+
+Three models, each trained by a tf.function step (Adam):
+  - `dqn`: the `dqn` demo's networks (tb_gradscope.demos.common.mlp, CartPole
+    sized: 4 -> 32 -> 32 -> 2, online + target behind tf.stop_gradient,
+    batch 32) -- the headline model;
+  - `mlp1m`: a ~1M-parameter MLP (512-1024-512-10, batch 256);
+  - `cnn`: a small CNN (32x32x3, conv16-conv32-dense64-10, batch 64).
+Candidates per model, run round-robin in one process with the order rotated
+every round (figures are medians of the repetitions, ratios are candidate /
+baseline in process CPU time with TF on one thread, as in bench_recording):
+  - `baseline`: tape.gradient + apply_gradients, nothing recorded;
+  - `every_step` / `default`: way 2 (rec.tape / rec.gradients / rec.apply) at
+    every_n_steps=1 and at the default every_n_steps=10;
+  - `way1_every`: way 1 (tape.gradient, rec.record_gradients, rec.apply) at
+    every step;
+  - `hand_scalar`: what users write today, every step: one
+    tf.summary.scalar of the gradient norm per variable;
+  - `hand_hist`: one tf.summary.histogram per gradient, every step;
+  - `attrib`: two losses (TD/CE + an L2 activity term), way 2, every 10 steps,
+    against `baseline2` (the same two-loss sum, nothing recorded).
+`<model>_values_per_recorded_step` says how much each candidate writes.
+
+    python -m bench.bench_overhead --quick   # < 60 s: dqn and mlp1m
+    python -m bench.bench_overhead           # full: all three models
+
+Headline (last two lines): overhead_every_step_ratio (dqn, every step) and
+overhead_default_ratio (dqn, every_n_steps=10).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bench.harness import parse_args, report  # noqa: E402
+# record before demos: importing tb_gradscope.demos.dqn first hits a circular
+# import (demos -> pairs -> record -> pairs.detect) in the library.
+from tb_gradscope.record import Recorder  # noqa: E402, I001
+from tb_gradscope.demos import common, dqn  # noqa: E402
+from tb_gradscope.record.stats import GRAD_COLUMNS, UPDATE_COLUMNS  # noqa: E402
+
+DEFAULT_EVERY = 10  # Recorder's default every_n_steps
+AUX_WEIGHT = 1e-3
+
+
+# ----- models: (variables, {root: model}, losses(*batch) -> {name: loss}, batch)
+
+
+def dqn_setup(two_losses: bool = False):
+    """The dqn demo's online/target networks on a CartPole-shaped batch."""
+    online = common.mlp("online", 4, dqn.HIDDEN, 2)
+    target = common.mlp("target", 4, dqn.HIDDEN, 2)
+    rng = np.random.default_rng(0)
+    batch = (
+        tf.constant(rng.normal(size=(dqn.BATCH, 4)).astype(np.float32)),
+        tf.constant(rng.integers(0, 2, dqn.BATCH)),
+        tf.constant(rng.random(dqn.BATCH, np.float32)),
+        tf.constant(rng.normal(size=(dqn.BATCH, 4)).astype(np.float32)),
+    )
+
+    def losses(s, a, r, s2):
+        q_all = online(s)
+        y = tf.stop_gradient(r + dqn.GAMMA * tf.reduce_max(target(s2), axis=1))
+        q = tf.gather(q_all, a, axis=1, batch_dims=1)
+        out = {"td": tf.reduce_mean(tf.square(y - q))}
+        if two_losses:
+            out["aux"] = AUX_WEIGHT * tf.reduce_mean(tf.square(q_all))
+        return out
+
+    return online.trainable_variables, {"online": online, "target": target}, losses, batch
+
+
+def mlp1m_setup(two_losses: bool = False):
+    inputs = keras.Input((512,))
+    h = keras.layers.Dense(1024, activation="relu", name="l1")(inputs)
+    h = keras.layers.Dense(512, activation="relu", name="l2")(h)
+    model = keras.Model(inputs, keras.layers.Dense(10, name="out")(h), name="mlp")
+    rng = np.random.default_rng(1)
+    batch = (
+        tf.constant(rng.normal(size=(256, 512)).astype(np.float32)),
+        tf.constant(rng.integers(0, 10, 256)),
+    )
+
+    def losses(x, y):
+        logits = model(x)
+        ce = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        out = {"ce": tf.reduce_mean(ce)}
+        if two_losses:
+            out["aux"] = AUX_WEIGHT * tf.reduce_mean(tf.square(logits))
+        return out
+
+    return model.trainable_variables, {"mlp": model}, losses, batch
+
+
+def cnn_setup(two_losses: bool = False):
+    inputs = keras.Input((32, 32, 3))
+    h = keras.layers.Conv2D(16, 3, strides=2, activation="relu", name="conv1")(inputs)
+    h = keras.layers.Conv2D(32, 3, strides=2, activation="relu", name="conv2")(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.Dense(64, activation="relu", name="fc")(h)
+    model = keras.Model(inputs, keras.layers.Dense(10, name="out")(h), name="cnn")
+    rng = np.random.default_rng(2)
+    batch = (
+        tf.constant(rng.random((64, 32, 32, 3), np.float32)),
+        tf.constant(rng.integers(0, 10, 64)),
+    )
+
+    def losses(x, y):
+        logits = model(x)
+        ce = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        out = {"ce": tf.reduce_mean(ce)}
+        if two_losses:
+            out["aux"] = AUX_WEIGHT * tf.reduce_mean(tf.square(logits))
+        return out
+
+    return model.trainable_variables, {"cnn": model}, losses, batch
+
+
+# ----- train steps
+
+
+def _optimizer(variables):
+    opt = keras.optimizers.Adam(1e-4)
+    opt.build(variables)
+    return opt
+
+
+def baseline_step(variables, losses):
+    opt = _optimizer(variables)
+
+    @tf.function
+    def step(*batch):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n(list(losses(*batch).values()))
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    return step
+
+
+def way2_step(variables, models, losses, every, logdir):
+    opt = _optimizer(variables)
+    rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
+
+    @tf.function
+    def step(*batch):
+        with rec.tape() as tape:
+            named = losses(*batch)
+        rec.apply(opt, rec.gradients(tape, named, variables))
+        return tf.add_n(list(named.values()))
+
+    return step, rec
+
+
+def way1_step(variables, models, losses, every, logdir):
+    opt = _optimizer(variables)
+    rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
+
+    @tf.function
+    def step(*batch):
+        with tf.GradientTape() as tape:
+            named = losses(*batch)
+            loss = tf.add_n(list(named.values()))
+        pairs = list(zip(tape.gradient(loss, variables), variables))
+        rec.record_gradients({"+".join(named): pairs})
+        rec.apply(opt, pairs)
+        return loss
+
+    return step, rec
+
+
+def hand_step(variables, losses, logdir, kind):
+    """What users hand-write: a summary per variable, every step."""
+    opt = _optimizer(variables)
+    writer = tf.summary.create_file_writer(logdir)
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+    names = [v.path.replace(":", "_") for v in variables]
+
+    @tf.function
+    def step(*batch):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n(list(losses(*batch).values()))
+        grads = tape.gradient(loss, variables)
+        with writer.as_default(step=counter):
+            for name, g in zip(names, grads):
+                if kind == "scalar":
+                    tf.summary.scalar(f"grad_norm/{name}", tf.norm(g))
+                else:
+                    tf.summary.histogram(f"grad/{name}", g)
+        opt.apply_gradients(zip(grads, variables))
+        counter.assign_add(1)
+        return loss
+
+    return step, writer
+
+
+# ----- measuring
+
+
+def rotated_medians(runs, repetitions):
+    """Median wall and process-CPU seconds of each run; round-robin, rotated."""
+    names = list(runs)
+    wall = {n: [] for n in names}
+    cpu = {n: [] for n in names}
+    for rep in range(repetitions):
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            runs[name]()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return (
+        {n: statistics.median(t) for n, t in wall.items()},
+        {n: statistics.median(t) for n, t in cpu.items()},
+    )
+
+
+def loop(step, batch, steps):
+    def run():
+        for _ in range(steps):
+            loss = step(*batch)
+        loss.numpy()
+
+    return run
+
+
+def recorded_values(rec, n_losses):
+    """Values one recorded step writes: per (loss, scope) grad stats + per scope updates."""
+    scopes = len(rec.layout.layout.scopes)
+    return scopes * (n_losses * len(GRAD_COLUMNS) + len(UPDATE_COLUMNS))
+
+
+def measure(prefix, setup, steps, repetitions, logdir, only=None):
+    """Reports each candidate's ratio for one model (`only`: a subset); returns the CPU ratios."""
+    variables, models, losses, batch = setup()
+    variables2, models2, losses2, batch2 = setup(two_losses=True)
+    path = lambda label: os.path.join(logdir, f"{prefix}_{label}")  # noqa: E731
+    steps_of = {"baseline": baseline_step(variables, losses)}
+    closers, recorders = [], {}
+    for label, maker, every in (("every_step", way2_step, 1), ("default", way2_step, DEFAULT_EVERY),
+                                ("way1_every", way1_step, 1)):
+        steps_of[label], recorders[label] = maker(variables, models, losses, every, path(label))
+    for kind in ("scalar", "hist"):
+        steps_of[f"hand_{kind}"], writer = hand_step(variables, losses, path(kind), kind)
+        closers.append(writer)
+    steps_of["baseline2"] = baseline_step(variables2, losses2)
+    steps_of["attrib"], recorders["attrib"] = way2_step(variables2, models2, losses2, DEFAULT_EVERY,
+                                                        path("attrib"))
+    if only is not None:
+        steps_of = {k: v for k, v in steps_of.items() if k in only or k == "baseline"}
+    runs = {}
+    for label, step in steps_of.items():
+        two = label in ("baseline2", "attrib")
+        runs[label] = loop(step, batch2 if two else batch, steps)
+        start = time.perf_counter()
+        runs[label]()  # trace and warm up
+        report(f"{prefix}_{label}_trace_s", time.perf_counter() - start)
+    wall, cpu = rotated_medians(runs, repetitions)
+    values = {label: recorded_values(rec, 2 if label == "attrib" else 1)
+              for label, rec in recorders.items() if label in steps_of}
+    values["hand_scalar"] = len(variables)
+    values["hand_hist"] = sum(int(np.prod(v.shape)) for v in variables)  # bucketed, but one sample per element
+    values = {k: v for k, v in values.items() if k in steps_of}
+    for rec in recorders.values():
+        rec.close()
+    for writer in closers:
+        writer.close()
+    report(f"{prefix}_params", int(sum(np.prod(v.shape) for v in variables)))
+    report(f"{prefix}_variables", len(variables))
+    report(f"{prefix}_baseline_cpu_ms_per_step", 1000 * cpu["baseline"] / steps)
+    report(f"{prefix}_baseline_ms_per_step", 1000 * wall["baseline"] / steps)
+    ratios = {}
+    for label in steps_of:
+        if label.startswith("baseline"):
+            continue
+        base = "baseline2" if label == "attrib" else "baseline"
+        ratios[label] = cpu[label] / cpu[base]
+        report(f"{prefix}_{label}_wall_ratio", wall[label] / wall[base])
+        report(f"{prefix}_{label}_cpu_ratio", ratios[label])
+        if label in values:
+            report(f"{prefix}_{label}_values_per_recorded_step", values[label])
+    return ratios
+
+
+def single_thread() -> None:
+    # One TF thread: Eigen's pool spins while waiting, so on a busy machine the
+    # CPU time of a multi-threaded step measures contention, not work.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    single_thread()
+    report("load_average_1m", os.getloadavg()[0])
+    # steps per repetition are multiples of DEFAULT_EVERY: each repetition
+    # holds the same share of recorded steps.
+    # --quick traces only what the headlines need (tracing dominates a short run).
+    if args.quick:
+        plan = (("mlp1m", mlp1m_setup, 10, 5, {"every_step", "hand_scalar"}),
+                ("dqn", dqn_setup, 20, 9, {"every_step", "default", "hand_scalar", "baseline2", "attrib"}))
+    else:
+        plan = (("mlp1m", mlp1m_setup, 10, 21, None), ("cnn", cnn_setup, 20, 21, None),
+                ("dqn", dqn_setup, 50, 31, None))
+    with tempfile.TemporaryDirectory() as logdir:
+        found = {prefix: measure(prefix, setup, steps, reps, logdir, only)
+                 for prefix, setup, steps, reps, only in plan}
+    report("load_average_1m_end", os.getloadavg()[0])
+    report("attrib_2loss_every10_ratio", found["dqn"]["attrib"])
+    report("mlp1m_every_step_ratio", found["mlp1m"]["every_step"])
+    report("overhead_every_step_ratio", found["dqn"]["every_step"])
+    report("overhead_default_ratio", found["dqn"]["default"])
+
+
+if __name__ == "__main__":
+    main()
