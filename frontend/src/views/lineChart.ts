@@ -74,6 +74,8 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
     ...spec.series.map((s) => (spec.log ? forLog(s.values) : finite(s.values))),
   ];
   const markers = spec.markers ?? [];
+  // Canvas strokes need a real colour: the page's text colour (light or dark theme).
+  const ink = getComputedStyle(document.body).color || "#1f2328";
   const options: uPlot.Options = {
     width: chartWidth(),
     height: HEIGHT,
@@ -81,8 +83,8 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: false }, y: spec.log ? { distr: 3 } : { auto: true } },
     axes: [
-      { label: "step", stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" } },
-      { label: spec.yLabel, stroke: "currentColor", grid: { stroke: "rgba(128,128,128,0.2)" }, size: 60 },
+      { label: "step", stroke: ink, grid: { stroke: "rgba(128,128,128,0.2)" } },
+      { label: spec.yLabel, stroke: ink, grid: { stroke: "rgba(128,128,128,0.2)" }, size: 60 },
     ],
     series: [
       {},
