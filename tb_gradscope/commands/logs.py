@@ -10,7 +10,9 @@ merged by step. Never imports tensorflow.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
+import struct
 import sys
 import types
 from typing import Mapping
@@ -96,7 +98,58 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
         if run not in listings:
             raise LogdirError(f"run {run!r} has no gradscope data in {logdir!r}; runs: {sorted(listings)}")
         listings = {run: listings[run]}
-    return [_load_run(reader, ctx, listings[name]) for name in sorted(listings)]
+    loaded = [_load_run(reader, ctx, listings[name]) for name in sorted(listings)]
+    for logs in loaded:
+        logs.warnings.extend(damaged_event_files(logdir, logs.run))
+    return loaded
+
+
+# Data CRCs are checked in pure Python (TensorBoard's stub): up to this many
+# bytes per file; beyond it, only the framing and the length CRCs.
+CRC_CHECK_BYTES = 64 << 20
+
+
+def damaged_event_files(logdir: str, run: str) -> list[str]:
+    """Warnings for event files of `run` that TensorBoard stops reading early.
+
+    Both data providers stop reading an event file at its first damaged
+    record (bad CRC, bad length) and say nothing to the plugin, so whatever
+    follows is lost; a record cut short at the end (training killed mid-write,
+    or a writer still writing) loses only itself. TFRecord framing: u64 length,
+    u32 masked CRC of the length, data, u32 masked CRC of the data.
+    """
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    found = []
+    run_dir = os.path.join(logdir, run)
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "*tfevents*"))):
+        if not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        pos, n, problem = 0, 0, None
+        while pos < len(data) and problem is None:
+            header = data[pos:pos + 12]
+            if len(header) < 12:
+                problem = "its last record is cut short (killed mid-write?)"
+                break
+            (length,) = struct.unpack("<Q", header[:8])
+            if struct.unpack("<I", header[8:])[0] != masked_crc32c(header[:8]):
+                problem = f"record {n} (byte {pos}) has a bad length CRC"
+            elif pos + 16 + length > len(data):
+                problem = "its last record is cut short (killed mid-write?)"
+            elif pos + length <= CRC_CHECK_BYTES and struct.unpack(
+                "<I", data[pos + 12 + length:pos + 16 + length]
+            )[0] != masked_crc32c(data[pos + 12:pos + 12 + length]):
+                problem = f"record {n} (byte {pos}) has a bad data CRC"
+            else:
+                pos, n = pos + 16 + length, n + 1
+        if problem is None:
+            continue
+        rest = len(data) - pos
+        lost = "" if "cut short" in problem else f"; TensorBoard reads no further: {rest} bytes after it are not shown"
+        found.append(f"run {run!r}: event file {os.path.basename(path)!r} is damaged: {problem}{lost}")
+    return found
 
 
 def _prefer_tensorflow_stub() -> None:
