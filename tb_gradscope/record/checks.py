@@ -7,7 +7,9 @@ recorder's sink *before* `on_violation` is applied, so a raise never loses them.
 - Trace time (after the traced step's FlowGraph is found): Python, so the
   FlowGraph (with the rule texts in its attrs) and any violations are written
   eagerly (`tf.init_scope`) at the recorder's current step, then the policy
-  applies: "raise" raises `FlowRuleViolation` from the call that traced.
+  applies: "raise" raises `FlowRuleViolation` from the call that traced
+  (autograph wraps it in its StagingError, with the same text), before any
+  step runs.
 - Recorded steps, eagerly: the tables are EagerTensors; checked on the spot.
 - Recorded steps, inside `tf.function`: a `tf.py_function` under the
   recorded-step `tf.cond` hands the tables to the checker and returns the
@@ -37,6 +39,10 @@ from tb_gradscope.record.warn import warn_once
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
 from tb_gradscope.rules.policy import LOG, POLICIES, RAISE
 from tb_gradscope.rules.rulesfile import RuleSet, parse_rules_file
+
+# EVENTS record names: trace-time violations are written at the step the trace
+# happened, which is usually also a recorded step; apart, neither hides the other.
+TRACE_EVENTS, STEP_EVENTS = "trace", "step"
 
 
 def resolve_rules(rules: Any, on_violation: str | None) -> tuple[list[Rule], str]:
@@ -87,9 +93,8 @@ class RuleSteps:
         with tf.init_scope():
             step = int(step_variable.numpy())
             events = self._safely(lambda: self.checker.at_trace(flowgraph, step))
-            step_t = tf.constant(step, tf.int64)
-            self.emitter.write_flowgraph(step_t, tf.constant(True))
-            self._write_now(events, step)
+            self.emitter.write_flowgraph(tf.constant(step, tf.int64), tf.constant(True))
+            self._write_now(events, step, TRACE_EVENTS)
         apply_policy(events, self.on_violation)
 
     # ----- recorded steps --------------------------------------------------
@@ -118,7 +123,7 @@ class RuleSteps:
         if tf.executing_eagerly():
             if bool(record):
                 events = check(step.numpy(), *[t.numpy() for t in tensors])
-                self._write_now(events, int(step.numpy()))
+                self._write_now(events, int(step.numpy()), STEP_EVENTS)
                 apply_policy(events, self.on_violation)
             return
         self._in_graph(check, step, record, tensors)
@@ -129,7 +134,7 @@ class RuleSteps:
         def host(step_value, *arrays):
             events = check(step_value.numpy(), *[a.numpy() for a in arrays])
             if self.on_violation != RAISE:
-                events = self._safely(lambda: apply_policy(events, self.on_violation))
+                apply_policy(events, self.on_violation)
             pending[:] = events
             return np.asarray([fmt.encode_json(e.to_json()) for e in events], dtype=object)
 
@@ -140,7 +145,7 @@ class RuleSteps:
 
         blobs = tf.cond(record, run_host, lambda: tf.zeros([0], tf.string))
         found = tf.size(blobs) > 0
-        tag, meta = self.emitter.metadata(fmt.Kind.EVENTS, "", ())
+        tag, meta = self.emitter.metadata(fmt.Kind.EVENTS, STEP_EVENTS, ())
         written = self.emitter.sink.write(tag, meta, blobs, step, found)
         if self.on_violation == RAISE:
             with tf.control_dependencies([written]):
@@ -155,11 +160,11 @@ class RuleSteps:
 
     # ----- internals -------------------------------------------------------
 
-    def _write_now(self, events: list[fmt.Event], step: int) -> None:
-        """Writes violations eagerly (EVENTS at `step`) and flushes."""
+    def _write_now(self, events: list[fmt.Event], step: int, name: str) -> None:
+        """Writes violations eagerly (EVENTS record `name` at `step`) and flushes."""
         if not events:
             return
-        tag, meta = self.emitter.metadata(fmt.Kind.EVENTS, "", ())
+        tag, meta = self.emitter.metadata(fmt.Kind.EVENTS, name, ())
         blobs = tf.constant([fmt.encode_json(e.to_json()) for e in events])
         self.emitter.sink.write(tag, meta, blobs, tf.constant(step, tf.int64), tf.constant(True))
         self.emitter.sink.flush()

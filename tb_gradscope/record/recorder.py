@@ -76,9 +76,11 @@ class Recorder(tf.Module):
         TOML rules file path. Violations are written as EVENTS records (and
         kept in `rec.violations`) before `on_violation` applies; the rule
         texts go in the FLOWGRAPH record for `tb-gradscope check`.
-      on_violation: "log", "warn" or "raise" (FlowRuleViolation; inside
-        tf.function TensorFlow reports it as tf.errors.UnknownError carrying
-        its text). None: the rules file's policy, else "log".
+      on_violation: "log", "warn" or "raise" (FlowRuleViolation, after the
+        violations are written). Inside tf.function a trace-time violation
+        arrives wrapped in autograph's StagingError (tf.function(autograph=
+        False) lets it through), one at a run step as tf.errors.UnknownError;
+        both carry its text. None: the rules file's policy, else "log".
       conflict: with two or more losses, record per pair of losses the cosine
         of their gradients on every scope both reach (CONFLICT records "a|b").
 
