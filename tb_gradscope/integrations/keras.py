@@ -229,6 +229,7 @@ class GradscopeCallback(keras.callbacks.Callback):
         self._drain()
         if self._drift is not None:
             self._drift.record(int(self.model.optimizer.iterations.numpy()) - 1)
+        self._records.sink.flush()
 
     def _drain(self) -> None:
         """Writes every recorded step the probe holds that was not written yet."""
