@@ -53,8 +53,7 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"actor_critic has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
-    with recording.run_writer(spec.run_dir):
-        return _train(spec)
+    return _train(spec)
 
 
 def _train(spec: RunSpec) -> RunResult:
@@ -63,7 +62,7 @@ def _train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.Adam(3e-3)
     variables = model.trainable_variables
     leaky = spec.twin == LEAKY
-    rec = recording.recorder({"ac": model}, spec.record_every)
+    rec = recording.recorder(spec, {"ac": model}, RULES)
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -109,7 +108,7 @@ def _train(spec: RunSpec) -> RunResult:
         a_loss, c_loss = train_step(obs, actions, returns)
         actor, critic = float(a_loss), float(c_loss)
         spec.on_step(step + 1)
-    rec.flush()
+    rec.close()
     mean_return = float(np.mean(finished[-10:])) if finished else float("nan")
     return RunResult(
         {"actor": actor, "critic": critic},

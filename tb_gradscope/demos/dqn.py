@@ -37,8 +37,7 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"dqn has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
-    with recording.run_writer(spec.run_dir):
-        return _train(spec)
+    return _train(spec)
 
 
 def _train(spec: RunSpec) -> RunResult:
@@ -49,10 +48,8 @@ def _train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.Adam(1e-3)
     leaky = spec.twin == LEAKY
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = recording.recorder({"online": online, "target": target}, spec.record_every)
-    monitor = recording.drift_monitor(
-        [pair_models(target, online, every=SYNC_EVERY)], rec, spec.record_every, optimizer
-    )
+    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
+                             [pair_models(target, online, every=SYNC_EVERY)])
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -64,7 +61,7 @@ def _train(spec: RunSpec) -> RunResult:
 
     @tf.function(reduce_retracing=True)
     def record_drift():
-        monitor.record()
+        rec.record_drift()
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, done):
@@ -105,7 +102,7 @@ def _train(spec: RunSpec) -> RunResult:
             sync()
         record_drift()
         spec.on_step(step + 1)
-    rec.flush()
+    rec.close()
     mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
     return RunResult({"td": td}, f"{env.name}, mean return of last episodes {mean_return:.1f}")
 

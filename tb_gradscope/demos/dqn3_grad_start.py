@@ -44,8 +44,7 @@ def train(spec: RunSpec) -> RunResult:
             f"dqn3_grad_start has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}"
         )
     common.seed_everything(spec.seed)
-    with recording.run_writer(spec.run_dir):
-        return _train(spec)
+    return _train(spec)
 
 
 def _train(spec: RunSpec) -> RunResult:
@@ -56,10 +55,8 @@ def _train(spec: RunSpec) -> RunResult:
     optimizer = keras.optimizers.RMSprop(2.5e-4)
     leaky = spec.twin == LEAKY
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = recording.recorder({"online": online, "target": target}, spec.record_every)
-    monitor = recording.drift_monitor(
-        [pair_models(target, online, every=SYNC_EVERY)], rec, spec.record_every, optimizer
-    )
+    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
+                             [pair_models(target, online, every=SYNC_EVERY)])
 
     @tf.function(reduce_retracing=True)
     def act(s):
@@ -71,7 +68,7 @@ def _train(spec: RunSpec) -> RunResult:
 
     @tf.function(reduce_retracing=True)
     def record_drift():
-        monitor.record()
+        rec.record_drift()
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, term):
@@ -112,7 +109,7 @@ def _train(spec: RunSpec) -> RunResult:
             sync()
         record_drift()
         spec.on_step(step + 1)
-    rec.flush()
+    rec.close()
     return RunResult({"td": td}, env.name)
 
 

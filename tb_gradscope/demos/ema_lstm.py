@@ -54,8 +54,7 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"ema_lstm has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
-    with recording.run_writer(spec.run_dir):
-        return _train(spec)
+    return _train(spec)
 
 
 def _train(spec: RunSpec) -> RunResult:
@@ -65,10 +64,8 @@ def _train(spec: RunSpec) -> RunResult:
         common.hard_copy(online, target)  # the seed's "Change0"
     optimizer = keras.optimizers.Adam(3e-3)
     variables = online.trainable_variables
-    rec = recording.recorder({"online": online, "target": target}, spec.record_every)
-    monitor = recording.drift_monitor(
-        [pair_models(target, online, tau=1.0 - DECAY)], rec, spec.record_every, optimizer
-    )
+    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
+                             [pair_models(target, online, tau=1.0 - DECAY)])
 
     @tf.function(reduce_retracing=True)
     def train_step(s, r, s2):
@@ -77,7 +74,7 @@ def _train(spec: RunSpec) -> RunResult:
             td = tf.reduce_mean(tf.square(v_target - online(s)[:, 0]))
         rec.apply(optimizer, rec.gradients(tape, {"td": td}, variables))
         common.ema_update(online, target, DECAY)
-        monitor.record()
+        rec.record_drift()
         return td
 
     rng = np.random.default_rng(spec.seed)
@@ -85,7 +82,7 @@ def _train(spec: RunSpec) -> RunResult:
     for step in range(spec.steps):
         td = float(train_step(*sample_windows(rng, BATCH)))
         spec.on_step(step + 1)
-    rec.flush()
+    rec.close()
     gap = np.sqrt(sum(np.sum((t.numpy() - o.numpy()) ** 2)
                       for t, o in zip(common.weights(target), common.weights(online))))
     return RunResult({"td": td}, f"final ||target - online|| = {gap:.3f}")

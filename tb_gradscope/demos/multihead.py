@@ -78,8 +78,7 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"multihead has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
-    with recording.run_writer(spec.run_dir):
-        return _train(spec)
+    return _train(spec)
 
 
 def _train(spec: RunSpec) -> RunResult:
@@ -91,7 +90,7 @@ def _train(spec: RunSpec) -> RunResult:
         var_list2 = _variables(agent, "layer2_2")
     opt1 = keras.optimizers.Adam(1e-2)
     opt2 = keras.optimizers.Adam(1e-2)
-    rec = recording.recorder({"Agent": agent}, spec.record_every)
+    rec = recording.recorder(spec, {"Agent": agent}, RULES)
 
     @tf.function(reduce_retracing=True)
     def train_step(x, y1, y2):
@@ -116,7 +115,7 @@ def _train(spec: RunSpec) -> RunResult:
         l1, l2 = train_step(x[idx], y1[idx], y2[idx])
         loss1, loss2 = float(l1), float(l2)
         spec.on_step(step + 1)
-    rec.flush()
+    rec.close()
     return RunResult({"loss1": loss1, "loss2": loss2})
 
 

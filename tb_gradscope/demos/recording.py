@@ -1,41 +1,30 @@
-"""How a demo run records: one event file per run, shared by Recorder and DriftMonitor.
+"""How a TF2 demo run records: one Recorder per run, with its pairs and rules.
 
-Both write to the run's default `tf.summary` writer, so each run directory
-holds a single event file (TensorBoard's Python loader reads a directory's
-files one after another and would miss records of a file written alongside).
+The Recorder writes gradient stats, applied updates, the FlowGraph, drift of
+the declared target/online pairs and rule violations into one event file in
+the run directory, and lists the demo's rules in the run so `tb-gradscope
+check LOGDIR` finds them.
+
+`tb_gradscope.record` is imported before `tb_gradscope.pairs` on purpose: the
+two packages import each other, and only this order resolves.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-import tensorflow as tf
-
-from tb_gradscope.pairs import DriftMonitor, Pair
-from tb_gradscope.record import Recorder
+from tb_gradscope.record import Recorder  # first: see the module docstring
+from tb_gradscope.demos.spec import RunSpec
+from tb_gradscope.pairs import Pair
 
 
-@contextlib.contextmanager
-def run_writer(run_dir: str) -> Iterator[None]:
-    """Makes a file writer for `run_dir` the default while the run trains."""
-    writer = tf.summary.create_file_writer(run_dir)
-    with writer.as_default():
-        yield
-    writer.close()
+def recorder(spec: RunSpec, models: Mapping[str, Any], rules: Sequence[str],
+             pairs: Sequence[Pair] = ()) -> Recorder:
+    """A Recorder writing to `spec.run_dir`, scopes rooted at the given model names.
 
-
-def recorder(models: Mapping[str, Any], every_n_steps: int) -> Recorder:
-    """A Recorder on the default writer, scopes rooted at the given model names."""
-    return Recorder(logdir=None, every_n_steps=every_n_steps, models=dict(models))
-
-
-def drift_monitor(pairs: Sequence[Pair], rec: Recorder, every_n_steps: int,
-                  optimizer: Any) -> DriftMonitor:
-    """A DriftMonitor on the default writer, counting steps with `rec.step`.
-
-    `optimizer` lets the monitor notice a target the optimizer writes (the dqn
-    leaky twin's).
+    Violations are logged, never raised: the leaky twin must train to the end
+    so its broken rules are on record.
     """
-    return DriftMonitor(list(pairs), logdir=None, every_n_steps=every_n_steps,
-                        step=rec.step, optimizers=[optimizer])
+    return Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
+                    models=dict(models), pairs=list(pairs) or None,
+                    rules=list(rules), on_violation="log")
