@@ -5,23 +5,31 @@
 steps with the recorder's `step` and writes through the recorder's sink, so a
 run directory holds one event file (TensorBoard's Python loader misses records
 of two files written side by side in one directory).
+
+`tb_gradscope.pairs` builds on `tb_gradscope.record` (naming, stats, the sink),
+so it is imported when a recorder is built, not when this module is: importing
+either package first must work.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from tb_gradscope.pairs.detect import detect_pairs
-from tb_gradscope.pairs.monitor import DriftMonitor
-from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import SummarySink
+
+if TYPE_CHECKING:
+    from tb_gradscope.pairs.monitor import DriftMonitor
+    from tb_gradscope.pairs.pairs import Pair
 
 AUTO = "auto"
 
 
 def resolve_pairs(pairs: Any, models: Any, variables: Sequence[Any] | None, recorder: str) -> list[Pair]:
     """The Pairs to watch: given ones (checked), or those detected for "auto"."""
+    from tb_gradscope.pairs.detect import detect_pairs
+    from tb_gradscope.pairs.pairs import Pair
+
     if pairs is None:
         return []
     if isinstance(pairs, str):
@@ -51,6 +59,8 @@ def make_monitor(
     pairs: Sequence[Pair], sink: SummarySink, step: Any, every_n_steps: int, recorder: str
 ) -> DriftMonitor | None:
     """A DriftMonitor counting `step` and writing through `sink` (None without pairs)."""
+    from tb_gradscope.pairs.monitor import DriftMonitor
+
     if not pairs:
         return None
     return DriftMonitor(
