@@ -93,12 +93,18 @@ def test_conflict_cosines_chart_each_pair_of_losses_or_say_there_are_none(
     open_tab: OpenTab, tensorboard: TensorBoard
 ) -> None:
     pairs = tensorboard.json("conflict", run="dqn")["pairs"]
+    assert pairs, "the Recorder records td vs aux on the online scopes they share"
     tab = open_tab()
-    tab.frame.locator("#gs-conflict").wait_for()
+    tab.frame.locator("#gs-conflict .gs-chart").first.wait_for()
     assert tab.frame.locator("#gs-conflict .gs-chart").count() == len(pairs)
     for pair in pairs:
         chart = tab.frame.locator(f'#gs-conflict .gs-chart[data-pair="{css(pair["name"])}"]')
         assert chart.get_attribute("data-series") == str(len(pair["cosine"]))
+        last = {label: float(value) for label, value in chart.locator(".gs-chart-legend li").evaluate_all(
+            "ls => ls.map(l => [l.dataset.label, l.dataset.last])")}
+        for scope, values in pair["cosine"].items():
+            finite = [v for v in values if isinstance(v, (int, float))]
+            assert last[scope] == pytest.approx(finite[-1], rel=1e-6)
     tab.select_run("states")
     tab.frame.locator("#gs-conflict-empty").wait_for()
     assert tab.frame.locator("#gs-conflict .gs-chart").count() == 0
