@@ -1,0 +1,152 @@
+"""How recording cost grows: with the number of variables, of losses and the scope depth.
+
+A synthetic model of N small variables (shape [16], each its own leaf scope
+under a root `m`, in groups of 10: `m/g<k>/v<i>`) is trained by a
+tf.function step; the recorded step (way 2, every step, so the cost is the
+recorded cost) runs round-robin against the same step without the recorder
+(CPU time, TF on one thread, medians of rotated repetitions; see
+bench_overhead). Trace time (first call) is measured apart from step time.
+
+  - variables: N = 10, 100, 1000 (--quick) and 10000 (full), one loss;
+  - losses: 1, 2, 4, 8 over 100 variables (each loss reaches every variable);
+  - scope depth: 1, 4, 8 levels above the 100 variables.
+
+Per axis: the extra CPU ms per step (recorded - baseline), the extra per
+unit, and the log-log slope of the extra cost against the axis (1 = linear,
+2 = quadratic); `<axis>_quadratic` is 1 if the slope exceeds 1.5.
+
+    python -m bench.bench_scaling --quick   # < 60 s
+    python -m bench.bench_scaling           # full (10k variables traces for minutes)
+
+Headline: variables_loglog_slope.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bench.bench_overhead import rotated_medians, single_thread  # noqa: E402
+from bench.harness import parse_args, report  # noqa: E402
+from tb_gradscope.record import Recorder  # noqa: E402
+
+WIDTH = 16
+GROUP = 10
+
+
+def make_variables(n: int, depth: int = 1) -> list[tf.Variable]:
+    """n variables `m/<depth levels>/v<i>`; the last level groups them by 10."""
+    rng = np.random.default_rng(n + depth)
+    out = []
+    for i in range(n):
+        levels = [f"d{k}_{(i // GROUP) % (k + 2)}" for k in range(depth - 1)] + [f"g{i // GROUP}"]
+        name = "/".join(["m"] + levels + [f"v{i}"])
+        out.append(tf.Variable(rng.normal(size=WIDTH).astype(np.float32), name=name))
+    return out
+
+
+def make_losses(variables, n_losses: int):
+    x = tf.constant(np.linspace(-1, 1, WIDTH, dtype=np.float32))
+
+    def losses():
+        h = tf.add_n([v * x for v in variables])  # one forward sum over every variable
+        return {f"loss{j}": tf.reduce_mean(tf.square(h - float(j))) for j in range(n_losses)}
+
+    return losses
+
+
+def steps_for(variables, losses, logdir):
+    opt_a, opt_b = keras.optimizers.SGD(1e-3), keras.optimizers.SGD(1e-3)
+    opt_a.build(variables)
+    opt_b.build(variables)
+    rec = Recorder(logdir=logdir, every_n_steps=1, variables=variables)
+
+    @tf.function
+    def baseline():
+        with tf.GradientTape() as tape:
+            loss = tf.add_n(list(losses().values()))
+        opt_a.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    @tf.function
+    def recorded():
+        with rec.tape() as tape:
+            named = losses()
+        rec.apply(opt_b, rec.gradients(tape, named, variables))
+        return tf.add_n(list(named.values()))
+
+    return baseline, recorded, rec
+
+
+def point(label, variables, n_losses, steps, repetitions, logdir):
+    """Extra recorded CPU ms per step at one point; reports trace times too."""
+    baseline, recorded, rec = steps_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label))
+    traces = {}
+    for name, fn in (("baseline", baseline), ("recorded", recorded)):
+        start = time.perf_counter()
+        fn().numpy()
+        traces[name] = time.perf_counter() - start
+
+    def loop(fn):
+        def run():
+            for _ in range(steps):
+                out = fn()
+            out.numpy()
+
+        return run
+
+    _, cpu = rotated_medians({"baseline": loop(baseline), "recorded": loop(recorded)}, repetitions)
+    scopes = len(rec.layout.layout.scopes)
+    rec.close()
+    base_ms, rec_ms = 1000 * cpu["baseline"] / steps, 1000 * cpu["recorded"] / steps
+    report(f"{label}_scopes", scopes)
+    report(f"{label}_trace_baseline_s", traces["baseline"])
+    report(f"{label}_trace_recorded_s", traces["recorded"])
+    report(f"{label}_baseline_cpu_ms", base_ms)
+    report(f"{label}_extra_cpu_ms", rec_ms - base_ms)
+    report(f"{label}_ratio", rec_ms / base_ms)
+    return max(rec_ms - base_ms, 1e-3), traces["recorded"] - traces["baseline"]
+
+
+def slope(xs, ys) -> float:
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def axis(name, xs, extras, unit):
+    per = np.polyfit(xs, extras, 1)[0]  # least-squares ms per unit
+    report(f"{name}_extra_cpu_us_per_{unit}", 1000 * per)
+    report(f"{name}_quadratic", int(slope(xs, extras) > 1.5))
+    report(f"{name}_loglog_slope", slope(xs, extras))
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    single_thread()
+    report("load_average_1m", os.getloadavg()[0])
+    sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 10000)
+    reps = 5 if args.quick else 11
+    with tempfile.TemporaryDirectory() as logdir:
+        loss_counts = (1, 2, 4, 8)
+        extras = [point(f"losses{k}", make_variables(100), k, 5, reps, logdir)[0] for k in loss_counts]
+        axis("losses", loss_counts, extras, "loss")
+        depths = (1, 4, 8)
+        extras = [point(f"depth{d}", make_variables(100, d), 1, 5, reps, logdir)[0] for d in depths]
+        axis("depth", depths, extras, "level")
+        found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 10000 else 3, logdir)
+                 for n in sizes]
+        report("vars_trace_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t in found]))
+    report("load_average_1m_end", os.getloadavg()[0])
+    axis("variables", sizes, [e for e, _ in found], "variable")
+
+
+if __name__ == "__main__":
+    main()
