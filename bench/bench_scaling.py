@@ -8,8 +8,9 @@ recorded cost) runs round-robin against the same step without the recorder
 bench_overhead). Trace time (first call) is measured apart from step time.
 
   - variables: N = 10, 100, 1000 (--quick) and 10000 (full), one loss;
-  - losses: 1, 2, 4, 8 over 100 variables (each loss reaches every variable);
-  - scope depth: 1, 4, 8 levels above the 100 variables.
+  - losses: 1, 2, 4, 8 over 100 variables (20 in --quick; each loss reaches
+    every variable);
+  - scope depth: 1, 4, 8 levels above the same variables.
 
 Per axis: the extra CPU ms per step (recorded - baseline), the extra per
 unit, and the log-log slope of the extra cost against the axis (1 = linear,
@@ -90,11 +91,12 @@ def steps_for(variables, losses, logdir):
 def point(label, variables, n_losses, steps, repetitions, logdir):
     """Extra recorded CPU ms per step at one point; reports trace times too."""
     baseline, recorded, rec = steps_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label))
-    traces = {}
+    traces, trace_cpu = {}, {}
     for name, fn in (("baseline", baseline), ("recorded", recorded)):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn().numpy()
         traces[name] = time.perf_counter() - start
+        trace_cpu[name] = time.process_time() - start_cpu
 
     def loop(fn):
         def run():
@@ -111,10 +113,12 @@ def point(label, variables, n_losses, steps, repetitions, logdir):
     report(f"{label}_scopes", scopes)
     report(f"{label}_trace_baseline_s", traces["baseline"])
     report(f"{label}_trace_recorded_s", traces["recorded"])
+    report(f"{label}_trace_baseline_cpu_s", trace_cpu["baseline"])
+    report(f"{label}_trace_recorded_cpu_s", trace_cpu["recorded"])
     report(f"{label}_baseline_cpu_ms", base_ms)
     report(f"{label}_extra_cpu_ms", rec_ms - base_ms)
     report(f"{label}_ratio", rec_ms / base_ms)
-    return max(rec_ms - base_ms, 1e-3), traces["recorded"] - traces["baseline"]
+    return max(rec_ms - base_ms, 1e-3), trace_cpu["recorded"]
 
 
 def slope(xs, ys) -> float:
@@ -134,16 +138,17 @@ def main() -> None:
     report("load_average_1m", os.getloadavg()[0])
     sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 10000)
     reps = 5 if args.quick else 11
+    base_vars = 20 if args.quick else 100  # for the losses and depth axes
     with tempfile.TemporaryDirectory() as logdir:
         loss_counts = (1, 2, 4, 8)
-        extras = [point(f"losses{k}", make_variables(100), k, 5, reps, logdir)[0] for k in loss_counts]
+        extras = [point(f"losses{k}", make_variables(base_vars), k, 5, reps, logdir)[0] for k in loss_counts]
         axis("losses", loss_counts, extras, "loss")
         depths = (1, 4, 8)
-        extras = [point(f"depth{d}", make_variables(100, d), 1, 5, reps, logdir)[0] for d in depths]
+        extras = [point(f"depth{d}", make_variables(base_vars, d), 1, 5, reps, logdir)[0] for d in depths]
         axis("depth", depths, extras, "level")
         found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 10000 else 3, logdir)
                  for n in sizes]
-        report("vars_trace_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t in found]))
+        report("vars_trace_recorded_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t in found]))
     report("load_average_1m_end", os.getloadavg()[0])
     axis("variables", sizes, [e for e, _ in found], "variable")
 
