@@ -38,6 +38,7 @@ class KerasRecords:
         self.checker = checker
         self.on_violation = on_violation
         self.written_step = -1
+        self.dirty = False  # written since the last flush
         self._flowgraph_written = False
         self._metadata: dict[str, tuple[Any, bytes]] = {}
 
@@ -45,7 +46,7 @@ class KerasRecords:
         """Writes every recorded step the ring holds that is not written yet.
 
         Not flushed here (a flush per recorded batch costs more than the
-        batch): the callback flushes at the end of each epoch and of fit.
+        batch): the callback calls `flush` at the end of each epoch and of fit.
         """
         steps, grads, updates = probe.read()
         for slot in np.argsort(steps):
@@ -53,6 +54,16 @@ class KerasRecords:
             if step > self.written_step:
                 self._write_step(probe, step, grads, updates, slot)
                 self.written_step = step
+
+    def flush(self) -> None:
+        """Flushes the sink if anything was written since the last flush.
+
+        A flush with nothing new would look to the sink like a file that
+        stopped growing (its check for a full disk).
+        """
+        if self.dirty:
+            self.dirty = False
+            self.sink.flush()
 
     def _write_step(self, probe: StepProbe, step: int, grads, updates, slot: int) -> None:
         events = []
@@ -73,7 +84,7 @@ class KerasRecords:
             events += self.checker.at_step(step, tables, scopes, updates[slot])
         if events:
             self._blobs(Kind.EVENTS, [e.to_json() for e in events], step, {})
-            self.sink.flush()
+            self.flush()
             if self.on_violation != LOG:
                 apply_policy(events, self.on_violation)
 
@@ -96,4 +107,5 @@ class KerasRecords:
         self._write(tag_for(kind), meta, np.array(encode_blobs(info, documents), dtype=object), step)
 
     def _write(self, tag: str, meta: bytes, value: np.ndarray, step: int) -> None:
+        self.dirty = True
         self.sink.write(tag, meta, tf.constant(value), tf.constant(step, tf.int64), tf.constant(True))

@@ -141,7 +141,7 @@ class GradscopeCallback(keras.callbacks.Callback):
             return
         current = self._epoch_base + batch
         if self._drift is not None and batch > 0:
-            self._guard(lambda: self._drift.record(current - 1))
+            self._guard(lambda: self._record_drift(current - 1))
         every = self.every_n_batches
         if -(-self._drained_to // every) * every < current:  # a recorded step ran
             self._guard(self._drain)
@@ -154,11 +154,10 @@ class GradscopeCallback(keras.callbacks.Callback):
     def on_train_end(self, logs: Any = None) -> None:
         if self._probe is None:
             return
-        if not self.disabled:
+        if not self.disabled and self._records is not None:
             self._guard(self._drain)
+            self._guard(self._records.flush)
         self._probe.switch(False)
-        if self._records is not None:
-            self._records.sink.flush()
 
     def detach(self) -> None:
         """Gives the model back its own train_step (the next fit retraces)."""
@@ -228,8 +227,14 @@ class GradscopeCallback(keras.callbacks.Callback):
     def _end_epoch(self) -> None:
         self._drain()
         if self._drift is not None:
-            self._drift.record(int(self.model.optimizer.iterations.numpy()) - 1)
-        self._records.sink.flush()
+            self._record_drift(int(self.model.optimizer.iterations.numpy()) - 1)
+        self._records.flush()
+
+    def _record_drift(self, step: int) -> None:
+        """Drift after `step` (and after other callbacks' target updates)."""
+        self._drift.record(step)
+        if step % self.every_n_batches == 0:
+            self._records.dirty = True
 
     def _drain(self) -> None:
         """Writes every recorded step the probe holds that was not written yet."""
