@@ -38,7 +38,7 @@ class RunSpec:
       events: written at the last step.
       steps: the recorded steps.
       start_points: losses the FlowGraph calls gradient start points.
-      nodes, edges: the FlowGraph's scope graph.
+      nodes, edges, blocked: the FlowGraph's scope graph and blocked edges.
     """
 
     name: str
@@ -51,18 +51,42 @@ class RunSpec:
     start_points: tuple[str, ...] = ()
     nodes: tuple[fmt.GraphNode, ...] = ()
     edges: tuple[fmt.GraphEdge, ...] = ()
+    blocked: tuple[fmt.BlockedEdge, ...] = ()
 
 
 def hostile_spec() -> RunSpec:
-    """Run, loss and scope names that are HTML: they must show as text."""
+    """Run, loss, scope, op, file and event names that are HTML: they must show as text.
+
+    Its scope graph: input -> the leaf scope -> the loss, that last edge blocked
+    by an op whose name, type and source file are HTML too; one violation whose
+    name and message are HTML.
+    """
     root = f"net{HOSTILE}"
     scopes = (root, f"{root}/{HOSTILE}")
+    leaf, loss_node, input_node = scopes[-1], f"loss:{HOSTILE}", f"input:{HOSTILE}"
+    blocked = fmt.BlockedEdge(
+        loss=HOSTILE, producer=HOSTILE, consumer=HOSTILE, op_name=HOSTILE, op_type=HOSTILE,
+        cause="stop_gradient", producer_scope=leaf, consumer_scope=loss_node,
+        source=fmt.SourceLine(file=f"{HOSTILE}.py", line=7, function=HOSTILE),
+    )
+    violation = fmt.Event(type=fmt.VIOLATION, name=HOSTILE, step=10, message=HOSTILE, loss=HOSTILE, scope=leaf)
     return RunSpec(
         name=HOSTILE,
         scopes=scopes,
         static={HOSTILE: {s: fmt.UPDATES for s in scopes}},
         grads={HOSTILE: {s: grad_row(0.3) for s in scopes}},
         updates={s: (0.01, 2.0) for s in scopes},
+        events=(violation,),
+        nodes=(
+            fmt.GraphNode(id=leaf, kind="scope", label=leaf),
+            fmt.GraphNode(id=input_node, kind="input", label=HOSTILE),
+            fmt.GraphNode(id=loss_node, kind="loss", label=HOSTILE),
+        ),
+        edges=(
+            fmt.GraphEdge(src=input_node, dst=leaf, tensors=1),
+            fmt.GraphEdge(src=leaf, dst=loss_node, tensors=1, blocked_for=(HOSTILE,)),
+        ),
+        blocked=(blocked,),
     )
 
 
@@ -194,6 +218,7 @@ def _write_flowgraph(spec: RunSpec, step: int) -> None:
         applied=[s for s in spec.scopes if any(r[s] == fmt.UPDATES for r in spec.static.values())],
         nodes=list(spec.nodes),
         edges=list(spec.edges),
+        blocked_edges=list(spec.blocked),
         source="tf2",
     )
     _write_blobs(fmt.make_info(fmt.Kind.FLOWGRAPH), [graph.to_json()], step)
