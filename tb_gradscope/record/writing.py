@@ -7,6 +7,17 @@ sink and b"" afterwards (TensorBoard keeps a tag's first metadata). Which
 trace serves every step; it is
 deliberately kept out of checkpoints, since a resumed run starts a new event
 file that needs the metadata again.
+
+Silent data loss. TF's writer says nothing when its event file is deleted, and
+when the disk is full its flush fails *inside the training step* (the step
+raises OutOfRangeError: "File too large"), which would let the recorder kill
+training. So the sink's own writer never flushes by itself (huge queue and
+interval): after each written record a host callback (`tf.py_function`, at
+recorded steps only) flushes it every FLUSH_SECS or FLUSH_RECORDS, catching
+errors, and checks the event file is still there and growing. When it is not,
+it warns once and reopens: a new event file (metadata written again) in the
+logdir, recreated if needed, so later steps are readable. Records queued
+while the file was lost are lost; the warning says so.
 """
 
 from __future__ import annotations
@@ -15,12 +26,22 @@ import contextlib
 import glob
 import itertools
 import os
+import re
+import time
 from typing import Any, Callable, Iterator
 
 import tensorflow as tf
-from tensorflow.python.ops import summary_ops_v2  # has_default_writer: no public API
+from tensorflow.python.ops import gen_summary_ops, summary_ops_v2  # no public API for these
+
 
 from tb_gradscope.record.warn import warn_once
+
+
+# The own writer flushes from the host callback only: every FLUSH_SECS, or when
+# FLUSH_RECORDS records are queued.
+FLUSH_SECS = 2.0
+FLUSH_RECORDS = 200
+_NEVER = 2**31 - 1
 
 
 class NoWriterError(RuntimeError):
@@ -40,8 +61,6 @@ class SummarySink:
         self.name = name
         self.logdir = logdir
         self._writer = None
-        if logdir is not None:
-            self._writer = _create_writer(logdir, name)
         with tf.init_scope():
             self._written = tf.Variable(
                 tf.constant([], tf.string),
@@ -49,13 +68,28 @@ class SummarySink:
                 trainable=False,
                 name="written_tags",
             )
+        if logdir is not None:
+            before = set(_event_files(logdir))
+            self._writer = _create_writer(logdir, name)
+            self._file = _newest(set(_event_files(logdir)) - before)
+            self._size = _size(self._file)
+            self._queued = 0
+            self._last_flush = time.monotonic()
+            self.losses = 0  # times the event file was found gone or not growing
+            self.reopened = 0
 
     @contextlib.contextmanager
     def as_default(self) -> Iterator[None]:
         """The writer records go to; raises NoWriterError when there is none."""
         if self._writer is not None:
-            with self._writer.as_default():
+            # Not writer.as_default(): its exit adds a flush op to the traced
+            # step, which raises inside the step when the disk is full.
+            state = summary_ops_v2._summary_state  # noqa: SLF001
+            previous, state.writer = state.writer, self._writer
+            try:
                 yield
+            finally:
+                state.writer = previous
             return
         if not summary_ops_v2.has_default_writer():
             raise NoWriterError(
@@ -89,7 +123,72 @@ class SummarySink:
                 meta = tf.where(first, tf.constant(metadata), tf.constant(b""))
                 written = tf.summary.write(tag, value, step=step, metadata=meta)
             mark = tf.logical_and(written, first)
-            return tf.cond(mark, lambda: self._mark(key), lambda: written)
+            done = tf.cond(mark, lambda: self._mark(key), lambda: written)
+            if self._writer is None:
+                return done
+            return tf.cond(done, self._tick, lambda: done)
+
+    def _tick(self) -> tf.Tensor:
+        """In-graph: the host callback after a written record; returns True."""
+        # The writer's handle as input orders the callback with the step's
+        # other writes to it (automatic control dependencies on resources).
+        tf.py_function(self._host_tick, [self._writer._resource], [])  # noqa: SLF001
+        return tf.constant(True)
+
+    def _host_tick(self, _handle: Any = None) -> None:
+        self._queued += 1
+        now = time.monotonic()
+        if self._queued >= FLUSH_RECORDS or now - self._last_flush >= FLUSH_SECS:
+            self._flush_and_check()
+
+    def _flush_and_check(self) -> None:
+        """Flushes the own writer; warns and reopens if the file is gone or stuck."""
+        queued, self._queued, self._last_flush = self._queued, 0, time.monotonic()
+        try:
+            self._writer.flush()
+            failure = None
+        except tf.errors.OpError as e:
+            text = (getattr(e, "message", "") or str(e)).strip().splitlines()[0]
+            failure = re.sub(r"\{\{[^}]*\}\}\s*", "", text)  # TF's op prefix
+        size = _size(self._file)
+        if size is None:
+            problem = f"no event file left in '{self.logdir}' (deleted or moved?)"
+        elif failure is not None:
+            problem = f"its event file stopped growing ({failure}; disk full?)"
+        elif queued and size <= self._size:
+            problem = "its event file stopped growing (disk full?)"
+        else:
+            self._size = size
+            return
+        self.losses += 1
+        warn_once(
+            ("event_file_lost", self.logdir),
+            f"Recorder '{self.name}': {problem}; records written since are lost "
+            f"(since the last flush). Training goes on; the recorder opens a new "
+            f"event file in '{self.logdir}' and keeps trying while writing fails.",
+        )
+        self._reopen()
+
+    def _reopen(self) -> None:
+        """A new event file on the same writer resource (traced steps keep it)."""
+        abandoned = self._file
+        try:
+            gen_summary_ops.close_summary_writer(self._writer._resource)  # noqa: SLF001
+        except tf.errors.OpError:
+            pass
+        try:
+            os.makedirs(self.logdir, exist_ok=True)
+            before = set(_event_files(self.logdir))
+            _open_file(self._writer, self.logdir)
+        except (OSError, tf.errors.OpError):
+            return
+        self._written.assign(tf.constant([], tf.string))  # metadata again in the new file
+        self._file = _newest(set(_event_files(self.logdir)) - before) or abandoned
+        self._size = _size(self._file) or 0
+        self.reopened += 1
+        if abandoned and abandoned != self._file and _size(abandoned) == 0:
+            with contextlib.suppress(OSError):
+                os.remove(abandoned)
 
     def _mark(self, key: str) -> tf.Tensor:
         self._written.assign(tf.concat([self._written, [key]], 0))
@@ -98,21 +197,19 @@ class SummarySink:
     def flush(self) -> None:
         """Flushes the writer; warns when the own event file has disappeared."""
         if self._writer is not None:
-            self._writer.flush()
-            if not glob.glob(os.path.join(glob.escape(self.logdir), "*tfevents*")):
-                warn_once(
-                    ("event_file_gone", self.logdir),
-                    f"Recorder '{self.name}': no event file left in "
-                    f"'{self.logdir}' (deleted or moved?); records written since "
-                    "are lost. Keep the logdir in place while training, or "
-                    "create a new Recorder to start a new event file.",
-                )
+            self._queued += 1  # a flush asked for is checked even with nothing queued
+            self._flush_and_check()
         elif summary_ops_v2.has_default_writer():
             tf.summary.flush()
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
+            try:
+                self._writer.close()
+            except tf.errors.OpError as e:
+                warn_once(("close_failed", self.logdir),
+                          f"Recorder '{self.name}': closing the event file failed ({e}); "
+                          "its last records are lost")
 
 
 _tokens = itertools.count()
@@ -127,10 +224,33 @@ def _writer_token(writer: Any) -> int:
     return token
 
 
+def _event_files(logdir: str) -> list[str]:
+    return glob.glob(os.path.join(glob.escape(logdir), "*tfevents*"))
+
+
+def _newest(paths: set[str]) -> str | None:
+    return max(paths, default=None)
+
+
+def _size(path: str | None) -> int | None:
+    try:
+        return os.path.getsize(path) if path else None
+    except OSError:
+        return None
+
+
+def _open_file(writer: Any, logdir: str) -> None:
+    """(Re)creates the file writer behind `writer`'s resource: a new event file."""
+    gen_summary_ops.create_summary_file_writer(
+        writer._resource, logdir=logdir, max_queue=_NEVER, flush_millis=_NEVER,  # noqa: SLF001
+        filename_suffix=".v2",
+    )
+
+
 def _create_writer(logdir: str, name: str) -> Any:
     try:
         with tf.init_scope():
-            return tf.summary.create_file_writer(logdir)
+            return tf.summary.create_file_writer(logdir, max_queue=_NEVER, flush_millis=_NEVER)
     except (tf.errors.OpError, OSError) as e:
         message = getattr(e, "message", str(e))
         raise ValueError(
