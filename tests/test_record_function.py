@@ -84,6 +84,7 @@ def test_jit_compiled_step_computes_stats_inside_and_writes_outside(tmp_path, wa
             assert returned is not None and set(returned.tables) == {
                 "gradscope/grad_stats/a",
                 "gradscope/grad_stats/b",
+                "gradscope/conflict/a|b",  # two losses: their conflict, on by default
             }
             grads_and_vars = list(zip(tape.gradient(total, variables), variables))
         rec.apply(opt, grads_and_vars)
@@ -143,7 +144,9 @@ def test_full_metadata_only_on_first_event_of_each_tag(tmp_path):
         for value in event.summary.value:
             seen.setdefault(value.tag, []).append(bool(value.metadata.plugin_data.content))
     assert seen.pop("gradscope/flowgraph") == [True]  # written once, at the first recorded step
-    assert set(seen) == {"gradscope/grad_stats/a", "gradscope/grad_stats/b", "gradscope/update_stats"}
+    assert set(seen) == {
+        "gradscope/grad_stats/a", "gradscope/grad_stats/b", "gradscope/conflict/a|b", "gradscope/update_stats"
+    }
     for tag, has_metadata in seen.items():
         assert has_metadata == [True, False, False], tag
 
