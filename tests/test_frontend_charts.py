@@ -36,7 +36,8 @@ def test_chosen_cells_chart_their_gradient_norm_with_log_scale_and_smoothing(
     series = {scope: tensorboard.json("series", run="dqn", kind="grad_stats", name="td", scope=scope, stat="l2")["points"]
               for scope in ("online/l1", "online/l2")}
     tab = open_tab()
-    assert tab.frame.locator("#gs-series-empty").is_visible()
+    # The charts come after the matrix, with the run's FlowGraph, drift and events.
+    tab.frame.locator("#gs-series-empty").wait_for()
     tab.cell("td", "online/l1").click()
     tab.cell("td", "online/l2").click()
     chart = tab.frame.locator("#gs-series-chart")

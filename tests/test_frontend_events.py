@@ -66,6 +66,7 @@ def test_download_links_give_the_shown_run_and_step_as_csv_and_json(open_tab: Op
     slider.focus()
     slider.press("Home")
     tab.frame.wait_for_function("s => document.querySelector('#gs-matrix').dataset.step === String(s)", arg=steps[0])
+    tab.frame.locator("#gs-export").wait_for()
     links = tab.frame.locator("#gs-export a")
     assert links.count() == 2 * len(CSV_HEADERS)
     for i in range(links.count()):
