@@ -119,6 +119,14 @@ def test_report_escapes_control_characters_and_keeps_names_recognisable(logdir):
     assert names.FILE.replace("\u202e", "\\u202e") in out  # the blocked edge's source line
 
 
+def test_report_long_name_widens_only_its_own_row(logdir):
+    """A 10 kB name used to pad every row of the flow table to 10 kB (a 200 kB report)."""
+    lines = _report(logdir).splitlines()
+    long_lines = [line for line in lines if len(line) > 2_000]
+    assert len(long_lines) == 2, [line[:80] for line in long_lines]  # the header (loss) and its scope's row
+    assert all(names.LONG in line for line in long_lines)
+
+
 @pytest.fixture(scope="module")
 def hostile_tensorboard(logdir, tmp_path_factory) -> Iterator:
     from tests.frontend_fixtures import start_tensorboard, stop_tensorboard

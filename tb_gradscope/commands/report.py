@@ -99,14 +99,19 @@ def render_run(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_MAX_COLUMN = 60
+
+
 def _flow_table(report: dict[str, Any]) -> list[str]:
     losses, scopes = report["losses"], report["scopes"]
     if not losses:
         return []
     labels = ["  " * s.count("/") + safe(s) for s in scopes]
     cells = [[_cell(report["cells"][l][s]) for l in losses] for s in scopes]
-    first = max([len("scope")] + [len(x) for x in labels])
-    widths = [max([len(safe(l))] + [len(row[i]) for row in cells]) for i, l in enumerate(losses)]
+    # Columns are padded to at most _MAX_COLUMN: a longer name is printed whole
+    # and shifts its own row only, instead of widening every row to its length.
+    first = min(_MAX_COLUMN, max([len("scope")] + [len(x) for x in labels]))
+    widths = [min(_MAX_COLUMN, max([len(safe(l))] + [len(row[i]) for row in cells])) for i, l in enumerate(losses)]
     rows = ["  " + "scope".ljust(first) + "".join("  " + safe(l).ljust(w) for l, w in zip(losses, widths))]
     for label, row in zip(labels, cells):
         rows.append("  " + label.ljust(first) + "".join("  " + c.ljust(w) for c, w in zip(row, widths)))
