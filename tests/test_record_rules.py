@@ -188,3 +188,27 @@ def test_bad_rules_and_policies_are_named(tmp_path):
         Recorder(logdir=str(tmp_path), rules="nevr(a, b)")
     with pytest.raises(ValueError, match="on_violation"):
         Recorder(logdir=str(tmp_path), rules=[rf.LEAK_RULE], on_violation="explode")
+
+
+@pytest.mark.slow
+def test_jit_compiled_step_is_checked_where_its_stats_are_written(tmp_path):
+    keras.utils.set_random_seed(0)
+    model = rf.build_model()
+    optimizer = keras.optimizers.SGD(0.05)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=EVERY, models={"ac": model}, rules=[rf.LEAK_RULE])
+
+    @tf.function(jit_compile=True)
+    def step(s, a, returns):
+        with rec.tape() as tape:
+            losses = rf.actor_critic_losses(model, s, a, returns, leaky=True)
+        rec.apply(optimizer, rec.gradients(tape, losses, model.trainable_variables))
+        return rec.stats()
+
+    for _ in range(STEPS):
+        rec.write(step(*rf.batch()))
+    rec.close()
+    logs = _load(str(tmp_path))
+    assert sorted((e.step, e.evidence["at"]) for e in logs.events) == [(0, "step"), (0, "trace"), (2, "step")]
+    for event in logs.events:
+        if event.evidence["at"] == "step":
+            assert event.evidence["l2"] == pytest.approx(logs.grads[event.step]["actor"].row("ac/critic_head")["l2"])

@@ -148,15 +148,18 @@ class RuleSteps:
         tag, meta = self.emitter.metadata(fmt.Kind.EVENTS, STEP_EVENTS, ())
         written = self.emitter.sink.write(tag, meta, blobs, step, found)
         if self.on_violation == RAISE:
-            with tf.control_dependencies([written]):
-                with self.emitter.sink.as_default():
-                    flushed = tf.summary.flush()
 
             def stop(step_value):
                 raise FlowRuleViolation(pending)
 
-            with tf.control_dependencies([flushed] if flushed is not None else []):
-                tf.cond(found, lambda: tf.py_function(stop, [step], tf.bool), lambda: tf.constant(False))
+            def flush_then_stop():
+                with self.emitter.sink.as_default():
+                    flushed = tf.summary.flush()
+                with tf.control_dependencies([flushed] if flushed is not None else []):
+                    return tf.py_function(stop, [step], tf.bool)
+
+            with tf.control_dependencies([written]):
+                tf.cond(found, flush_then_stop, lambda: tf.constant(False))
 
     # ----- internals -------------------------------------------------------
 
