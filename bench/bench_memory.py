@@ -14,12 +14,12 @@ The fitted bytes per scope and the log-log slope say whether it is O(scopes).
 Transient peak at a recorded step (on CPU; tf.config.experimental.get_memory_info
 is GPU-only): ||delta theta|| needs a copy of the variables handed to apply,
 taken only at recorded steps, so the analytic extra is 4 bytes per float32
-parameter. Empirically: the kernel's peak-RSS mark (VmHWM) is reset through
-/proc/self/clear_refs before each step, and the peak minus the RSS before the
-step is taken for a recorded and an unrecorded step of the same recorder (its
-step counter set to a recorded / unrecorded value), interleaved, medians.
-TF's CPU allocator reuses freed blocks, so the RSS figure can under-report;
-both are printed.
+parameter. Empirically: fresh processes (MLP width x 4 layers) trace the same
+recorded step, then run 10 steps either recording every step or never; the
+peak RSS (VmHWM) above the RSS after tracing is compared, recorded minus
+unrecorded, alternating which runs first, medians. (Within one process TF's
+allocator reuses freed blocks, so the high-water mark of a warm process does
+not move: that measure read 0 here.)
 
     python -m bench.bench_memory --quick   # < 60 s
     python -m bench.bench_memory           # full
@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import gc
 import os
+import pathlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import tracemalloc
@@ -49,6 +51,7 @@ from bench.bench_scaling import GROUP, make_losses, make_variables  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 _TF_TYPES = (tf.Variable, tf.Tensor, tf.Graph, tf.Operation, tf.Module, keras.layers.Layer,
              tf.types.experimental.GenericFunction, types.FunctionType, types.MethodType,
              types.ModuleType, type)
@@ -130,75 +133,74 @@ def _status(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+def child(width: int, recorded: bool, steps: int = 10) -> None:
+    """In a fresh process: peak RSS over `steps` steps above the RSS after tracing.
 
-
-def transient(width: int, repetitions: int, logdir: str):
-    """Peak RSS over one step minus RSS before it, recorded vs not; MLP width x width x 4 layers."""
+    Both modes trace the same step; `recorded` records every step, the other
+    never (every_n_steps far away, step counter off the recorded residue).
+    """
+    single_thread()
     inputs = keras.Input((width,))
     h = inputs
     for i in range(4):
         h = keras.layers.Dense(width, activation="relu", name=f"l{i}")(h)
-    model = keras.Model(inputs, h, name=f"mlp{width}")
+    model = keras.Model(inputs, h, name="mlp")
     variables = model.trainable_variables
-    params = sum(int(np.prod(v.shape)) for v in variables)
     x = tf.constant(np.random.default_rng(0).normal(size=(8, width)).astype(np.float32))
     opt = keras.optimizers.SGD(1e-3)
     opt.build(variables)
-    rec = Recorder(logdir=os.path.join(logdir, f"t{width}"), every_n_steps=2, models={"mlp": model})
+    with tempfile.TemporaryDirectory() as logdir:
+        rec = Recorder(logdir=logdir, every_n_steps=1 if recorded else 10**9, models={"mlp": model})
 
-    @tf.function
-    def step():
-        with rec.tape() as tape:
-            named = {"l2": tf.reduce_mean(tf.square(model(x)))}
-        rec.apply(opt, rec.gradients(tape, named, variables))
-        return named["l2"]
+        @tf.function
+        def step():
+            with rec.tape() as tape:
+                named = {"l2": tf.reduce_mean(tf.square(model(x)))}
+            rec.apply(opt, rec.gradients(tape, named, variables))
+            return named["l2"]
 
-    for _ in range(4):
-        step().numpy()
-    deltas = {"recorded": [], "unrecorded": []}
-    for rep in range(repetitions):
-        order = ("recorded", "unrecorded") if rep % 2 == 0 else ("unrecorded", "recorded")
-        for label in order:
-            rec.step.assign(0 if label == "recorded" else 1)
-            gc.collect()
-            if not _reset_peak():
-                return params, None
-            rss = _status("VmRSS")
+        rec.step.assign(0 if recorded else 1)
+        step.get_concrete_function()  # trace without running
+        gc.collect()
+        rss = _status("VmRSS")
+        for _ in range(steps):
             step().numpy()
-            deltas[label].append(_status("VmHWM") - rss)
-    rec.close()
-    med = {k: statistics.median(v) for k, v in deltas.items()}
+        print(f"peak_extra_bytes: {_status('VmHWM') - rss}")
+        print(f"params: {sum(int(np.prod(v.shape)) for v in variables)}")
+        rec.close()
+
+
+def transient(width: int, repetitions: int):
+    """Median peak-RSS extra of recorded minus unrecorded fresh processes (alternated)."""
+    extras = {True: [], False: []}
+    params = None
+    for rep in range(repetitions):
+        for recorded in ((True, False) if rep % 2 == 0 else (False, True)):
+            env = dict(os.environ, BENCH_MEMORY_CHILD=f"{width},{int(recorded)}", TF_CPP_MIN_LOG_LEVEL="3")
+            out = subprocess.run([sys.executable, "-m", "bench.bench_memory"], env=env, cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout
+            values = dict(line.split(": ") for line in out.splitlines() if ": " in line)
+            extras[recorded].append(int(values["peak_extra_bytes"]))
+            params = int(values["params"])
+    rec_b, unrec_b = statistics.median(extras[True]), statistics.median(extras[False])
     report(f"params{params}_analytic_copy_bytes", 4 * params)
-    report(f"params{params}_rss_peak_recorded_bytes", med["recorded"])
-    report(f"params{params}_rss_peak_unrecorded_bytes", med["unrecorded"])
-    report(f"params{params}_rss_extra_bytes", med["recorded"] - med["unrecorded"])
-    return params, med["recorded"] - med["unrecorded"]
+    report(f"params{params}_rss_peak_recorded_bytes", rec_b)
+    report(f"params{params}_rss_peak_unrecorded_bytes", unrec_b)
+    report(f"params{params}_rss_extra_bytes", rec_b - unrec_b)
+    report(f"params{params}_rss_extra_over_analytic", (rec_b - unrec_b) / (4 * params))
+    return params, rec_b - unrec_b
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     single_thread()
     report("load_average_1m", os.getloadavg()[0])
-    var_counts = (100, 1000, 5000) if args.quick else (100, 1000, 10000, 30000)
-    widths = (256, 1024) if args.quick else (256, 1024, 2048)
+    var_counts = (100, 1000, 3000) if args.quick else (100, 1000, 10000, 30000)
+    widths = (1024, 2048) if args.quick else (512, 1024, 2048, 3072)
+    found = [transient(width, 1 if args.quick else 3) for width in widths]
+    report("transient_rss_extra_per_param_bytes",
+           float(np.polyfit([p for p, _ in found], [e for _, e in found], 1)[0]))
     with tempfile.TemporaryDirectory() as logdir:
-        found = []
-        for width in widths:
-            params, extra = transient(width, 7 if args.quick else 21, logdir)
-            if extra is not None:
-                found.append((params, extra))
-        if found:
-            report("transient_rss_extra_per_param_bytes",
-                   float(np.polyfit([p for p, _ in found], [e for _, e in found], 1)[0]))
-        else:
-            report("transient_rss_extra_per_param_bytes", "unavailable (no /proc/self/clear_refs)")
         points = [persistent(n, logdir) for n in var_counts]
     scopes = [s for s, _ in points]
     sizes = [b for _, b in points]
@@ -209,4 +211,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("BENCH_MEMORY_CHILD"):
+        width, recorded = os.environ["BENCH_MEMORY_CHILD"].split(",")
+        child(int(width), recorded == "1")
+    else:
+        main()
