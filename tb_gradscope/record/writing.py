@@ -27,6 +27,7 @@ import glob
 import itertools
 import os
 import re
+import tempfile
 import time
 from typing import Any, Callable, Iterator
 
@@ -170,17 +171,28 @@ class SummarySink:
         self._reopen()
 
     def _reopen(self) -> None:
-        """A new event file on the same writer resource (traced steps keep it)."""
+        """A new event file on the same writer resource (traced steps keep it).
+
+        The resource must exist after this, or the step's next write fails:
+        the old file is closed only once the logdir is writable, and if the
+        new file still cannot be made, the writer writes to a scratch
+        directory until the next attempt.
+        """
         abandoned = self._file
         try:
-            gen_summary_ops.close_summary_writer(self._writer._resource)  # noqa: SLF001
-        except tf.errors.OpError:
-            pass
-        try:
             os.makedirs(self.logdir, exist_ok=True)
-            before = set(_event_files(self.logdir))
+            if not os.access(self.logdir, os.W_OK | os.X_OK):
+                return
+        except OSError:
+            return  # keep the old writer (its writes are lost) and try again later
+        with contextlib.suppress(tf.errors.OpError):
+            gen_summary_ops.close_summary_writer(self._writer._resource)  # noqa: SLF001
+        before = set(_event_files(self.logdir))
+        try:
             _open_file(self._writer, self.logdir)
-        except (OSError, tf.errors.OpError):
+        except tf.errors.OpError:
+            _open_file(self._writer, tempfile.mkdtemp(prefix="gradscope_lost_"))
+            self._file, self._size = None, 0
             return
         self._written.assign(tf.constant([], tf.string))  # metadata again in the new file
         self._file = _newest(set(_event_files(self.logdir)) - before) or abandoned
@@ -197,7 +209,6 @@ class SummarySink:
     def flush(self) -> None:
         """Flushes the writer; warns when the own event file has disappeared."""
         if self._writer is not None:
-            self._queued += 1  # a flush asked for is checked even with nothing queued
             self._flush_and_check()
         elif summary_ops_v2.has_default_writer():
             tf.summary.flush()
