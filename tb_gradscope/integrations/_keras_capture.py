@@ -1,4 +1,4 @@
-"""Per-output losses of a compiled Keras 3 model, captured as Keras computes them.
+"""Per-output losses of a compiled Keras model, captured as Keras computes them.
 
 `model.compile(loss={"q": "mse", "aux": "mse"}, loss_weights={"q": 1.0, "aux":
 0.2})` gives the model a CompileLoss whose flat list holds one entry per output
@@ -38,9 +38,21 @@ class Captured:
         self.losses: list[OutputLoss] = []
         self.values: dict[int, Any] = {}
 
-    def wrap(self, flat: list[Any]) -> list[Any]:
-        self.losses = [OutputLoss(str(e.name), _weight(e.loss_weights)) for e in flat]
-        return [entry._replace(loss=_Capturing(entry.loss, i, self.values)) for i, entry in enumerate(flat)]
+    def wrap(self, container: Any, attr: str, flat: list[Any]) -> list[Any]:
+        """`flat` (the container's loss list) with every loss function capturing."""
+        if attr == _KERAS3:
+            self.losses = [OutputLoss(str(e.name), _weight(e.loss_weights)) for e in flat]
+            return [e._replace(loss=_Capturing(e.loss, i, self.values)) for i, e in enumerate(flat)]
+        names = list(getattr(container, "_output_names", None) or [])
+        weights = list(getattr(container, "_loss_weights", None) or [])
+        self.losses = [
+            OutputLoss(
+                str(names[i]) if i < len(names) else f"output_{i}",
+                _weight(weights[i]) if i < len(weights) else None,
+            )
+            for i in range(len(flat))
+        ]
+        return [None if fn is None else _Capturing(fn, i, self.values) for i, fn in enumerate(flat)]
 
 
 class _Capturing:
@@ -56,44 +68,66 @@ class _Capturing:
         self._sink[self._index] = value
         return value
 
+    def __getattr__(self, name: str) -> Any:  # tf_keras reads `.reduction`
+        return getattr(self._loss_fn, name)
+
+
+# Where each Keras keeps its per-output loss functions once built:
+# Keras 3 `model._compile_loss._flat_losses` (entries with .loss/.loss_weights/.name),
+# tf_keras `model.compiled_loss._losses` (loss objects, aligned with
+# `_output_names` and `_loss_weights`).
+_KERAS3, _LEGACY = "_flat_losses", "_losses"
+
+
+def _container(model: Any) -> tuple[Any, str] | None:
+    keras3 = getattr(model, "_compile_loss", None)
+    if keras3 is not None and hasattr(keras3, _KERAS3):
+        return keras3, _KERAS3
+    legacy = model.__dict__.get("compiled_loss") if hasattr(model, "__dict__") else None
+    if legacy is not None and hasattr(legacy, _LEGACY) and hasattr(legacy, "_built"):
+        return legacy, _LEGACY
+    return None
+
 
 @contextlib.contextmanager
 def capture_losses(model: Any) -> Iterator[Captured]:
     """While open, Keras's per-output loss tensors land in the yielded Captured.
 
-    A CompileLoss not built yet is wrapped right after Keras builds it. The
-    CompileLoss is restored on exit, whatever happens inside.
+    A loss container not built yet is wrapped right after Keras builds it
+    (inside the first traced step). It is restored on exit, whatever happens.
     """
     captured = Captured()
-    compile_loss = getattr(model, "_compile_loss", None)
-    if compile_loss is None:
+    found = _container(model)
+    if found is None:
         yield captured
         return
+    container, attr = found
     original: dict[str, Any] = {}
-    if getattr(compile_loss, "_flat_losses", None):
-        original["flat"] = compile_loss._flat_losses
-        compile_loss._flat_losses = captured.wrap(original["flat"])
+    built = container._built if attr == _LEGACY else bool(getattr(container, attr, None))
+    if built:
+        original["flat"] = getattr(container, attr)
+        setattr(container, attr, captured.wrap(container, attr, original["flat"]))
     else:
-        build = compile_loss.build
+        build = container.build
 
         def build_then_wrap(*args: Any, **kwargs: Any) -> Any:
             result = build(*args, **kwargs)
-            original["flat"] = compile_loss._flat_losses
-            compile_loss._flat_losses = captured.wrap(original["flat"] or [])
+            original["flat"] = getattr(container, attr)
+            setattr(container, attr, captured.wrap(container, attr, original["flat"] or []))
             return result
 
-        compile_loss.build = build_then_wrap
+        container.build = build_then_wrap
     try:
         yield captured
     finally:
-        compile_loss.__dict__.pop("build", None)
+        container.__dict__.pop("build", None)
         if "flat" in original:
-            compile_loss._flat_losses = original["flat"]
+            setattr(container, attr, original["flat"])
 
 
 def weighted(model: Any, value: Any, loss: OutputLoss) -> tf.Tensor:
     """`weight * value` in the CompileLoss dtype, as Keras adds it to the total."""
-    dtype = getattr(getattr(model, "_compile_loss", None), "dtype", None) or tf.float32
+    dtype = getattr(getattr(model, "_compile_loss", None), "dtype", None) or value.dtype
     value = tf.cast(value, dtype)
     return value if loss.weight is None else value * tf.cast(loss.weight, dtype)
 

@@ -124,7 +124,9 @@ class StepProbe:
             return None
 
     def _before(self) -> tuple[tf.Tensor, tf.Tensor, list[Any]]:
-        step = tf.cast(self.model.optimizer.iterations, tf.int64)
+        # Read now, before the update: tf.cast of an int64 tf.Variable (tf_keras)
+        # would return the variable itself, read again after the optimizer.
+        step = tf.cast(tf.convert_to_tensor(self.model.optimizer.iterations), tf.int64)
         record = tf.logical_and(
             self.enabled.read_value(), tf.equal(tf.math.floormod(step, self.every), 0)
         )
