@@ -9,6 +9,8 @@ the logs ran as HTML), for `assert_clean`.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pathlib
 from typing import Callable, Iterator
 
 import pytest
@@ -110,3 +112,17 @@ def wait_for_plugin_frame(page: Page) -> Frame:
                 return frame
         page.wait_for_timeout(100)
     raise AssertionError(f"no gradscope iframe among {[f.url for f in page.frames]}")
+
+
+DOC_IMAGES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "images"
+# Set to refresh the README's screenshots in docs/images/ (commit them after).
+DOC_IMAGES_ENV = "GRADSCOPE_DOC_IMAGES"
+
+
+def screenshot(locator: Locator, artifacts: pathlib.Path, name: str) -> None:
+    """Saves `locator` as artifacts/name, and as docs/images/name when
+    $GRADSCOPE_DOC_IMAGES is set (so test runs do not rewrite committed files)."""
+    locator.screenshot(path=str(artifacts / name))
+    if os.environ.get(DOC_IMAGES_ENV):
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        locator.screenshot(path=str(DOC_IMAGES / name))

@@ -4,12 +4,14 @@ runs recorded by the real Recorder."""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
 
-from tests.frontend_fixtures import REPO, TensorBoard
-from tests.frontend_tab import OpenTab, Tab, css
+from tests.frontend_fixtures import TensorBoard
+from tests.frontend_tab import OpenTab, Tab, css, screenshot
 
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
 pytestmark = pytest.mark.browser
@@ -62,7 +64,7 @@ def test_chosen_cells_chart_their_gradient_norm_with_log_scale_and_smoothing(
 
 
 def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
-    open_tab: OpenTab, demo_runs: TensorBoard
+    open_tab: OpenTab, demo_runs: TensorBoard, artifacts: pathlib.Path
 ) -> None:
     run = "ema_lstm/leaky"
     (pair,) = demo_runs.json("drift", run=run)["pairs"]
@@ -84,9 +86,7 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     expected = (never["step"] - pair["steps"][0]) / (pair["steps"][-1] - pair["steps"][0]) * over["width"]
     assert abs(left - expected) <= 3, (left, expected)
     assert "never synced" in chart.locator(".gs-marker-list").text_content()
-    images = REPO / "docs" / "images"
-    images.mkdir(parents=True, exist_ok=True)
-    chart.screenshot(path=str(images / "gradscope-drift.png"))
+    screenshot(chart, artifacts, "gradscope-drift.png")
     tab.assert_clean()
 
 

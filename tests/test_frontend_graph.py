@@ -14,13 +14,10 @@ import pytest
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
 
 from tests.frontend_fixtures import REPO, TensorBoard
-from tests.frontend_tab import OpenTab, Tab, css
+from tests.frontend_tab import OpenTab, Tab, css, screenshot
 
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
 pytestmark = pytest.mark.browser
-
-IMAGES = REPO / "docs" / "images"
-
 
 def _highlighted_scopes(tab: Tab) -> set[str]:
     return set(tab.frame.locator('.gs-node[data-kind="scope"][data-highlight="true"]').evaluate_all(
@@ -36,7 +33,7 @@ def _choose_loss(tab: Tab, loss: str) -> None:
 
 
 def test_clicking_the_dqn_blocked_edge_shows_the_stop_gradient_and_its_source_line(
-    open_tab: OpenTab, tensorboard: TensorBoard
+    open_tab: OpenTab, tensorboard: TensorBoard, artifacts: pathlib.Path
 ) -> None:
     (blocked,) = tensorboard.json("flowgraph", run="dqn")["flowgraph"]["blocked_edges"]
     source = blocked["source"]
@@ -58,8 +55,7 @@ def test_clicking_the_dqn_blocked_edge_shows_the_stop_gradient_and_its_source_li
     assert details.locator('dd[data-field="op"]').text_content() == blocked["op_name"]
     assert details.locator('dd[data-field="cause"]').text_content().startswith("stop_gradient")
     assert details.locator('dd[data-field="source"]').text_content().startswith(f'{source["file"]}:{source["line"]}')
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    tab.frame.locator("#gs-graph").screenshot(path=str(IMAGES / "gradscope-graph.png"))
+    screenshot(tab.frame.locator("#gs-graph"), artifacts, "gradscope-graph.png")
     tab.assert_clean()
 
 
