@@ -180,3 +180,39 @@ def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_ten
         assert problems == [], problems
     finally:
         context.close()
+
+
+RAW_PATHS = [
+    "..%2f..%2f..%2f..%2fetc%2fpasswd", "..%2F..%2Fetc/passwd", "../../../../etc/passwd",
+    "%2e%2e/%2e%2e/%2e%2e/etc/passwd", "%2e%2e%2f%2e%2e%2fetc%2fpasswd", "..%5c..%5cetc%5cpasswd",
+    "%252e%252e%252fetc%252fpasswd", "index.js%00.png", "index.js%00", "%00", "..%00/etc/passwd",
+    "%c0%ae%c0%ae/etc/passwd", "/etc/passwd", "//etc/passwd", "index.js/..%2f..%2f..%2fplugin.py",
+    "..%2fplugin.py", "..%2fstatic.py", "../__init__.py", "%2fetc%2fpasswd", "index.js?x=..%2f",
+    "index.js#..", "index.js", "./index.js", "INDEX.JS", "index.js.map", "a" * 8000,
+]
+
+
+def test_real_tensorboard_serves_no_file_outside_static_for_raw_paths(hostile_tensorboard):
+    """Raw request lines (not normalised by a client) to a real TensorBoard's HTTP server."""
+    import http.client
+
+    from tb_gradscope.plugin.static import STATIC_DIR
+
+    bundle = (STATIC_DIR / "index.js").read_bytes()
+    host, port = hostile_tensorboard.url.split("//")[1].split(":")
+    served = 0
+    for raw in RAW_PATHS:
+        for prefix in ("/data/plugin/gradscope/", "/experiment/x/data/plugin/gradscope/"):
+            connection = http.client.HTTPConnection(host, int(port), timeout=30)
+            connection.putrequest("GET", prefix + raw, skip_accept_encoding=True)
+            connection.endheaders()
+            response = connection.getresponse()
+            body = response.read()
+            connection.close()
+            assert response.status < 500, (raw, response.status, body[:300])
+            assert b"Traceback" not in body and b"root:x:0:0" not in body, raw
+            assert b"from __future__ import" not in body, raw  # a Python source of the plugin
+            if response.status == 200:
+                served += 1
+                assert body in (bundle, (STATIC_DIR / "index.js").read_bytes()), raw
+    assert served >= 2  # index.js itself, under both prefixes
