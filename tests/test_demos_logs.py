@@ -135,12 +135,7 @@ KEEPERS = [(n, t) for n in demo_spec.DEMO_NAMES for t in demo_spec.load_demo(n).
            if t != demo_spec.LEAKY]
 
 
-@pytest.mark.parametrize("name, twin", [
-    (n, t) if n != "multihead" else pytest.param(n, t, marks=pytest.mark.xfail(
-        strict=True, reason="never/only count an 'ignored' cell (gradient reaches, the "
-        "optimizer's var_list leaves it out) as reaching; no rule kind says 'never applied'"))
-    for n, t in KEEPERS
-])
+@pytest.mark.parametrize("name, twin", KEEPERS)
 def test_clean_twin_keeps_its_rules_in_the_flowgraph(committed, name, twin):
     assert _static_violations(committed[f"{name}/{twin}"], name) == []
 

@@ -41,11 +41,22 @@ def test_nan_gradient_reaches_and_zero_or_absent_gradient_does_not():
     assert math.isnan(events[0].evidence["l2"]) and events[0].evidence["nonfinite"] == 3.0
 
 
-def test_ignored_scope_breaks_never_at_trace_time():
+def test_ignored_scope_keeps_never_but_breaks_blocked():
     graph = _flowgraph(False)
+    graph.cells["td"]["target"] = fmt.IGNORED
     graph.cells["td"]["target/l1"] = fmt.IGNORED
-    (event,) = rules.check_flowgraph([rules.never("td", "target/*")], graph)
-    assert (event.scope, event.evidence["state"]) == ("target/l1", fmt.IGNORED)
+    assert rules.check_flowgraph([rules.never("td", "target/*")], graph) == []
+    (event,) = rules.check_flowgraph([rules.blocked("td", "target/*")], graph)
+    assert (event.scope, event.evidence["state"]) == ("target", fmt.IGNORED)
+
+
+def test_gradient_on_a_statically_ignored_scope_keeps_never_at_a_step():
+    grads = _tables(rf.dqn_records(True))[0]
+    graph = _flowgraph(True)
+    assert rules.check_stats([rules.never("td", "target/*")], 0, grads, flowgraph=graph) != []
+    for scope in ("target", "target/l1"):
+        graph.cells["td"][scope] = fmt.IGNORED
+    assert rules.check_stats([rules.never("td", "target/*")], 0, grads, flowgraph=graph) == []
 
 
 def test_step_time_evidence_names_the_missing_cut_when_given_the_flowgraph():

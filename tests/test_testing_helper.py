@@ -76,9 +76,10 @@ def test_optimizer_in_the_traced_step_tells_ignored_from_updates(model):
 
     flow = testing.trace_flow(step, *rf.batch(), models={"ac": model})
     assert flow.cells["actor"]["ac/critic_head"] == "ignored"
-    # Reaching but not applied is still reaching: never() breaks on `ignored`.
+    # Reaching but not applied keeps never(); blocked() demands the cut itself.
+    testing.assert_never(flow, "actor", "ac/critic_head")
     with pytest.raises(testing.FlowContractError, match=r"state ignored"):
-        testing.assert_never(flow, "actor", "ac/critic_head")
+        testing.assert_blocked(flow, "actor", "ac/critic_head")
 
 
 def test_leak_around_an_existing_cut_names_that_cut_and_its_source_line(model):

@@ -3,10 +3,12 @@ gradient tables of a recorded step (run time). Each broken rule becomes a
 violation Event whose evidence proves it.
 
 Semantics (docs/RULES.md):
-- never(loss, scope): at trace time broken when a matching scope's state is
-  `updates` or `ignored` (gradient reaches it, applied or not); at a step when
-  a matching scope received a gradient (grad_vars > 0) whose L2 norm is not 0
-  (NaN counts as reaching).
+- never(loss, scope): the loss must never *update* the scope. At trace time
+  broken when a matching scope's state is `updates`; `ignored` (the gradient
+  reaches it but the optimizer does not apply it, e.g. seed 01's `var_list`)
+  keeps the rule. At a step broken when a matching scope received a gradient
+  (grad_vars > 0) whose L2 norm is not 0 (NaN counts as reaching), unless the
+  FlowGraph says the cell is `ignored`. Use blocked() to demand the cut itself.
 - only(loss, scopes): the same test on every scope no pattern allows.
 - blocked(loss, scope): at trace time broken unless the state is `blocked`;
   at a step broken when gradient reaches a matching scope.
@@ -38,6 +40,7 @@ from tb_gradscope.rules.model import (
 from tb_gradscope.rules.paths import gradient_path
 
 REACHING_STATES = (fmt.UPDATES, fmt.IGNORED)
+APPLIED_STATES = (fmt.UPDATES,)
 TRACE, STEP = "trace", "step"
 
 
@@ -93,6 +96,9 @@ def check_stats(
         for loss in matched:
             table = grads[loss]
             reached = _reached(rule, table)
+            if not isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
+                row = flowgraph.cells[loss]
+                reached = [s for s in reached if row.get(s) != fmt.IGNORED]
             for scope in outermost(reached):
                 events.append(_step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step))
             if isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
@@ -144,7 +150,7 @@ def _broken_statically(rule: Rule, row: Mapping[str, str]) -> list[str]:
     candidates = _candidates(rule, list(row))
     if isinstance(rule, Blocked):
         return [s for s in candidates if row[s] != fmt.BLOCKED]
-    return [s for s in candidates if row[s] in REACHING_STATES]
+    return [s for s in candidates if row[s] in APPLIED_STATES]
 
 
 def _unmatched(
