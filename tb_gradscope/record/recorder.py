@@ -34,11 +34,11 @@ import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import Kind
-from tb_gradscope.record import flow, gradients as gradients_lib, losses as losses_lib, naming, stats
+from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, naming, stats
 from tb_gradscope.record import targets
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
 from tb_gradscope.record.state import RecorderState
-from tb_gradscope.record.emit import Emitter, Stats, graph_key
+from tb_gradscope.record.emit import Emitter, Stats
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.warn import warn_once
@@ -198,7 +198,7 @@ class Recorder(tf.Module):
             seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
             if not self._s.layout.ensure(seen):
                 return None
-            self._stash_losses(losses or {})
+            self._s.stash_losses(losses or {})
             return self._s.record_losses(self.step, gradients_lib.given(self._s.layout, pairs_by_loss))
         return None
 
@@ -239,7 +239,7 @@ class Recorder(tf.Module):
         if not self._s.disabled:
             with self._guard():
                 if self._s.layout.ensure(variables):
-                    self._stash_losses(losses)
+                    self._s.stash_losses(losses)
                     makers = gradients_lib.per_loss(self._s.layout, tape, losses, variables, grads)
                     self._s.record_losses(self.step, makers)
         return list(zip(grads, variables))
@@ -266,7 +266,7 @@ class Recorder(tf.Module):
             self._s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
         if before is not None and not self._s.disabled:
             with self._guard():
-                self._analyze_traced_step()
+                self._s.analyze_traced_step(self.step, self.name)
                 variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
                 maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
                 if self._s.checks is None or _in_xla():
@@ -285,7 +285,7 @@ class Recorder(tf.Module):
         """
         if not self._s.disabled and self._s.layout.vlayout is not None:
             with self._guard():
-                if self._analyze_traced_step() and not _in_xla():
+                if self._s.analyze_traced_step(self.step, self.name) and not _in_xla():
                     self._s.emitter.write_flowgraph(self.step.read_value(), self._s.should_record(self.step))
                 self._s.check_step(self.step, None)
         self.step.assign_add(1)
@@ -390,30 +390,3 @@ class Recorder(tf.Module):
                 f"Recorder '{self.name}' stopped recording after an error "
                 f"({type(e).__name__}: {e}); training continues unaffected",
             )
-
-    def _stash_losses(self, losses: Mapping[str, Any]) -> None:
-        if not tf.executing_eagerly() and losses:
-            self._s.pending_losses.setdefault(graph_key(), {}).update(losses)
-
-    def _analyze_traced_step(self) -> bool:
-        """At trace time, after the optimizer: analyze this graph (once per recorder).
-
-        Returns True when this call found the recorder's FlowGraph.
-        """
-        if tf.executing_eagerly():
-            return False
-        graph_losses = self._s.pending_losses.pop(graph_key(), {})
-        emitter = self._s.emitter
-        if emitter.flowgraph is not None or not graph_losses:
-            return False
-        vlayout = self._s.layout.vlayout
-        emitter.flowgraph = flow.analyze_step(
-            tf.compat.v1.get_default_graph(),
-            graph_losses,
-            vlayout.variable_scopes(),
-            vlayout.layout.scopes,
-            self.name,
-        )
-        if emitter.flowgraph is not None and self._s.checks is not None:
-            self._s.checks.at_trace(emitter.flowgraph, self.step)
-        return emitter.flowgraph is not None

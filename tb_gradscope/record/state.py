@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import Kind
-from tb_gradscope.record import stats
+from tb_gradscope.record import flow, stats
 from tb_gradscope.record import tables as tables_lib
 from tb_gradscope.record.checks import RuleSteps
 from tb_gradscope.record.emit import Emitter, Stats, graph_key
@@ -106,3 +106,32 @@ class RecorderState:
                 updates = table
         scopes = self.layout.vlayout.layout.scopes
         self.checks.at_step(item.step, item.record, grads, scopes, updates)
+
+    def stash_losses(self, losses: Mapping[str, Any]) -> None:
+        """Keeps a traced step's losses for its analysis (graph mode only)."""
+        if not tf.executing_eagerly() and losses:
+            self.pending_losses.setdefault(graph_key(), {}).update(losses)
+
+    def analyze_traced_step(self, step: tf.Variable, recorder: str) -> bool:
+        """At trace time, after the optimizer: analyze this graph (once per recorder),
+        then check the rules on its FlowGraph.
+
+        Returns True when this call found the recorder's FlowGraph.
+        """
+        if tf.executing_eagerly():
+            return False
+        graph_losses = self.pending_losses.pop(graph_key(), {})
+        emitter = self.emitter
+        if emitter.flowgraph is not None or not graph_losses:
+            return False
+        vlayout = self.layout.vlayout
+        emitter.flowgraph = flow.analyze_step(
+            tf.compat.v1.get_default_graph(),
+            graph_losses,
+            vlayout.variable_scopes(),
+            vlayout.layout.scopes,
+            recorder,
+        )
+        if emitter.flowgraph is not None and self.checks is not None:
+            self.checks.at_trace(emitter.flowgraph, step)
+        return emitter.flowgraph is not None
