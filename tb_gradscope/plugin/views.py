@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from tensorboard import errors
 
+from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.plugin import cells as cell_rules
@@ -41,10 +42,35 @@ class RunView:
             np.unique(np.concatenate([s.steps for s in grad])) if grad else np.zeros(0, np.int64)
         )
         self.flowgraphs = self._parse_blobs(data, fmt.Kind.FLOWGRAPH, fmt.FlowGraph.from_json)
+        recorded = self._parse_blobs(data, fmt.Kind.EVENTS, fmt.Event.from_json, every=True)
         self.events = sorted(
-            self._parse_blobs(data, fmt.Kind.EVENTS, fmt.Event.from_json, every=True),
+            recorded + self._derived_anomalies(recorded),
             key=lambda item: (item[2].step, item[2].type, item[2].name),
         )
+
+    def _derived_anomalies(self, recorded: list) -> list:
+        """[(step, wall_time, event)] of the anomalies `tb_gradscope.anomalies`
+        finds in each pair's DRIFT series (the same the CLI reports), minus
+        those the run recorded itself."""
+        seen = {(e.name, e.pair, e.scope, e.step) for _, _, e in recorded}
+        out = []
+        for (kind, name), group in sorted(self.groups.items()):
+            if kind != fmt.Kind.DRIFT or not group:
+                continue
+            series = group[0]
+            tables = [fmt.Table(series.record.info, v.astype(np.float64)) for v in series.values]
+            try:
+                found = anomalies.find_anomalies(name, series.record.info.attrs, series.steps.tolist(), tables)
+            except (KeyError, ValueError, IndexError) as e:
+                self.warnings.append(f"run {self.run!r} pair {name!r}: anomalies not derived: {e}")
+                continue
+            wall_of = dict(zip(series.steps.tolist(), series.wall_times.tolist()))
+            out += [
+                (e.step, wall_of.get(e.step, 0.0), e)
+                for e in found
+                if (e.name, e.pair, e.scope, e.step) not in seen
+            ]
+        return out
 
     def _parse_blobs(self, data: RunData, kind: fmt.Kind, parse, every: bool = False) -> list:
         """[(step, wall_time, parsed)] of a blob kind; unreadable documents
