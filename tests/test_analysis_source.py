@@ -36,3 +36,9 @@ def test_user_source_is_the_line_that_created_the_op():
     assert line.function == "test_user_source_is_the_line_that_created_the_op"
     source = open(__file__).read().splitlines()[line.line - 1]
     assert "tf.stop_gradient" in source
+
+
+def test_demo_files_are_named_from_the_package_wherever_it_lives(tmp_path):
+    from tb_gradscope.demos import dqn
+
+    assert relative_path(dqn.__file__, cwd=str(tmp_path)) == os.path.join("tb_gradscope", "demos", "dqn.py")

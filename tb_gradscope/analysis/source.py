@@ -52,9 +52,12 @@ def user_source(op: Any, cwd: str | None = None) -> SourceLine | None:
 
 
 def relative_path(filename: str, cwd: str | None = None) -> str:
-    """`filename` relative to `cwd` (default: the working directory) when under it."""
+    """`filename` relative to `cwd` (default: the working directory) when under
+    it; our demos' files as `tb_gradscope/demos/...` wherever they are installed."""
     base = os.path.abspath(cwd or os.getcwd())
     path = os.path.abspath(filename)
     if path == base or path.startswith(base.rstrip(os.sep) + os.sep):
         return os.path.relpath(path, base)
+    if path.startswith(_DEMOS_DIR):
+        return os.path.relpath(path, os.path.dirname(_PACKAGE_DIR.rstrip(os.sep)))
     return path
