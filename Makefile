@@ -39,7 +39,7 @@ demo-train: setup
 # time and pid).
 demo-logs: setup
 	rm -rf demo_logs
-	$(VENV)/bin/tb-gradscope demo demo_logs
+	$(VENV)/bin/tb-gradscope demo demo_logs --env builtin
 
 test: setup browser
 	$(PY) -m pytest tests
