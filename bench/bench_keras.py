@@ -86,7 +86,7 @@ def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    width, batches, batch, reps = (64, 30, 32, 5) if args.quick else (256, 200, 64, 11)
+    width, batches, batch, reps = (64, 30, 32, 3) if args.quick else (256, 200, 64, 11)
     root = tempfile.mkdtemp(prefix="bench_keras_")
     runs = {
         "plain": _fit(width, batches, batch, []),
