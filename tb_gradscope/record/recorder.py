@@ -75,7 +75,9 @@ class Recorder(tf.Module):
         recorded step: Rule objects or strings ("never(td, target/*)"), or a
         TOML rules file path. Violations are written as EVENTS records (and
         kept in `rec.violations`) before `on_violation` applies; the rule
-        texts go in the FLOWGRAPH record for `tb-gradscope check`.
+        texts go in the FLOWGRAPH record for `tb-gradscope check`. Inside
+        tf.function a recorded step hands its tables to the checker through a
+        tf.py_function (recorded steps only; it reads, never writes, values).
       on_violation: "log", "warn" or "raise" (FlowRuleViolation, after the
         violations are written). Inside tf.function a trace-time violation
         arrives wrapped in autograph's StagingError (tf.function(autograph=
