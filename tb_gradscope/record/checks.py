@@ -8,8 +8,8 @@ recorder's sink *before* `on_violation` is applied, so a raise never loses them.
   FlowGraph (with the rule texts in its attrs) and any violations are written
   eagerly (`tf.init_scope`) at the recorder's current step, then the policy
   applies: "raise" raises `FlowRuleViolation` from the call that traced
-  (autograph wraps it in its StagingError, with the same text), before any
-  step runs.
+  (autograph re-raises it as the same type, with its context added), before
+  any step runs.
 - Recorded steps, eagerly: the tables are EagerTensors; checked on the spot.
 - Recorded steps, inside `tf.function`: a `tf.py_function` under the
   recorded-step `tf.cond` hands the tables to the checker and returns the
@@ -150,7 +150,7 @@ class RuleSteps:
         if self.on_violation == RAISE:
 
             def stop(step_value):
-                raise FlowRuleViolation(pending)
+                raise FlowRuleViolation.from_events(pending)
 
             def flush_then_stop():
                 with self.emitter.sink.as_default():

@@ -80,9 +80,9 @@ class Recorder(tf.Module):
         tf.py_function (recorded steps only; it reads, never writes, values).
       on_violation: "log", "warn" or "raise" (FlowRuleViolation, after the
         violations are written). Inside tf.function a trace-time violation
-        arrives wrapped in autograph's StagingError (tf.function(autograph=
-        False) lets it through), one at a run step as tf.errors.UnknownError;
-        both carry its text. None: the rules file's policy, else "log".
+        is still a FlowRuleViolation; one at a run step arrives as
+        tf.errors.UnknownError carrying its text. None: the rules file's
+        policy, else "log".
       conflict: with two or more losses, record per pair of losses the cosine
         of their gradients on every scope both reach (CONFLICT records "a|b").
 

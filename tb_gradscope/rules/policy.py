@@ -23,13 +23,23 @@ class FlowRuleWarning(UserWarning):
     """Emitted for each violation under on_violation="warn"."""
 
 
-class FlowRuleViolation(RuntimeError):
-    """Raised under on_violation="raise"; `events` holds every violation seen."""
+class FlowRuleViolation(Exception):
+    """Raised under on_violation="raise"; `events` holds every violation seen.
 
-    def __init__(self, events: Sequence[Event]):
-        self.events = list(events)
-        lines = "\n".join(f"  step {e.step}: {e.name}: {e.message}" for e in self.events)
-        super().__init__(f"{len(self.events)} flow rule violation(s):\n{lines}")
+    Build it with `from_events`. The constructor is Exception's own (a message)
+    on purpose: autograph re-raises an error from a traced function as the same
+    type only then, so users catch FlowRuleViolation inside tf.function too.
+    """
+
+    events: list = []
+
+    @classmethod
+    def from_events(cls, events: Sequence[Event]) -> "FlowRuleViolation":
+        listed = list(events)
+        lines = "\n".join(f"  step {e.step}: {e.name}: {e.message}" for e in listed)
+        error = cls(f"{len(listed)} flow rule violation(s):\n{lines}")
+        error.events = listed
+        return error
 
 
 def apply_policy(events: Sequence[Event], on_violation: str = LOG) -> list[Event]:
@@ -52,5 +62,5 @@ def apply_policy(events: Sequence[Event], on_violation: str = LOG) -> list[Event
         for event in events:
             warnings.warn(f"step {event.step}: {event.name}: {event.message}", FlowRuleWarning, stacklevel=2)
     if on_violation == RAISE and events:
-        raise FlowRuleViolation(events)
+        raise FlowRuleViolation.from_events(events)
     return events
