@@ -9,7 +9,7 @@ SCRATCH ?= scratch
 PORT    ?= 6006
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup browser demo demo-train demo-logs test test-fast bench bench-quick frontend check-bundle clean
+.PHONY: setup browser demo demo-train demo-logs test test-fast soak bench bench-quick frontend check-bundle clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test: setup browser
 
 test-fast: setup
 	$(PY) -m pytest tests -m "not slow and not browser"
+
+# Ten minutes of live training while TensorBoard reloads and a client polls
+# every route (CI runs one minute of it inside `make test`).
+soak: setup
+	GRADSCOPE_SOAK_SECONDS=600 $(PY) -m pytest tests/test_soak.py -m slow -s
 
 # Full-mode benchmarks (figures for docs/PERFORMANCE.md); bench-quick: < 60 s each.
 bench: setup
