@@ -27,6 +27,8 @@ from tb_gradscope.record import Recorder
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.scopes import ScopeSpec
 
+pytestmark = pytest.mark.slow  # each case trains a model
+
 STEPS = 6
 BAD_STEP = 3  # the step whose input holds Inf
 FAULTS: list[str] = []  # what the module injected, for the summary line
