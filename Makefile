@@ -9,7 +9,7 @@ SCRATCH ?= scratch
 PORT    ?= 6006
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup browser demo demo-train demo-logs test test-fast soak bench bench-quick frontend check-bundle clean
+.PHONY: setup browser demo demo-train demo-logs test test-fast test-compat soak bench bench-quick frontend check-bundle clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,26 @@ test: setup browser
 
 test-fast: setup
 	$(PY) -m pytest tests -m "not slow and not browser"
+
+# The oldest TensorFlow setup.py claims (tensorflow>=2.16; Keras 3 comes with
+# it), on the core suites, in a venv of its own.
+VENV_COMPAT ?= .venv-compat
+COMPAT_TESTS = tests/test_format_metadata.py tests/test_format_roundtrip.py \
+  tests/test_record_*.py tests/test_analysis_*.py tests/test_rules_*.py tests/test_scopes.py \
+  tests/test_plugin_routes.py tests/test_plugin_cells.py tests/test_plugin_encoding.py \
+  tests/test_plugin_cache.py tests/test_plugin_loader.py tests/test_plugin_recorder.py
+
+$(VENV_COMPAT)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV_COMPAT)
+	$(VENV_COMPAT)/bin/python -m pip install -q --upgrade pip
+	$(VENV_COMPAT)/bin/python -m pip install -q tensorflow==2.16.2 tensorboard==2.16.2 \
+	  'tf-keras~=2.16.0' numpy pytest pytest-timeout hypothesis
+	$(VENV_COMPAT)/bin/python -m pip install -q --no-deps -e .
+	$(VENV_COMPAT)/bin/python -m pip check
+	touch $@
+
+test-compat: $(VENV_COMPAT)/.installed
+	$(VENV_COMPAT)/bin/python -m pytest -m "not browser and not slow" $(COMPAT_TESTS)
 
 # Ten minutes of live training while TensorBoard reloads and a client polls
 # every route (CI runs one minute of it inside `make test`).
