@@ -28,7 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.bench_recording import rotated_medians  # noqa: E402
+from bench import harness  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
@@ -114,7 +114,7 @@ def main() -> None:
         runs = {name: loop(step) for name, step in candidates.items()}
         for run in runs.values():
             run()  # trace and warm up
-        wall, cpu = rotated_medians(runs, repetitions)
+        wall, cpu = harness.rotated_medians(runs, repetitions)
         for rec in recorders:
             rec.close()
     report("params", int(sum(np.prod(v.shape) for v in model.trainable_variables)))

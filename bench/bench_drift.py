@@ -18,10 +18,7 @@ Headline (last line): drift_every_10_steps_cpu_ratio on dqn_mlp.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from typing import Callable
 
 import keras
 import numpy as np
@@ -77,19 +74,6 @@ def _loop(sizes: tuple[int, ...], batch: int, logdir: str | None, every: int, st
     return run, sum(int(np.prod(v.shape)) for v in online.weights)
 
 
-def _rotated_medians(runs: dict[str, Callable[[], None]], repetitions: int):
-    """Median wall and CPU seconds of each run, round-robin with rotated order."""
-    names = list(runs)
-    wall = {n: [] for n in names}
-    cpu = {n: [] for n in names}
-    for rep in range(repetitions):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            runs[name]()
-            wall[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    med = statistics.median
-    return {n: med(t) for n, t in wall.items()}, {n: med(t) for n, t in cpu.items()}
 
 
 def _measure(prefix: str, steps: int, repetitions: int, root: str) -> dict[str, float]:
@@ -100,7 +84,7 @@ def _measure(prefix: str, steps: int, repetitions: int, root: str) -> dict[str, 
         "every10": _loop(sizes, batch, f"{root}/{prefix}_10", 10, steps)[0],
         "every1": _loop(sizes, batch, f"{root}/{prefix}_1", 1, steps)[0],
     }
-    wall, cpu = _rotated_medians(runs, repetitions)
+    wall, cpu = harness.rotated_medians(runs, repetitions)
     harness.report(f"{prefix}_params", params)
     harness.report(f"{prefix}_baseline_ms_per_step", 1000 * wall["baseline"] / steps)
     harness.report(f"{prefix}_every1_ms_per_step", 1000 * wall["every1"] / steps)

@@ -22,9 +22,7 @@ Headline (last line): gradscope_default_cpu_ratio (gradscope / plain).
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from typing import Callable
 
 import keras
@@ -68,18 +66,6 @@ def _fit(width: int, batches: int, batch: int, callbacks: list) -> Callable[[], 
     return run
 
 
-def _rotated_medians(runs: dict[str, Callable[[], None]], repetitions: int):
-    names = list(runs)
-    wall = {n: [] for n in names}
-    cpu = {n: [] for n in names}
-    for rep in range(repetitions):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            runs[name]()
-            wall[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    med = statistics.median
-    return {n: med(t) for n, t in wall.items()}, {n: med(t) for n, t in cpu.items()}
 
 
 def main() -> None:
@@ -98,7 +84,7 @@ def main() -> None:
             width, batches, batch, [keras.callbacks.TensorBoard(f"{root}/tb", histogram_freq=1)]
         ),
     }
-    wall, cpu = _rotated_medians(runs, reps)
+    wall, cpu = harness.rotated_medians(runs, reps)
     harness.report("batches_per_fit", batches)
     harness.report("width", width)
     harness.report("plain_ms_per_batch", 1000 * wall["plain"] / batches)

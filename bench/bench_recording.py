@@ -22,10 +22,8 @@ and overhead_default_ratio (dqn, target <= 1.03).
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -34,6 +32,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bench import harness  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
@@ -122,27 +121,6 @@ def recorded_step(model, models, losses, every, logdir):
     return step, rec
 
 
-def rotated_medians(runs, repetitions):
-    """Median wall and CPU time of each run, round-robin, order rotated every round.
-
-    Rotation keeps any "first after a pause" effect from always hitting the
-    same candidate (the shared harness runs a fixed order). CPU time is the
-    process's (all TF threads), which other processes on a busy machine do not
-    inflate the way they inflate wall time.
-    """
-    names = list(runs)
-    wall = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    for rep in range(repetitions):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            runs[name]()
-            wall[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    return (
-        {name: statistics.median(t) for name, t in wall.items()},
-        {name: statistics.median(t) for name, t in cpu.items()},
-    )
 
 
 def measure(prefix, setup, steps, repetitions, logdir):
@@ -165,7 +143,7 @@ def measure(prefix, setup, steps, repetitions, logdir):
     runs = {name: loop(step) for name, step in candidates.items()}
     for run in runs.values():
         run()  # trace and warm up
-    wall, cpu = rotated_medians(runs, repetitions)
+    wall, cpu = harness.rotated_medians(runs, repetitions)
     for rec in recorders:
         rec.close()
     report(f"{prefix}_params", int(sum(np.prod(v.shape) for v in model.trainable_variables)))

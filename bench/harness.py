@@ -32,6 +32,30 @@ def interleaved_medians(
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
+def rotated_medians(
+    runs: dict[str, Callable[[], object]], repetitions: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU seconds of each run, round-robin, order rotated every round.
+
+    Rotation keeps a "first after a pause" effect from always hitting the same
+    candidate. CPU time is the process's (all TF threads), which other
+    processes on a busy machine do not inflate the way they inflate wall time.
+    """
+    names = list(runs)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(repetitions):
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            runs[name]()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return (
+        {name: statistics.median(t) for name, t in wall.items()},
+        {name: statistics.median(t) for name, t in cpu.items()},
+    )
+
+
 def report(name: str, value: float | int | str) -> None:
     """Prints one `name: value` line (the harness collects these)."""
     if isinstance(value, float):
