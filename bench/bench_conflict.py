@@ -28,7 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench import harness  # noqa: E402
+from bench import harness, tf_steps  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
@@ -85,8 +85,7 @@ def recorded_step(model, every, conflict, logdir):
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf_steps.single_thread()
     steps, repetitions = (5, 5) if args.quick else (20, 21)
     keras.utils.set_random_seed(0)
     model = three_head_model()
@@ -103,15 +102,7 @@ def main() -> None:
                 candidates[name] = step
                 recorders.append(rec)
 
-        def loop(step):
-            def run():
-                for _ in range(steps):
-                    loss = step(*batch)
-                loss.numpy()
-
-            return run
-
-        runs = {name: loop(step) for name, step in candidates.items()}
+        runs = {name: harness.step_loop(step, batch, steps) for name, step in candidates.items()}
         for run in runs.values():
             run()  # trace and warm up
         wall, cpu = harness.rotated_medians(runs, repetitions)

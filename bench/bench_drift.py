@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bench import harness
+from bench import harness, tf_steps
 from tb_gradscope.pairs import DriftMonitor, pair_models
 
 TAU = 0.005
@@ -96,8 +96,7 @@ def _measure(prefix: str, steps: int, repetitions: int, root: str) -> dict[str, 
 
 def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf_steps.single_thread()
     # Steps per repetition are multiples of 10, so every repetition of the
     # every-10 loop holds the same number of recorded steps.
     (small_steps, small_reps), (big_steps, big_reps) = (

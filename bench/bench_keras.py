@@ -27,9 +27,8 @@ from typing import Callable
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from bench import harness
+from bench import harness, tf_steps
 from tb_gradscope.integrations.keras import GradscopeCallback
 
 
@@ -70,8 +69,7 @@ def _fit(width: int, batches: int, batch: int, callbacks: list) -> Callable[[], 
 
 def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf_steps.single_thread()
     width, batches, batch, reps = (64, 30, 32, 3) if args.quick else (256, 200, 64, 11)
     root = tempfile.mkdtemp(prefix="bench_keras_")
     runs = {

@@ -46,8 +46,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.bench_overhead import single_thread  # noqa: E402
-from bench.bench_scaling import GROUP, make_losses, make_variables  # noqa: E402
+from bench.tf_steps import single_thread  # noqa: E402
+from bench.bench_scaling import make_losses, make_variables  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 

@@ -31,7 +31,6 @@ overhead_default_ratio (dqn, every_n_steps=10).
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -43,7 +42,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.harness import parse_args, report  # noqa: E402
+from bench.harness import parse_args, report, rotated_medians, step_loop  # noqa: E402
+from bench.tf_steps import baseline_step, built_optimizer, recorded_step, single_thread  # noqa: E402
 # record before demos: importing tb_gradscope.demos.dqn first hits a circular
 # import (demos -> pairs -> record -> pairs.detect) in the library.
 from tb_gradscope.record import Recorder  # noqa: E402, I001
@@ -130,41 +130,14 @@ def cnn_setup(two_losses: bool = False):
 # ----- train steps
 
 
-def _optimizer(variables):
-    opt = keras.optimizers.Adam(1e-4)
-    opt.build(variables)
-    return opt
 
 
-def baseline_step(variables, losses):
-    opt = _optimizer(variables)
-
-    @tf.function
-    def step(*batch):
-        with tf.GradientTape() as tape:
-            loss = tf.add_n(list(losses(*batch).values()))
-        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
-    return step
 
 
-def way2_step(variables, models, losses, every, logdir):
-    opt = _optimizer(variables)
-    rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
-
-    @tf.function
-    def step(*batch):
-        with rec.tape() as tape:
-            named = losses(*batch)
-        rec.apply(opt, rec.gradients(tape, named, variables))
-        return tf.add_n(list(named.values()))
-
-    return step, rec
 
 
 def way1_step(variables, models, losses, every, logdir):
-    opt = _optimizer(variables)
+    opt = built_optimizer(variables)
     rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
 
     @tf.function
@@ -182,7 +155,7 @@ def way1_step(variables, models, losses, every, logdir):
 
 def hand_step(variables, losses, logdir, kind):
     """What users hand-write: a summary per variable, every step."""
-    opt = _optimizer(variables)
+    opt = built_optimizer(variables)
     writer = tf.summary.create_file_writer(logdir)
     counter = tf.Variable(0, dtype=tf.int64, trainable=False)
     names = [v.path.replace(":", "_") for v in variables]
@@ -208,31 +181,8 @@ def hand_step(variables, losses, logdir, kind):
 # ----- measuring
 
 
-def rotated_medians(runs, repetitions):
-    """Median wall and process-CPU seconds of each run; round-robin, rotated."""
-    names = list(runs)
-    wall = {n: [] for n in names}
-    cpu = {n: [] for n in names}
-    for rep in range(repetitions):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            runs[name]()
-            wall[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    return (
-        {n: statistics.median(t) for n, t in wall.items()},
-        {n: statistics.median(t) for n, t in cpu.items()},
-    )
 
 
-def loop(step, batch, steps):
-    def run():
-        for _ in range(steps):
-            loss = step(*batch)
-        loss.numpy()
-
-    return run
 
 
 def recorded_values(rec, n_losses):
@@ -248,21 +198,21 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
     path = lambda label: os.path.join(logdir, f"{prefix}_{label}")  # noqa: E731
     steps_of = {"baseline": baseline_step(variables, losses)}
     closers, recorders = [], {}
-    for label, maker, every in (("every_step", way2_step, 1), ("default", way2_step, DEFAULT_EVERY),
+    for label, maker, every in (("every_step", recorded_step, 1), ("default", recorded_step, DEFAULT_EVERY),
                                 ("way1_every", way1_step, 1)):
         steps_of[label], recorders[label] = maker(variables, models, losses, every, path(label))
     for kind in ("scalar", "hist"):
         steps_of[f"hand_{kind}"], writer = hand_step(variables, losses, path(kind), kind)
         closers.append(writer)
     steps_of["baseline2"] = baseline_step(variables2, losses2)
-    steps_of["attrib"], recorders["attrib"] = way2_step(variables2, models2, losses2, DEFAULT_EVERY,
+    steps_of["attrib"], recorders["attrib"] = recorded_step(variables2, models2, losses2, DEFAULT_EVERY,
                                                         path("attrib"))
     if only is not None:
         steps_of = {k: v for k, v in steps_of.items() if k in only or k == "baseline"}
     runs = {}
     for label, step in steps_of.items():
         two = label in ("baseline2", "attrib")
-        runs[label] = loop(step, batch2 if two else batch, steps)
+        runs[label] = step_loop(step, batch2 if two else batch, steps)
         start = time.perf_counter()
         runs[label]()  # trace and warm up
         report(f"{prefix}_{label}_trace_s", time.perf_counter() - start)
@@ -293,11 +243,6 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
     return ratios
 
 
-def single_thread() -> None:
-    # One TF thread: Eigen's pool spins while waiting, so on a busy machine the
-    # CPU time of a multi-threaded step measures contention, not work.
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
 
 
 def main() -> None:

@@ -32,9 +32,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench import harness  # noqa: E402
+from bench import harness, tf_steps  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
-from tb_gradscope.record import Recorder  # noqa: E402
 
 DEFAULT_EVERY = 10
 
@@ -90,57 +89,18 @@ def mlp_setup():
     return model, {"mlp": model}, losses, batch
 
 
-def baseline_step(model, losses):
-    opt = keras.optimizers.Adam(1e-4)
-    variables = model.trainable_variables
-    opt.build(variables)
-
-    @tf.function
-    def step(*batch):
-        with tf.GradientTape() as tape:
-            loss = tf.add_n(list(losses(*batch).values()))
-        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
-    return step
-
-
-def recorded_step(model, models, losses, every, logdir):
-    opt = keras.optimizers.Adam(1e-4)
-    variables = model.trainable_variables
-    opt.build(variables)
-    rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
-
-    @tf.function
-    def step(*batch):
-        with rec.tape() as tape:
-            named = losses(*batch)
-        rec.apply(opt, rec.gradients(tape, named, variables))
-        return tf.add_n(list(named.values()))
-
-    return step, rec
-
-
-
-
 def measure(prefix, setup, steps, repetitions, logdir):
     model, models, losses, batch = setup()
-    candidates = {"baseline": baseline_step(model, losses)}
+    candidates = {"baseline": tf_steps.baseline_step(model.trainable_variables, losses)}
     recorders = []
     for label, every in (("every_step", 1), ("default", DEFAULT_EVERY)):
-        step, rec = recorded_step(model, models, losses, every, os.path.join(logdir, f"{prefix}_{label}"))
+        step, rec = tf_steps.recorded_step(
+            model.trainable_variables, models, losses, every, os.path.join(logdir, f"{prefix}_{label}")
+        )
         candidates[label] = step
         recorders.append(rec)
 
-    def loop(step):
-        def run():
-            for _ in range(steps):
-                loss = step(*batch)
-            loss.numpy()
-
-        return run
-
-    runs = {name: loop(step) for name, step in candidates.items()}
+    runs = {name: harness.step_loop(step, batch, steps) for name, step in candidates.items()}
     for run in runs.values():
         run()  # trace and warm up
     wall, cpu = harness.rotated_medians(runs, repetitions)
@@ -158,10 +118,7 @@ def measure(prefix, setup, steps, repetitions, logdir):
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    # One TF thread: Eigen's pool spins while waiting, so on a busy machine the
-    # CPU time of a multi-threaded step measures contention, not work.
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf_steps.single_thread()
     steps, repetitions = (3, 7) if args.quick else (10, 31)
     with tempfile.TemporaryDirectory() as logdir:
         mlp = measure("mlp1m", mlp_setup, steps, repetitions, logdir)

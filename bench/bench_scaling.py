@@ -36,7 +36,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.bench_overhead import rotated_medians, single_thread  # noqa: E402
+from bench.harness import rotated_medians  # noqa: E402
+from bench.tf_steps import single_thread  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 

@@ -56,6 +56,17 @@ def rotated_medians(
     )
 
 
+def step_loop(step: Callable[..., object], batch: tuple, steps: int) -> Callable[[], None]:
+    """A run of `steps` calls of a TF step, synchronised on the last result."""
+
+    def run() -> None:
+        for _ in range(steps):
+            loss = step(*batch)
+        loss.numpy()  # type: ignore[attr-defined]
+
+    return run
+
+
 def report(name: str, value: float | int | str) -> None:
     """Prints one `name: value` line (the harness collects these)."""
     if isinstance(value, float):
