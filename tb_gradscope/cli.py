@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tb_gradscope import __version__
 
@@ -22,15 +22,16 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tb-gradscope",
-        description="See which subgraphs each loss updates: demos and log tools "
-        "for the Gradscope TensorBoard tab.",
-    )
+def build_parser(
+    commands: Mapping[str, str] = COMMANDS,
+    description: str = "See which subgraphs each loss updates: demos and log tools "
+    "for the Gradscope TensorBoard tab.",
+) -> argparse.ArgumentParser:
+    """The parser for `commands` ({name: module}; default: every command)."""
+    parser = argparse.ArgumentParser(prog="tb-gradscope", description=description)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module_name in COMMANDS.items():
+    for name, module_name in commands.items():
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=module.HELP)
         module.add_arguments(command)

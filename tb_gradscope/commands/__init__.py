@@ -1,9 +1,9 @@
 """Read-side subcommands of `tb-gradscope`: `report` and `check`.
 
-Each module defines `HELP`, `add_arguments(parser)`, `add_parser(subparsers)`
-and `run(args) -> int`, and imports TensorBoard only inside `run`, so
-`--help` is instant. None imports tensorflow. `python -m tb_gradscope.commands`
-runs them without the top-level `tb-gradscope` dispatcher.
+Each module defines `HELP`, `add_arguments(parser)` and `run(args) -> int`,
+and imports TensorBoard only inside `run`, so `--help` is instant. None imports
+tensorflow. `python -m tb_gradscope.commands` runs them without the demos, with
+the same parser as the `tb-gradscope` dispatcher (`tb_gradscope.cli`).
 """
 
 from __future__ import annotations
@@ -11,18 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-COMMAND_MODULES = ("report", "check")
+from tb_gradscope import cli
+
+READ_COMMANDS = {name: cli.COMMANDS[name] for name in ("report", "check")}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """A parser with the `report` and `check` subcommands."""
-    import importlib
-
-    parser = argparse.ArgumentParser(prog="tb-gradscope", description="Read-side tools for gradscope logs.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"tb_gradscope.commands.{name}").add_parser(sub)
-    return parser
+    return cli.build_parser(READ_COMMANDS, "Read-side tools for gradscope logs.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

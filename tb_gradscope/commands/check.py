@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tb_gradscope.commands.text import evidence, safe
 
@@ -38,13 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
     parser.add_argument("--rules", metavar="FILE", help="a TOML rules file to check every run against")
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="check only this run")
-
-
-def add_parser(subparsers: Any) -> None:
-    """Registers `check` on an argparse subparsers object."""
-    parser = subparsers.add_parser("check", help=HELP)
-    add_arguments(parser)
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

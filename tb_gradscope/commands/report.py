@@ -36,13 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", metavar="FILE", help="also evaluate the rules of this TOML file")
 
 
-def add_parser(subparsers: Any) -> None:
-    """Registers `report` on an argparse subparsers object."""
-    parser = subparsers.add_parser("report", help=HELP)
-    add_arguments(parser)
-    parser.set_defaults(run=run)
-
-
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Prints the report; returns the exit status."""
     out = out or sys.stdout
