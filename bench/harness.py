@@ -19,16 +19,28 @@ def parse_args(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def interleaved_medians(
+def interleaved_samples(
     candidates: dict[str, Callable[[], object]], repetitions: int
-) -> dict[str, float]:
-    """Median wall time (s) of each callable, run round-robin `repetitions` times."""
+) -> dict[str, list[float]]:
+    """Every wall time (s) of each callable, run round-robin `repetitions` times.
+
+    For benches that report more than the median (a mean shows a periodic
+    cost, such as a cache refresh, that a median hides).
+    """
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repetitions):
         for name, fn in candidates.items():
             start = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+def interleaved_medians(
+    candidates: dict[str, Callable[[], object]], repetitions: int
+) -> dict[str, float]:
+    """Median wall time (s) of each callable, run round-robin `repetitions` times."""
+    samples = interleaved_samples(candidates, repetitions)
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
