@@ -1,24 +1,37 @@
 """Gradscope plugin latency and log size, in real TensorBoard processes.
 
-A run of STEPS steps x 64 scopes x 3 losses (grad_stats per loss plus
-update_stats) and one scalar tag, served by one `tensorboard` per backend
-(--load_fast=true: Rust data server; false: Python multiplexer) with no
-gradscope flags (reloads off while measuring). Within each process,
+One logdir holds one run per size (1k and 10k steps in --quick; 1k, 10k and
+100k in full mode), each of 64 scopes x 3 losses (grad_stats per loss plus
+update_stats) and one scalar tag. It is served by one `tensorboard` per backend
+(--load_fast=true: Rust data server; false: Python multiplexer) with default
+retention and reloads off while measuring. Within each process and run,
 interleaved repetitions of:
-  - the matrix route at a kept step (cache warm), and
-  - a 1000-point downsampled cell series,
-each against TensorBoard's own scalars route serving the run's scalar tag
-(the baseline). Ratios are of medians; targets are <= 1.0. Also: event-file
-bytes per recorded value relative to raw float32 (target <= 1.2).
-Headline (last line): the worse backend's matrix / scalars ratio.
+  - the matrix route at a kept step (one step's tables: 64 scopes x 3 losses
+    plus the update columns; cache warm), and
+  - a cell's series route, downsampled to 1000 points,
+each against TensorBoard's own scalars route serving the run's scalar tag (the
+baseline: every point it keeps, at most 1000 by default). What each route
+returns (points, response bytes) is printed with the figures.
+
+Retention at 100k steps: gradscope keeps 10000 steps per series (the default
+of --gradscope_samples), TensorBoard's scalars 1000, so both the series route
+and the scalars route answer with 1000 points.
+
+Ratios are of medians (targets <= 1.0); means are printed too, since they
+include what a median hides (the plugin's once-a-second listing refresh).
+Also: event-file bytes per recorded value relative to raw float32 (target
+<= 1.2). Headline (last line): the worst matrix / scalars ratio over sizes
+and backends.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from urllib.parse import urlencode
@@ -29,17 +42,26 @@ from tests import plugin_fixtures as pf
 
 SCOPES = [f"net{i // 8}/layer{i % 8}" for i in range(64)]
 LOSSES = ["td", "aux", "entropy"]
-RUN = "bench"
 SCALAR_TAG = "loss/td"
 API = "data/plugin/gradscope/"
+SERIES_POINTS = 1000  # what TensorBoard's scalars route keeps per tag by default
+QUICK_SIZES = (1_000, 10_000)
+FULL_SIZES = (1_000, 10_000, 100_000)
+BACKENDS = {"rust": "true", "python": "false"}
+
+
+def label(steps: int) -> str:
+    """`1000` -> `1k`: the size part of the printed names (and the run's name)."""
+    return f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
 
 
 def write_logs(root: str, steps: int) -> float:
-    """Writes the run; returns event-file bytes per recorded value / 4."""
-    pf.write_bulk(root, RUN, steps, SCOPES, LOSSES)
-    (tables_file,) = os.listdir(os.path.join(root, RUN))
-    table_bytes = os.path.getsize(os.path.join(root, RUN, tables_file))
-    pf.write_bulk(root, RUN, steps, SCOPES, LOSSES, scalar_tag=SCALAR_TAG, tables=False)
+    """Writes the run of `steps` steps; returns event-file bytes per recorded value / 4."""
+    run = label(steps)
+    pf.write_bulk(root, run, steps, SCOPES, LOSSES)
+    (tables_file,) = os.listdir(os.path.join(root, run))
+    table_bytes = os.path.getsize(os.path.join(root, run, tables_file))
+    pf.write_bulk(root, run, steps, SCOPES, LOSSES, scalar_tag=SCALAR_TAG, tables=False)
     columns = len(LOSSES) * len(fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns) + len(
         fmt.KIND_SPECS[fmt.Kind.UPDATE_STATS].columns
     )
@@ -47,97 +69,117 @@ def write_logs(root: str, steps: int) -> float:
     return table_bytes / (values * 4)
 
 
-def wait_loaded(server: pf.TensorBoardServer, steps: int, timeout: float) -> list[int]:
-    """Polls the run route until the last step is in; returns the kept steps."""
+def wait_loaded(server: pf.TensorBoardServer, run: str, steps: int, timeout: float) -> list[int]:
+    """Polls the run route until the run's last step is in; returns the kept steps."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status, _, body = server.get(API + "run?" + urlencode({"run": RUN}), timeout=timeout)
+        status, _, body = server.get(API + "run?" + urlencode({"run": run}), timeout=timeout)
         if status == 200:
             kept = json.loads(body)["steps"]
             if kept and kept[-1] == steps - 1:
                 return kept
         time.sleep(0.5)
-    raise RuntimeError(f"TensorBoard did not load step {steps - 1} in {timeout}s")
+    raise RuntimeError(f"TensorBoard did not load step {steps - 1} of {run} in {timeout}s")
 
 
-def fetch(server: pf.TensorBoardServer, path: str) -> None:
+def fetch(server: pf.TensorBoardServer, path: str) -> bytes:
+    """The body of a GET that must succeed."""
     status, _, body = server.get(path)
     if status != 200:
         raise RuntimeError(f"{path}: {status} {body[:300]!r}")
+    return body
 
 
-def measure(server: pf.TensorBoardServer, kept: list[int], steps: int, repetitions: int) -> dict[str, float]:
-    """Interleaved medians of the three routes in one TensorBoard process."""
-    scalars = "data/plugin/scalars/scalars?" + urlencode({"run": RUN, "tag": SCALAR_TAG})
-    status, _, body = server.get(scalars)
-    baseline_points = len(json.loads(body)) if status == 200 else 0
-    if baseline_points < min(steps, 1000):
-        raise RuntimeError(f"scalars baseline has {baseline_points} points: {status} {body[:200]!r}")
-    probe = [kept[(i * 7919) % len(kept)] for i in range(repetitions)]
-    counter = iter(range(10**9))
-
-    def matrix() -> None:
-        fetch(server, API + "matrix?" + urlencode({"run": RUN, "step": probe[next(counter) % len(probe)]}))
-
-    series_query = {"run": RUN, "kind": "grad_stats", "name": "aux", "scope": SCOPES[9], "stat": "l2", "points": 1000}
-
-    def series() -> None:
-        fetch(server, API + "series?" + urlencode(series_query))
-
-    def baseline() -> None:
-        fetch(server, scalars)
-
-    for warm in (matrix, series, baseline):
-        warm()
-    medians = harness.interleaved_medians(
-        {"matrix": matrix, "series": series, "scalars": baseline}, repetitions
+def measure(
+    server: pf.TensorBoardServer, run: str, kept: list[int], steps: int, repetitions: int
+) -> dict[str, float]:
+    """Interleaved timings of the three routes on one run of one TensorBoard process."""
+    scalars = "data/plugin/scalars/scalars?" + urlencode({"run": run, "tag": SCALAR_TAG})
+    series = API + "series?" + urlencode(
+        {"run": run, "kind": "grad_stats", "name": "aux", "scope": SCOPES[9], "stat": "l2",
+         "points": SERIES_POINTS}
     )
-    return {
+    probe = [kept[(i * 7919) % len(kept)] for i in range(repetitions)]
+    matrices = itertools.cycle([API + "matrix?" + urlencode({"run": run, "step": step}) for step in probe])
+    # The first calls warm the plugin's cache and tell what each route returns.
+    scalars_body, series_body, matrix_body = fetch(server, scalars), fetch(server, series), fetch(server, next(matrices))
+    scalars_points = len(json.loads(scalars_body))
+    if scalars_points < min(steps, SERIES_POINTS):
+        raise RuntimeError(f"the scalars baseline has {scalars_points} points: {scalars_body[:200]!r}")
+    samples = harness.interleaved_samples(
+        {
+            "matrix": lambda: fetch(server, next(matrices)),
+            "series": lambda: fetch(server, series),
+            "scalars": lambda: fetch(server, scalars),
+        },
+        repetitions,
+    )
+    medians = {name: statistics.median(times) for name, times in samples.items()}
+    figures: dict[str, float] = {
         "kept_steps": len(kept),
-        "scalars_points": baseline_points,
-        "matrix_ms": medians["matrix"] * 1e3,
-        "series_ms": medians["series"] * 1e3,
-        "scalars_ms": medians["scalars"] * 1e3,
-        "matrix_vs_scalars": medians["matrix"] / medians["scalars"],
-        "series_vs_scalars": medians["series"] / medians["scalars"],
+        "scalars_points": scalars_points,
+        "series_points": len(json.loads(series_body)["points"]),
+        "matrix_bytes": len(matrix_body),
+        "series_bytes": len(series_body),
+        "scalars_bytes": len(scalars_body),
     }
+    for name, times in samples.items():
+        figures[f"{name}_ms"] = medians[name] * 1e3
+        figures[f"{name}_mean_ms"] = statistics.fmean(times) * 1e3
+    figures["matrix_vs_scalars"] = medians["matrix"] / medians["scalars"]
+    figures["series_vs_scalars"] = medians["series"] / medians["scalars"]
+    return figures
+
+
+def measure_backends(root: str, sizes: tuple[int, ...], repetitions: int) -> dict[str, dict[str, float]]:
+    """{"<backend>_<size>": figures} from one TensorBoard process per backend."""
+    # Both processes start together (each takes seconds to import); they are
+    # measured one after the other. No reloads: the logs are complete, and a
+    # reload would compete with the routes for the CPU.
+    servers = {
+        backend: pf.TensorBoardServer(root, flag, "--reload_interval", "600")
+        for backend, flag in BACKENDS.items()
+    }
+    with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+        list(pool.map(lambda server: server.start(), servers.values()))
+        try:
+            # Every run loaded in both before timing any: a loading backend
+            # would steal CPU from the one being measured.
+            kept = {
+                (backend, steps): wait_loaded(server, label(steps), steps, timeout=1800)
+                for backend, server in servers.items()
+                for steps in sizes
+            }
+            return {
+                f"{backend}_{label(steps)}": measure(
+                    servers[backend], label(steps), kept[backend, steps], steps, repetitions
+                )
+                for backend, steps in kept
+            }
+        finally:
+            list(pool.map(lambda server: server.stop(), servers.values()))
 
 
 def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
-    steps = 2_000 if args.quick else 100_000
-    repetitions = 10 if args.quick else 60
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    repetitions = 20 if args.quick else 60
     root = tempfile.mkdtemp(prefix="bench_plugin_")
     try:
-        bytes_ratio = write_logs(root, steps)
-        harness.report("steps", steps)
+        bytes_ratios = {steps: write_logs(root, steps) for steps in sizes}
+        harness.report("sizes", " ".join(label(steps) for steps in sizes))
         harness.report("scopes", len(SCOPES))
         harness.report("losses", len(LOSSES))
-        # Both processes start together (each takes ~10 s to import); they are
-        # measured one after the other. No reloads: the logs are complete, and
-        # a reload would compete with the routes for the CPU.
-        servers = {
-            backend: pf.TensorBoardServer(root, flag, "--reload_interval", "600")
-            for backend, flag in (("rust", "true"), ("python", "false"))
-        }
-        with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
-            list(pool.map(lambda server: server.start(), servers.values()))
-            try:
-                # Both loaded before timing either: a loading backend would
-                # steal CPU from the one being measured.
-                kept = {backend: wait_loaded(server, steps, timeout=1800) for backend, server in servers.items()}
-                results = {
-                    backend: measure(server, kept[backend], steps, repetitions)
-                    for backend, server in servers.items()
-                }
-            finally:
-                list(pool.map(lambda server: server.stop(), servers.values()))
-        for backend, values in results.items():
-            for name, value in values.items():
-                harness.report(f"{backend}_{name}", value)
-        harness.report("series_vs_scalars", max(v["series_vs_scalars"] for v in results.values()))
-        harness.report("bytes_per_value_vs_float32", bytes_ratio)
-        harness.report("matrix_vs_scalars", max(v["matrix_vs_scalars"] for v in results.values()))
+        harness.report("repetitions", repetitions)
+        results = measure_backends(root, sizes, repetitions)
+        for prefix, figures in results.items():
+            for name, value in figures.items():
+                harness.report(f"{prefix}_{name}", value)
+        for steps, ratio in bytes_ratios.items():
+            harness.report(f"{label(steps)}_bytes_per_value_vs_float32", ratio)
+        harness.report("series_vs_scalars", max(f["series_vs_scalars"] for f in results.values()))
+        harness.report("bytes_per_value_vs_float32", bytes_ratios[sizes[-1]])
+        harness.report("matrix_vs_scalars", max(f["matrix_vs_scalars"] for f in results.values()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -47,6 +47,21 @@ def test_interleaved_medians_runs_each_candidate_every_round():
     assert set(medians) == {"a", "b"}
 
 
+def test_interleaved_samples_keeps_every_time_of_every_candidate():
+    calls = []
+    samples = harness.interleaved_samples({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 4)
+    assert calls == ["a", "b"] * 4
+    assert {name: len(times) for name, times in samples.items()} == {"a": 4, "b": 4}
+    assert all(t >= 0 for times in samples.values() for t in times)
+
+
+def test_bench_plugin_names_sizes_as_its_runs_and_lines_do():
+    from bench import bench_plugin
+
+    assert [bench_plugin.label(n) for n in bench_plugin.FULL_SIZES] == ["1k", "10k", "100k"]
+    assert set(bench_plugin.QUICK_SIZES) <= set(bench_plugin.FULL_SIZES)
+
+
 def test_bench_list_includes_the_overhead_scaling_and_memory_benches():
     assert {"bench_overhead", "bench_scaling", "bench_memory"} <= set(BENCHES)
 
