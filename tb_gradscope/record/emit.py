@@ -1,17 +1,20 @@
 """Turning table makers into records: written in-graph, or deferred out of XLA.
 
-Outside XLA each table is a `tf.summary.write` whose value is a callable, so
-the stats are computed only at recorded steps. Inside a `jit_compile=True`
-trace summaries cannot be written: tables are computed under a `tf.cond` and
-collected as `Stats`, which the user returns from the compiled step and hands
-to `Recorder.write` outside it.
+Outside XLA, all records of one call are computed and written inside one
+`tf.cond` on the recorded-step predicate (`recorded_only`), kept as one
+function call: an unrecorded step pays one branch op for them, whatever the
+recording costs. Inside a `jit_compile=True` trace summaries cannot be
+written: tables are computed under a `tf.cond` and collected as `Stats`, which
+the user returns from the compiled step and hands to `Recorder.write` outside
+it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
@@ -35,6 +38,24 @@ class Stats(NamedTuple):
 def graph_key() -> int:
     """Identifies the graph being traced (0 when eager)."""
     return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
+
+
+def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[], Any]) -> Any:
+    """`tf.cond(record, work, skip)`, as one function call outside XLA.
+
+    TF lowers a cond to switch/merge ops, and an untaken branch still costs its
+    every op (dead-tensor propagation); kept as an `If` call, an unrecorded
+    step pays for one op however much the recorded branch holds.
+    """
+    if tf.executing_eagerly() or in_xla():
+        return tf.cond(record, work, skip)
+    graph = tf.compat.v1.get_default_graph()
+    first = len(graph.get_operations())
+    out = tf.cond(record, work, skip)
+    for op in graph.get_operations()[first:]:
+        if op.type in ("If", "StatelessIf"):
+            op._set_attr("_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False))  # noqa: SLF001
+    return out
 
 
 class Emitter:
@@ -91,11 +112,29 @@ class Emitter:
             self._deferred.setdefault(graph_key(), []).append(result)
             self.deferred_made = True
             return result
-        for name, make in makers.items():
-            tag, meta = self.metadata(kind, name, scopes, attrs)
-            self.sink.write(tag, meta, make, step, record)
-        self.write_flowgraph(step, record)
+        self.write_when(record, step, lambda: [(kind, name, scopes, attrs, make()) for name, make in makers.items()])
         return None
+
+    def write_when(
+        self,
+        record: tf.Tensor,
+        step: tf.Tensor,
+        tables: Callable[[], Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]]],
+    ) -> None:
+        """At recorded steps: computes `tables()` ((kind, name, scopes, attrs,
+        value) each) and writes them, and the FlowGraph if due, in one branch."""
+        recorded_only(record, lambda: self.write_due(step, tables()), lambda: tf.constant(False))
+
+    def write_due(
+        self, step: tf.Tensor, tables: Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]]
+    ) -> tf.Tensor:
+        """Writes tables ((kind, name, scopes, attrs, value) each) and the FlowGraph
+        if not written yet, from inside the recorded-step branch."""
+        records = []
+        for kind, name, scopes, attrs, value in tables:
+            tag, meta = self.metadata(kind, name, scopes, attrs)
+            records.append((tag, meta, value, False))
+        return self.sink.write_due(records + self._flowgraph_record(), step)
 
     def take_deferred(self, step: tf.Tensor) -> Stats:
         """Every Stats deferred in the graph being traced, merged into one."""
@@ -110,14 +149,21 @@ class Emitter:
     def write(self, item: Stats) -> None:
         """Writes deferred Stats (outside XLA)."""
         self.deferred_written = True
-        for tag, table in item.tables.items():
-            self.sink.write(tag, self._metadata[tag], table, item.step, item.record)
-        self.write_flowgraph(item.step, item.record)
+
+        def work() -> tf.Tensor:
+            records = [(tag, self._metadata[tag], table, False) for tag, table in item.tables.items()]
+            return self.sink.write_due(records + self._flowgraph_record(), item.step)
+
+        recorded_only(item.record, work, lambda: tf.constant(False))
 
     def write_flowgraph(self, step: tf.Tensor, record: tf.Tensor) -> None:
         """The FlowGraph blob, at the first recorded step after it is known."""
+        if self.flowgraph is not None:
+            recorded_only(record, lambda: self.sink.write_due(self._flowgraph_record(), step), lambda: tf.constant(False))
+
+    def _flowgraph_record(self) -> list[tuple[str, bytes, tf.Tensor, bool]]:
+        """The FlowGraph as a record for `SummarySink.write_due` (written once), if known."""
         if self.flowgraph is None:
-            return
+            return []
         tag, meta = self.metadata(Kind.FLOWGRAPH, "", (), self.flowgraph_attrs)
-        blob = tf.constant([encode_json(self.flowgraph.to_json())])
-        self.sink.write(tag, meta, blob, step, record, once=True)
+        return [(tag, meta, tf.constant([encode_json(self.flowgraph.to_json())]), True)]

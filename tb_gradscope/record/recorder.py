@@ -291,6 +291,7 @@ class Recorder(tf.Module):
                     self._s.emitter.write_flowgraph(self.step.read_value(), self._s.should_record(self.step))
                 self._s.check_step(self.step, None)
         self.step.assign_add(1)
+        self._s.advanced()
 
     @_no_autograph
     def record_drift(self) -> None:

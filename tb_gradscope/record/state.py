@@ -4,14 +4,17 @@ Deliberately a plain object (not a tf.Module): nothing here goes into a
 checkpoint, so `tf.train.Checkpoint(recorder=rec)` saves the step alone, and a
 resumed run starts new snapshots and a new event file.
 
-Per-loss tables are written the cheap way (each computed inside its own
-summary write) unless gradient conflict or rules need them as tensors; then
-all of a step's loss tables are computed together (`tables.step_tables`) and
-the rules are checked on them before the step counter advances.
+The step counter is read, and the recorded-step predicate computed, once per
+traced step (`now`). A call's tables are computed and written inside one
+branch taken at recorded steps only (`emit.recorded_only`). When gradient
+conflict or rules need the loss tables as tensors, all of a step's loss tables
+are computed together (`tables.step_tables`, still one branch) and the rules
+are checked on them before the step counter advances.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Mapping
 
 import tensorflow as tf
@@ -20,7 +23,7 @@ from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import flow, stats
 from tb_gradscope.record import tables as tables_lib
 from tb_gradscope.record.checks import RuleSteps
-from tb_gradscope.record.emit import Emitter, Stats, graph_key
+from tb_gradscope.record.emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.reductions import in_xla
 
@@ -38,13 +41,35 @@ class RecorderState:
         self.checks: RuleSteps | None = None
         self.monitor: Any = None  # a DriftMonitor when there are pairs
         self.conflict = True
+        self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
+
+    def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
+        """(step value, is it a recorded step), read once per traced step.
+
+        Inside a graph the pair is kept until `advance` (one read and one
+        floormod per step however many records the step writes).
+        """
+        if tf.executing_eagerly():
+            value = step.read_value()
+            return value, tf.equal(tf.math.floormod(value, self.every), 0)
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._now:
+            value = step.read_value()
+            self._now[graph] = (value, tf.equal(tf.math.floormod(value, self.every), 0))
+        return self._now[graph]
+
+    def advanced(self) -> None:
+        """The step counter moves on: the next step reads it again."""
+        if not tf.executing_eagerly():
+            self._now.pop(tf.compat.v1.get_default_graph(), None)
 
     def should_record(self, step: tf.Variable) -> tf.Tensor:
-        return tf.equal(tf.math.floormod(step.read_value(), self.every), 0)
+        return self.now(step)[1]
 
     def emit(self, step: tf.Variable, kind: Kind, makers: Mapping[str, Callable]) -> Stats | None:
         scopes = self.layout.vlayout.layout.scopes
-        return self.emitter.emit(kind, makers, scopes, step.read_value(), self.should_record(step))
+        now, record = self.now(step)
+        return self.emitter.emit(kind, makers, scopes, now, record)
 
     def record_losses(self, step: tf.Variable, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
         """Records each loss's gradients ({loss: () -> aligned gradients}), and
@@ -54,17 +79,21 @@ class RecorderState:
             return self.emit(
                 step, Kind.GRAD_STATS, {n: (lambda f=f: stats.grad_table(f(), rollup)) for n, f in makers.items()}
             )
-        record, now = self.should_record(step), step.read_value()
-        found = tables_lib.step_tables(
-            record, lambda: {n: f() for n, f in makers.items()}, self.layout.vlayout.layout, rollup, self.conflict
-        )
+        now, record = self.now(step)
+        make_aligned = lambda: {n: f() for n, f in makers.items()}  # noqa: E731
+        layout = self.layout.vlayout.layout
+        if not in_xla():
+            write = lambda found: self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])  # noqa: E731
+            found = tables_lib.step_tables(record, make_aligned, layout, rollup, self.conflict, write)
+            if self.checks is not None:
+                grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
+                self.pending_tables.setdefault(graph_key(), {}).update(grads)
+            return None
+        found = tables_lib.step_tables(record, make_aligned, layout, rollup, self.conflict)
         written = [
             self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
             for t in found
         ]
-        if self.checks is not None and not in_xla():
-            grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
-            self.pending_tables.setdefault(graph_key(), {}).update(grads)
         parts = [w for w in written if w is not None]
         if not parts:
             return None
@@ -73,16 +102,17 @@ class RecorderState:
     def record_updates(self, step: tf.Variable, maker: Callable[[], tf.Tensor]) -> tf.Tensor | None:
         """Writes the UPDATE_STATS table and returns it as a tensor (for rules);
         eagerly at an unrecorded step, writes nothing and returns None."""
-        record = self.should_record(step)
+        now, record = self.now(step)
         scopes = self.layout.vlayout.layout.scopes
-        if tf.executing_eagerly():
-            if not bool(record):
-                return None
+
+        def work() -> tf.Tensor:
             table = maker()
-        else:
-            table = tf.cond(record, maker, lambda: tf.zeros([len(scopes), 2], tf.float32))
-        self.emit(step, Kind.UPDATE_STATS, {"": lambda: table})
-        return table
+            with tf.control_dependencies([self.emitter.write_due(now, [(Kind.UPDATE_STATS, "", scopes, None, table)])]):
+                return tf.identity(table)
+
+        if tf.executing_eagerly():
+            return work() if bool(record) else None
+        return recorded_only(record, work, lambda: tf.zeros([len(scopes), 2], tf.float32))
 
     def check_step(self, step: tf.Variable, updates: tf.Tensor | None) -> None:
         """Checks rules on this step's pending tables (before `step` advances)."""
@@ -91,7 +121,7 @@ class RecorderState:
         grads = self.pending_tables.pop(graph_key(), None)
         if grads:
             scopes = self.layout.vlayout.layout.scopes
-            self.checks.at_step(step.read_value(), self.should_record(step), grads, scopes, updates)
+            self.checks.at_step(*self.now(step), grads, scopes, updates)
 
     def check_written(self, item: Stats) -> None:
         """Checks rules on Stats returned from a jit_compile=True step."""

@@ -2,9 +2,10 @@
 
 Used when something needs the tables as tensors rather than only written:
 gradient conflict (needs two losses' gradients at once) and rules checked at
-recorded steps (need the tables on the host). Everything is computed in one
-`tf.cond` on the recorded-step predicate, so an unrecorded step costs one cond
-that returns zeros; eagerly, nothing runs at unrecorded steps.
+recorded steps (need the tables on the host). Everything is computed, and
+written when a writer is given, in one `tf.cond` on the recorded-step predicate
+(`emit.recorded_only`), so an unrecorded step costs one branch op that returns
+zeros; eagerly, nothing runs at unrecorded steps.
 
 Which scopes a conflict table has depends on which gradients are None, known
 only once the recorded branch is traced; the unrecorded branch (traced after
@@ -21,6 +22,7 @@ import tensorflow as tf
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.record import conflict as conflict_lib
 from tb_gradscope.record import stats
+from tb_gradscope.record.emit import recorded_only
 from tb_gradscope.scopes import ScopeLayout
 
 
@@ -41,12 +43,14 @@ def step_tables(
     layout: ScopeLayout,
     rollup: stats.RollUp,
     conflict: bool,
+    write: Callable[[list[StepTable]], Any] | None = None,
 ) -> list[StepTable]:
     """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair.
 
     `make_aligned()` returns {loss: gradients aligned with the layout's
-    variables}; it is called only on the recorded branch. Eagerly, returns []
-    when `record` is false.
+    variables}; it is called only on the recorded branch, and so is
+    `write(tables)` when given (the writes then share the branch). Eagerly,
+    returns [] when `record` is false.
     """
     shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
 
@@ -61,7 +65,13 @@ def step_tables(
                 name = conflict_lib.pair_name(a, b)
                 shapes[(Kind.CONFLICT, name)] = (tuple(layout.scopes[r] for r in rows), {"losses": [a, b]})
                 out[(Kind.CONFLICT.value, name)] = make()
+        if write is not None:
+            write([_table(kind, name, out[(kind.value, name)]) for kind, name in shapes])
         return out
+
+    def _table(kind: Kind, name: str, value: tf.Tensor) -> StepTable:
+        scopes, attrs = shapes[(kind, name)]
+        return StepTable(kind, name, scopes, attrs, value)
 
     def skip() -> dict[tuple[str, str], tf.Tensor]:
         return {
@@ -74,8 +84,5 @@ def step_tables(
             return []
         values = compute()
     else:
-        values = tf.cond(record, compute, skip)
-    return [
-        StepTable(kind, name, shapes[(kind, name)][0], shapes[(kind, name)][1], values[(kind.value, name)])
-        for kind, name in shapes
-    ]
+        values = recorded_only(record, compute, skip)
+    return [_table(kind, name, values[(kind.value, name)]) for kind, name in shapes]

@@ -12,8 +12,9 @@ Silent data loss. TF's writer says nothing when its event file is deleted, and
 when the disk is full its flush fails *inside the training step* (the step
 raises OutOfRangeError: "File too large"), which would let the recorder kill
 training. So the sink's own writer never flushes by itself (huge queue and
-interval): after each written record a host callback (`tf.py_function`, at
-recorded steps only) flushes it every FLUSH_SECS or FLUSH_RECORDS, catching
+interval): a host callback (`tf.py_function`, at recorded steps only, gated
+in-graph so it runs only when a flush is due) flushes it every FLUSH_SECS or
+FLUSH_RECORDS, catching
 errors, and checks the event file is still there and growing. When it is not,
 it warns once and reopens: a new event file (metadata written again) in the
 logdir, recreated if needed, so later steps are readable. Records queued
@@ -29,10 +30,11 @@ import os
 import re
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_summary_ops, summary_ops_v2  # no public API for these
+from tensorflow.python.framework import config as tf_config  # no public API for these
+from tensorflow.python.ops import gen_summary_ops, summary_ops_v2
 
 
 from tb_gradscope.record.warn import warn_once
@@ -76,6 +78,9 @@ class SummarySink:
             self._size = _size(self._file)
             self._queued = 0
             self._last_flush = time.monotonic()
+            with tf.init_scope():  # the in-graph gate of the host callback (`_tick`)
+                self._unticked = tf.Variable(0, dtype=tf.int64, trainable=False, name="unticked")
+                self._tick_after = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="tick_after")
             self.losses = 0  # times the event file was found gone or not growing
             self.reopened = 0
 
@@ -129,17 +134,58 @@ class SummarySink:
                 return done
             return tf.cond(done, self._tick, lambda: done)
 
-    def _tick(self) -> tf.Tensor:
-        """In-graph: the host callback after a written record; returns True."""
-        # The writer's handle as input orders the callback with the step's
-        # other writes to it (automatic control dependencies on resources).
-        tf.py_function(self._host_tick, [self._writer._resource], [])  # noqa: SLF001
+    def write_due(self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor) -> tf.Tensor:
+        """Writes records already known to be due: (tag, metadata, value, once) each.
+
+        For use inside the recorded-step branch, where a per-record predicate
+        and `record_if` would only cost ops: the written-tags list is read once,
+        updated once, and the host callback runs once for all the records.
+        Returns True.
+        """
+        if not records:
+            return tf.constant(True)
+        with self.as_default():
+            token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
+            seen = self._written.read_value()
+            keys, firsts = [], []
+            for tag, metadata, value, once in records:
+                key = f"{token}:{tag}"
+                first = tf.logical_not(tf.reduce_any(tf.equal(seen, key)))
+                with tf.summary.record_if(first if once else True):
+                    meta = tf.where(first, tf.constant(metadata), tf.constant(b""))
+                    written = tf.summary.write(tag, value, step=step, metadata=meta)
+                keys.append(key)
+                firsts.append(tf.logical_and(written, first))
+            new = tf.boolean_mask(tf.constant(keys), tf.stack(firsts))
+            self._written.assign(tf.concat([seen, new], 0))
+            if self._writer is not None:
+                self._tick(len(records))
         return tf.constant(True)
 
-    def _host_tick(self, _handle: Any = None) -> None:
-        self._queued += 1
-        now = time.monotonic()
-        if self._queued >= FLUSH_RECORDS or now - self._last_flush >= FLUSH_SECS:
+    def _tick(self, records: int = 1) -> tf.Tensor:
+        """In-graph: counts `records` written records and, when a flush is due
+        (FLUSH_SECS since the last callback, or FLUSH_RECORDS records), runs the
+        host callback; returns True. The gate keeps the callback, which costs
+        more than a small step, off most recorded steps. TF refuses its clock
+        op under op determinism: there every call runs the callback."""
+        queued = self._unticked.assign_add(records)
+        if tf_config.is_op_determinism_enabled():
+            return self._host_tick_op()
+        due = tf.logical_or(tf.timestamp() >= self._tick_after, queued >= FLUSH_RECORDS)
+        return tf.cond(due, self._host_tick_op, lambda: tf.constant(True))
+
+    def _host_tick_op(self) -> tf.Tensor:
+        # The writer's handle as input orders the callback with the step's
+        # other writes to it (automatic control dependencies on resources).
+        tf.py_function(self._host_tick, [self._writer._resource, self._unticked.read_value()], [])  # noqa: SLF001
+        self._unticked.assign(0)
+        if not tf_config.is_op_determinism_enabled():
+            self._tick_after.assign(tf.timestamp() + FLUSH_SECS)
+        return tf.constant(True)
+
+    def _host_tick(self, _handle: Any, records: Any) -> None:
+        self._queued += int(records)
+        if self._queued >= FLUSH_RECORDS or time.monotonic() - self._last_flush >= FLUSH_SECS:
             self._flush_and_check()
 
     def _flush_and_check(self) -> None:
