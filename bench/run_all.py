@@ -19,10 +19,16 @@ ROOT = BENCH_DIR.parent
 
 
 def parse_lines(output: str) -> dict[str, str]:
+    """The `name: value` lines of a bench's stdout, in the order last printed.
+
+    A bench may print its headline again as its last line (bench_analysis
+    does): a repeated name moves to the end, so the last item is the headline.
+    """
     values = {}
     for line in output.splitlines():
         name, sep, value = line.partition(": ")
         if sep and name and " " not in name:
+            values.pop(name, None)
             values[name] = value.strip()
     return values
 

@@ -32,6 +32,13 @@ def test_parse_lines_ignores_log_lines_whose_prefix_has_spaces():
     assert run_all.parse_lines(out) == {"x": "1"}
 
 
+def test_parse_lines_takes_a_repeated_headline_as_the_last_line():
+    # bench_analysis prints its headline once in the table and again last.
+    out = "ratio_10k: 0.02\nlinearity: 1.1\nratio_10k: 0.03\n"
+    values = run_all.parse_lines(out)
+    assert list(values.items()) == [("linearity", "1.1"), ("ratio_10k", "0.03")]
+
+
 def test_report_prints_what_parse_lines_reads(capsys):
     harness.report("ratio", 1.0234567)
     harness.report("count", 3)
