@@ -1,4 +1,4 @@
-"""Events: violations of flow rules and anomalies of target/EMA pairs.
+"""Events: violations of flow rules, anomalies of target/EMA pairs, skipped steps.
 
 An EVENTS record holds, at a step, one JSON document per event seen there.
 """
@@ -12,7 +12,8 @@ from tb_gradscope.format.metadata import FormatError
 
 VIOLATION = "violation"
 ANOMALY = "anomaly"
-EVENT_TYPES = (VIOLATION, ANOMALY)
+SKIPPED = "skipped"  # a step the optimizer did not apply (loss-scale overflow)
+EVENT_TYPES = (VIOLATION, ANOMALY, SKIPPED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +21,8 @@ class Event:
     """Something wrong seen at a step.
 
     Attributes:
-      type: VIOLATION (a rule broken) or ANOMALY (a pair behaving oddly).
+      type: VIOLATION (a rule broken), ANOMALY (a pair behaving oddly) or
+        SKIPPED (the loss scaler skipped the step: its gradients overflowed).
       name: the rule (`never(td, target/*)`) or anomaly name (`never_synced`).
       step: the step it was seen at.
       message: one human sentence saying what is wrong.

@@ -24,6 +24,7 @@ from tb_gradscope.format.metadata import Kind, create_summary_metadata, make_inf
 from tb_gradscope.pairs import drift as drift_lib
 from tb_gradscope.pairs import naming
 from tb_gradscope.pairs.pairs import Pair
+from tb_gradscope.record import distribute
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError, SummarySink
@@ -160,7 +161,8 @@ class DriftMonitor(tf.Module):
 
         def copies(variables: Sequence[Any]) -> tf.Variable:
             size = sum(int(np.prod(v.shape)) for v in variables)
-            return tf.Variable(tf.zeros([size], drift_lib.flat_dtype(variables)), trainable=False)
+            dtype = drift_lib.flat_dtype(variables)
+            return distribute.local_variable(lambda: tf.zeros([size], dtype), trainable=False)
 
         return _PairState(
             pair=pair,
@@ -169,7 +171,7 @@ class DriftMonitor(tf.Module):
             tag=tag_for(Kind.DRIFT, pair.name),
             prev_target=copies(pair.target),
             prev_online=copies(pair.online),
-            snap_step=tf.Variable(_NEVER, dtype=tf.int64, trainable=False),
+            snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
         )
 
     def _due(self, step: tf.Tensor, pair: Pair) -> tf.Tensor:

@@ -19,9 +19,25 @@ from tb_gradscope import scopes as scopes_lib
 
 
 def variable_key(variable: Any) -> int:
-    """A key that is the same for a Keras variable and the tf.Variable it wraps."""
+    """A key that is the same for a Keras variable and the tf.Variable it wraps.
+
+    A `tf.distribute` variable's `.handle` is its current replica's copy, so it
+    is keyed by its first copy's handle (the one cross-replica code sees):
+    every replica of a step then finds the same layout position.
+    """
+    distributed = _distributed(variable)
+    if distributed is not None:
+        variable = distributed.values[0]
     handle = getattr(variable, "handle", None)
     return id(handle) if handle is not None else id(variable)
+
+
+def _distributed(variable: Any) -> Any:
+    """The tf.distribute variable behind `variable` (itself or a Keras 3 wrapper's), if any."""
+    if isinstance(variable, tf.distribute.DistributedValues):
+        return variable
+    inner = getattr(variable, "_value", None)  # Keras 3 Variable -> its tf.Variable
+    return inner if isinstance(inner, tf.distribute.DistributedValues) else None
 
 
 def full_name(variable: Any) -> str:

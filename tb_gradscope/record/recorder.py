@@ -35,7 +35,8 @@ import tensorflow as tf
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, naming, stats
-from tb_gradscope.record import targets
+from tb_gradscope.record import distribute, targets
+from tb_gradscope.record import loss_scale as loss_scale_lib
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
 from tb_gradscope.record.state import RecorderState
 from tb_gradscope.record.emit import Emitter, Stats
@@ -85,6 +86,16 @@ class Recorder(tf.Module):
         policy, else "log".
       conflict: with two or more losses, record per pair of losses the cosine
         of their gradients on every scope both reach (CONFLICT records "a|b").
+      loss_scale: mixed precision: the LossScaleOptimizer (Keras 3 or
+        tf_keras) whose loss scale multiplies the losses handed to the
+        recorder (`optimizer.scale_loss(loss)`). Recorded norms are then of the
+        unscaled gradients, and a recorded step whose gradients overflow (the
+        optimizer skips it) is written as a SKIPPED event instead of its tables.
+
+    Under `tf.distribute` (MirroredStrategy, MultiWorkerMirroredStrategy) call
+    the recorder inside `strategy.run`, as the optimizer is: the recorded norms
+    are of the global gradients, summed across replicas as the optimizer sums
+    them (at recorded steps only), and only the chief writes.
 
     Drift is read by `rec.record_drift()`, once per training step, after
     `rec.apply` and after the user's target update (eagerly or in the same
@@ -141,8 +152,15 @@ class Recorder(tf.Module):
         rules: Any = None,
         on_violation: str | None = None,
         conflict: bool = True,
+        loss_scale: Any = None,
     ):
         super().__init__(name=name)
+        if loss_scale is not None and not loss_scale_lib.is_loss_scale_optimizer(loss_scale):
+            raise ValueError(
+                f"loss_scale must be the LossScaleOptimizer whose scale_loss scales the "
+                f"recorded losses, got {type(loss_scale).__name__}"
+            )
+        self._loss_scale = loss_scale
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise ValueError(
                 f"every_n_steps must be an int >= 1, got {every_n_steps!r}; "
@@ -201,7 +219,7 @@ class Recorder(tf.Module):
             if not self._s.layout.ensure(seen):
                 return None
             self._s.stash_losses(losses or {})
-            return self._s.record_losses(self.step, gradients_lib.given(self._s.layout, pairs_by_loss))
+            return self._record_losses(gradients_lib.given(self._s.layout, pairs_by_loss))
         return None
 
     def tape(self) -> tf.GradientTape:
@@ -243,7 +261,7 @@ class Recorder(tf.Module):
                 if self._s.layout.ensure(variables):
                     self._s.stash_losses(losses)
                     makers = gradients_lib.per_loss(self._s.layout, tape, losses, variables, grads)
-                    self._s.record_losses(self.step, makers)
+                    self._record_losses(makers)
         return list(zip(grads, variables))
 
     @_no_autograph
@@ -256,6 +274,13 @@ class Recorder(tf.Module):
         Returns what apply_gradients returns.
         """
         pairs = losses_lib.check_pairs("apply", grads_and_vars)
+        if self._loss_scale is None and loss_scale_lib.is_loss_scale_optimizer(optimizer):
+            warn_once(
+                (id(self), "loss_scale"),
+                f"Recorder '{self.name}' applies through a LossScaleOptimizer but was "
+                "not given loss_scale: recorded norms are of the scaled gradients and "
+                "skipped steps are not marked; pass Recorder(loss_scale=optimizer)",
+            )
         before = None
         if not self._s.disabled:
             with self._guard():
@@ -268,13 +293,7 @@ class Recorder(tf.Module):
             self._s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
         if before is not None and not self._s.disabled:
             with self._guard():
-                self._s.analyze_traced_step(self.step, self.name)
-                variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
-                maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
-                if self._s.checks is None or _in_xla():
-                    self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
-                else:
-                    self._s.check_step(self.step, self._s.record_updates(self.step, maker))
+                distribute.once(self._record_update, before, on_error=self._step_aside)
         self.advance()
         return result
 
@@ -287,9 +306,7 @@ class Recorder(tf.Module):
         """
         if not self._s.disabled and self._s.layout.vlayout is not None:
             with self._guard():
-                if self._s.analyze_traced_step(self.step, self.name) and not _in_xla():
-                    self._s.emitter.write_flowgraph(self.step.read_value(), self._s.should_record(self.step))
-                self._s.check_step(self.step, None)
+                distribute.once(self._finish_step, on_error=self._step_aside)
         self.step.assign_add(1)
         self._s.advanced()
 
@@ -304,7 +321,7 @@ class Recorder(tf.Module):
                 "Recorder.record_drift cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); call it after the compiled step"
             )
-        self._s.monitor.record()
+        distribute.once(self._s.monitor.record, on_error=self._step_aside)
 
     # ----- XLA: compute inside, write outside ------------------------------
 
@@ -379,17 +396,60 @@ class Recorder(tf.Module):
 
     # ----- internals -------------------------------------------------------
 
+    def _record_update(self, before: list[Any]) -> None:
+        """After the optimizer: analyzes the traced step, records ||delta theta||."""
+        self._s.analyze_traced_step(self.step, self.name)
+        variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
+        maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
+        if self._s.checks is None or _in_xla():
+            self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
+        else:
+            self._s.check_step(self.step, self._s.record_updates(self.step, maker))
+
+    def _finish_step(self) -> None:
+        """Before `step` advances: analysis (if `apply` did not run it) and rules."""
+        if self._s.analyze_traced_step(self.step, self.name) and not _in_xla():
+            self._s.emitter.write_flowgraph(*self._s.now(self.step))
+        self._s.check_step(self.step, None)
+
+    def _record_losses(self, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
+        """Records each loss's gradients; under tf.distribute, the global (summed)
+        ones; with a loss scale, unscaled (read now, before the optimizer changes it)."""
+        if self._loss_scale is None:
+            record = lambda given: self._s.record_losses(self.step, given)  # noqa: E731
+        elif _in_xla():
+            raise ValueError(
+                f"Recorder '{self.name}' with loss_scale cannot record inside a "
+                "jit_compile=True step; compile the step without XLA"
+            )
+        else:
+            scale = loss_scale_lib.current_scale(self._loss_scale)
+            record = lambda given: loss_scale_lib.record_scaled_losses(self._s, self.step, given, scale)  # noqa: E731
+        if distribute.replicas_in_sync() > 1:
+            return distribute.record_global(
+                self._s.should_record(self.step),
+                lambda: {name: make() for name, make in makers.items()},
+                record,
+                self._step_aside,
+            )
+        return record(makers)
+
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
         """Turns an unexpected failure of recording into one warning, then steps aside."""
         try:
             yield
-        except (NoWriterError, FlowRuleViolation):
-            raise
         except Exception as e:  # recording must never break the training loop
-            self._s.disabled = True
-            warn_once(
-                (id(self), "internal"),
-                f"Recorder '{self.name}' stopped recording after an error "
-                f"({type(e).__name__}: {e}); training continues unaffected",
-            )
+            self._step_aside(e)
+
+    def _step_aside(self, error: Exception) -> None:
+        """Stops recording after `error`, with one warning; re-raises the errors
+        meant for the user (no writer, a rule violation) and tf.distribute's own."""
+        if isinstance(error, (NoWriterError, FlowRuleViolation)) or distribute.is_coordination(error):
+            raise error
+        self._s.disabled = True
+        warn_once(
+            (id(self), "internal"),
+            f"Recorder '{self.name}' stopped recording after an error "
+            f"({type(error).__name__}: {error}); training continues unaffected",
+        )

@@ -37,6 +37,7 @@ from tensorflow.python.framework import config as tf_config  # no public API for
 from tensorflow.python.ops import gen_summary_ops, summary_ops_v2
 
 
+from tb_gradscope.record import distribute
 from tb_gradscope.record.warn import warn_once
 
 
@@ -58,29 +59,33 @@ class SummarySink:
       logdir: a directory for the sink's own writer, or None to use the user's
         default `tf.summary` writer at the time each write is traced.
       name: the recorder's name, used in messages.
+
+    In multi-worker training only the chief writes: on other workers the sink
+    opens no file and its writes only compute their values (`_compute_only`).
     """
 
     def __init__(self, logdir: str | None, name: str):
         self.name = name
         self.logdir = logdir
+        self.chief = distribute.is_chief()
         self._writer = None
-        with tf.init_scope():
-            self._written = tf.Variable(
-                tf.constant([], tf.string),
-                shape=tf.TensorShape([None]),
-                trainable=False,
-                name="written_tags",
-            )
-        if logdir is not None:
+        self._written = distribute.local_variable(
+            tf.constant([], tf.string),
+            shape=tf.TensorShape([None]),
+            trainable=False,
+            name="written_tags",
+        )
+        if logdir is not None and self.chief:
             before = set(_event_files(logdir))
             self._writer = _create_writer(logdir, name)
             self._file = _newest(set(_event_files(logdir)) - before)
             self._size = _size(self._file)
             self._queued = 0
             self._last_flush = time.monotonic()
-            with tf.init_scope():  # the in-graph gate of the host callback (`_tick`)
-                self._unticked = tf.Variable(0, dtype=tf.int64, trainable=False, name="unticked")
-                self._tick_after = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="tick_after")
+            # The in-graph gate of the host callback (`_tick`); one device, never
+            # mirrored (only the chief has them).
+            self._unticked = distribute.local_variable(0, dtype=tf.int64, trainable=False, name="unticked")
+            self._tick_after = distribute.local_variable(0.0, dtype=tf.float64, trainable=False, name="tick_after")
             self.losses = 0  # times the event file was found gone or not growing
             self.reopened = 0
 
@@ -120,6 +125,8 @@ class SummarySink:
         With `once`, the tag is written only if it never was through this sink.
         Returns a bool tensor: written or not.
         """
+        if not self.chief:
+            return _compute_only(value, record)
         with self.as_default():
             # Per writer: a user who switches default writers starts a new file.
             key = f"{_writer_token(summary_ops_v2._summary_state.writer)}:{tag}"  # noqa: SLF001
@@ -142,7 +149,7 @@ class SummarySink:
         updated once, and the host callback runs once for all the records.
         Returns True.
         """
-        if not records:
+        if not records or not self.chief:
             return tf.constant(True)
         with self.as_default():
             token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
@@ -256,7 +263,7 @@ class SummarySink:
         """Flushes the writer; warns when the own event file has disappeared."""
         if self._writer is not None:
             self._flush_and_check()
-        elif summary_ops_v2.has_default_writer():
+        elif self.chief and summary_ops_v2.has_default_writer():
             tf.summary.flush()
 
     def close(self) -> None:
@@ -267,6 +274,27 @@ class SummarySink:
                 warn_once(("close_failed", self.logdir),
                           f"Recorder '{self.name}': closing the event file failed ({e}); "
                           "its last records are lost")
+
+
+def _compute_only(value: Any, record: tf.Tensor) -> tf.Tensor:
+    """A non-chief's write: computes what the chief's would, writes nothing.
+
+    Under MultiWorkerMirroredStrategy the tables of a step hold cross-worker
+    reductions (collectives): every worker must build and run the same ones,
+    at the same steps, or the chief's wait forever. Returns False.
+    """
+    if not callable(value):
+        return tf.constant(False)
+    if tf.executing_eagerly():
+        if bool(record):
+            value()
+        return tf.constant(False)
+
+    def compute() -> tf.Tensor:
+        with tf.control_dependencies(tf.nest.flatten(value())):
+            return tf.constant(False)
+
+    return tf.cond(record, compute, lambda: tf.constant(False))
 
 
 _tokens = itertools.count()
