@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from typing import Any, Iterator
 
 import tensorflow as tf
@@ -34,49 +35,45 @@ class Captured:
     index into `losses` to the tensor Keras computed for it.
     """
 
-    def __init__(self) -> None:
-        self.losses: list[OutputLoss] = []
+    def __init__(self, installed: dict | None = None) -> None:
+        self._installed = installed if installed is not None else {}
         self.values: dict[int, Any] = {}
 
-    def wrap(self, container: Any, attr: str, flat: list[Any]) -> list[Any]:
-        """`flat` (the container's loss list) with every loss function capturing."""
-        if attr == _KERAS3:
-            self.losses = [OutputLoss(str(e.name), _weight(e.loss_weights)) for e in flat]
-            return [e._replace(loss=_Capturing(e.loss, i, self.values)) for i, e in enumerate(flat)]
-        names = list(getattr(container, "_output_names", None) or [])
-        weights = list(getattr(container, "_loss_weights", None) or [])
-        self.losses = [
-            OutputLoss(
-                str(names[i]) if i < len(names) else f"output_{i}",
-                _weight(weights[i]) if i < len(weights) else None,
-            )
-            for i in range(len(flat))
-        ]
-        return [None if fn is None else _Capturing(fn, i, self.values) for i, fn in enumerate(flat)]
+    @property
+    def losses(self) -> list[OutputLoss]:
+        return list(self._installed.get("losses", ()))
 
 
 class _Capturing:
-    """A loss function that also stores what it returns."""
+    """A loss function that also hands what it returns to this thread's Captured.
 
-    def __init__(self, loss_fn: Any, index: int, sink: dict[int, Any]):
+    Per thread because `tf.distribute` traces one step per replica, each in its
+    own thread and interleaved: each replica must get its own loss tensors.
+    """
+
+    def __init__(self, loss_fn: Any, index: int):
         self._loss_fn = loss_fn
         self._index = index
-        self._sink = sink
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         value = self._loss_fn(*args, **kwargs)
-        self._sink[self._index] = value
+        captured = getattr(_current, "captured", None)
+        if captured is not None:
+            captured.values[self._index] = value
         return value
 
     def __getattr__(self, name: str) -> Any:  # tf_keras reads `.reduction`
         return getattr(self._loss_fn, name)
 
 
+_current = threading.local()  # .captured: the Captured of the step this thread traces
+
 # Where each Keras keeps its per-output loss functions once built:
 # Keras 3 `model._compile_loss._flat_losses` (entries with .loss/.loss_weights/.name),
 # tf_keras `model.compiled_loss._losses` (loss objects, aligned with
 # `_output_names` and `_loss_weights`).
 _KERAS3, _LEGACY = "_flat_losses", "_losses"
+_STATE = "_gradscope_capture"  # the container's install state, while any capture is open
 
 
 def _container(model: Any) -> tuple[Any, str] | None:
@@ -89,40 +86,87 @@ def _container(model: Any) -> tuple[Any, str] | None:
     return None
 
 
-@contextlib.contextmanager
-def capture_losses(model: Any) -> Iterator[Captured]:
-    """While open, Keras's per-output loss tensors land in the yielded Captured.
+def _output_losses(container: Any, attr: str, flat: list[Any]) -> list[OutputLoss]:
+    if attr == _KERAS3:
+        return [OutputLoss(str(e.name), _weight(e.loss_weights)) for e in flat]
+    names = list(getattr(container, "_output_names", None) or [])
+    weights = list(getattr(container, "_loss_weights", None) or [])
+    return [
+        OutputLoss(
+            str(names[i]) if i < len(names) else f"output_{i}",
+            _weight(weights[i]) if i < len(weights) else None,
+        )
+        for i in range(len(flat))
+    ]
 
-    A loss container not built yet is wrapped right after Keras builds it
-    (inside the first traced step). It is restored on exit, whatever happens.
-    """
-    captured = Captured()
-    found = _container(model)
-    if found is None:
-        yield captured
-        return
-    container, attr = found
-    original: dict[str, Any] = {}
+
+def _wrap(container: Any, attr: str, state: dict) -> None:
+    """Replaces the container's loss functions with capturing ones."""
+    flat = list(getattr(container, attr) or [])
+    state["flat"] = getattr(container, attr)
+    state["losses"] = _output_losses(container, attr, flat)
+    if attr == _KERAS3:
+        wrapped = [e._replace(loss=_Capturing(e.loss, i)) for i, e in enumerate(flat)]
+    else:
+        wrapped = [None if fn is None else _Capturing(fn, i) for i, fn in enumerate(flat)]
+    setattr(container, attr, wrapped)
+
+
+def _install(container: Any, attr: str) -> dict:
+    """Wraps the container's losses (once, however many captures are open)."""
+    state = container.__dict__.setdefault(_STATE, {"depth": 0})
+    state["depth"] += 1
+    if state["depth"] > 1:
+        return state
     built = container._built if attr == _LEGACY else bool(getattr(container, attr, None))
     if built:
-        original["flat"] = getattr(container, attr)
-        setattr(container, attr, captured.wrap(container, attr, original["flat"]))
+        _wrap(container, attr, state)
     else:
         build = container.build
 
         def build_then_wrap(*args: Any, **kwargs: Any) -> Any:
             result = build(*args, **kwargs)
-            original["flat"] = getattr(container, attr)
-            setattr(container, attr, captured.wrap(container, attr, original["flat"] or []))
+            container.__dict__.pop("build", None)
+            _wrap(container, attr, state)
             return result
 
         container.build = build_then_wrap
+    return state
+
+
+def _uninstall(container: Any, attr: str, state: dict) -> None:
+    """Gives the container its own losses back when the last capture closes."""
+    state["depth"] -= 1
+    if state["depth"] > 0:
+        return
+    container.__dict__.pop("build", None)
+    container.__dict__.pop(_STATE, None)
+    if "flat" in state:
+        setattr(container, attr, state["flat"])
+
+
+@contextlib.contextmanager
+def capture_losses(model: Any) -> Iterator[Captured]:
+    """While open, Keras's per-output loss tensors traced by this thread land in the yielded Captured.
+
+    A loss container not built yet is wrapped right after Keras builds it
+    (inside the first traced step). It is restored when the last open capture
+    closes (replicas of a distributed step overlap), whatever happens.
+    """
+    found = _container(model)
+    if found is None:
+        yield Captured()
+        return
+    container, attr = found
+    state = _install(container, attr)
+    captured = Captured(state)
+    previous = getattr(_current, "captured", None)
+    _current.captured = captured
     try:
         yield captured
     finally:
-        container.__dict__.pop("build", None)
-        if "flat" in original:
-            setattr(container, attr, original["flat"])
+        _current.captured = previous
+        _uninstall(container, attr, state)
 
 
 def weighted(model: Any, value: Any, loss: OutputLoss) -> tf.Tensor:

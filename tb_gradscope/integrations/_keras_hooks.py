@@ -109,7 +109,7 @@ class GradscopeHooks:
         if self._probe is None:
             return
         if not self.disabled and self._records is not None:
-            self._guard(self._drain)
+            self._guard(lambda: self._drain(final=True))
             self._guard(self._records.flush)
         self._probe.switch(False)
 
@@ -190,8 +190,9 @@ class GradscopeHooks:
         if step % self.every_n_batches == 0:
             self._records.dirty = True
 
-    def _drain(self) -> None:
-        """Writes every recorded step the probe holds that was not written yet."""
+    def _drain(self, final: bool = False) -> None:
+        """Writes every recorded step the probe holds that was not written yet
+        (`final`: training is over, so every skipped step is complete too)."""
         probe = self._probe
         if not probe.captured and probe.traces:
             warn_once(
@@ -200,7 +201,7 @@ class GradscopeHooks:
                 "none of its compiled losses through Keras's CompileLoss (a custom "
                 "train_step or compute_loss?); only applied updates are recorded",
             )
-        self._records.drain(probe)
+        self._records.drain(probe, final)
 
     def _guard(self, action: Any) -> Any:
         try:

@@ -16,6 +16,7 @@ import tensorflow as tf
 from tb_gradscope.format import Kind, create_summary_metadata, encode_blobs, encode_table, make_info, tag_for
 from tb_gradscope.integrations._keras_capture import OutputLoss
 from tb_gradscope.integrations._keras_step import StepProbe
+from tb_gradscope.record import loss_scale
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import RuleChecker, apply_policy
 from tb_gradscope.rules.policy import LOG
@@ -40,10 +41,14 @@ class KerasRecords:
         self.written_step = -1
         self.dirty = False  # written since the last flush
         self._flowgraph_written = False
+        self.skips_written_step = -1
         self._metadata: dict[str, tuple[Any, bytes]] = {}
 
-    def drain(self, probe: StepProbe) -> None:
+    def drain(self, probe: StepProbe, final: bool = False) -> None:
         """Writes every recorded step the ring holds that is not written yet.
+
+        Skipped batches are written once their step is over (`final`: at the
+        end of training, whatever the step), as one event per step.
 
         Not flushed here (a flush per recorded batch costs more than the
         batch): the callback calls `flush` at the end of each epoch and of fit.
@@ -54,6 +59,24 @@ class KerasRecords:
             if step > self.written_step:
                 self._write_step(probe, step, grads, updates, slot)
                 self.written_step = step
+        current = int(probe.model.optimizer.iterations.numpy())
+        self._write_skips(probe, None if final else current)
+
+    def _write_skips(self, probe: StepProbe, current: int | None) -> None:
+        """One SKIPPED event per step whose recorded batches the loss scaler skipped.
+
+        A skipped batch leaves the optimizer's step where it was, so the next
+        batch records the same step: the skips and that step's tables share
+        it. A step's skips are written once training has moved past it (or
+        `current` is None), so the event counts all of them.
+        """
+        steps, counts, scales = probe.read_skips()
+        for slot in np.argsort(steps):
+            step = int(steps[slot])
+            if step > self.skips_written_step and (current is None or step < current):
+                event = loss_scale.skipped_event(step, float(scales[slot]), int(counts[slot]))
+                self._blobs(Kind.EVENTS, [event.to_json()], step, {}, name=loss_scale.SKIPPED_RECORD)
+                self.skips_written_step = step
 
     def flush(self) -> None:
         """Flushes the sink if anything was written since the last flush.
@@ -101,10 +124,10 @@ class KerasRecords:
         info, meta = self._metadata[tag]
         self._write(tag, meta, encode_table(info, values), step)
 
-    def _blobs(self, kind: Kind, documents: list, step: int, extra: dict[str, Any]) -> None:
-        info = make_info(kind, attrs={**self.attrs, **extra})
+    def _blobs(self, kind: Kind, documents: list, step: int, extra: dict[str, Any], name: str = "") -> None:
+        info = make_info(kind, name, attrs={**self.attrs, **extra})
         meta = create_summary_metadata(info).SerializeToString()
-        self._write(tag_for(kind), meta, np.array(encode_blobs(info, documents), dtype=object), step)
+        self._write(tag_for(kind, name), meta, np.array(encode_blobs(info, documents), dtype=object), step)
 
     def _write(self, tag: str, meta: bytes, value: np.ndarray, step: int) -> None:
         self.dirty = True

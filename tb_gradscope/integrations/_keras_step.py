@@ -12,6 +12,13 @@ written from the step: they go into a small ring of variables (one slot per
 recorded step that one execution can hold), which the callback reads in Python
 between executions. The step of a recorded batch is the optimizer's
 `iterations` before it applies, so it counts the batches actually trained on.
+
+Under `tf.distribute` the step runs once per replica: the replicas' gradients
+are summed and the ring filled once, in cross-replica context
+(`record.distribute.record_global`); the ring lives on one device. With a
+LossScaleOptimizer (`mixed_float16`), each loss is differentiated times the
+scale Keras's step used and the tables are unscaled; a recorded batch whose
+gradients overflow (Keras skips it) only counts a skip, in a ring of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import tensorflow as tf
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.integrations import _keras_capture as capture
-from tb_gradscope.record import flow, stats
+from tb_gradscope.record import distribute, flow, loss_scale, stats
 from tb_gradscope.record.naming import VariableLayout
 from tb_gradscope.record.reductions import in_xla
 
@@ -69,16 +76,17 @@ class StepProbe:
         self.grad_tables: tf.Variable | None = None
         self.traces = 0
         n_scopes = len(vlayout.layout.scopes)
-        with tf.init_scope():
-            self.enabled = tf.Variable(False, trainable=False, name="gradscope_enabled")
-            self.slot_step = tf.Variable(
-                np.full([slots], -1, np.int64), trainable=False, name="gradscope_slot_step"
-            )
-            self.update_tables = tf.Variable(
-                tf.zeros([slots, n_scopes, _N_UPDATE]),
-                trainable=False,
-                name="gradscope_update_tables",
-            )
+        self.enabled = distribute.local_variable(False, trainable=False, name="gradscope_enabled")
+        self.slot_step = distribute.local_variable(
+            np.full([slots], -1, np.int64), trainable=False, name="gradscope_slot_step"
+        )
+        self.update_tables = distribute.local_variable(
+            tf.zeros([slots, n_scopes, _N_UPDATE]), trainable=False, name="gradscope_update_tables"
+        )
+        # Recorded batches the loss scaler skipped (mixed precision): step, count, scale.
+        self.skip_step = distribute.local_variable(np.full([slots], -1, np.int64), trainable=False, name="gradscope_skip_step")
+        self.skip_count = distribute.local_variable(np.zeros([slots], np.int64), trainable=False, name="gradscope_skip_count")
+        self.skip_scale = distribute.local_variable(np.zeros([slots], np.float32), trainable=False, name="gradscope_skip_scale")
 
     @staticmethod
     def slots_for(steps_per_execution: int, every: int) -> int:
@@ -112,6 +120,10 @@ class StepProbe:
         grads = None if self.grad_tables is None else self.grad_tables.numpy()
         return self.slot_step.numpy(), grads, self.update_tables.numpy()
 
+    def read_skips(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(steps, skipped batches, loss scale) of the skip ring's slots (step -1: empty)."""
+        return self.skip_step.numpy(), self.skip_count.numpy(), self.skip_scale.numpy()
+
     # ----- in-graph --------------------------------------------------------
 
     def _guarded(self, build: Callable[[], Any]) -> Any:
@@ -120,35 +132,39 @@ class StepProbe:
         try:
             return build()
         except Exception as e:  # noqa: BLE001 - the user's step must still run
+            if distribute.is_coordination(e):
+                raise
             self._on_error(e)
             return None
 
-    def _before(self) -> tuple[tf.Tensor, tf.Tensor, list[Any]]:
+    def _before(self) -> tuple[tf.Tensor, tf.Tensor, list[Any], tf.Tensor | None]:
         # Read now, before the update: tf.cast of an int64 tf.Variable (tf_keras)
         # would return the variable itself, read again after the optimizer.
-        step = tf.cast(tf.convert_to_tensor(self.model.optimizer.iterations), tf.int64)
+        optimizer = self.model.optimizer
+        step = tf.cast(tf.convert_to_tensor(optimizer.iterations), tf.int64)
         record = tf.logical_and(
             self.enabled.read_value(), tf.equal(tf.math.floormod(step, self.every), 0)
         )
+        # The loss scale Keras's train step multiplies by, read before its apply changes it.
+        scale = loss_scale.current_scale(optimizer) if loss_scale.is_loss_scale_optimizer(optimizer) else None
         variables = list(self.vlayout.variables)
         if in_xla():  # XLA needs equal shapes on both branches
             empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
         else:
             empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
         before = tf.cond(record, lambda: stats.snapshot(variables), empty)
-        return step, record, list(before)
+        return step, record, list(before), scale
 
-    def _after(self, tape: tf.GradientTape, captured: capture.Captured, step, record, before) -> None:
+    def _after(self, tape: tf.GradientTape, captured: capture.Captured, step, record, before, scale) -> None:
         if not self.losses and captured.losses:
             self.losses = list(captured.losses)
             shape = [self.slots, len(self.losses), len(self.vlayout.layout.scopes), _N_GRAD]
-            with tf.init_scope():
-                self.grad_tables = tf.Variable(
-                    tf.zeros(shape), trainable=False, name="gradscope_grad_tables"
-                )
-        with tape:  # the weighting must be on the tape too
+            self.grad_tables = distribute.local_variable(
+                lambda: tf.zeros(shape), trainable=False, name="gradscope_grad_tables"
+            )
+        with tape:  # the weighting (and loss scale) must be on the tape too
             losses = {
-                self.losses[i].name: capture.weighted(self.model, value, self.losses[i])
+                self.losses[i].name: _scaled(capture.weighted(self.model, value, self.losses[i]), scale)
                 for i, value in sorted(captured.values.items())
                 if i < len(self.losses) and captured.losses[i] == self.losses[i]
             }
@@ -162,21 +178,59 @@ class StepProbe:
                 self.name,
             )
         variables = list(self.vlayout.variables)
-        order = [loss.name for loss in self.losses]
+        store = lambda grads: self._store(step, record, before, scale, grads)  # noqa: E731
+        if distribute.replicas_in_sync() > 1:
+            local = lambda: {name: tape.gradient(value, variables) for name, value in losses.items()}  # noqa: E731
+            distribute.record_global(record, local, store, self._on_error)
+        else:
+            store({name: (lambda value=value: tape.gradient(value, variables)) for name, value in losses.items()})
 
-        def store() -> tf.Tensor:
-            slot = tf.math.floormod(tf.math.floordiv(step, self.every), self.slots)
-            index = tf.reshape(slot, [1, 1])
-            if self.grad_tables is not None:
-                shape = self.grad_tables.shape[1:]
-                tables = [tf.zeros(shape[1:], tf.float32)] * shape[0]
-                for name, value in losses.items():
-                    grads = tape.gradient(value, variables)
-                    tables[order.index(name)] = stats.grad_table(grads, self._rollup)
+    def _store(self, step: tf.Tensor, record: tf.Tensor, before: list[Any], scale: tf.Tensor | None, grads: dict) -> None:
+        """At a recorded step, puts the step's tables into the ring's slot.
+
+        `grads` maps each captured loss to a callable returning its gradients,
+        aligned with the recorded variables (called only at recorded steps).
+        With a loss scale, the tables are of the unscaled gradients, and a step
+        whose gradients overflowed (the loss scaler skips it) only counts a skip.
+        """
+        variables = list(self.vlayout.variables)
+        order = [loss.name for loss in self.losses]
+        slot = tf.math.floormod(tf.math.floordiv(step, self.every), self.slots)
+        index = tf.reshape(slot, [1, 1])
+
+        def put(tables: list[tf.Tensor]) -> tf.Tensor:
+            if tables:
                 self.grad_tables.scatter_nd_update(index, tf.stack(tables)[None])
             update = stats.update_table(before, variables, self._rollup)
             self.update_tables.scatter_nd_update(index, update[None])
             self.slot_step.scatter_nd_update(index, tf.reshape(step, [1]))
             return tf.constant(True)
 
+        def store() -> tf.Tensor:
+            tables = []
+            if self.grad_tables is not None:
+                shape = self.grad_tables.shape[1:]
+                tables = [tf.zeros(shape[1:], tf.float32)] * shape[0]
+                for name, make in grads.items():
+                    table = stats.grad_table(make(), self._rollup)
+                    tables[order.index(name)] = table if scale is None else loss_scale.unscaled(table, scale)
+            if scale is None:
+                return put(tables)
+            return tf.cond(loss_scale.overflowed(tables), lambda: self._count_skip(step, scale), lambda: put(tables))
+
         tf.cond(record, store, lambda: tf.constant(False))
+
+    def _count_skip(self, step: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+        """Counts a batch the loss scaler skipped at `step` (its own small ring)."""
+        slot = tf.reshape(tf.math.floormod(tf.math.floordiv(step, self.every), self.slots), [1, 1])
+        again = tf.equal(tf.gather_nd(self.skip_step, slot), step)
+        count = tf.where(again, tf.gather_nd(self.skip_count, slot) + 1, tf.ones([1], tf.int64))
+        self.skip_count.scatter_nd_update(slot, count)
+        self.skip_scale.scatter_nd_update(slot, tf.reshape(scale, [1]))
+        self.skip_step.scatter_nd_update(slot, tf.reshape(step, [1]))
+        return tf.constant(True)
+
+
+def _scaled(loss: tf.Tensor, scale: tf.Tensor | None) -> tf.Tensor:
+    """The loss as Keras differentiates it: times the loss scale, if any."""
+    return loss if scale is None else loss * tf.cast(scale, loss.dtype)
