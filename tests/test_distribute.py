@@ -12,6 +12,7 @@ devices when it starts) and are read back through TensorBoard's data provider:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -166,3 +167,13 @@ def test_an_overflow_batch_in_fit_is_skipped_not_huge_norms(runs):
 )
 def test_chief_from_tf_config(config, chief):
     assert distribute._chief_by_tf_config(config) is chief
+
+
+def test_report_lists_the_skipped_step(runs):
+    from tb_gradscope.commands import build_parser
+
+    args = build_parser().parse_args(["report", str(runs / "loop_overflow")])
+    out = io.StringIO()
+    assert args.run(args, out, io.StringIO()) == 0
+    section = out.getvalue().split("steps skipped by the loss scaler (mixed precision):\n")[1].split("\n\n")[0]
+    assert f"step {OVERFLOW_STEP}  {loss_scale.OVERFLOW}" in section and "loss scale 32768" in section

@@ -81,6 +81,9 @@ def render_run(report: dict[str, Any]) -> str:
     lines += [_conflict_line(c) for c in report["conflict"]] or ["  not recorded"]
     lines += ["", "anomalies:"]
     lines += [_event_line(e) for e in report["anomalies"]] or ["  none"]
+    if report["skipped_steps"]:
+        lines += ["", "steps skipped by the loss scaler (mixed precision):"]
+        lines += [_event_line(e) for e in report["skipped_steps"]]
     lines += ["", "violations:"]
     lines += [_event_line(v) for v in report["violations"]] or [
         "  none" if report["rules"] else "  none (no rules given and none recorded)"

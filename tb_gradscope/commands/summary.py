@@ -3,8 +3,9 @@
 Per run, at one recorded step: the loss x scope flow-state table (the same
 combination rule as the Gradscope tab, `plugin.cells.cell_state`) with
 gradient norms, the blocked edges with their source lines, the latest drift
-of every target/online pair, anomalies, and violations (recorded, plus the
-rules given or recorded, evaluated over the whole run). NaN/Inf become null.
+of every target/online pair, anomalies, steps the loss scaler skipped, and
+violations (recorded, plus the rules given or recorded, evaluated over the
+whole run). NaN/Inf become null.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         "drift": [_latest_drift(name, series) for name, series in sorted(logs.drift.items()) if series],
         "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
         "anomalies": [_json_event(e) for e in run_anomalies(logs)],
+        "skipped_steps": [_json_event(e) for e in sorted(logs.events, key=lambda e: e.step) if e.type == fmt.SKIPPED],
         "rules": [str(r) for r in chosen_rules],
         "violations": [_finding(f) for f in found],
         "warnings": logs.warnings + warnings,
