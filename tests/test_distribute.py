@@ -94,12 +94,25 @@ def assert_same_tables(got: dict, want: dict, rtol: float, atol: float) -> None:
             )
 
 
+def flow_cells(run: dict) -> dict:
+    """The FlowGraph's static flow state per (loss, scope)."""
+    (docs,) = run[(fmt.Kind.FLOWGRAPH, "")].values()
+    return docs[0]["cells"]
+
+
 @pytest.mark.parametrize("loop", ["loop", "fit"])
 def test_mirrored_strategy_records_the_global_gradients(runs, loop):
     mirrored, single = only_run(runs / f"{loop}_mirrored"), only_run(runs / f"{loop}_single")
     grads = [key for key in tables_of(single) if key[0] == fmt.Kind.GRAD_STATS]
     assert len(grads) == 2  # both losses recorded
     assert_same_tables(mirrored, single, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("loop", ["loop", "fit"])
+def test_mirrored_strategy_step_is_analyzed_like_one_device(runs, loop):
+    cells = flow_cells(only_run(runs / f"{loop}_mirrored"))
+    assert cells == flow_cells(only_run(runs / f"{loop}_single"))
+    assert cells["q"]["net/body"] == fmt.UPDATES and cells["q"]["net/aux"] == fmt.INDEPENDENT
 
 
 def test_multi_worker_only_the_chief_writes_and_norms_are_global(runs):

@@ -143,10 +143,8 @@ def match_variables(
 
 def _variable_nodes(flat: FlatGraph, graph: tf.Graph, captured: dict, variable: Any) -> set[int]:
     """Nodes of the variable's handle; every replica's for a tf.distribute variable."""
-    components = getattr(variable, "values", None)
-    candidates = list(components) if isinstance(components, (list, tuple)) else []
     nodes = set()
-    for candidate in [variable] + candidates:
+    for candidate in [variable] + _replica_copies(variable):
         handle = handle_of(candidate)
         if handle is None:
             continue
@@ -156,3 +154,15 @@ def _variable_nodes(flat: FlatGraph, graph: tf.Graph, captured: dict, variable: 
         elif not _is_eager(handle) and handle.graph is graph and id(handle.op) in flat.root_ops:
             nodes.add(flat.root_ops[id(handle.op)])
     return nodes
+
+
+def _replica_copies(variable: Any) -> list[Any]:
+    """A tf.distribute variable's per-device copies (also behind a Keras 3 variable).
+
+    Their handles are what a distributed step's graph captures; the variable's
+    own `.handle` depends on the replica context it is asked from.
+    """
+    for candidate in (variable, getattr(variable, "_value", None)):
+        if isinstance(candidate, tf.distribute.DistributedValues):
+            return list(candidate.values)
+    return []

@@ -169,7 +169,7 @@ class StepProbe:
                 if i < len(self.losses) and captured.losses[i] == self.losses[i]
             }
         self.captured |= set(losses)
-        if self.flowgraph is None and losses:
+        if self.flowgraph is None and losses and distribute.is_first_replica():
             self.flowgraph = flow.analyze_step(
                 tf.compat.v1.get_default_graph(),
                 losses,

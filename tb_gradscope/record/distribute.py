@@ -42,6 +42,20 @@ def replicas_in_sync() -> int:
     return int(context.num_replicas_in_sync)
 
 
+def is_first_replica() -> bool:
+    """True unless tracing the step of a replica other than the first.
+
+    Static analysis maps the graph's variable reads to the recorded variables
+    by their first copies' handles (`naming.variable_key`): only the first
+    replica's ops read those, so only its losses are analyzed.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync <= 1:
+        return True
+    replica = tf.get_static_value(context.replica_id_in_sync_group)
+    return replica is None or int(replica) == 0
+
+
 def is_chief() -> bool:
     """False on a multi-worker worker that is not the chief (it must not write).
 

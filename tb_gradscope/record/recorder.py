@@ -218,7 +218,8 @@ class Recorder(tf.Module):
             seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
             if not self._s.layout.ensure(seen):
                 return None
-            self._s.stash_losses(losses or {})
+            if distribute.is_first_replica():
+                self._s.stash_losses(losses or {})
             return self._record_losses(gradients_lib.given(self._s.layout, pairs_by_loss))
         return None
 
@@ -259,7 +260,8 @@ class Recorder(tf.Module):
         if not self._s.disabled:
             with self._guard():
                 if self._s.layout.ensure(variables):
-                    self._s.stash_losses(losses)
+                    if distribute.is_first_replica():
+                        self._s.stash_losses(losses)
                     makers = gradients_lib.per_loss(self._s.layout, tape, losses, variables, grads)
                     self._record_losses(makers)
         return list(zip(grads, variables))
