@@ -11,6 +11,7 @@ it.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import tensorflow as tf
@@ -70,6 +71,7 @@ class Emitter:
         self._metadata: dict[str, bytes] = {}
         self.record_of: dict[str, tuple[Kind, str]] = {}  # tag -> (kind, name)
         self._deferred: dict[int, list[Stats]] = {}
+        self._recorded: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> [branch outputs]
         self.deferred_made = False
         self.deferred_written = False
 
@@ -123,7 +125,23 @@ class Emitter:
     ) -> None:
         """At recorded steps: computes `tables()` ((kind, name, scopes, attrs,
         value) each) and writes them, and the FlowGraph if due, in one branch."""
-        recorded_only(record, lambda: self.write_due(step, tables()), lambda: tf.constant(False))
+        self.note_recorded(recorded_only(record, lambda: self.write_due(step, tables()), lambda: tf.constant(False)))
+
+    def note_recorded(self, done: tf.Tensor) -> None:
+        """Keeps a recorded-step branch's output for `take_recorded` (graph mode)."""
+        if not tf.executing_eagerly():
+            self._recorded.setdefault(tf.compat.v1.get_default_graph(), []).append(done)
+
+    def take_recorded(self) -> list[tf.Tensor]:
+        """The recorded-step branches built so far in this graph (and forgets them).
+
+        The optimizer step is run after them: a branch still waiting to read the
+        gradients would keep the optimizer from reusing their buffers, and with
+        the copy for ||delta theta|| that doubled the memory of a recorded step.
+        """
+        if tf.executing_eagerly():
+            return []
+        return self._recorded.pop(tf.compat.v1.get_default_graph(), [])
 
     def write_due(
         self, step: tf.Tensor, tables: Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]]

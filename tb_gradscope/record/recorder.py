@@ -290,7 +290,11 @@ class Recorder(tf.Module):
                     before = gradients_lib.snapshot_if_recording(
                         self._s.layout, pairs, self._s.should_record(self.step)
                     )
-        result = optimizer.apply_gradients(pairs)
+        # After this step's recording branches (see Emitter.take_recorded): an
+        # ordering only, the values applied are the same.
+        recorded = [] if tf.distribute.has_strategy() else self._s.emitter.take_recorded()
+        with tf.control_dependencies(recorded):
+            result = optimizer.apply_gradients(pairs)
         if self._s.monitor is not None:
             self._s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
         if before is not None and not self._s.disabled:

@@ -85,6 +85,8 @@ class RecorderState:
         if not in_xla():
             write = lambda found: self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])  # noqa: E731
             found = tables_lib.step_tables(record, make_aligned, layout, rollup, self.conflict, write)
+            if found and not tf.executing_eagerly():
+                self.emitter.note_recorded(found[0].value)
             if self.checks is not None:
                 grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
                 self.pending_tables.setdefault(graph_key(), {}).update(grads)
