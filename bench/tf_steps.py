@@ -6,17 +6,29 @@ Not a benchmark itself (run_all runs only bench_*.py).
 
 from __future__ import annotations
 
-import keras
-import tensorflow as tf
+import os
 
-from tb_gradscope.record import Recorder
+# Also asked for here, before anything imported below can start TF's runtime
+# (a module-level tensor does): set_*_parallelism_threads is refused after.
+_ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+for _name, _value in _ONE_THREAD.items():
+    os.environ.setdefault(_name, _value)
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tb_gradscope.record import Recorder  # noqa: E402
 
 
 def single_thread() -> None:
     """One TF thread: Eigen's pool spins while waiting, so on a busy machine the
     CPU time of a multi-threaded step measures contention, not work."""
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # the runtime already started, with the environment's threads
+        if any(os.environ.get(name) != value for name, value in _ONE_THREAD.items()):
+            raise
 
 
 def built_optimizer(variables):
