@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -95,7 +96,7 @@ def loop_run(strategy: tf.distribute.Strategy, logdir: str, mixed: bool = False,
     recorder.close()
 
 
-def fit_run(strategy: tf.distribute.Strategy, logdir: str, overflow: bool = False) -> None:
+def fit_run(strategy: tf.distribute.Strategy, logdir: str, overflow: bool = False, **compile_args: Any) -> None:
     """Keras fit with GradscopeCallback, two compiled losses, every batch recorded.
 
     With `overflow`, batch OVERFLOW_STEP's targets are so large that its
@@ -112,7 +113,10 @@ def fit_run(strategy: tf.distribute.Strategy, logdir: str, overflow: bool = Fals
         y[rows] *= 1e4
     with strategy.scope():
         model = two_output_model()
-        model.compile(keras.optimizers.SGD(0.05), loss={"q": "mse", "aux": "mse"}, loss_weights={"q": 1.0, "aux": AUX_WEIGHT})
+        model.compile(
+            keras.optimizers.SGD(0.05), loss={"q": "mse", "aux": "mse"}, loss_weights={"q": 1.0, "aux": AUX_WEIGHT},
+            **compile_args,
+        )
     model.fit(
         x, {"q": y, "aux": np.zeros_like(y)}, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0,
         callbacks=[GradscopeCallback(logdir, every_n_batches=1)],
@@ -149,6 +153,8 @@ def main() -> None:
         fit_run(one, str(out / "fit_mixed"))
         loop_run(one, str(out / "loop_overflow"), mixed=True, overflow=True)
         fit_run(one, str(out / "fit_overflow"), overflow=True)
+        fit_run(one, str(out / "fit_overflow_jit"), overflow=True, jit_compile=True)
+        fit_run(one, str(out / "fit_overflow_spe2"), overflow=True, steps_per_execution=2)
     print("done", flush=True)
 
 

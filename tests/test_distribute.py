@@ -155,8 +155,10 @@ def test_an_overflow_step_of_a_custom_loop_is_skipped_not_huge_norms(runs):
         assert sorted(run[(fmt.Kind.GRAD_STATS, loss)]) == [s for s in range(STEPS) if s != OVERFLOW_STEP]
 
 
-def test_an_overflow_batch_in_fit_is_skipped_not_huge_norms(runs):
-    run = only_run(runs / "fit_overflow")
+@pytest.mark.parametrize("mode", ["", "_jit", "_spe2"])
+def test_an_overflow_batch_in_fit_is_skipped_not_huge_norms(runs, mode):
+    """Also compiled with XLA and with steps_per_execution=2 (the ring is read between executions)."""
+    run = only_run(runs / f"fit_overflow{mode}")
     events = skipped_events(run)
     assert sorted(events) == [OVERFLOW_STEP]
     (event,) = events[OVERFLOW_STEP]

@@ -223,8 +223,9 @@ class StepProbe:
     def _count_skip(self, step: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
         """Counts a batch the loss scaler skipped at `step` (its own small ring)."""
         slot = tf.reshape(tf.math.floormod(tf.math.floordiv(step, self.every), self.slots), [1, 1])
-        again = tf.equal(tf.gather_nd(self.skip_step, slot), step)
-        count = tf.where(again, tf.gather_nd(self.skip_count, slot) + 1, tf.ones([1], tf.int64))
+        # Whole (tiny) reads, then gathers: XLA has no kernel for a gather from a resource.
+        again = tf.equal(tf.gather_nd(self.skip_step.read_value(), slot), step)
+        count = tf.where(again, tf.gather_nd(self.skip_count.read_value(), slot) + 1, tf.ones([1], tf.int64))
         self.skip_count.scatter_nd_update(slot, count)
         self.skip_scale.scatter_nd_update(slot, tf.reshape(scale, [1]))
         self.skip_step.scatter_nd_update(slot, tf.reshape(step, [1]))
