@@ -7,6 +7,7 @@ devices, or a multi-worker cluster (TF_CONFIG), cannot share the test process:
     python -m tests.distribute_runs worker OUT     # one MultiWorkerMirroredStrategy worker (TF_CONFIG)
     python -m tests.distribute_runs single OUT     # the same custom loop on one device
     python -m tests.distribute_runs mixed OUT      # mixed_float16 against float32; a forced overflow
+    TF_USE_LEGACY_KERAS=1 python -m tests.distribute_runs legacy OUT   # the same with tf_keras fit
 
 Every run writes its event files under OUT/<run> and the same model sees the
 same global batches whatever the strategy: a custom loop (two losses, way 2,
@@ -123,9 +124,32 @@ def fit_run(strategy: tf.distribute.Strategy, logdir: str, overflow: bool = Fals
     )
 
 
+def legacy_fit_run(logdir: str, overflow: bool = False) -> None:
+    """tf_keras fit (TF_USE_LEGACY_KERAS=1) with LegacyGradscopeCallback, under
+    the global policy; weights drawn from numpy, the same whatever the policy."""
+    import tf_keras
+
+    from tb_gradscope.integrations.keras import LegacyGradscopeCallback
+
+    x = np.concatenate([b[0] for b in batches()])
+    y = np.concatenate([b[1] for b in batches()])
+    if overflow:
+        y[OVERFLOW_STEP * GLOBAL_BATCH:(OVERFLOW_STEP + 1) * GLOBAL_BATCH] *= 1e4
+    inputs = tf_keras.Input((4,))
+    body = tf_keras.layers.Dense(6, activation="tanh", name="body")(inputs)
+    model = tf_keras.Model(inputs, {"q": tf_keras.layers.Dense(1, name="q", dtype="float32")(body)}, name="net")
+    rng = np.random.default_rng(5)
+    model.set_weights([rng.normal(scale=0.5, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    model.compile(tf_keras.optimizers.SGD(0.05), loss={"q": "mse"})
+    model.fit(
+        x, {"q": y}, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0,
+        callbacks=[LegacyGradscopeCallback(logdir, every_n_batches=1)],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["mirrored", "worker", "single", "mixed"])
+    parser.add_argument("mode", choices=["mirrored", "worker", "single", "mixed", "legacy"])
     parser.add_argument("out")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
@@ -142,6 +166,13 @@ def main() -> None:
         loop_run(tf.distribute.MultiWorkerMirroredStrategy(), str(out))
     elif args.mode == "single":
         loop_run(tf.distribute.get_strategy(), str(out))
+    elif args.mode == "legacy":  # run with TF_USE_LEGACY_KERAS=1
+        import tf_keras
+
+        legacy_fit_run(str(out / "legacy_float32"))
+        tf_keras.mixed_precision.set_global_policy("mixed_float16")
+        legacy_fit_run(str(out / "legacy_mixed"))
+        legacy_fit_run(str(out / "legacy_overflow"), overflow=True)
     else:
         import keras
 

@@ -67,7 +67,12 @@ def runs(tmp_path_factory) -> pathlib.Path:
         start("worker", out / f"worker{i}", {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
         for i in range(2)
     ]
-    others = [start("mirrored", out), start("single", out / "worker_single"), start("mixed", out)]
+    others = [
+        start("mirrored", out),
+        start("single", out / "worker_single"),
+        start("mixed", out),
+        start("legacy", out, {"TF_USE_LEGACY_KERAS": "1"}),
+    ]
     outputs = [finish(p) for p in workers + others]
     assert all(outputs)
     return out
@@ -122,7 +127,7 @@ def test_multi_worker_only_the_chief_writes_and_norms_are_global(runs):
     assert_same_tables(only_run(runs / "worker0"), only_run(runs / "worker_single"), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("loop", ["loop", "fit"])
+@pytest.mark.parametrize("loop", ["loop", "fit", "legacy"])
 def test_mixed_precision_norms_are_unscaled(runs, loop):
     mixed, exact = only_run(runs / f"{loop}_mixed"), only_run(runs / f"{loop}_float32")
     assert_same_tables(mixed, exact, rtol=2e-2, atol=1e-4)
@@ -192,3 +197,11 @@ def test_report_lists_the_skipped_step(runs):
     assert args.run(args, out, io.StringIO()) == 0
     section = out.getvalue().split("steps skipped by the loss scaler (mixed precision):\n")[1].split("\n\n")[0]
     assert f"step {OVERFLOW_STEP}  {loss_scale.OVERFLOW}" in section and "loss scale 32768" in section
+
+
+def test_tf_keras_overflow_is_skipped_and_its_step_counted(runs):
+    """tf_keras's loss scaler advances optimizer.iterations on a skipped batch."""
+    run = only_run(runs / "legacy_overflow")
+    assert sorted(skipped_events(run)) == [OVERFLOW_STEP]
+    assert_finite_tables(run)
+    assert sorted(run[(fmt.Kind.GRAD_STATS, "q")]) == [s for s in range(STEPS) if s != OVERFLOW_STEP]
