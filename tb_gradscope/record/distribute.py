@@ -17,8 +17,9 @@ predicate sums them with the strategy's reduction and computes and writes the
 tables once. A `merge_call` costs nothing when the step runs: it only changes
 where the step's graph is built.
 
-Only the chief writes: in multi-worker training the other workers record
-nothing (`is_chief`), as Keras's callbacks do for checkpoints.
+Only the chief writes (`is_chief`): in multi-worker training the other
+workers open no file, but still run the same reductions, which are
+collectives every worker must join.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def replicas_in_sync() -> int:
 def is_first_replica() -> bool:
     """True unless tracing the step of a replica other than the first.
 
-    Static analysis maps the graph's variable reads to the recorded variables
-    by their first copies' handles (`naming.variable_key`): only the first
-    replica's ops read those, so only its losses are analyzed.
+    Every replica traces the same step into one graph; its static analysis
+    needs one set of losses, and the first replica's is the one every worker
+    agrees on (the chief, which writes the FlowGraph, holds replica 0).
     """
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync <= 1:
