@@ -143,3 +143,30 @@ def test_conflict_recording_never_changes_training(tmp_path):
 
     for with_conflict, without in zip(train(True), train(False)):
         assert np.array_equal(with_conflict, without)
+
+
+def test_one_gram_gives_every_pair_on_big_small_and_missing_gradients():
+    # Five losses over a big variable (its own matmul), small ones (one grouped
+    # product) and None gradients: every pair's cosines equal numpy's.
+    from tb_gradscope.record import conflict, stats
+    from tb_gradscope.record.reductions import BIG
+
+    names = ["m/big/w", "m/small/a", "m/small/b", "m/other/c"]
+    shapes = [(BIG + 3,), (4, 3), (5,), (2, 2)]
+    layout = scopes_lib.build_layout(names)
+    rollup = stats.RollUp.from_layout(layout)
+    rng = np.random.default_rng(4)
+    losses = [f"l{k}" for k in range(5)]
+    missing = {("l1", 2), ("l3", 0), ("l3", 3), ("l4", 1), ("l4", 2), ("l4", 3)}
+    grads = {
+        loss: [None if (loss, i) in missing else rng.normal(size=s).astype(np.float32) for i, s in enumerate(shapes)]
+        for loss in losses
+    }
+    aligned = {loss: [None if g is None else tf.constant(g) for g in gs] for loss, gs in grads.items()}
+    tables = conflict.conflict_tables(aligned, layout, rollup)
+    assert set(tables) == {pair for pair in conflict.loss_pairs(losses)
+                           if conflict.shared_rows(grads[pair[0]], grads[pair[1]], layout)}
+    for (a, b), (rows, make) in tables.items():
+        got = make().numpy()[:, 0]
+        want = [np_cosine(grads[a], grads[b], members(layout.scopes[r], layout.variable_leaf)) for r in rows]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{a}|{b}")

@@ -2,9 +2,12 @@
 
 For a pair of losses (a, b) and a scope S, the cosine of their gradients over
 S's parameters is sum_v<g_a,v, g_b,v> / sqrt(sum_v |g_a,v|^2 * sum_v |g_b,v|^2),
-the sums running over S's variables. Per-variable dot products and sums of
-squares are reduced with a bounded number of ops (`reductions.TensorGroup`) and
-rolled up to every scope with the same segment sum as the gradient tables.
+the sums running over S's variables. All pairs come from one Gram computation
+per step: per variable, the [losses x losses] dot products of its gradients
+(one matmul for a big variable; one gather, product and segment sum for all
+the small ones together), rolled up to every scope with the same segment sum as
+the gradient tables. Each gradient is read once however many losses there are,
+and the graph does not grow per pair beyond slicing out its cosines.
 
 A scope is *shared* by a and b when both give a gradient (not None) to at least
 one of its variables; which gradients are None is known when the step is
@@ -22,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.record.reductions import TensorGroup
+from tb_gradscope.record.reductions import is_big
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.scopes import ScopeLayout
 
@@ -64,58 +67,94 @@ def _flat(grad: Any) -> tf.Tensor:
 
 
 @_no_autograph
-def conflict_table(
-    grads_a: Sequence[Any],
-    grads_b: Sequence[Any],
-    rollup: RollUp,
-    rows: Sequence[int],
-) -> tf.Tensor:
-    """The CONFLICT table [len(rows), 1] (float32): the cosine per shared scope.
+def scope_grams(aligned: Mapping[str, Sequence[Any]], rollup: RollUp) -> tf.Tensor:
+    """float64 [n_scopes, k, k]: per scope, the dot products between the k losses'
+    gradients (in `aligned`'s order; a None gradient counts as zero).
 
-    `rows` are the shared scopes' indices (from `shared_rows`). Variables where
-    either gradient is None contribute their sum of squares to the loss that
-    has one, and nothing to the dot product.
+    `aligned` maps each loss to its gradients aligned with the layout's variables.
     """
-    if len(grads_a) != rollup.n_variables or len(grads_b) != rollup.n_variables:
-        raise ValueError(
-            f"conflict_table got {len(grads_a)} and {len(grads_b)} gradients for a "
-            f"layout of {rollup.n_variables} variables; align them with the layout"
-        )
-    n = rollup.n_variables
-    dots = _per_variable(
-        [i for i in range(n) if grads_a[i] is not None and grads_b[i] is not None],
-        lambda i: _flat(grads_a[i]) * _flat(grads_b[i]),
-        n,
-        squared=False,
-    )
-    sq_a = _per_variable([i for i in range(n) if grads_a[i] is not None], lambda i: _flat(grads_a[i]), n)
-    sq_b = _per_variable([i for i in range(n) if grads_b[i] is not None], lambda i: _flat(grads_b[i]), n)
-    sums = rollup.sum(tf.stack([dots, sq_a, sq_b], axis=1))
-    picked = tf.gather(sums, np.asarray(rows, np.int32))
-    cosine = picked[:, 0] / tf.sqrt(picked[:, 1] * picked[:, 2])
-    return tf.cast(cosine[:, None], tf.float32)
+    names = list(aligned)
+    k, n = len(names), rollup.n_variables
+    for name in names:
+        if len(aligned[name]) != n:
+            raise ValueError(
+                f"conflict got {len(aligned[name])} gradients of loss '{name}' for a "
+                f"layout of {n} variables; align them with the layout"
+            )
+    present = [[j for j, name in enumerate(names) if aligned[name][i] is not None] for i in range(n)]
+    used = [i for i in range(n) if present[i]]
+    flats = {(i, j): _flat(aligned[names[j]][i]) for i in used for j in present[i]}
+    big = [i for i in used if is_big(flats[(i, present[i][0])])]
+    small = [i for i in used if i not in set(big)]
+    parts, order = [], []
+    for i in big:  # one matmul over the variable's gradients
+        rows = tf.stack([flats[(i, j)] for j in present[i]])
+        gram = tf.cast(tf.matmul(rows, rows, transpose_b=True), tf.float64)
+        cells = np.asarray([[a * k + b for b in present[i]] for a in present[i]], np.int32)
+        parts.append(tf.scatter_nd(cells.reshape(-1, 1), tf.reshape(gram, [-1]), [k * k])[None])
+        order.append(i)
+    if small:
+        parts.append(_small_grams(small, present, flats, k))
+        order.extend(small)
+    if not parts:
+        per_variable = tf.zeros([n, k * k], tf.float64)
+    else:
+        joined = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+        per_variable = tf.scatter_nd(np.asarray(order, np.int32)[:, None], joined, [n, k * k])
+    return tf.reshape(rollup.sum(per_variable), [rollup.n_scopes, k, k])
 
 
-def _per_variable(present: Sequence[int], vector, n: int, squared: bool = True) -> tf.Tensor:
-    """float64 [n]: sum of squares (or plain sum) of `vector(i)` for i in `present`, else 0."""
-    if not present:
-        return tf.zeros([n], tf.float64)
-    group = TensorGroup([vector(i) for i in present])
-    values = group.sum_of_squares() if squared else group.reduce(
-        tf.reduce_sum, lambda f, ids, k: tf.math.unsorted_segment_sum(f, ids, k)
-    )
-    if len(present) == n:
-        return values
-    return tf.scatter_nd(np.asarray(present, np.int32)[:, None], values, [n])
+def _small_grams(
+    small: Sequence[int], present: Sequence[Sequence[int]], flats: Mapping[tuple[int, int], tf.Tensor], k: int
+) -> tf.Tensor:
+    """float64 [len(small), k*k]: the Gram matrices of the small variables, from one
+    [elements x losses] matrix (zeros where a loss gives no gradient)."""
+    sizes = [flats[(i, present[i][0])].shape.num_elements() for i in small]
+    dtype = tf.float64 if any(t.dtype == tf.float64 for t in flats.values()) else tf.float32
+    columns = []
+    for j in range(k):
+        pieces = [
+            tf.cast(flats[(i, j)], dtype) if (i, j) in flats else tf.zeros([size], dtype)
+            for i, size in zip(small, sizes)
+        ]
+        columns.append(tf.concat(pieces, 0) if len(pieces) > 1 else pieces[0])
+    matrix = tf.stack(columns, axis=1)  # [elements, k]
+    upper = [(a, b) for a in range(k) for b in range(a, k)]
+    left = tf.gather(matrix, [a for a, _ in upper], axis=1)
+    right = tf.gather(matrix, [b for _, b in upper], axis=1)
+    ids = np.repeat(np.arange(len(small), dtype=np.int32), sizes)
+    sums = tf.cast(tf.math.unsorted_segment_sum(left * right, ids, len(small)), tf.float64)
+    column_of = {pair: c for c, pair in enumerate(upper)}
+    full = [column_of[(min(a, b), max(a, b))] for a in range(k) for b in range(k)]
+    return tf.gather(sums, full, axis=1)
 
 
 def conflict_tables(
     aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: RollUp
 ) -> dict[tuple[str, str], tuple[list[int], Any]]:
-    """{(a, b): (shared rows, table maker)} for every pair of losses sharing a scope."""
-    out = {}
-    for a, b in loss_pairs(list(aligned)):
+    """{(a, b): (shared rows, table maker)} for every pair of losses sharing a scope.
+
+    A maker returns the CONFLICT table [len(rows), 1] (float32): the cosine per
+    shared scope. The Gram matrices behind all of them are computed once, by the
+    first maker called (all must be called in the same graph).
+    """
+    names = list(aligned)
+    found = {}
+    for a, b in loss_pairs(names):
         rows = shared_rows(aligned[a], aligned[b], layout)
         if rows:
-            out[(a, b)] = (rows, lambda a=a, b=b, rows=rows: conflict_table(aligned[a], aligned[b], rollup, rows))
-    return out
+            found[(a, b)] = rows
+    cosines: list[tf.Tensor] = []
+
+    def cosine_matrix() -> tf.Tensor:
+        if not cosines:
+            gram = scope_grams(aligned, rollup)
+            norms = tf.sqrt(tf.linalg.diag_part(gram))
+            cosines.append(gram / (norms[:, :, None] * norms[:, None, :]))
+        return cosines[0]
+
+    def make(a: str, b: str, rows: list[int]) -> tf.Tensor:
+        cosine = cosine_matrix()[:, names.index(a), names.index(b)]
+        return tf.cast(tf.gather(cosine, np.asarray(rows, np.int32))[:, None], tf.float32)
+
+    return {pair: (rows, lambda pair=pair, rows=rows: make(*pair, rows)) for pair, rows in found.items()}

@@ -39,8 +39,8 @@ class TensorGroup:
     def __init__(self, tensors: Sequence[tf.Tensor]):
         self.tensors = list(tensors)
         sizes = [t.shape.num_elements() for t in self.tensors]
-        self.big = [i for i, s in enumerate(sizes) if s is None or s >= BIG]
-        self.small = [i for i, s in enumerate(sizes) if s is not None and s < BIG]
+        self.big = [i for i, t in enumerate(self.tensors) if is_big(t)]
+        self.small = [i for i, t in enumerate(self.tensors) if not is_big(t)]
         order = self.big + self.small
         self._inverse = np.argsort(np.asarray(order, np.int64)).astype(np.int32)
         self.flat = None
@@ -102,6 +102,12 @@ class TensorGroup:
             _count_nonzero, lambda f, i, k: _segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype), i, k)
         )
         return tf.maximum(max_abs, 0), nonfinite, nonzero
+
+
+def is_big(t: tf.Tensor) -> bool:
+    """Reduced on its own rather than in a group: at least BIG elements, or unknown size."""
+    size = t.shape.num_elements()
+    return size is None or size >= BIG
 
 
 def _sum_of_squares(t: tf.Tensor) -> tf.Tensor:
