@@ -254,3 +254,37 @@ def test_per_loss_gradients_through_an_lstm_while_loop(tmp_path):
         expected = np_grad_table(table.info.scopes, leaves, [dense(g) for g in grads[loss]])
         assert_table_close(table, expected, loss)
         assert table.row("net/lstm")["grad_vars"] == 3
+
+
+def _if_ops(graph):
+    return [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+
+
+@pytest.mark.parametrize("touch", [False, True])
+def test_update_is_the_optimizer_step_whether_or_not_the_step_writes_a_variable_before_it(tmp_path, touch):
+    # The loss branch copies the variables for ||delta theta||; a write between
+    # gradients() and apply() must not count as update (a copy of its own is taken).
+    model, opt = _model_and_opt(seed=2)
+    variables = model.trainable_variables
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=1, models={"online": model})
+
+    @tf.function
+    def step(x, y):
+        with rec.tape() as tape:
+            losses = two_losses(model, x, y)
+        grads_and_vars = rec.gradients(tape, losses, variables)
+        if touch:
+            variables[0].assign(variables[0] * 0.5)
+        rec.apply(opt, grads_and_vars)
+
+    refs = {}
+    for s in range(2):
+        halved = [v.numpy() * (0.5 if touch and i == 0 else 1.0) for i, v in enumerate(variables)]
+        step(*batch(s))
+        refs[s] = (halved, [v.numpy() for v in variables])
+    rec.close()
+    graph = step.get_concrete_function(*batch(0)).graph
+    assert len(_if_ops(graph)) == (3 if touch else 2)  # loss branch (+ own copy) + update branch
+    records = only(read_records(str(tmp_path)))
+    for s, table in records[(fmt.Kind.UPDATE_STATS, "")].items():
+        assert_table_close(table, np_update_table(table.info.scopes, _leaves(model), *refs[s]), f"update {s}")

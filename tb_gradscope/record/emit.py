@@ -20,6 +20,7 @@ from tensorflow.core.framework import attr_value_pb2
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
 from tb_gradscope.format.records import encode_json
+from tb_gradscope.record import stats
 from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.writing import SummarySink
 
@@ -122,10 +123,27 @@ class Emitter:
         record: tf.Tensor,
         step: tf.Tensor,
         tables: Callable[[], Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]]],
-    ) -> None:
+        snapshot: Sequence[Any] = (),
+    ) -> list[tf.Tensor]:
         """At recorded steps: computes `tables()` ((kind, name, scopes, attrs,
-        value) each) and writes them, and the FlowGraph if due, in one branch."""
-        self.note_recorded(recorded_only(record, lambda: self.write_due(step, tables()), lambda: tf.constant(False)))
+        value) each) and writes them, and the FlowGraph if due, in one branch.
+
+        The same branch reads the `snapshot` variables: returns their values
+        (empty tensors at unrecorded steps; [] eagerly when not recording).
+        """
+
+        def work() -> list[tf.Tensor]:
+            done = self.write_due(step, tables())
+            return [done] + stats.snapshot(snapshot)
+
+        def skip() -> list[tf.Tensor]:
+            return [tf.constant(False)] + [tf.zeros([0], v.dtype) for v in snapshot]
+
+        if tf.executing_eagerly():
+            return work()[1:] if bool(record) else []
+        out = recorded_only(record, work, skip)
+        self.note_recorded(out[0])
+        return list(out[1:])
 
     def note_recorded(self, done: tf.Tensor) -> None:
         """Keeps a recorded-step branch's output for `take_recorded` (graph mode)."""

@@ -287,9 +287,7 @@ class Recorder(tf.Module):
         if not self._s.disabled:
             with self._guard():
                 if self._s.layout.ensure([v for _, v in pairs]):
-                    before = gradients_lib.snapshot_if_recording(
-                        self._s.layout, pairs, self._s.should_record(self.step)
-                    )
+                    before = self._s.snapshot(self.step, pairs)
         # After this step's recording branches (see Emitter.take_recorded): an
         # ordering only, the values applied are the same.
         recorded = [] if tf.distribute.has_strategy() else self._s.emitter.take_recorded()

@@ -15,12 +15,13 @@ are checked on them before the step counter advances.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import flow, stats
+from tb_gradscope.record import gradients as gradients_lib
 from tb_gradscope.record import tables as tables_lib
 from tb_gradscope.record.checks import RuleSteps
 from tb_gradscope.record.emit import Emitter, Stats, graph_key, recorded_only
@@ -42,6 +43,7 @@ class RecorderState:
         self.monitor: Any = None  # a DriftMonitor when there are pairs
         self.conflict = True
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
+        self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
 
     def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, is it a recorded step), read once per traced step.
@@ -73,18 +75,32 @@ class RecorderState:
 
     def record_losses(self, step: tf.Variable, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
         """Records each loss's gradients ({loss: () -> aligned gradients}), and
-        the conflicts between them when asked for."""
+        the conflicts between them when asked for.
+
+        Inside a graph the same branch also copies the recorded variables, for
+        `apply`'s ||delta theta|| (see `snapshot`): one branch op before the
+        optimizer step instead of two.
+        """
         rollup = self.layout.rollup
-        if self.checks is None and not (self.conflict and len(makers) > 1):
-            return self.emit(
-                step, Kind.GRAD_STATS, {n: (lambda f=f: stats.grad_table(f(), rollup)) for n, f in makers.items()}
-            )
         now, record = self.now(step)
+        variables = self._snapshot_candidates()
+        if self.checks is None and not (self.conflict and len(makers) > 1):
+            if in_xla():
+                return self.emit(
+                    step, Kind.GRAD_STATS, {n: (lambda f=f: stats.grad_table(f(), rollup)) for n, f in makers.items()}
+                )
+            scopes = self.layout.vlayout.layout.scopes
+            tables = lambda: [(Kind.GRAD_STATS, n, scopes, None, stats.grad_table(f(), rollup)) for n, f in makers.items()]  # noqa: E731
+            self._keep_snapshot(variables, self.emitter.write_when(record, now, tables, variables))
+            return None
         make_aligned = lambda: {n: f() for n, f in makers.items()}  # noqa: E731
         layout = self.layout.vlayout.layout
         if not in_xla():
             write = lambda found: self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])  # noqa: E731
-            found = tables_lib.step_tables(record, make_aligned, layout, rollup, self.conflict, write)
+            found, copies = tables_lib.recorded_tables(
+                record, make_aligned, layout, rollup, self.conflict, write, variables
+            )
+            self._keep_snapshot(variables, copies)
             if found and not tf.executing_eagerly():
                 self.emitter.note_recorded(found[0].value)
             if self.checks is not None:
@@ -100,6 +116,37 @@ class RecorderState:
         if not parts:
             return None
         return Stats(parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()})
+
+    def snapshot(self, step: tf.Variable, pairs: Sequence[tuple[Any, Any]]) -> list[Any]:
+        """Layout-aligned copies of the variables handed to the optimizer, taken
+        only at recorded steps (None for variables the step cannot write).
+
+        Reuses the copies the step's loss recording branch took when nothing
+        can have written the handed variables since (no op but a read takes
+        them); otherwise copies them now, in a branch of their own.
+        """
+        kept = self._snapshots.pop(tf.compat.v1.get_default_graph(), None) if not tf.executing_eagerly() else None
+        vlayout = self.layout.vlayout
+        handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
+        if kept is not None and _untouched_since(kept[1], [vlayout.variables[i] for i in handed]):
+            before: list[Any] = [None] * len(vlayout.variables)
+            for i in handed:
+                before[i] = kept[0][i]
+            return before
+        return gradients_lib.snapshot_if_recording(self.layout, pairs, self.should_record(step))
+
+    def _snapshot_candidates(self) -> list[Any]:
+        """The variables the loss recording branch copies: all recorded ones, inside
+        a graph (a copy of a variable the optimizer does not write costs nothing:
+        it shares the buffer); none eagerly, under XLA or tf.distribute."""
+        if tf.executing_eagerly() or in_xla() or tf.distribute.has_strategy():
+            return []
+        return list(self.layout.vlayout.variables)
+
+    def _keep_snapshot(self, variables: Sequence[Any], copies: Sequence[tf.Tensor]) -> None:
+        if variables and copies:
+            graph = tf.compat.v1.get_default_graph()
+            self._snapshots[graph] = (list(copies), len(graph.get_operations()))
 
     def record_updates(self, step: tf.Variable, maker: Callable[[], tf.Tensor]) -> tf.Tensor | None:
         """Writes the UPDATE_STATS table and returns it as a tensor (for rules);
@@ -167,3 +214,23 @@ class RecorderState:
         if emitter.flowgraph is not None and self.checks is not None:
             self.checks.at_trace(emitter.flowgraph, step)
         return emitter.flowgraph is not None
+
+
+# Ops that take a variable and leave it as it was.
+_READS = frozenset({"ReadVariableOp", "VarIsInitializedOp", "VariableShape"})
+
+
+def _untouched_since(first_op: int, variables: Sequence[Any]) -> bool:
+    """True when no op built after the first `first_op` ops of this graph takes
+    one of `variables` other than to read it."""
+    graph = tf.compat.v1.get_default_graph()
+    handles = set()
+    for variable in variables:
+        handle = getattr(variable, "handle", None)
+        if handle is None:
+            return False
+        handles.add(id(graph.capture(handle)) if hasattr(graph, "capture") else id(handle))
+    for op in graph.get_operations()[first_op:]:
+        if op.type not in _READS and any(id(t) in handles for t in op.inputs):
+            return False
+    return True

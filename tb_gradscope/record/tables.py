@@ -52,9 +52,23 @@ def step_tables(
     `write(tables)` when given (the writes then share the branch). Eagerly,
     returns [] when `record` is false.
     """
+    return recorded_tables(record, make_aligned, layout, rollup, conflict, write)[0]
+
+
+def recorded_tables(
+    record: tf.Tensor,
+    make_aligned: Callable[[], Mapping[str, Sequence[Any]]],
+    layout: ScopeLayout,
+    rollup: stats.RollUp,
+    conflict: bool,
+    write: Callable[[list[StepTable]], Any] | None = None,
+    snapshot: Sequence[Any] = (),
+) -> tuple[list[StepTable], list[tf.Tensor]]:
+    """`step_tables`, and the values of the `snapshot` variables read in the same
+    branch (empty tensors at unrecorded steps; [] eagerly when not recording)."""
     shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
 
-    def compute() -> dict[tuple[str, str], tf.Tensor]:
+    def compute() -> tuple[dict[tuple[str, str], tf.Tensor], list[tf.Tensor]]:
         aligned = make_aligned()
         out = {}
         for loss, grads in aligned.items():
@@ -67,22 +81,23 @@ def step_tables(
                 out[(Kind.CONFLICT.value, name)] = make()
         if write is not None:
             write([_table(kind, name, out[(kind.value, name)]) for kind, name in shapes])
-        return out
+        return out, stats.snapshot(snapshot)
 
     def _table(kind: Kind, name: str, value: tf.Tensor) -> StepTable:
         scopes, attrs = shapes[(kind, name)]
         return StepTable(kind, name, scopes, attrs, value)
 
-    def skip() -> dict[tuple[str, str], tf.Tensor]:
-        return {
+    def skip() -> tuple[dict[tuple[str, str], tf.Tensor], list[tf.Tensor]]:
+        tables = {
             (kind.value, name): tf.zeros([len(scopes), len(KIND_SPECS[kind].columns)], tf.float32)
             for (kind, name), (scopes, _) in shapes.items()
         }
+        return tables, [tf.zeros([0], v.dtype) for v in snapshot]
 
     if tf.executing_eagerly():
         if not bool(record):
-            return []
-        values = compute()
+            return [], []
+        values, copies = compute()
     else:
-        values = recorded_only(record, compute, skip)
-    return [_table(kind, name, values[(kind.value, name)]) for kind, name in shapes]
+        values, copies = recorded_only(record, compute, skip)
+    return [_table(kind, name, values[(kind.value, name)]) for kind, name in shapes], list(copies)
