@@ -53,25 +53,39 @@ def two_output_model(name: str = "net"):
     return keras.Model(inputs, {"q": q, "aux": aux}, name=name)
 
 
-def loop_run(strategy: tf.distribute.Strategy, logdir: str, mixed: bool = False, overflow: bool = False) -> None:
+# With `target`: an EMA target network (pair `tgt<-net`), and rules, one of them broken.
+TAU = 0.5
+RULES = ["never(aux, net/q)", "never(q, net/body)"]
+
+
+def loop_run(
+    strategy: tf.distribute.Strategy, logdir: str, mixed: bool = False, overflow: bool = False, target: bool = False
+) -> None:
     """A custom loop with a Recorder (way 2), two losses, every step recorded.
 
     With `overflow` (mixed precision), batch OVERFLOW_STEP's targets are so
-    large that its float16 gradients overflow: the loss scaler skips it.
+    large that its float16 gradients overflow: the loss scaler skips it. With
+    `target`, the recorder also reads drift (an EMA target updated in the
+    step) and checks RULES.
     """
     import keras
 
+    from tb_gradscope.pairs import pair_models
     from tb_gradscope.record import Recorder
 
     with strategy.scope():
         model = two_output_model()
+        ema = two_output_model("tgt")
+        extras = dict(pairs=[pair_models(ema, model, tau=TAU)], rules=RULES) if target else {}
         optimizer = keras.optimizers.Adam(0.01)
         if mixed:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         # Built before the step is traced: Keras 3 cannot create an optimizer's
         # slots inside a MirroredStrategy step (it fails without tb_gradscope too).
         optimizer.build(model.trainable_variables)
-        recorder = Recorder(logdir, every_n_steps=1, models=model, loss_scale=optimizer if mixed else None)
+        recorder = Recorder(
+            logdir, every_n_steps=1, models={"net": model, "tgt": ema}, loss_scale=optimizer if mixed else None, **extras
+        )
     replicas = strategy.num_replicas_in_sync
 
     @tf.function
@@ -89,6 +103,10 @@ def loop_run(strategy: tf.distribute.Strategy, logdir: str, mixed: bool = False,
                 if mixed:
                     losses = {name: optimizer.scale_loss(value) for name, value in losses.items()}
             recorder.apply(optimizer, recorder.gradients(tape, losses, model.trainable_variables))
+            if target:
+                for t, o in zip(ema.weights, model.weights):
+                    t.assign((1 - TAU) * t + TAU * o)
+                recorder.record_drift()
 
         strategy.run(replica)
 
@@ -160,6 +178,8 @@ def main() -> None:
         one = tf.distribute.get_strategy()
         loop_run(mirrored, str(out / "loop_mirrored"))
         loop_run(one, str(out / "loop_single"))
+        loop_run(mirrored, str(out / "target_mirrored"), target=True)
+        loop_run(one, str(out / "target_single"), target=True)
         fit_run(mirrored, str(out / "fit_mirrored"))
         fit_run(one, str(out / "fit_single"))
     elif args.mode == "worker":
