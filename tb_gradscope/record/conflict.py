@@ -3,11 +3,13 @@
 For a pair of losses (a, b) and a scope S, the cosine of their gradients over
 S's parameters is sum_v<g_a,v, g_b,v> / sqrt(sum_v |g_a,v|^2 * sum_v |g_b,v|^2),
 the sums running over S's variables. All pairs come from one Gram computation
-per step: per variable, the [losses x losses] dot products of its gradients
-(one matmul for a big variable; one gather, product and segment sum for all
-the small ones together), rolled up to every scope with the same segment sum as
-the gradient tables. Each gradient is read once however many losses there are,
-and the graph does not grow per pair beyond slicing out its cosines.
+per step: per variable, the [losses x losses] dot products of its gradients (a
+product-sum per pair of losses for a big variable; one gather, product and
+segment sum for all the small ones together), rolled up to every scope once
+with the same segment sum as the gradient tables. Each dot product and each
+loss's sum of squares is computed once per step (not once per pair holding
+that loss), and the graph does not grow per pair beyond slicing out its
+cosines.
 
 A scope is *shared* by a and b when both give a gradient (not None) to at least
 one of its variables; which gradients are None is known when the step is
@@ -25,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.record.reductions import is_big
+from tb_gradscope.record.reductions import in_xla, is_big, sum_of_squares
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.scopes import ScopeLayout
 
@@ -87,11 +89,8 @@ def scope_grams(aligned: Mapping[str, Sequence[Any]], rollup: RollUp) -> tf.Tens
     big = [i for i in used if is_big(flats[(i, present[i][0])])]
     small = [i for i in used if i not in set(big)]
     parts, order = [], []
-    for i in big:  # one matmul over the variable's gradients
-        rows = tf.stack([flats[(i, j)] for j in present[i]])
-        gram = tf.cast(tf.matmul(rows, rows, transpose_b=True), tf.float64)
-        cells = np.asarray([[a * k + b for b in present[i]] for a in present[i]], np.int32)
-        parts.append(tf.scatter_nd(cells.reshape(-1, 1), tf.reshape(gram, [-1]), [k * k])[None])
+    for i in big:
+        parts.append(_big_gram(present[i], [flats[(i, j)] for j in present[i]], k))
         order.append(i)
     if small:
         parts.append(_small_grams(small, present, flats, k))
@@ -104,29 +103,59 @@ def scope_grams(aligned: Mapping[str, Sequence[Any]], rollup: RollUp) -> tf.Tens
     return tf.reshape(rollup.sum(per_variable), [rollup.n_scopes, k, k])
 
 
+def _big_gram(losses: Sequence[int], flats: Sequence[tf.Tensor], k: int) -> tf.Tensor:
+    """float64 [1, k*k]: the Gram matrix of one big variable's gradients (`flats`,
+    of the losses at `losses`): each dot product once, squares by the one-pass
+    norm kernel.
+
+    Not a [losses x elements] matmul: on TF's CPU kernels that tall-skinny
+    product measured several times slower inside a training step.
+    """
+    values, cells = [], []
+    for x, a in enumerate(losses):
+        for y in range(x, len(losses)):
+            b = losses[y]
+            if a == b:
+                values.append(tf.cast(sum_of_squares(flats[x]), tf.float64))
+            else:
+                values.append(tf.cast(tf.reduce_sum(flats[x] * flats[y]), tf.float64))
+            cells.append(sorted({a * k + b, b * k + a}))
+    index = np.asarray([c for pair in cells for c in pair], np.int32)[:, None]
+    repeated = tf.stack([v for v, pair in zip(values, cells) for _ in pair])
+    return tf.scatter_nd(index, repeated, [k * k])[None]
+
+
 def _small_grams(
     small: Sequence[int], present: Sequence[Sequence[int]], flats: Mapping[tuple[int, int], tf.Tensor], k: int
 ) -> tf.Tensor:
     """float64 [len(small), k*k]: the Gram matrices of the small variables, from one
-    [elements x losses] matrix (zeros where a loss gives no gradient)."""
+    [losses x elements] matrix (zeros where a loss gives no gradient).
+
+    Rows are gathered (contiguous) and the sums taken by the sorted segment
+    kernel: the elements of a variable are contiguous, and a column gather or
+    an unsorted segment sum over several columns is several times slower on CPU.
+    """
     sizes = [flats[(i, present[i][0])].shape.num_elements() for i in small]
     dtype = tf.float64 if any(t.dtype == tf.float64 for t in flats.values()) else tf.float32
-    columns = []
+    rows = []
     for j in range(k):
         pieces = [
             tf.cast(flats[(i, j)], dtype) if (i, j) in flats else tf.zeros([size], dtype)
             for i, size in zip(small, sizes)
         ]
-        columns.append(tf.concat(pieces, 0) if len(pieces) > 1 else pieces[0])
-    matrix = tf.stack(columns, axis=1)  # [elements, k]
+        rows.append(tf.concat(pieces, 0) if len(pieces) > 1 else pieces[0])
+    matrix = tf.stack(rows)  # [k, elements]
     upper = [(a, b) for a in range(k) for b in range(a, k)]
-    left = tf.gather(matrix, [a for a, _ in upper], axis=1)
-    right = tf.gather(matrix, [b for _, b in upper], axis=1)
+    products = tf.transpose(tf.gather(matrix, [a for a, _ in upper]) * tf.gather(matrix, [b for _, b in upper]))
     ids = np.repeat(np.arange(len(small), dtype=np.int32), sizes)
-    sums = tf.cast(tf.math.unsorted_segment_sum(left * right, ids, len(small)), tf.float64)
+    if in_xla():  # XLA needs the number of segments statically
+        sums = tf.math.unsorted_segment_sum(products, ids, len(small))
+    else:
+        sums = tf.math.segment_sum(products, ids)
+        sums = tf.pad(sums, [[0, len(small) - tf.shape(sums)[0]], [0, 0]])  # trailing empty variables
     column_of = {pair: c for c, pair in enumerate(upper)}
     full = [column_of[(min(a, b), max(a, b))] for a in range(k) for b in range(k)]
-    return tf.gather(sums, full, axis=1)
+    return tf.gather(tf.cast(sums, tf.float64), full, axis=1)
 
 
 def conflict_tables(

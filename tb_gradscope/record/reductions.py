@@ -71,7 +71,7 @@ class TensorGroup:
         return tf.cast(tf.stack([tf.size(t, out_type=tf.int64) for t in self.tensors]), tf.float64)
 
     def sum_of_squares(self) -> tf.Tensor:
-        return self.reduce(_sum_of_squares, lambda f, i, k: _segment_sum(tf.square(f), i, k))
+        return self.reduce(sum_of_squares, lambda f, i, k: _segment_sum(tf.square(f), i, k))
 
     def finite_stats(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """(max |v|, non-finite count, nonzero count) when every element is finite."""
@@ -110,8 +110,8 @@ def is_big(t: tf.Tensor) -> bool:
     return size is None or size >= BIG
 
 
-def _sum_of_squares(t: tf.Tensor) -> tf.Tensor:
-    """sum(t**2) in one pass: the fused euclidean-norm kernel, which XLA lacks."""
+def sum_of_squares(t: tf.Tensor) -> tf.Tensor:
+    """sum(t**2) of one tensor in one pass: the fused euclidean-norm kernel, which XLA lacks."""
     if in_xla():
         return tf.reduce_sum(tf.square(t))
     return tf.square(tf.math.reduce_euclidean_norm(t))
