@@ -171,9 +171,10 @@ def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_ten
             f"els => els.filter(e => /{names.FLAG}|alert/.test(e.outerHTML)).length"
         ) == 0
         # Open a hostile cell's and the blocked cell's details: they render names too.
-        # (dispatched: a 10 kB row header covers the cells for a pointer click)
-        frame.locator(".gs-cell").first.dispatch_event("click")
-        frame.locator('.gs-cell[data-loss="plain"]').first.dispatch_event("click")
+        # Real pointer clicks: a 10 kB scope name must not widen its row header
+        # over the cells (Playwright refuses a click another element would catch).
+        frame.locator(".gs-cell").first.click(timeout=10_000)
+        frame.locator('.gs-cell[data-loss="plain"]').first.click(timeout=10_000)
         page.wait_for_timeout(1500)
         for target in (page.main_frame, frame):
             assert target.evaluate(f"() => window.{names.FLAG} === undefined"), "a payload ran"

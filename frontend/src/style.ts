@@ -49,6 +49,7 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
   background: none; border: 0; padding: 2px 4px; cursor: pointer; text-align: left; }
 .gs-scope.gs-leaf { cursor: default; }
 .gs-twisty { display: inline-block; width: 1em; color: var(--muted); }
+.gs-scope-name { max-width: 48ch; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .gs-rollup .gs-scope { font-weight: 600; }
 .gs-start-point { color: var(--muted); font-weight: 400; font-size: 11px; }
 .gs-cell { display: block; width: 100%; min-width: 64px; height: 26px; font: inherit; font-size: 12px;

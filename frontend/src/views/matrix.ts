@@ -105,6 +105,9 @@ export class MatrixView {
       ? scope.name.slice(scope.parent.length + 1)
       : scope.name;
     const twisty = h("span", { className: "gs-twisty", attrs: { "aria-hidden": "true" } }, parent ? (expanded ? "▾" : "▸") : "");
+    // Capped and ellipsised (the full name is the title): a very long name
+    // would widen the sticky row header over the cells it labels.
+    const nameText = h("span", { className: "gs-scope-name" }, shortName);
     const label = parent
       ? h(
           "button",
@@ -115,9 +118,9 @@ export class MatrixView {
             on: { click: () => this.handlers.onToggle(scope.name) },
           },
           twisty,
-          shortName,
+          nameText,
         )
-      : h("span", { className: "gs-scope gs-leaf", attrs: { title: scope.name }, data: { scope: scope.name } }, twisty, shortName);
+      : h("span", { className: "gs-scope gs-leaf", attrs: { title: scope.name }, data: { scope: scope.name } }, twisty, nameText);
     if (label instanceof HTMLButtonElement) this.scopeButtons.set(scope.name, label);
     const rowHeader = h("th", { attrs: { scope: "row" } }, label);
     rowHeader.style.paddingLeft = `${(scope.depth - 1) * INDENT_PX + 4}px`;
