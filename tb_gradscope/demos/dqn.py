@@ -14,22 +14,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.demos import common, envs, recording
-from tb_gradscope.demos.replay import ReplayBuffer
+from tb_gradscope.demos import cartpole_dqn, common
+from tb_gradscope.demos.cartpole_dqn import BATCH, GAMMA, HIDDEN, RULES, SYNC_EVERY, Agent
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.pairs import pair_models
 
-GAMMA = 0.99
-BATCH = 32
-SYNC_EVERY = 25
-WARMUP = 64
-HIDDEN = (32, 32)
-
-RULES = (
-    "never(td, target/*)",
-    "only(td, online/*)",
-    f"tracks(target, online, every={SYNC_EVERY})",
-)
+__all__ = ["BATCH", "DEMO", "GAMMA", "HIDDEN", "RULES", "SYNC_EVERY", "train"]
 
 
 def train(spec: RunSpec) -> RunResult:
@@ -37,74 +26,29 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"dqn has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
-    return _train(spec)
+    outcome = cartpole_dqn.run(spec, _train_step)
+    mean_return = float(np.mean(outcome.returns[-10:])) if outcome.returns else float("nan")
+    return RunResult({"td": outcome.td}, f"{outcome.env_name}, mean return of last episodes {mean_return:.1f}")
 
 
-def _train(spec: RunSpec) -> RunResult:
-    env = envs.make_cartpole(spec.seed, spec.env)
-    online = common.mlp("online", env.observation_size, HIDDEN, env.num_actions)
-    target = common.mlp("target", env.observation_size, HIDDEN, env.num_actions)
-    common.hard_copy(online, target)
+def _train_step(agent: Agent):
+    """The TD update: its target under tf.stop_gradient (the leaky twin forgets it)."""
+    online, target, rec = agent.online, agent.target, agent.recorder
     optimizer = keras.optimizers.Adam(1e-3)
-    leaky = spec.twin == LEAKY
-    variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
-                             [pair_models(target, online, every=SYNC_EVERY)])
-
-    @tf.function(reduce_retracing=True)
-    def act(s):
-        return online(s[None])[0]
-
-    @tf.function(reduce_retracing=True)
-    def sync():
-        common.hard_copy(online, target)
-
-    @tf.function(reduce_retracing=True)
-    def record_drift():
-        rec.record_drift()
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, done):
         with rec.tape() as tape:
             q_next = tf.reduce_max(target(s2), axis=1)
             q_target = r + GAMMA * (1.0 - done) * q_next
-            if not leaky:
+            if not agent.leaky:
                 q_target = tf.stop_gradient(q_target)
             q_sa = tf.gather(online(s), a, axis=1, batch_dims=1)
             td = tf.reduce_mean(tf.square(q_target - q_sa))
-        rec.apply(optimizer, rec.gradients(tape, {"td": td}, variables))
+        rec.apply(optimizer, rec.gradients(tape, {"td": td}, agent.variables))
         return td
 
-    rng = np.random.default_rng(spec.seed)
-    buffer = ReplayBuffer(4096, env.observation_size, spec.seed)
-    s = env.reset()
-    episode_return, returns = 0.0, []
-
-    def env_step(eps: float) -> None:
-        nonlocal s, episode_return
-        a = common.epsilon_greedy(act(tf.constant(s)).numpy(), eps, rng)
-        s2, r, terminated, truncated = env.step(a)
-        buffer.add(s, a, r, s2, terminated)
-        episode_return += r
-        s = s2
-        if terminated or truncated:
-            returns.append(episode_return)
-            episode_return = 0.0
-            s = env.reset()
-
-    for _ in range(WARMUP):
-        env_step(1.0)
-    td = float("nan")
-    for step in range(spec.steps):
-        env_step(common.epsilon(step, spec.steps))
-        td = float(train_step(*map(tf.constant, buffer.sample(BATCH))))
-        if (step + 1) % SYNC_EVERY == 0:
-            sync()
-        record_drift()
-        spec.on_step(step + 1)
-    rec.close()
-    mean_return = float(np.mean(returns[-10:])) if returns else float("nan")
-    return RunResult({"td": td}, f"{env.name}, mean return of last episodes {mean_return:.1f}")
+    return train_step
 
 
 DEMO = Demo(

@@ -14,27 +14,14 @@ error.
 from __future__ import annotations
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.demos import common, envs, recording
-from tb_gradscope.demos.replay import ReplayBuffer
+from tb_gradscope.demos import cartpole_dqn, common
+from tb_gradscope.demos.cartpole_dqn import BATCH, GAMMA, RULES, Agent
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import StartPoint
 
-GAMMA = 0.99
-BATCH = 32
-SYNC_EVERY = 25
-WARMUP = 64
 CLIP_DELTA = 1.0
-HIDDEN = (32, 32)
-
-RULES = (
-    "never(td, target/*)",
-    "only(td, online/*)",
-    f"tracks(target, online, every={SYNC_EVERY})",
-)
 
 
 def train(spec: RunSpec) -> RunResult:
@@ -44,31 +31,15 @@ def train(spec: RunSpec) -> RunResult:
             f"dqn3_grad_start has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}"
         )
     common.seed_everything(spec.seed)
-    return _train(spec)
+    outcome = cartpole_dqn.run(spec, _train_step)
+    return RunResult({"td": outcome.td}, outcome.env_name)
 
 
-def _train(spec: RunSpec) -> RunResult:
-    env = envs.make_cartpole(spec.seed, spec.env)
-    online = common.mlp("online", env.observation_size, HIDDEN, env.num_actions)
-    target = common.mlp("target", env.observation_size, HIDDEN, env.num_actions)
-    common.hard_copy(online, target)
+def _train_step(agent: Agent):
+    """DQN 3.0's update: backprop started at q_all with the clipped TD error
+    (the leaky twin differentiates the squared TD error, target network included)."""
+    online, target, rec = agent.online, agent.target, agent.recorder
     optimizer = keras.optimizers.RMSprop(2.5e-4)
-    leaky = spec.twin == LEAKY
-    variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
-                             [pair_models(target, online, every=SYNC_EVERY)])
-
-    @tf.function(reduce_retracing=True)
-    def act(s):
-        return online(s[None])[0]
-
-    @tf.function(reduce_retracing=True)
-    def sync():
-        common.hard_copy(online, target)
-
-    @tf.function(reduce_retracing=True)
-    def record_drift():
-        rec.record_drift()
 
     @tf.function(reduce_retracing=True)
     def train_step(s, a, r, s2, term):
@@ -79,38 +50,16 @@ def _train(spec: RunSpec) -> RunResult:
             delta = r + GAMMA * (1.0 - term) * q2_max - q
             delta = tf.clip_by_value(delta, -CLIP_DELTA, CLIP_DELTA)
             td = 0.5 * tf.reduce_mean(tf.square(delta))
-        if leaky:
+        if agent.leaky:
             start = td
         else:
             # targets[i][a_i] = delta_i; descent on -delta * dQ/dw.
-            targets = tf.one_hot(a, env.num_actions) * delta[:, None]
+            targets = tf.one_hot(a, agent.num_actions) * delta[:, None]
             start = StartPoint(q_all, output_gradients=-tf.stop_gradient(targets) / BATCH)
-        rec.apply(optimizer, rec.gradients(tape, {"td": start}, variables))
+        rec.apply(optimizer, rec.gradients(tape, {"td": start}, agent.variables))
         return td
 
-    rng = np.random.default_rng(spec.seed)
-    buffer = ReplayBuffer(4096, env.observation_size, spec.seed)
-    s = env.reset()
-
-    def env_step(eps: float) -> None:
-        nonlocal s
-        a = common.epsilon_greedy(act(tf.constant(s)).numpy(), eps, rng)
-        s2, r, terminated, truncated = env.step(a)
-        buffer.add(s, a, r, s2, terminated)
-        s = env.reset() if terminated or truncated else s2
-
-    for _ in range(WARMUP):
-        env_step(1.0)
-    td = float("nan")
-    for step in range(spec.steps):
-        env_step(common.epsilon(step, spec.steps))
-        td = float(train_step(*map(tf.constant, buffer.sample(BATCH))))
-        if (step + 1) % SYNC_EVERY == 0:
-            sync()
-        record_drift()
-        spec.on_step(step + 1)
-    rec.close()
-    return RunResult({"td": td}, env.name)
+    return train_step
 
 
 DEMO = Demo(
