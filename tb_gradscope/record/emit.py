@@ -2,11 +2,11 @@
 
 Outside XLA, all records of one call are computed and written inside one
 `tf.cond` on the recorded-step predicate (`recorded_only`), kept as one
-function call: an unrecorded step pays one branch op for them, whatever the
-recording costs. Inside a `jit_compile=True` trace summaries cannot be
-written: tables are computed under a `tf.cond` and collected as `Stats`, which
-the user returns from the compiled step and hands to `Recorder.write` outside
-it.
+function call when it handles small tensors only: an unrecorded step then pays
+one branch op for them, whatever the recording costs. Inside a
+`jit_compile=True` trace summaries cannot be written: tables are computed
+under a `tf.cond` and collected as `Stats`, which the user returns from the
+compiled step and hands to `Recorder.write` outside it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import stats
-from tb_gradscope.record.reductions import in_xla
+from tb_gradscope.record.reductions import BIG, in_xla
 from tb_gradscope.record.writing import SummarySink
 
 
@@ -43,11 +43,14 @@ def graph_key() -> int:
 
 
 def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[], Any]) -> Any:
-    """`tf.cond(record, work, skip)`, as one function call outside XLA.
+    """`tf.cond(record, work, skip)`, as one function call when the branch is small.
 
     TF lowers a cond to switch/merge ops, and an untaken branch still costs its
-    every op (dead-tensor propagation); kept as an `If` call, an unrecorded
-    step pays for one op however much the recorded branch holds.
+    every op (dead-tensor propagation): kept as an `If` call, an unrecorded step
+    pays one op however many the recorded branch holds. But TF runs a branch
+    kept as a call more slowly (measured: a 1M-parameter model's recorded step
+    +3-15 %), so a branch that handles a big tensor (>= `reductions.BIG`
+    elements), where per-element costs dominate, is left to TF's lowering.
     """
     if tf.executing_eagerly() or in_xla():
         return tf.cond(record, work, skip)
@@ -55,9 +58,20 @@ def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[],
     first = len(graph.get_operations())
     out = tf.cond(record, work, skip)
     for op in graph.get_operations()[first:]:
-        if op.type in ("If", "StatelessIf"):
+        branch = getattr(op, "_true_graph", None)  # set by cond_v2 on its If op
+        if op.type in ("If", "StatelessIf") and branch is not None and not _handles_big(branch):
             op._set_attr("_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False))  # noqa: SLF001
     return out
+
+
+def _handles_big(branch: Any) -> bool:
+    """Whether an op of the branch's graph outputs a tensor of at least BIG elements."""
+    for op in branch.get_operations():
+        for t in op.outputs:
+            size = t.shape.num_elements()
+            if size is not None and size >= BIG:
+                return True
+    return False
 
 
 class Emitter:
