@@ -149,8 +149,11 @@ class SummarySink:
         updated once, and the host callback runs once for all the records.
         Returns True.
         """
-        if not records or not self.chief:
+        if not records:
             return tf.constant(True)
+        if not self.chief:  # computes what the chief writes (see `_compute_only`)
+            with tf.control_dependencies([value for _, _, value, _ in records]):
+                return tf.constant(True)
         with self.as_default():
             token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
             seen = self._written.read_value()
