@@ -295,3 +295,26 @@ def _luminance(css_colour: str) -> float:
     numbers = css_colour[css_colour.index("(") + 1 : css_colour.index(")")].replace(",", " ").split()
     r, g, b = (float(n) / 255 for n in numbers[:3])
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_a_data_reload_keeps_the_keyboard_focus(open_tab: OpenTab) -> None:
+    """A reload rebuilds the matrix and redraws the panels below it; the control
+    focused in either keeps the focus (a reload mid-navigation lost it)."""
+    tab = open_tab()
+    focused = "() => { const e = document.activeElement; return e.id || `${e.dataset.loss ?? ''}|${e.dataset.scope}`; }"
+    tab.frame.locator('.gs-cell[data-loss="td"]').first.focus()
+    cell = tab.frame.evaluate(focused)
+    with tab.page.expect_response(lambda r: "/matrix" in r.url):
+        tab.frame.evaluate("() => document.getElementById('gs-refresh').click()")
+    tab.page.wait_for_timeout(1000)
+    assert cell.startswith("td|") and tab.frame.evaluate(focused) == cell
+
+    tab.frame.wait_for_selector(".gs-wide button, .gs-wide input, .gs-wide a[href]", timeout=30_000)
+    tab.frame.locator(".gs-wide button, .gs-wide input, .gs-wide a[href]").first.focus()
+    before = tab.frame.evaluate("() => document.activeElement.outerHTML.slice(0, 120)")
+    with tab.page.expect_response(lambda r: "/matrix" in r.url):
+        tab.frame.evaluate("() => document.getElementById('gs-refresh').click()")
+    tab.page.wait_for_timeout(1000)  # the panels below are redrawn after the matrix
+    assert tab.frame.evaluate("() => document.activeElement !== document.body")
+    assert tab.frame.evaluate("() => document.activeElement.outerHTML.slice(0, 120)") == before
+    tab.assert_clean()

@@ -311,6 +311,7 @@ export class App {
     this.toolbar.setSteps(view.info.steps, matrix.step);
     const toggled = this.toggled.get(matrix.run) ?? new Set<string>();
     const diff: MatrixDiff | null = view.comparison === null ? null : { run: view.comparison.run, differ: view.comparison.differ };
+    const focused = focusedIn(this.body);
     const matrixView = new MatrixView(matrix, view.info.losses, view.tree, toggled, this.selected, {
       onToggle: (scope) => this.toggle(scope),
       onSelect: (selection) => this.select(selection),
@@ -323,6 +324,7 @@ export class App {
       this.extrasBox,
     );
     this.drawExtras(view, matrix);
+    refocus(focused, matrixView);
     return matrixView;
   }
 
@@ -345,6 +347,7 @@ export class App {
       replaceChildren(this.extrasBox, h("p", { className: "gs-muted" }, "Loading the scope graph, drift and events…"));
       return;
     }
+    const focused = focusedIn(this.extrasBox);
     replaceChildren(
       this.extrasBox,
       view.graph?.element ?? h("p", { className: "gs-muted", attrs: { id: "gs-graph-none" } }, extras.flowgraph === null
@@ -354,6 +357,7 @@ export class App {
       view.panels,
       renderExport(matrix.run, matrix.step),
     );
+    refocus(focused, null);
   }
 
   private drawStatus(): void {
@@ -382,4 +386,28 @@ export class App {
 
 function seriesKey(run: string, cell: Selection): string {
   return [run, cell.loss, cell.scope].join("\u0000");
+}
+
+// Redrawing replaces or re-inserts elements, which drops the keyboard focus
+// they held: a data reload (TensorBoard's, or the 30 s poll) must not send a
+// keyboard user back to the top of the page. The control is found again by
+// its id, or in the matrix by the cell or scope it stands for.
+function focusedIn(container: HTMLElement): HTMLElement | null {
+  const active = document.activeElement;
+  return active instanceof HTMLElement && container.contains(active) ? active : null;
+}
+
+function refocus(focused: HTMLElement | null, matrix: MatrixView | null): void {
+  if (focused === null || document.activeElement === focused) return;
+  if (focused.isConnected) {
+    focused.focus({ preventScroll: true });
+    return;
+  }
+  const { loss, scope } = focused.dataset;
+  if (matrix !== null && scope !== undefined) {
+    if (loss !== undefined) matrix.focusCell({ loss, scope });
+    else matrix.focusScope(scope);
+  } else if (focused.id !== "") {
+    document.getElementById(focused.id)?.focus({ preventScroll: true });
+  }
 }
