@@ -102,10 +102,7 @@ def main() -> None:
                 candidates[name] = step
                 recorders.append(rec)
 
-        runs = {name: harness.step_loop(step, batch, steps) for name, step in candidates.items()}
-        for run in runs.values():
-            run()  # trace and warm up
-        wall, cpu = harness.rotated_medians(runs, repetitions)
+        wall, cpu = harness.step_medians(candidates, batch, steps, repetitions)
         for rec in recorders:
             rec.close()
     report("params", int(sum(np.prod(v.shape) for v in model.trainable_variables)))

@@ -36,7 +36,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.harness import parse_args, report, rotated_medians, step_loop  # noqa: E402
+from bench.harness import parse_args, report, step_medians  # noqa: E402
 from tb_gradscope.record import Recorder, distribute  # noqa: E402
 
 GLOBAL_BATCH = 128
@@ -119,10 +119,7 @@ def main() -> None:
     report("load_average_1m", os.getloadavg()[0])
     with tempfile.TemporaryDirectory() as logdir:
         made = {kind: make_step(strategy, kind, os.path.join(logdir, kind)) for kind in ("baseline", "reduction", "every_step", "default")}
-        runs = {kind: step_loop(step, batch, steps) for kind, (step, _) in made.items()}
-        for run in runs.values():
-            run()  # trace and warm up
-        wall, cpu = rotated_medians(runs, repetitions)
+        wall, cpu = step_medians({kind: step for kind, (step, _) in made.items()}, batch, steps, repetitions)
         for _, recorder in made.values():
             if recorder is not None:
                 recorder.close()

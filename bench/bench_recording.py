@@ -100,10 +100,7 @@ def measure(prefix, setup, steps, repetitions, logdir):
         candidates[label] = step
         recorders.append(rec)
 
-    runs = {name: harness.step_loop(step, batch, steps) for name, step in candidates.items()}
-    for run in runs.values():
-        run()  # trace and warm up
-    wall, cpu = harness.rotated_medians(runs, repetitions)
+    wall, cpu = harness.step_medians(candidates, batch, steps, repetitions)
     for rec in recorders:
         rec.close()
     report(f"{prefix}_params", int(sum(np.prod(v.shape) for v in model.trainable_variables)))

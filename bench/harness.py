@@ -79,6 +79,17 @@ def step_loop(step: Callable[..., object], batch: tuple, steps: int) -> Callable
     return run
 
 
+def step_medians(
+    steps_by_name: dict[str, Callable[..., object]], batch: tuple, steps: int, repetitions: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """`rotated_medians` of `steps` calls of each TF step, after one untimed run
+    of each (tracing and warm-up stay out of the timing)."""
+    runs = {name: step_loop(step, batch, steps) for name, step in steps_by_name.items()}
+    for run in runs.values():
+        run()
+    return rotated_medians(runs, repetitions)
+
+
 def report(name: str, value: float | int | str) -> None:
     """Prints one `name: value` line (the harness collects these)."""
     if isinstance(value, float):

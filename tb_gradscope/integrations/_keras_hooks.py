@@ -15,7 +15,7 @@ from tb_gradscope.integrations._keras_records import KerasRecords
 from tb_gradscope.integrations._keras_step import StepProbe
 from tb_gradscope.pairs.monitor import DriftMonitor
 from tb_gradscope.pairs.pairs import Pair
-from tb_gradscope.record import naming
+from tb_gradscope.record import naming, options
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy
@@ -42,15 +42,8 @@ class GradscopeHooks:
         pairs: Sequence[Pair] = (),
     ):
         super().__init__()
-        if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int) or every_n_batches < 1:
-            raise ValueError(
-                f"every_n_batches must be an int >= 1, got {every_n_batches!r}; "
-                "e.g. every_n_batches=10 records batches 0, 10, 20, ..."
-            )
-        if scopes is not None and not isinstance(scopes, ScopeSpec):
-            raise ValueError(
-                f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}"
-            )
+        options.check_every(every_n_batches, "every_n_batches", "batches")
+        options.check_scopes(scopes)
         self.logdir = logdir
         self._checker = RuleChecker(rules, on_violation=LOG) if rules else None
         apply_policy([], on_violation)  # checks the policy's name now

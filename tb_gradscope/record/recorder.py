@@ -35,7 +35,7 @@ import tensorflow as tf
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, naming, stats
-from tb_gradscope.record import distribute, targets
+from tb_gradscope.record import distribute, options, targets
 from tb_gradscope.record import loss_scale as loss_scale_lib
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
 from tb_gradscope.record.state import RecorderState
@@ -161,15 +161,8 @@ class Recorder(tf.Module):
                 f"recorded losses, got {type(loss_scale).__name__}"
             )
         self._loss_scale = loss_scale
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ValueError(
-                f"every_n_steps must be an int >= 1, got {every_n_steps!r}; "
-                "e.g. every_n_steps=10 records steps 0, 10, 20, ..."
-            )
-        if scopes is not None and not isinstance(scopes, ScopeSpec):
-            raise ValueError(
-                f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}"
-            )
+        options.check_every(every_n_steps, "every_n_steps", "steps")
+        options.check_scopes(scopes)
         explicit = None
         if variables is not None:
             explicit = losses_lib.check_variables(variables, "Recorder(variables=...)")

@@ -8,7 +8,7 @@ The step counter is read, and the recorded-step predicate computed, once per
 traced step (`now`). A call's tables are computed and written inside one
 branch taken at recorded steps only (`emit.recorded_only`). When gradient
 conflict or rules need the loss tables as tensors, all of a step's loss tables
-are computed together (`tables.step_tables`, still one branch) and the rules
+are computed together (`tables.recorded_tables`, still one branch) and the rules
 are checked on them before the step counter advances.
 """
 
@@ -107,7 +107,7 @@ class RecorderState:
                 grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
                 self.pending_tables.setdefault(graph_key(), {}).update(grads)
             return None
-        found = tables_lib.step_tables(record, make_aligned, layout, rollup, self.conflict)
+        found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, self.conflict)[0]
         written = [
             self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
             for t in found

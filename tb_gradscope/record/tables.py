@@ -37,24 +37,6 @@ class StepTable:
     value: tf.Tensor
 
 
-def step_tables(
-    record: tf.Tensor,
-    make_aligned: Callable[[], Mapping[str, Sequence[Any]]],
-    layout: ScopeLayout,
-    rollup: stats.RollUp,
-    conflict: bool,
-    write: Callable[[list[StepTable]], Any] | None = None,
-) -> list[StepTable]:
-    """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair.
-
-    `make_aligned()` returns {loss: gradients aligned with the layout's
-    variables}; it is called only on the recorded branch, and so is
-    `write(tables)` when given (the writes then share the branch). Eagerly,
-    returns [] when `record` is false.
-    """
-    return recorded_tables(record, make_aligned, layout, rollup, conflict, write)[0]
-
-
 def recorded_tables(
     record: tf.Tensor,
     make_aligned: Callable[[], Mapping[str, Sequence[Any]]],
@@ -64,8 +46,15 @@ def recorded_tables(
     write: Callable[[list[StepTable]], Any] | None = None,
     snapshot: Sequence[Any] = (),
 ) -> tuple[list[StepTable], list[tf.Tensor]]:
-    """`step_tables`, and the values of the `snapshot` variables read in the same
-    branch (empty tensors at unrecorded steps; [] eagerly when not recording)."""
+    """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair,
+    and the values of the `snapshot` variables read in the same branch.
+
+    `make_aligned()` returns {loss: gradients aligned with the layout's
+    variables}; it is called only on the recorded branch, and so is
+    `write(tables)` when given (the writes then share the branch). At
+    unrecorded steps the snapshot values are empty tensors; eagerly, both
+    lists are [] when `record` is false.
+    """
     shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
 
     def compute() -> tuple[dict[tuple[str, str], tf.Tensor], list[tf.Tensor]]:
