@@ -82,6 +82,8 @@ class Emitter:
         self.recorder = recorder
         self.every = every_n_steps
         self.flowgraph: FlowGraph | None = None
+        self.flowgraph_deferred = False  # known, but written later (an eager block's exit)
+        self._flowgraph_revision = 0  # bumped when traced functions' losses are merged in
         self.flowgraph_attrs: dict = {}  # e.g. {"rules": [...]} for `tb-gradscope check`
         self._metadata: dict[str, bytes] = {}
         self.record_of: dict[str, tuple[Kind, str]] = {}  # tag -> (kind, name)
@@ -211,9 +213,19 @@ class Emitter:
         if self.flowgraph is not None:
             recorded_only(record, lambda: self.sink.write_due(self._flowgraph_record(), step), lambda: tf.constant(False))
 
+    def set_flowgraph(self, flowgraph: FlowGraph, deferred: bool = False) -> None:
+        """The run's FlowGraph from now on. A replaced one (more losses merged
+        in) is a new revision, written under a tag of its own (each revision is
+        written once; readers take the latest written at or before a step)."""
+        if self.flowgraph is not None:
+            self._flowgraph_revision += 1
+        self.flowgraph = flowgraph
+        self.flowgraph_deferred = deferred
+
     def _flowgraph_record(self) -> list[tuple[str, bytes, tf.Tensor, bool]]:
-        """The FlowGraph as a record for `SummarySink.write_due` (written once), if known."""
-        if self.flowgraph is None:
+        """The FlowGraph as a record for `SummarySink.write_due` (written once), if due."""
+        if self.flowgraph is None or self.flowgraph_deferred:
             return []
-        tag, meta = self.metadata(Kind.FLOWGRAPH, "", (), self.flowgraph_attrs)
+        name = str(self._flowgraph_revision) if self._flowgraph_revision else ""
+        tag, meta = self.metadata(Kind.FLOWGRAPH, name, (), self.flowgraph_attrs)
         return [(tag, meta, tf.constant([encode_json(self.flowgraph.to_json())]), True)]

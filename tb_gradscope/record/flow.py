@@ -3,7 +3,8 @@
 `tb_gradscope.analysis.analyze_graph(graph, losses, variable_scopes)` is looked
 up when a step is traced, so the recorder works (without a FlowGraph) where the
 analysis is absent. Analysis never stops recording or training: any failure is
-one warning.
+one warning. A step traced as several functions gives one FlowGraph each,
+merged into the run's (`merge`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Mapping, Sequence
 
-from tb_gradscope.format.flowgraph import FlowGraph
+from tb_gradscope.format.flowgraph import FlowGraph, GraphEdge
 from tb_gradscope.record.warn import warn_once
 
 
@@ -54,3 +55,35 @@ def analyze_step(
             "the Gradscope tab will show no flow graph for this run",
         )
         return None
+
+
+def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
+    """One FlowGraph for a step traced as several functions (one per optimizer):
+    `more`'s losses added to `known` (same scope list; a loss already known is
+    kept as it was), the scope graphs united."""
+    new = [info for info in more.losses if info.name not in known.cells]
+    names = {info.name for info in new}
+    nodes = {node.id: node for node in known.nodes}
+    for node in more.nodes:
+        nodes.setdefault(node.id, node)
+    edges = {(e.src, e.dst): e for e in known.edges}
+    for e in more.edges:
+        old = edges.get((e.src, e.dst))
+        edges[(e.src, e.dst)] = e if old is None else GraphEdge(
+            e.src, e.dst, max(old.tensors, e.tensors), tuple(sorted(set(old.blocked_for) | set(e.blocked_for)))
+        )
+    applied = None
+    if known.applied is not None or more.applied is not None:
+        hit = set(known.applied or ()) | set(more.applied or ())
+        applied = [s for s in known.scopes if s in hit]
+    return FlowGraph(
+        losses=list(known.losses) + new,
+        scopes=list(known.scopes),
+        cells={**known.cells, **{n: more.cells[n] for n in names}},
+        blocked_edges=list(known.blocked_edges) + [e for e in more.blocked_edges if e.loss in names],
+        nodes=list(nodes.values()),
+        edges=[edges[k] for k in sorted(edges)],
+        applied=applied,
+        warnings=list(dict.fromkeys(known.warnings + more.warnings)),
+        source=known.source,
+    )

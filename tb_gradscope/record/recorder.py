@@ -37,6 +37,7 @@ from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, naming, stats
 from tb_gradscope.record import distribute, options, targets
 from tb_gradscope.record import loss_scale as loss_scale_lib
+from tb_gradscope.record.block import Block
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
 from tb_gradscope.record.state import RecorderState
 from tb_gradscope.record.emit import Emitter, Stats
@@ -276,10 +277,11 @@ class Recorder(tf.Module):
                 "not given loss_scale: recorded norms are of the scaled gradients and "
                 "skipped steps are not marked; pass Recorder(loss_scale=optimizer)",
             )
+        block = self._s.block if self._s.block is not None and self._s.block.inside() else None
         before = None
         if not self._s.disabled:
             with self._guard():
-                if self._s.layout.ensure([v for _, v in pairs]):
+                if self._s.layout.ensure([v for _, v in pairs]) and block is None:
                     before = self._s.snapshot(self.step, pairs)
         # After this step's recording branches (see Emitter.take_recorded): an
         # ordering only, the values applied are the same.
@@ -288,11 +290,57 @@ class Recorder(tf.Module):
             result = optimizer.apply_gradients(pairs)
         if self._s.monitor is not None:
             self._s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
+        if block is not None:
+            if block.eager and not tf.executing_eagerly():
+                self._finish_traced_in_block(block)
+            return result
         if before is not None and not self._s.disabled:
             with self._guard():
                 distribute.once(self._record_update, before, on_error=self._step_aside)
         self.advance()
         return result
+
+    @contextlib.contextmanager
+    def training_step(self) -> Iterator[None]:
+        """One recorded training step, however many tapes, optimizers or
+        `tf.function`s it is made of (DDPG, TD3, SAC, GANs, BYOL).
+
+        Every `apply` inside the block leaves `step` alone; leaving the block
+        advances it once, so every loss of the step is recorded at the same
+        steps. ||delta theta|| covers the whole block for every recorded
+        variable, whichever optimizer moved it. Use it inside one
+        `tf.function`, or eagerly around several (`update_critic(b);
+        update_actor(b)`): a function traced inside the block must then always
+        be called inside one. An exception inside the block leaves `step` as it
+        was. DDPG::
+
+          @tf.function
+          def train_step(s, a, r, s2):
+              with rec.training_step():
+                  with rec.tape() as tape:
+                      critic_loss = ...
+                  rec.apply(critic_opt, rec.gradients(tape, {"critic": critic_loss}, critic_vars))
+                  with rec.tape() as tape:
+                      actor_loss = ...
+                  rec.apply(actor_opt, rec.gradients(tape, {"actor": actor_loss}, actor_vars))
+                  polyak(target, online)
+                  rec.record_drift()
+        """
+        if self._s.block is not None:
+            raise ValueError(
+                f"Recorder '{self.name}': training_step() blocks do not nest; "
+                "open one block per training step"
+            )
+        block = Block.open()
+        self._s.block = block
+        try:
+            if block.eager and not self._s.disabled:
+                with self._guard():
+                    block.before = self._s.eager_block_snapshot(self.step)
+            yield
+        finally:
+            self._s.block = None
+        self._end_block(block)
 
     @_no_autograph
     def advance(self) -> None:
@@ -402,6 +450,43 @@ class Recorder(tf.Module):
             self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
         else:
             self._s.check_step(self.step, self._s.record_updates(self.step, maker))
+
+    def _end_block(self, block: Block) -> None:
+        """Leaving `training_step()`: analysis, ||delta theta|| over the block,
+        rules, then the step advances once."""
+        if not self._s.disabled and self._s.layout.vlayout is not None:
+            with self._guard():
+                distribute.once(self._close_block, block, on_error=self._step_aside)
+        self.step.assign_add(1)
+        self._s.advanced()
+
+    def _close_block(self, block: Block) -> None:
+        if block.eager:
+            if block.analyzed:
+                self._s.write_flowgraph_now(self.step)
+        elif self._s.analyze_traced_step(self.step, self.name) and not _in_xla():
+            self._s.emitter.write_flowgraph(*self._s.now(self.step))
+        updates = None
+        if block.before is not None:
+            variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
+            maker = lambda: stats.update_table(block.before, variables, rollup)  # noqa: E731
+            if self._s.checks is None or _in_xla():
+                self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
+            else:
+                updates = self._s.record_updates(self.step, maker)
+        self._s.check_step(self.step, updates)
+
+    def _finish_traced_in_block(self, block: Block) -> None:
+        """A function traced inside an eager block: its graph's analysis (merged
+        into the run's FlowGraph, written at the block's exit) and rules."""
+        if self._s.disabled or self._s.layout.vlayout is None:
+            return
+        with self._guard():
+            block.analyzed |= bool(distribute.once(
+                lambda: self._s.analyze_traced_step(self.step, self.name, defer_write=True),
+                on_error=self._step_aside,
+            ))
+            distribute.once(self._s.check_step, self.step, None, on_error=self._step_aside)
 
     def _finish_step(self) -> None:
         """Before `step` advances: analysis (if `apply` did not run it) and rules."""

@@ -23,6 +23,7 @@ from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import flow, stats
 from tb_gradscope.record import gradients as gradients_lib
 from tb_gradscope.record import tables as tables_lib
+from tb_gradscope.record.block import Block
 from tb_gradscope.record.checks import RuleSteps
 from tb_gradscope.record.emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record.layout import LayoutResolver
@@ -41,9 +42,11 @@ class RecorderState:
         self.disabled = False
         self.checks: RuleSteps | None = None
         self.monitor: Any = None  # a DriftMonitor when there are pairs
+        self.block: Block | None = None  # the open `training_step()` block
         self.conflict = True
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
         self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
+        self._branch_start: int | None = None  # op count where the last loss recording branch began
 
     def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, is it a recorded step), read once per traced step.
@@ -84,6 +87,7 @@ class RecorderState:
         rollup = self.layout.rollup
         now, record = self.now(step)
         variables = self._snapshot_candidates()
+        self._mark_block_start()
         if self.checks is None and not (self.conflict and len(makers) > 1):
             if in_xla():
                 return self.emit(
@@ -147,6 +151,33 @@ class RecorderState:
         if variables and copies:
             graph = tf.compat.v1.get_default_graph()
             self._snapshots[graph] = (list(copies), len(graph.get_operations()))
+            block = self.block
+            if (
+                block is not None
+                and block.before is None
+                and block.holds_current_graph()
+                and _untouched_since(block.first_op, variables, self._branch_start)
+            ):
+                block.before = list(copies)  # the values before the block's first optimizer step
+
+    def _mark_block_start(self) -> None:
+        """Notes where a loss recording branch starts (for `_keep_snapshot`)."""
+        if not tf.executing_eagerly():
+            self._branch_start = len(tf.compat.v1.get_default_graph().get_operations())
+
+    def eager_block_snapshot(self, step: tf.Variable) -> list[Any] | None:
+        """Eagerly, at a block's entry: copies of every recorded variable at a
+        recorded step (None otherwise, or while the variables are unknown)."""
+        vlayout = self.layout.vlayout
+        if vlayout is None or in_xla() or not bool(self.should_record(step)):
+            return None
+        return stats.snapshot(vlayout.variables)
+
+    def write_flowgraph_now(self, step: tf.Variable) -> None:
+        """Writes the FlowGraph eagerly at the current step (an eager block's exit)."""
+        self.emitter.flowgraph_deferred = False
+        with tf.init_scope():
+            self.emitter.write_flowgraph(step.read_value(), tf.constant(True))
 
     def record_updates(self, step: tf.Variable, maker: Callable[[], tf.Tensor]) -> tf.Tensor | None:
         """Writes the UPDATE_STATS table and returns it as a tensor (for rules);
@@ -191,38 +222,52 @@ class RecorderState:
         if not tf.executing_eagerly() and losses:
             self.pending_losses.setdefault(graph_key(), {}).update(losses)
 
-    def analyze_traced_step(self, step: tf.Variable, recorder: str) -> bool:
-        """At trace time, after the optimizer: analyze this graph (once per recorder),
-        then check the rules on its FlowGraph.
+    def analyze_traced_step(self, step: tf.Variable, recorder: str, defer_write: bool = False) -> bool:
+        """At trace time, after the optimizer: analyze this graph's losses, then
+        check the rules on the run's FlowGraph.
 
-        Returns True when this call found the recorder's FlowGraph.
+        A step split over several traced functions (one per optimizer) gives
+        one FlowGraph per function; each one's losses are merged into the run's
+        FlowGraph (a new revision, written again). With `defer_write` (a
+        function traced inside an eager `training_step()` block) the FlowGraph
+        is written and checked at the block's exit instead.
+
+        Returns True when this call found new losses' flow.
         """
         if tf.executing_eagerly():
             return False
         graph_losses = self.pending_losses.pop(graph_key(), {})
         emitter = self.emitter
-        if emitter.flowgraph is not None or not graph_losses:
+        known = emitter.flowgraph
+        fresh = {name: value for name, value in graph_losses.items() if known is None or name not in known.cells}
+        if not fresh:
             return False
         vlayout = self.layout.vlayout
-        emitter.flowgraph = flow.analyze_step(
+        found = flow.analyze_step(
             tf.compat.v1.get_default_graph(),
-            graph_losses,
+            fresh,
             vlayout.variable_scopes(),
             vlayout.layout.scopes,
             recorder,
         )
-        if emitter.flowgraph is not None and self.checks is not None:
+        if found is None:
+            return False
+        emitter.set_flowgraph(found if known is None else flow.merge(known, found), defer_write)
+        if self.checks is not None:
             self.checks.at_trace(emitter.flowgraph, step)
-        return emitter.flowgraph is not None
+        return True
 
 
 # Ops that take a variable and leave it as it was.
-_READS = frozenset({"ReadVariableOp", "VarIsInitializedOp", "VariableShape"})
+_READS = frozenset(
+    {"ReadVariableOp", "VarIsInitializedOp", "VariableShape", "ResourceGather", "ResourceGatherNd"}
+)
 
 
-def _untouched_since(first_op: int, variables: Sequence[Any]) -> bool:
-    """True when no op built after the first `first_op` ops of this graph takes
-    one of `variables` other than to read it."""
+def _untouched_since(first_op: int, variables: Sequence[Any], last_op: int | None = None) -> bool:
+    """True when no op built after the first `first_op` ops of this graph (and
+    before the first `last_op`, if given) takes one of `variables` other than
+    to read it."""
     graph = tf.compat.v1.get_default_graph()
     handles = set()
     for variable in variables:
@@ -230,7 +275,7 @@ def _untouched_since(first_op: int, variables: Sequence[Any]) -> bool:
         if handle is None:
             return False
         handles.add(id(graph.capture(handle)) if hasattr(graph, "capture") else id(handle))
-    for op in graph.get_operations()[first_op:]:
+    for op in graph.get_operations()[first_op:last_op]:
         if op.type not in _READS and any(id(t) in handles for t in op.inputs):
             return False
     return True
