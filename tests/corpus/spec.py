@@ -7,10 +7,12 @@ recording into `logdir` and, around every training step, lets the oracle look:
     for step in range(shape.steps):
         observer.before(step, probe)   # state before the step: the oracle runs here
         train_step(batch)              # the shape's own code, recorded by the product
-        observer.after(step)           # after the target update: drift is read here
+        observer.after(drift_step)     # after the target update: drift is read here
 
 `step` is the product's step number of that training step (`rec.step` before
-it runs). The observer decides which steps it examines (the recorded ones) and
+it runs). `drift_step` is the step the product records that step's drift at:
+the recorder's step when `rec.record_drift()` ran (`step` inside
+`rec.training_step()`, `step + 1` after a bare `rec.apply`, which advances). The observer decides which steps it examines (the recorded ones) and
 restores every variable it touches, so the training run is the same with or
 without it. A probe must be cheap to build (closures, no TF work): the shape
 builds one every step.
@@ -144,8 +146,9 @@ class Observer(Protocol):
     def before(self, step: int, probe: StepProbe | TF1Probe) -> None:
         """Before the training step `step` runs (state = what its gradients see)."""
 
-    def after(self, step: int) -> None:
-        """After the step and its target update (where the product reads drift)."""
+    def after(self, drift_step: int) -> None:
+        """After the step and its target update, with the step number the
+        product records that drift at (see the module docstring)."""
 
 
 @dataclasses.dataclass(frozen=True)
