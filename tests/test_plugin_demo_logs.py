@@ -11,7 +11,7 @@ from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug import test as werkzeug_test
 
-from tb_gradscope.plugin.cells import CELL_STATES
+from tb_gradscope.read.flowstate import CELL_STATES
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tests import providers
 

@@ -53,7 +53,9 @@ def evaluate(logs: RunLogs, rules: Sequence[rules_lib.Rule]) -> list[fmt.Event]:
     for step, graph in logs.flowgraphs:
         events += rules_lib.check_flowgraph(rules, graph, step)
     for step in sorted(logs.grads):
-        events += rules_lib.check_stats(rules, step, logs.grads[step], logs.updates.get(step))
+        events += rules_lib.check_stats(
+            rules, step, logs.grads[step], logs.updates.get(step), logs.flowgraph_at(step)
+        )
     events += rules_lib.check_drift(rules, logs.drift, logs.last_step)
     if not logs.flowgraphs and not logs.grads:
         for rule in rules:

@@ -1,7 +1,7 @@
 """What `tb-gradscope report` says about one run, as plain JSON-ready data.
 
 Per run, at one recorded step: the loss x scope flow-state table (the same
-combination rule as the Gradscope tab, `plugin.cells.cell_state`) with
+combination rule as the Gradscope tab, `read.flowstate.cell_state`) with
 gradient norms, the blocked edges with their source lines, the latest drift
 of every target/online pair, anomalies, steps the loss scaler skipped, and
 violations (recorded, plus the rules given or recorded, evaluated over the
@@ -19,7 +19,7 @@ from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.commands import evaluate
 from tb_gradscope.commands.logs import RunLogs
 from tb_gradscope.format.records import float_or_none
-from tb_gradscope.plugin.cells import NO_GRADIENT, cell_state
+from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
 
 
 class StepError(ValueError):
@@ -91,11 +91,10 @@ def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None) -> 
         static_row = flowgraph.cells.get(loss, {}) if flowgraph else {}
         for scope in scopes:
             grad = table.row(scope) if table is not None and scope in table else None
-            update = updates.row(scope)["update_norm"] if updates is not None and scope in updates else None
             if step is None:  # nothing recorded yet: only the trace-time state is known
                 state = static_row.get(scope) or NO_GRADIENT
             else:
-                state = cell_state(grad, static_row.get(scope), update)
+                state = cell_state(grad, static_row.get(scope))
             received = grad is not None and grad["grad_vars"] > 0
             row[scope] = {
                 "state": state,

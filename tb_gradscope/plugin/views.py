@@ -17,7 +17,7 @@ from tensorboard import errors
 from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
-from tb_gradscope.plugin import cells as cell_rules
+from tb_gradscope.read import flowstate
 from tb_gradscope.plugin.cache import RunData
 from tb_gradscope.plugin.encoding import jsonable, num
 from tb_gradscope.plugin.reader import TableSeries
@@ -208,8 +208,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
         for scope in scopes:
             grad = rows.get(scope)
             static = static_row.get(scope)
-            update_norm = updates.get(scope, {}).get("update_norm")
-            cells[loss][scope] = _cell(grad, static, update_norm, cell_violated(violated, loss, scope))
+            cells[loss][scope] = _cell(grad, static, cell_violated(violated, loss, scope))
     return {
         "run": view.run,
         "step": step,
@@ -220,8 +219,8 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     }
 
 
-def _cell(grad, static: str | None, update_norm, violation: bool) -> dict[str, Any]:
-    state = cell_rules.cell_state(grad, static, update_norm)
+def _cell(grad, static: str | None, violation: bool) -> dict[str, Any]:
+    state = flowstate.cell_state(grad, static)
     grad_vars = grad.get("grad_vars") if grad else None
     if grad_vars and math.isfinite(grad_vars):
         l2, max_abs, nonfinite, zero_frac = (

@@ -1,7 +1,11 @@
 """The flow state of a (loss, scope) cell at a step: one pure rule.
 
 Combines what static analysis says (the FlowGraph cell, if any) with what the
-recorder measured at that step (grad_stats row, update_stats update norm).
+recorder measured at that step (the loss's grad_stats row). Whether a loss
+*updates* a scope is a per-(loss, scope) fact: its gradient arrives and an
+optimizer step fed by this loss's gradient writes the scope (the FlowGraph's
+`updates` vs `ignored`). A scope's total ||delta theta|| never decides it:
+another loss's optimizer, or one the recorder never saw, may move the scope.
 Shared by the plugin's matrix route and the command line; docs/HTTP_API.md
 states the same rule in words.
 """
@@ -24,7 +28,6 @@ VANISHING_L2 = 1e-12
 def cell_state(
     grad: Mapping[str, float] | None,
     static_state: str | None = None,
-    update_norm: float | None = None,
     vanishing_l2: float = VANISHING_L2,
 ) -> str:
     """The flow state shown for one cell.
@@ -32,9 +35,8 @@ def cell_state(
     Args:
       grad: the cell's grad_stats row ({column: value}), or None when the
         loss recorded nothing for this scope at this step.
-      static_state: the FlowGraph's state for the cell, or None if unknown.
-      update_norm: the scope's applied-update norm at this step, or None if
-        update stats were not recorded there.
+      static_state: the FlowGraph's state for the cell, or None if unknown
+        (no FlowGraph: an eager loop whose step was never traced).
       vanishing_l2: the L2 threshold for "vanishing".
 
     Returns:
@@ -46,9 +48,9 @@ def cell_state(
          no_gradient;
       2. any non-finite element (nonfinite > 0 or a non-finite l2): nonfinite;
       3. l2 <= vanishing_l2: vanishing;
-      4. update_norm == 0 (the optimizer moved nothing): ignored;
-      5. static state ignored: ignored;
-      6. otherwise: updates.
+      4. static state ignored (no optimizer step fed by this loss writes the
+         scope): ignored;
+      5. otherwise: updates.
     """
     grad_vars = _finite_or_none(grad.get("grad_vars")) if grad else None
     if not grad_vars:
@@ -65,8 +67,6 @@ def cell_state(
         return fmt.NONFINITE
     if l2 <= vanishing_l2:
         return fmt.VANISHING
-    if update_norm is not None and update_norm == 0:
-        return fmt.IGNORED
     if static_state == fmt.IGNORED:
         return fmt.IGNORED
     return fmt.UPDATES
