@@ -20,11 +20,12 @@ from tb_gradscope.analysis import applied as applied_lib
 from tb_gradscope.analysis import reach
 from tb_gradscope.analysis.flatten import FlatGraph, flatten
 from tb_gradscope.analysis.gradrules import GradientRules
-from tb_gradscope.analysis.inputs import AnalysisError, match_variables, normalize_losses
+from tb_gradscope.analysis.inputs import AnalysisError, handle_of, match_variables, normalize_losses
 from tb_gradscope.analysis.scopegraph import ScopeGraph
 from tb_gradscope.analysis.source import user_source
 from tb_gradscope.format.flowgraph import (
     BLOCKED,
+    CAUSE_TAPE_BOUNDARY,
     IGNORED,
     INDEPENDENT,
     NODE_INPUT,
@@ -49,6 +50,7 @@ def analyze_graph(
     variable_scopes: Sequence[tuple[Any, str]],
     scopes: Sequence[str] | None = None,
     train_ops: Mapping[str, Any] | None = None,
+    watched: Mapping[str, Sequence[Any]] | None = None,
 ) -> FlowGraph:
     """Static flow analysis of a traced step.
 
@@ -60,6 +62,10 @@ def analyze_graph(
       scopes: the full ordered scope list (default: the tree over the leaves).
       train_ops: TF1: loss name -> train op (or list of ops) whose apply ops
         say what that loss's optimizer updates.
+      watched: loss name -> the variables its GradientTape watched
+        (`tape.watched_variables()`). A variable the tape did not watch (read
+        only before the tape opened, or not trainable) gets no gradient from
+        that loss: the tape boundary is a cut.
 
     Returns:
       A FlowGraph. `applied` is None when the graph holds no optimizer writes
@@ -69,7 +75,7 @@ def analyze_graph(
       AnalysisError: a loss not in the graph, no variables, duplicate names.
     """
     with _no_gc():
-        return _analyze(graph, losses, variable_scopes, scopes, train_ops)
+        return _analyze(graph, losses, variable_scopes, scopes, train_ops, watched or {})
 
 
 @contextlib.contextmanager
@@ -86,7 +92,7 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
+def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> FlowGraph:
     specs = normalize_losses(losses, graph)
     flat = flatten(graph)
     var_nodes, var_names, missing = match_variables(flat, graph, variable_scopes)
@@ -116,18 +122,25 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
     applied_vars = _applied(flat, specs, var_nodes, train_ops, cones)
 
     cells = {}
+    outside_tape: dict[str, set[int]] = {}
     for spec, _, forward, gradient, _ in per_loss:
         applied_here = applied_vars.get(spec.name, applied_vars.get(None))
+        unwatched = _unwatched(watched.get(spec.name), variable_scopes, var_nodes, gradient)
         states = [INDEPENDENT] * len(var_names)
         for node, indices in var_nodes.items():
             for i in indices:
-                state = _state(forward[node], gradient[node], applied_here, i)
+                reached = gradient[node] and i not in unwatched
+                state = _state(forward[node], reached, applied_here, i)
                 if _RANK[state] > _RANK[states[i]]:  # a replicated variable: any replica
                     states[i] = state
+        outside_tape[spec.name] = {
+            i for node, indices in var_nodes.items() for i in indices if i in unwatched and forward[node]
+        }
         cells[spec.name] = _roll_up(states, leaves, scope_list)
 
     scope_graph, nodes, loss_ids = _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss)
     blocked = _blocked_edges(flat, scope_graph, loss_ids, per_loss)
+    blocked += _tape_boundary_edges(per_loss, outside_tape, leaves, var_names, cells, loss_ids)
     edges = _graph_edges(scope_graph, blocked)
     applied_scopes = None
     if applied_vars:
@@ -150,6 +163,44 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops) -> FlowGraph:
 def _or(a: bytearray, b: bytearray) -> bytearray:
     """Element-wise OR of two flag arrays (one big-int operation, not a Python loop)."""
     return bytearray((int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little"))
+
+
+def _unwatched(tape_variables, variable_scopes, var_nodes, gradient) -> set[int]:
+    """Indices of the variables a loss's tape did not watch, among those its
+    gradient walk reaches; empty when the tape is unknown, or when it watched
+    none of them (its variables are then not the ones analysed: no evidence)."""
+    if tape_variables is None:
+        return set()
+    ids = {id(h) for h in (handle_of(v) for v in tape_variables) if h is not None}
+    reached = [i for node, indices in var_nodes.items() if gradient[node] for i in indices]
+    watched = {i for i in reached if id(handle_of(variable_scopes[i][0])) in ids}
+    return set(reached) - watched if watched else set()
+
+
+def _tape_boundary_edges(per_loss, outside_tape, leaves, var_names, cells, loss_ids) -> list[BlockedEdge]:
+    """One blocked edge per leaf scope a loss depends on only outside its tape
+    (every variable of the leaf is blocked for the loss)."""
+    edges = []
+    for spec, *_ in per_loss:
+        by_leaf: dict[str, list[str]] = {}
+        for i in sorted(outside_tape[spec.name]):
+            by_leaf.setdefault(leaves[i], []).append(var_names[i])
+        for leaf, names in by_leaf.items():
+            if cells[spec.name].get(leaf) != BLOCKED:
+                continue
+            edges.append(
+                BlockedEdge(
+                    loss=spec.name,
+                    producer=names[0],
+                    consumer=spec.tensor.name,
+                    op_name="GradientTape",
+                    op_type="GradientTape",
+                    cause=CAUSE_TAPE_BOUNDARY,
+                    producer_scope=leaf,
+                    consumer_scope=loss_ids[spec.name],
+                )
+            )
+    return edges
 
 
 def _state(forward: int, gradient: int, applied: set[int] | None, index: int) -> str:
@@ -238,19 +289,24 @@ def _blocked_edges(flat, sg: ScopeGraph, loss_ids, per_loss) -> list[BlockedEdge
                 consumer_side = [label]
             elif not consumer_side:
                 consumer_side = producer_side
-            result.append(
-                BlockedEdge(
-                    loss=spec.name,
-                    producer=flat.names[cut.producer],
-                    consumer=flat.names[cut.consumer],
-                    op_name=flat.names[cut.consumer],
-                    op_type=flat.types[cut.consumer],
-                    cause=cut.cause,
-                    producer_scope=producer_side[0] if producer_side else "",
-                    consumer_scope=consumer_side[0] if consumer_side else "",
-                    source=user_source(flat.ops[cut.consumer]),
+            # One cut can separate several producer scopes (a stop_gradient on a
+            # backup computed from two target critics and the policy): one edge each.
+            scope_producers = [p for p in producer_side if not p.startswith(("input:", "loss:"))]
+            source = user_source(flat.ops[cut.consumer])
+            for producer_scope in scope_producers or producer_side[:1] or [""]:
+                result.append(
+                    BlockedEdge(
+                        loss=spec.name,
+                        producer=flat.names[cut.producer],
+                        consumer=flat.names[cut.consumer],
+                        op_name=flat.names[cut.consumer],
+                        op_type=flat.types[cut.consumer],
+                        cause=cut.cause,
+                        producer_scope=producer_scope,
+                        consumer_scope=consumer_side[0] if consumer_side else "",
+                        source=source,
+                    )
                 )
-            )
     return result
 
 

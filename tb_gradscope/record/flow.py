@@ -32,18 +32,20 @@ def analyze_step(
     variable_scopes: Sequence[tuple[Any, str]],
     scopes: Sequence[str],
     recorder: str,
+    watched: Mapping[str, Sequence[Any]] | None = None,
 ) -> FlowGraph | None:
     """Runs the static analysis on a traced step; None (after one warning) on failure.
 
     `losses` maps each loss name to its scalar tensor, or to a StartPoint
     (`.tensor`, `.output_gradients`) for a gradient start point. `scopes` is
     the recorder's scope list, so FlowGraph cells and table rows agree.
+    `watched` maps a loss to the variables its GradientTape watched.
     """
     analyzer = find_analyzer()
     if analyzer is None:
         return None
     try:
-        result = analyzer(graph, dict(losses), list(variable_scopes), scopes=list(scopes))
+        result = analyzer(graph, dict(losses), list(variable_scopes), scopes=list(scopes), watched=dict(watched or {}))
         if not isinstance(result, FlowGraph):
             raise TypeError(f"analyze_graph returned {type(result).__name__}, not FlowGraph")
         return result

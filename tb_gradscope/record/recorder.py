@@ -191,12 +191,16 @@ class Recorder(tf.Module):
         self,
         grads_by_loss: Mapping[str, Any],
         losses: Mapping[str, Any] | None = None,
+        tape: tf.GradientTape | None = None,
     ) -> Stats | None:
         """Records gradients the user computed: {loss_name: grads_and_vars}.
 
         `losses` optionally maps loss names to their tensors (or StartPoint)
-        for static analysis. Inside `jit_compile=True` returns the Stats to
-        hand to `write` outside; otherwise writes and returns None.
+        for static analysis; `tape`, the GradientTape they were computed with,
+        lets the analysis see its boundary (a network run before the tape
+        opened gets no gradient: blocked, not "ignored"). Inside
+        `jit_compile=True` returns the Stats to hand to `write` outside;
+        otherwise writes and returns None.
         """
         losses_lib.check_loss_names(grads_by_loss, "record_gradients")
         pairs_by_loss = {
@@ -213,7 +217,7 @@ class Recorder(tf.Module):
             if not self._s.layout.ensure(seen):
                 return None
             if distribute.is_first_replica():
-                self._s.stash_losses(losses or {})
+                self._s.stash_losses(losses or {}, tape)
             return self._record_losses(gradients_lib.given(self._s.layout, pairs_by_loss))
         return None
 
@@ -255,7 +259,7 @@ class Recorder(tf.Module):
             with self._guard():
                 if self._s.layout.ensure(variables):
                     if distribute.is_first_replica():
-                        self._s.stash_losses(losses)
+                        self._s.stash_losses(losses, tape)
                     makers = gradients_lib.per_loss(self._s.layout, tape, losses, variables, grads)
                     self._record_losses(makers)
         return list(zip(grads, variables))

@@ -38,6 +38,7 @@ class RecorderState:
         self.layout = layout
         self.every = every
         self.pending_losses: dict[int, dict] = {}  # per graph: losses for analysis
+        self.pending_watched: dict[int, dict] = {}  # per graph: {loss: variables its tape watched}
         self.pending_tables: dict[int, dict] = {}  # per graph: {loss: GRAD_STATS} for rules
         self.disabled = False
         self.checks: RuleSteps | None = None
@@ -217,10 +218,14 @@ class RecorderState:
         scopes = self.layout.vlayout.layout.scopes
         self.checks.at_step(item.step, item.record, grads, scopes, updates)
 
-    def stash_losses(self, losses: Mapping[str, Any]) -> None:
-        """Keeps a traced step's losses for its analysis (graph mode only)."""
+    def stash_losses(self, losses: Mapping[str, Any], tape: Any = None) -> None:
+        """Keeps a traced step's losses for its analysis (graph mode only), with
+        the variables their tape watched (the tape boundary is a cut)."""
         if not tf.executing_eagerly() and losses:
             self.pending_losses.setdefault(graph_key(), {}).update(losses)
+            if tape is not None:
+                watched = list(tape.watched_variables())
+                self.pending_watched.setdefault(graph_key(), {}).update({name: watched for name in losses})
 
     def analyze_traced_step(self, step: tf.Variable, recorder: str, defer_write: bool = False) -> bool:
         """At trace time, after the optimizer: analyze this graph's losses, then
@@ -237,6 +242,7 @@ class RecorderState:
         if tf.executing_eagerly():
             return False
         graph_losses = self.pending_losses.pop(graph_key(), {})
+        watched = self.pending_watched.pop(graph_key(), {})
         emitter = self.emitter
         known = emitter.flowgraph
         fresh = {name: value for name, value in graph_losses.items() if known is None or name not in known.cells}
@@ -249,6 +255,7 @@ class RecorderState:
             vlayout.variable_scopes(),
             vlayout.layout.scopes,
             recorder,
+            {name: watched[name] for name in fresh if name in watched},
         )
         if found is None:
             return False
