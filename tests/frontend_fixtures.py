@@ -26,6 +26,7 @@ from tests.frontend_logs import (
     DqnTrainer,
     graph_spec,
     hostile_spec,
+    numbers_spec,
     record_demo_runs,
     states_spec,
     wide_spec,
@@ -94,6 +95,18 @@ class TensorBoard:
                 return
             time.sleep(0.3)
         raise AssertionError(f"run {run!r} has steps {steps}, expected {count} of them")
+
+    def wait_until_loaded(self, runs: list[str], timeout: float = 120.0) -> None:
+        """Waits until no run of `runs` gains kept steps for two seconds."""
+        deadline = time.monotonic() + timeout
+        before: list[int] = []
+        while time.monotonic() < deadline:
+            counts = [len(self.json("run", run=run)["steps"]) for run in runs]
+            if counts == before and all(counts):
+                return
+            before = counts
+            time.sleep(2.0)
+        raise AssertionError(f"runs {runs} kept loading for {timeout} s (step counts {before})")
 
 
 def launch_tensorboard(
@@ -181,8 +194,8 @@ def tensorboard_launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lau
 @pytest.fixture(scope="session")
 def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     """A DQN run (steps 0-30), a "live" DQN run (steps 0-10 so far), runs with
-    hostile names, with every flow state and with 10,000 scopes, and a run
-    without gradscope data."""
+    hostile names, with every flow state, with 10,000 scopes, with numbers at
+    the edges of their notation, and a run without gradscope data."""
     import tensorflow as tf
 
     logdir = tensorboard_launch.logdir
@@ -195,6 +208,7 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     write_run(logdir, states_spec())
     write_run(logdir, wide_spec())
     write_run(logdir, graph_spec())
+    write_run(logdir, numbers_spec())
     writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.0, step=0)
@@ -208,7 +222,7 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
     """The session's TensorBoard, serving every run of `gradscope_logs`."""
     launch = tensorboard_launch
     tb = await_tensorboard(launch.process, launch.logdir, launch.log)
-    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500"])
+    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500", "numbers"])
     return tb
 
 
@@ -222,6 +236,28 @@ def demo_runs(tensorboard: TensorBoard) -> TensorBoard:
     for run in runs:
         tensorboard.wait_for_steps(run, 2, timeout=120)
     return tensorboard
+
+
+DEMO_LOGS = REPO / "demo_logs"
+
+
+def demo_log_runs() -> list[str]:
+    """The runs of the committed demo_logs/ (every folder holding an event file)."""
+    return sorted({path.parent.relative_to(DEMO_LOGS).as_posix() for path in DEMO_LOGS.rglob("*tfevents*")})
+
+
+@pytest.fixture(scope="session")
+def demo_logs_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
+    """A TensorBoard serving the committed demo_logs/ (read only), once every
+    run is listed and its kept steps stopped growing (fully loaded)."""
+    tb = start_tensorboard(DEMO_LOGS, tmp_path_factory.mktemp("tb_demo_logs") / "stderr.txt")
+    try:
+        runs = demo_log_runs()
+        tb.wait_for_runs(runs, timeout=120)
+        tb.wait_until_loaded(runs)
+        yield tb
+    finally:
+        stop_tensorboard(tb.process)
 
 
 @pytest.fixture(scope="session")

@@ -141,6 +141,31 @@ def wide_spec(top: int = 20, middle: int = 25, leaves: int = 20) -> RunSpec:
     )
 
 
+# What compact numbers (two significant digits) must show for values at the
+# edges of their notation: integer zeros kept, exponents where plain notation
+# would need more than four characters of zeros.
+COMPACT_SHOWN = {
+    10.0: "10", 20.0: "20", 30.16: "30", 39.74: "40", 90.0: "90", 99.96: "100", 100.0: "100",
+    398.0: "400", 999.6: "1.0e+3", 1234.0: "1.2e+3", 5e6: "5.0e+6", 1e20: "1.0e+20",
+    0.01: "0.01", 0.00999: "0.01", 0.012: "0.012", 0.0049: "4.9e-3", 1e-5: "1.0e-5",
+    2.5e-10: "2.5e-10", 1.5: "1.5", 2.0: "2", 0.25: "0.25",
+}
+
+
+def numbers_spec() -> RunSpec:
+    """One loss whose cells' ‖g‖ (and the scopes' ‖Δθ‖) are the values of COMPACT_SHOWN."""
+    scopes = ("n",) + tuple(f"n/v{i:02d}" for i in range(len(COMPACT_SHOWN)))
+    values = dict(zip(scopes[1:], COMPACT_SHOWN))
+    grads = {s: grad_row(values.get(s, 1.0)) for s in scopes}
+    return RunSpec(
+        name="numbers",
+        scopes=scopes,
+        static={"fit": {s: fmt.UPDATES for s in scopes}},
+        grads={"fit": grads},
+        updates={s: (values.get(s, 1.0), 4.0) for s in scopes},
+    )
+
+
 def graph_spec(blocks: int = 10, layers: int = 50) -> RunSpec:
     """A 500-scope scope graph: `blocks` chains of `layers` leaf scopes each,
     fed by one input and all flowing into one loss."""

@@ -1,14 +1,24 @@
 // How numbers are shown: compact in cells, full precision in tooltips and the
 // details panel. null means "no value" (e.g. no gradient reached the scope).
 
+/** Significant digits a compact number keeps. */
+export const COMPACT_DIGITS = 2;
+
+/**
+ * `value` rounded to COMPACT_DIGITS significant digits: plain notation between
+ * 0.01 and 1000 ("40", "0.012", "1.5"), else an exponent ("1.2e+3", "4.0e-5").
+ * The rounded number is printed as JavaScript prints any number, so its integer
+ * zeros are never lost (30.16 shows "30", not "3").
+ */
 export function formatCompact(value: number | null): string {
   if (value === null) return "–";
   if (Number.isNaN(value)) return "NaN";
   if (!Number.isFinite(value)) return value > 0 ? "+Inf" : "-Inf";
   if (value === 0) return "0";
-  const magnitude = Math.abs(value);
-  if (magnitude >= 0.01 && magnitude < 1000) return value.toPrecision(2).replace(/\.?0+$/, "");
-  return value.toExponential(1);
+  const rounded = Number(value.toPrecision(COMPACT_DIGITS));
+  const magnitude = Math.abs(rounded);
+  if (magnitude >= 0.01 && magnitude < 1000) return String(rounded);
+  return value.toExponential(COMPACT_DIGITS - 1);
 }
 
 export function formatFull(value: number | null): string {
