@@ -30,6 +30,7 @@ CAUSE_NO_GRADIENT = "no_gradient"  # no gradient function (PyFunc, ...)
 CAUSE_INTEGER = "integer"  # the path only crosses integer or bool tensors
 CAUSE_CUSTOM_GRADIENT_NONE = "custom_gradient_none"  # a custom gradient returns None
 CAUSE_UNKNOWN = "unknown_gradient"  # an op the analysis does not know
+CAUSE_TAPE_BOUNDARY = "tape_boundary"  # read only before the GradientTape opened (or not watched)
 CAUSES = (
     CAUSE_STOP_GRADIENT,
     CAUSE_NON_DIFFERENTIABLE,
@@ -37,6 +38,7 @@ CAUSES = (
     CAUSE_INTEGER,
     CAUSE_CUSTOM_GRADIENT_NONE,
     CAUSE_UNKNOWN,
+    CAUSE_TAPE_BOUNDARY,
 )
 
 # Node kinds of the scope-level dataflow graph.
