@@ -37,7 +37,11 @@ from tb_gradscope.rules.model import (
     outermost,
     scope_matches,
 )
-from tb_gradscope.rules.paths import gradient_path
+from tb_gradscope.rules.paths import gradient_path, loss_node_id
+
+# What a violation's evidence["cause"] says is wrong, and so which fix its message names.
+CAUSE_MISSING_CUT = "missing_stop_gradient"  # no cut on the path: wrap it in tf.stop_gradient
+CAUSE_OPTIMIZER_SCOPE = "optimizer_scope"  # the path is needed; the loss's optimizer must not write the scope
 
 REACHING_STATES = (fmt.UPDATES, fmt.IGNORED)
 APPLIED_STATES = (fmt.UPDATES,)
@@ -235,7 +239,53 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -
         evidence["path"] = path
     if not cut:
         return ""
-    evidence["missing_cut"] = list(cut)
     via = f" (path {' -> '.join(path)})" if len(path) > 2 else ""
+    owners = _losses_training_through(flowgraph, loss, scope, cut)
+    if owners and flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
+        # The edge carries another loss's own gradient into the scope: a
+        # stop_gradient there would break that loss. The leak is this loss's
+        # optimizer writing the scope.
+        evidence["cause"] = CAUSE_OPTIMIZER_SCOPE
+        evidence["needed_by"] = owners
+        return (
+            f"{via}: the optimizer step fed by loss '{loss}' writes scope '{scope}', whose own "
+            f"loss {', '.join(repr(o) for o in owners)} needs the path {cut[0]} -> {cut[1]} "
+            f"(a tf.stop_gradient there would break it); leave '{scope}' out of that "
+            f"optimizer's variables (var_list) for loss '{loss}'"
+        )
+    evidence["cause"] = CAUSE_MISSING_CUT
+    evidence["missing_cut"] = list(cut)
     also = f"; the cut at {existing[0]} does not cover it" if existing else ""
     return f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; wrap the tensor leaving {cut[0]} in tf.stop_gradient"
+
+
+def _losses_training_through(
+    flowgraph: fmt.FlowGraph, loss: str, scope: str, cut: tuple[str, str]
+) -> list[str]:
+    """Other losses that update `scope` and whose gradient runs back through
+    the edge `cut` (its head reaches their loss node on edges not cut for them)."""
+    owners = []
+    for other, row in flowgraph.cells.items():
+        if other == loss or row.get(scope) != fmt.UPDATES:
+            continue
+        target = loss_node_id(flowgraph, other)
+        if target is not None and _reaches(flowgraph, cut[1], target, other):
+            owners.append(other)
+    return sorted(owners)
+
+
+def _reaches(flowgraph: fmt.FlowGraph, start: str, target: str, loss: str) -> bool:
+    successors: dict[str, list[str]] = {}
+    for edge in flowgraph.edges:
+        if loss not in edge.blocked_for:
+            successors.setdefault(edge.src, []).append(edge.dst)
+    seen, stack = {start}, [start]
+    while stack:
+        node = stack.pop()
+        if node == target:
+            return True
+        for nxt in successors.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
