@@ -13,18 +13,20 @@ s, which makes `target_step` and `tau` exact; without it they are NaN.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format import Kind, RecordInfo, make_info
-from tb_gradscope.integrations._tf1_graph import written_variables
+from tb_gradscope.integrations._tf1_graph import scoped_variables, written_variables
 from tb_gradscope.integrations._tf1_ops import NAME_SCOPE, SNAPSHOT_COLLECTION
 from tb_gradscope.pairs import drift as drift_lib
 from tb_gradscope.pairs.pairs import Pair, pair_prefixes
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.record.stats import RollUp
+from tb_gradscope.scopes import variable_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,20 +39,123 @@ class _PairOps:
     have_previous: tf.Tensor  # placeholder: feed True when the snapshot is of s - 1
 
 
-def resolve_pairs(pairs: Any, variables: Sequence[tf.Variable]) -> list[Pair]:
-    """Pairs given as `Pair`s or as {target scope: online scope} over `variables`."""
-    if not pairs:
+def resolve_pairs(pairs: Any, graph: tf.Graph) -> list[Pair]:
+    """Pairs given as `Pair`s or as {target scope: online scope} of `graph`.
+
+    Scopes are looked up among all the graph's variables, trainable or not
+    (TF1 target networks are usually built with `trainable=False`).
+    """
+    if pairs is None:
         return []
     if isinstance(pairs, Mapping):
-        return [pair_prefixes(list(variables), target=t, online=o) for t, o in pairs.items()]
-    pairs = list(pairs)
-    if not all(isinstance(p, Pair) for p in pairs):
+        return [pair_scopes(t, o, graph=graph) for t, o in pairs.items()]
+    if isinstance(pairs, Pair):
+        pairs = [pairs]
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence) or not all(
+        isinstance(p, Pair) for p in pairs
+    ):
         raise ValueError(
-            "pairs takes {target_scope: online_scope} or a list of Pair from "
-            "tb_gradscope.pairs (pair_prefixes(tf.trainable_variables(), "
-            "target='target_net', online='eval_net', every=C))"
+            f"pairs takes {{target_scope: online_scope}} or a list of Pair, got "
+            f"{type(pairs).__name__} {str(pairs)[:60]!r}; e.g. pairs={{'Actor/target': "
+            "'Actor/eval'}, or pairs=[pair_scopes('target_net', 'eval_net', every=C)]"
         )
-    return pairs
+    return list(pairs)
+
+
+def pair_scopes(
+    target: str,
+    online: str,
+    *,
+    tau: float | None = None,
+    every: int | None = None,
+    variables: Sequence[tf.Variable] | None = None,
+    graph: tf.Graph | None = None,
+) -> Pair:
+    """The TF1 pair of the variables under scope `target` and scope `online`.
+
+    Example (a DDPG target net built with `trainable=False`, soft-updated):
+
+        pair = pair_scopes("Actor/target", "Actor/eval", tau=0.01)
+        gs = GraphRecorder(logdir, ..., pairs=[pair])
+
+    Args:
+      target, online: scope prefixes (`variable_scope` names).
+      tau: the declared EMA rate; every: the declared hard-copy period.
+      variables: where to look (default: every variable of the graph,
+        trainable or not; optimizer slots and the global step never count).
+      graph: the graph (default: the default graph).
+    """
+    for arg, value in (("target", target), ("online", online)):
+        if not isinstance(value, str) or not value.strip("/"):
+            raise ValueError(
+                f"pair_scopes: {arg} must be a scope name such as 'Actor/target', got {value!r}"
+            )
+    graph = graph or tf.compat.v1.get_default_graph()
+    every_var = scoped_variables(graph, _global_variables(graph))
+    chosen = every_var if variables is None else scoped_variables(graph, variables)
+    for arg, prefix in (("target", target), ("online", online)):
+        if not _under(chosen, prefix):
+            raise ValueError(_missing(arg, prefix, chosen, every_var, variables is None))
+    return pair_prefixes(chosen, target=target, online=online, tau=tau, every=every)
+
+
+def _global_variables(graph: tf.Graph) -> list[tf.Variable]:
+    with graph.as_default():
+        return tf.compat.v1.global_variables()
+
+
+def _under(variables: Sequence[tf.Variable], prefix: str) -> list[tf.Variable]:
+    head = prefix.strip("/") + "/"
+    return [v for v in variables if variable_name(v.name).startswith(head)]
+
+
+def _missing(arg: str, prefix: str, chosen: Sequence[tf.Variable],
+             every_var: Sequence[tf.Variable], looked_everywhere: bool) -> str:
+    """Why no variable is under `prefix`, and what to pass instead."""
+    elsewhere = _under(every_var, prefix)
+    if elsewhere and not looked_everywhere:
+        trainable = {id(v) for v in _trainable(every_var)}
+        frozen = [v for v in elsewhere if id(v) not in trainable]
+        what = (
+            f"{len(frozen)} variable(s) under '{prefix}' exist but are not trainable "
+            "(trainable=False)"
+            if frozen
+            else f"the variables under '{prefix}' are not in the list given"
+        )
+        return (
+            f"pair {arg} scope '{prefix}': {what}; leave variables out (all the graph's "
+            "variables are searched) or pass variables=tf.compat.v1.global_variables()"
+        )
+    roots = sorted({variable_name(v.name).split("/")[0] for v in every_var})
+    return (
+        f"pair {arg} scope '{prefix}': the graph has no variable under it (top-level "
+        f"scopes: {', '.join(roots[:10]) or 'none'}); pass the variable_scope name "
+        "the network was built under"
+    )
+
+
+def _trainable(variables: Sequence[tf.Variable]) -> list[tf.Variable]:
+    if not variables:
+        return []
+    with variables[0].graph.as_default():
+        return tf.compat.v1.trainable_variables()
+
+
+def paired_variables(pairs: Sequence[Pair], graph: tf.Graph) -> list[tf.Variable]:
+    """The variables of `pairs` that the matrix can show under their pair names.
+
+    Both sides of every pair whose variables are this graph's and whose scope
+    names are their own (not `ExponentialMovingAverage` shadows, which a pair
+    renames under `ema/`): a `trainable=False` target then has its matrix rows.
+    """
+    out = []
+    for pair in pairs:
+        for side, names in ((pair.target, pair.target_names), (pair.online, pair.online_names)):
+            for var, name in zip(side, names):
+                own = getattr(var, "graph", None) is graph and variable_name(var.name) == name
+                if own:
+                    out.append(var)
+    return out
 
 
 class PairRecorder:

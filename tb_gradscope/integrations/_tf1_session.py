@@ -13,6 +13,7 @@ import tensorflow as tf
 from tensorflow.python.client import session as tf_session  # SessionInterface: no public alias
 
 from tb_gradscope.integrations._tf1_graph import replace_ops
+from tb_gradscope.rules.policy import FlowRuleViolation
 
 
 class RecordingSession(tf_session.SessionInterface):
@@ -66,15 +67,22 @@ class RecordingSession(tf_session.SessionInterface):
         return self._session.partial_run(handle, fetches, feed_dict)
 
     def close(self) -> None:
-        self._recorder.close(self._session)
-        self._session.close()
+        try:
+            self._recorder.close(self._session)
+        finally:
+            self._session.close()
 
     def __enter__(self) -> "RecordingSession":
         self._session.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> Any:
-        self._recorder.close(self._session)
+        try:
+            self._recorder.close(self._session)
+        except FlowRuleViolation:
+            if exc[0] is None:  # an error already leaving the block is the one to see
+                self._session.__exit__(*exc)
+                raise
         return self._session.__exit__(*exc)
 
     def __getattr__(self, name: str) -> Any:

@@ -1,7 +1,8 @@
 """Record TF1 graph-mode training (`tf.compat.v1.Session`, MonitoredTrainingSession).
 
     gs = GraphRecorder(logdir, losses={"loss1": loss1, "loss2": loss2},
-                       train_ops={"loss1": train1, "loss2": train2})
+                       train_ops={"loss1": train1, "loss2": train2},
+                       rules=["never(loss1, Agent/layer2_2)"])
     sess = gs.wrap(sess)            # or: hooks=[gs.hook()]
 
 `GraphRecorder` adds stats ops to the user's graph (per loss: `tf.gradients`
@@ -9,18 +10,21 @@ of the loss with respect to the scoped variables, rolled up to a GRAD_STATS
 table; they run only when fetched) and runs the static analysis once. At a
 recorded step the gradient tables are fetched in the user's own run call (no
 second forward pass) and written with TensorBoard's event writer; the graph
-gets no summary ops. See `_steps.py` for what a step is.
+gets no summary ops. See `_steps.py` for what a step is, `_tf1_rules.py` for
+when rules are checked, docs/TF1.md for the guide.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.format import Kind, make_info
+from tb_gradscope.format import Event, Kind, make_info
+from tb_gradscope.integrations import _tf1_args as args
 from tb_gradscope.integrations import _tf1_graph as graphs
 from tb_gradscope.integrations._steps import CallPlan, StepClock
 from tb_gradscope.integrations._tf1_ops import (
@@ -28,7 +32,13 @@ from tb_gradscope.integrations._tf1_ops import (
     build_loss_ops,
     build_update_ops,
 )
-from tb_gradscope.integrations._tf1_pairs import PairRecorder, resolve_pairs
+from tb_gradscope.integrations._tf1_pairs import (
+    PairRecorder,
+    pair_scopes,
+    paired_variables,
+    resolve_pairs,
+)
+from tb_gradscope.integrations._tf1_rules import STEP_EVENTS, TRACE_EVENTS, RuleSteps
 from tb_gradscope.integrations._tf1_static import static_flowgraph
 from tb_gradscope.integrations._writer import RecordWriter
 from tb_gradscope.record.losses import StartPoint
@@ -66,13 +76,27 @@ class GraphRecorder:
         one of these ops. Several losses may share one op.
       every_n_steps: record steps divisible by this (counted per train op).
       variables: the variables whose scopes are reported (default: the graph's
-        trainable variables). Optimizer slots and the global step never are.
+        trainable variables plus both sides of every pair, so a
+        `trainable=False` target net has its rows). Optimizer slots and the
+        global step never are.
       scopes: include/exclude patterns and depth cap for the scope tree.
       pairs: target/online pairs whose drift is recorded (DRIFT records):
-        {target scope: online scope}, or a list of `tb_gradscope.pairs.Pair`
-        (`pair_prefixes(tf.trainable_variables(), "target_net", "eval_net",
-        every=C)` declares a hard-replacement period). See `_tf1_pairs.py`.
-      analyze: run the static analysis and write the FlowGraph.
+        {target scope: online scope} (looked up among all the graph's
+        variables, trainable or not), or a list of `tb_gradscope.pairs.Pair`
+        (`pair_scopes("target_net", "eval_net", every=C)` declares a
+        hard-replacement period, `tau=` an EMA rate). See `_tf1_pairs.py`.
+      analyze: run the static analysis and write the FlowGraph (rules need
+        it to tell `ignored` from `updates`).
+      rules: flow rules, as for the TF2 Recorder: Rule objects or strings
+        ("never(td, target_net/*)"), or a TOML rules file path. Checked on the
+        FlowGraph when the recorder is built and at every recorded step;
+        violations are written as EVENTS records (and kept in `violations`)
+        before `on_violation` applies; the rule texts go in the FLOWGRAPH
+        record for `tb-gradscope check` and the tab.
+      on_violation: "log", "warn" or "raise": FlowRuleViolation from the
+        wrapped `run` call, after the violations are written (a violation
+        the FlowGraph shows: from the first train call, before it runs).
+        None: the rules file's policy, else "log".
 
     Steps: a loss's step is how many run calls included its train op before
     this one (0-based; offset by the global step when the session starts, so
@@ -99,22 +123,33 @@ class GraphRecorder:
         scopes: ScopeSpec | None = None,
         pairs: Any = None,
         analyze: bool = True,
+        rules: Any = None,
+        on_violation: str | None = None,
     ):
-        if not losses:
-            raise ValueError("GraphRecorder needs at least one loss: losses={'td': loss}")
-        graph = _graph_of(losses)
+        args.check_plain_args(logdir, every_n_steps, scopes, analyze)
+        variables = args.check_variables(variables)
+        graph = args.graph_of(losses)
         self.graph = graph
         self._starts = {
-            str(name): _resolve_start(graph, name, value) for name, value in losses.items()
+            str(name): args.resolve_start(graph, name, value) for name, value in losses.items()
         }
-        self._train_ops = _resolve_train_ops(graph, self._starts, train_ops)
+        self._train_ops = args.resolve_train_ops(graph, self._starts, train_ops)
+        pair_list = resolve_pairs(pairs, graph)
+        if rules and not analyze:
+            raise ValueError(
+                "rules need the static analysis (analyze=True): without the FlowGraph an "
+                "`ignored` cell (gradient arrives, var_list leaves the scope out) cannot be "
+                "told from `updates`; drop analyze=False or rules="
+            )
         self._clock = StepClock(
             {loss: (op.name if op is not None else None) for loss, op in self._train_ops.items()},
             every_n_steps,
         )
         trained = sorted({op for op in self._train_ops.values() if op is not None},
                          key=lambda op: op.name)
-        chosen = graphs.scoped_variables(graph, variables)
+        chosen = graphs.scoped_variables(
+            graph, variables if variables is not None else _default_variables(graph, pair_list)
+        )
         self.layout = build_layout([v.name for v in chosen], scopes)
         by_name = {variable_name(v.name): v for v in chosen}
         self.variables = [by_name[n] for n in self.layout.variable_names]
@@ -123,27 +158,29 @@ class GraphRecorder:
             if analyze
             else None
         )
+        self._rules = RuleSteps(rules or [], on_violation, self.layout.scopes, str(logdir))
+        self._rules.at_build(self._flowgraph)
+        self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)
         self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup)
         self._update_ops = build_update_ops(graph, self.variables, rollup, trained)
         self._pairs = (
-            PairRecorder(graph, resolve_pairs(pairs, self.variables), trained, every_n_steps)
-            if pairs
-            else None
+            PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
         )
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
         self._train_op_names = {op: op.name for op in trained}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._offset_read = False
+        self._first_step = 0
         self._flowgraph_written = False
         self._infos = {
             name: make_info(Kind.GRAD_STATS, name, self.layout.scopes)
             for name in self._starts
         }
         self._update_info = make_info(Kind.UPDATE_STATS, "", self.layout.scopes)
-        self._writer = RecordWriter(logdir)
-        self.logdir = logdir
+        self._writer = RecordWriter(os.fspath(logdir))
+        self.logdir = os.fspath(logdir)
         self.disabled = False
         self._serial = next(_SERIALS)
 
@@ -159,27 +196,54 @@ class GraphRecorder:
 
         return GradscopeHook(self)
 
+    @property
+    def violations(self) -> list[Event]:
+        """Every rule violation (tb_gradscope.format.Event) seen so far.
+
+        Those the FlowGraph shows are here as soon as the recorder is built
+        (stamped with the first train call's step once it runs).
+        """
+        return list(self._rules.violations)
+
     def flush(self) -> None:
         """Writes pending records to disk."""
         self._writer.flush()
 
     def close(self, session: Any = None) -> None:
-        """Closes an open update window (with `session`, if still usable) and the file."""
+        """Closes an open update window (with `session`, if still usable) and the file.
+
+        Steps not checked yet are checked now; under on_violation="raise" their
+        violations raise FlowRuleViolation after the file is closed.
+        """
         if session is not None and not self.disabled:
             self._guard(lambda: self._close_open_window(session.run))
+        if not self.disabled:
+            self._guard(lambda: self._write_violations(self._rules.remaining()))
         self._writer.close()
+        self._settle()
 
     # The protocol RecordingSession and GradscopeHook drive, one call each side
     # of the user's run call. Failures are reported once and switch recording off.
 
     def _before(self, run: Run, fetches: Any, feed_dict: Any) -> _Pending | None:
+        self._settle()  # violations of a call that failed before its _after
         if self.disabled:
             return None
-        return self._guard(lambda: self._plan_call(run, fetches, feed_dict))
+        called = self._guard(lambda: self._called(run, fetches))
+        self._settle()  # the FlowGraph's violations: before the first step runs
+        if not called or self.disabled:
+            return None
+        return self._guard(lambda: self._plan_call(run, called, feed_dict))
 
     def _after(self, run: Run, pending: _Pending, results: Mapping[str, Any]) -> None:
         if not self.disabled:
             self._guard(lambda: self._finish_call(run, pending, results))
+        self._settle()
+
+    def _settle(self) -> None:
+        """Applies on_violation to the violations written since the last call."""
+        events, self._unsettled = self._unsettled, []
+        self._rules.apply_policy(events)
 
     def _owns(self, error: tf.errors.OpError) -> bool:
         """True when a failed run call failed in one of gradscope's ops."""
@@ -228,13 +292,16 @@ class GraphRecorder:
             self._disable(f"{type(e).__name__}: {text}")
             return None
 
-    def _plan_call(self, run: Run, fetches: Any, feed_dict: Any) -> _Pending | None:
+    def _called(self, run: Run, fetches: Any) -> set[str]:
+        """The train ops a call runs; the first such call writes the FlowGraph."""
         named = self._train_op_names  # {op: name}; op.name is a C call, avoid it per run
         called = {named[op] for op in graphs.fetched_ops(self.graph, fetches) if op in named}
-        if not called:
-            return None
-        if not self._offset_read:
+        if called and not self._offset_read:
             self._read_offset(run)
+            self._write_flowgraph(self._first_step)
+        return called
+
+    def _plan_call(self, run: Run, called: set[str], feed_dict: Any) -> _Pending | None:
         fed: set | None = None
 
         def can_record(loss: str) -> bool:  # asked only at recorded steps
@@ -250,20 +317,27 @@ class GraphRecorder:
             self._pairs.before_step(run, plan.step, self._writer.write_table)
         if plan.open_step is not None:
             run(self._update_ops.snapshot)
-            self._write_flowgraph(plan.open_step)
         fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
         return _Pending(plan, fetches, frozenset(called))
 
     def _finish_call(self, run: Run, pending: _Pending, results: Mapping[str, Any]) -> None:
         for loss, step in pending.plan.losses.items():
             self._writer.write_table(self._infos[loss], results[loss], step)
+            self._rules.add_grads(step, loss, results[loss])
         if pending.plan.close_after is not None:
             self._close_window(run, pending.plan.close_after)
 
     def _close_window(self, run: Run, step: int) -> None:
         table = run(self._update_ops.table)
         self._writer.write_table(self._update_info, table, step)
+        self._write_violations(self._rules.at_step(step, table))
         self._writer.flush()  # a recorded step is on disk when training moves on
+
+    def _write_violations(self, events_by_step: Mapping[int, list[Event]], name: str = STEP_EVENTS) -> None:
+        written = self._rules.write(self._writer.write_blobs, events_by_step, name)
+        if written:
+            self._writer.flush()
+            self._unsettled.extend(written)
 
     def _close_open_window(self, run: Run) -> None:
         step = self._clock.close()
@@ -273,14 +347,18 @@ class GraphRecorder:
     def _read_offset(self, run: Run) -> None:
         self._offset_read = True
         if self._global_step is not None:
-            self._clock.set_offset(int(run(self._global_step)))
+            self._first_step = int(run(self._global_step))
+            self._clock.set_offset(self._first_step)
 
     def _write_flowgraph(self, step: int) -> None:
+        """The FlowGraph (with the rule texts) and its violations, at the first train call."""
         if self._flowgraph is None or self._flowgraph_written:
             return
         self._flowgraph_written = True
-        info = make_info(Kind.FLOWGRAPH)
+        info = make_info(Kind.FLOWGRAPH, attrs=self._rules.flowgraph_attrs)
         self._writer.write_blobs(info, [self._flowgraph.to_json()], step)
+        events = self._rules.trace_events_at(step)
+        self._write_violations({step: events} if events else {}, TRACE_EVENTS)
 
 
 def _error_text(error: tf.errors.OpError) -> str:
@@ -291,63 +369,16 @@ def _error_text(error: tf.errors.OpError) -> str:
     return useful[-1] if useful else type(error).__name__
 
 
-def _graph_of(losses: Mapping[str, Any]) -> tf.Graph:
-    for value in losses.values():
-        tensor = value.tensor if isinstance(value, StartPoint) else value
-        if isinstance(tensor, tf.Tensor):
-            return tensor.graph
-    return tf.compat.v1.get_default_graph()
+def _default_variables(graph: tf.Graph, pairs: Sequence[Any]) -> list[tf.Variable]:
+    """The graph's trainable variables, then the paired ones not among them."""
+    with graph.as_default():
+        chosen = list(tf.compat.v1.trainable_variables())
+    known = {v.op for v in chosen}
+    for var in paired_variables(pairs, graph):
+        if var.op not in known:
+            known.add(var.op)
+            chosen.append(var)
+    return chosen
 
 
-def _resolve_start(graph: tf.Graph, name: Any, value: Any) -> tuple[tf.Tensor, Any]:
-    if isinstance(value, StartPoint):
-        tensor = graphs.as_tensor(graph, value.tensor, f"start point '{name}'")
-        grad_ys = value.output_gradients
-        if grad_ys is not None:
-            grad_ys = graphs.as_tensor(graph, grad_ys, f"output_gradients of '{name}'")
-            if not grad_ys.shape.is_compatible_with(tensor.shape):
-                raise ValueError(
-                    f"start point '{name}': output_gradients have shape "
-                    f"{grad_ys.shape}, the tensor has shape {tensor.shape}; pass "
-                    "one gradient per element, as tf.gradients(..., grad_ys=) needs"
-                )
-        return tensor, grad_ys
-    tensor = graphs.as_tensor(graph, value, f"loss '{name}'")
-    if not tensor.dtype.is_floating:
-        raise ValueError(
-            f"loss '{name}' has dtype {tensor.dtype.name}; pass a floating-point loss"
-        )
-    if tensor.shape.rank not in (None, 0):
-        raise ValueError(
-            f"loss '{name}' is not a scalar (shape {tensor.shape}); pass "
-            "tf.reduce_mean(...) of it, or StartPoint(tensor, output_gradients=g) to "
-            "start the gradient from it with explicit output gradients"
-        )
-    return tensor, None
-
-
-def _resolve_train_ops(
-    graph: tf.Graph, starts: Mapping[str, Any], train_ops: Mapping[str, Any]
-) -> dict[str, tf.Operation | None]:
-    if not train_ops:
-        raise ValueError(
-            "GraphRecorder needs train_ops: name the op that trains each loss, "
-            "e.g. train_ops={'td': train_op}; steps are counted in runs of them"
-        )
-    unknown = sorted(set(map(str, train_ops)) - set(starts))
-    if unknown:
-        raise ValueError(
-            f"train_ops names {unknown}, which are not losses ({sorted(starts)}); "
-            "key train_ops by the loss each op trains"
-        )
-    return {
-        loss: (
-            graphs.as_operation(graph, train_ops[loss], f"train op of loss '{loss}'")
-            if loss in train_ops
-            else None
-        )
-        for loss in starts
-    }
-
-
-__all__ = ["GraphRecorder", "StartPoint"]
+__all__ = ["GraphRecorder", "StartPoint", "pair_scopes"]
