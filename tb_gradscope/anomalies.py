@@ -106,7 +106,8 @@ def find_anomalies(
     tables = [table_per_step[i] for i in order]
     root, state, series = pair_series(attrs, tables, steps)
     mode = update_mode(series, th)
-    p = _Pair(pair_name, root, str(attrs.get("online", "")), attrs, series, mode, th)
+    online = attrs.get("online")
+    p = _Pair(pair_name, root, online if isinstance(online, str) else "", attrs, series, mode, th)
     events = _never_synced(p)
     wrong = _wrong_direction(p)
     events += wrong or _target_frozen(p)
@@ -154,7 +155,7 @@ def _wrong_direction(p: _Pair) -> list[Event]:
 
 def _target_frozen(p: _Pair) -> list[Event]:
     s, th = p.series, p.th
-    period = p.mode.every or p.attrs.get("every")
+    period = p.mode.every or _declared_every(p.attrs)
     if p.mode.kind == "hard" and not period:
         return []
     idle = s.defined & ~s.moved(th)
@@ -229,7 +230,7 @@ def _mismatch(p: _Pair) -> list[Event]:
     moved = np.flatnonzero(s.moved(p.th))
     first = int(moved[0]) if len(moved) else 0
     tau = p.attrs.get("tau")
-    if isinstance(tau, (int, float)) and tau > 0 and mode.kind in ("ema", "hard"):
+    if isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau > 0 and mode.kind in ("ema", "hard"):
         effective = mode.tau if mode.kind == "ema" else 1.0
         if abs(effective - tau) > p.th.tau_tolerance * tau:
             seen = (f"effective tau {effective:.4g} (median of {mode.points} recorded steps)"
@@ -240,8 +241,8 @@ def _mismatch(p: _Pair) -> list[Event]:
                 f"online '{p.online}' with {seen}; fix the update or the declaration",
                 declared_tau=float(tau), effective_tau=effective, mode=mode.label,
             ))
-    every = p.attrs.get("every")
-    if isinstance(every, int) and mode.kind in ("ema", "hard"):
+    every = _declared_every(p.attrs)
+    if every is not None and mode.kind in ("ema", "hard"):
         if mode.kind == "ema" or (mode.every and mode.every != every):
             events.append(p.event(
                 EVERY_MISMATCH, first,
@@ -280,6 +281,12 @@ def _moving_stats(
         drift_first=[float(_first_finite(one.drift)) for _, one in stuck],
         drift_last=[float(_last_finite(one.drift)) for _, one in stuck],
     )]
+
+
+def _declared_every(attrs: Mapping[str, Any]) -> int | None:
+    """The declared hard-copy period, if attrs hold a positive integer."""
+    every = attrs.get("every")
+    return every if isinstance(every, int) and not isinstance(every, bool) and every > 0 else None
 
 
 def _first_finite(values: np.ndarray) -> float:

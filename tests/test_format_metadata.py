@@ -95,7 +95,7 @@ def test_flowgraph_rejects_unknown_flow_states():
     graph = fmt.FlowGraph(losses=[fmt.LossInfo("td")], scopes=["a"], cells={"td": {"a": "teleports"}})
     with pytest.raises(fmt.FormatError, match="unknown flow states"):
         fmt.FlowGraph.from_json(graph.to_json())
-    with pytest.raises(fmt.FormatError, match="malformed FlowGraph"):
+    with pytest.raises(fmt.FormatError, match=r"FlowGraph document lacks field\(s\) \[.scopes., .cells.\]"):
         fmt.FlowGraph.from_json({"losses": []})
 
 

@@ -34,6 +34,7 @@ from tb_gradscope.format.metadata import (
     parse_plugin_content,
     tag_for,
 )
+from tb_gradscope.format.schema import clean_attrs, read_plugin_content
 from tb_gradscope.format.records import (
     Table,
     decode_blobs,

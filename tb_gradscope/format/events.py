@@ -8,12 +8,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from tb_gradscope.format import schema
 from tb_gradscope.format.metadata import FormatError
 
 VIOLATION = "violation"
 ANOMALY = "anomaly"
 SKIPPED = "skipped"  # a step the optimizer did not apply (loss-scale overflow)
 EVENT_TYPES = (VIOLATION, ANOMALY, SKIPPED)
+
+_TEXT = (schema.is_str, "a string")
+EVENT_SCHEMA = {
+    "type": _TEXT,
+    "name": _TEXT,
+    "step": (schema.is_int, "an integer"),
+    "message": _TEXT,
+    "loss": _TEXT,
+    "scope": _TEXT,
+    "pair": _TEXT,
+    "evidence": (schema.is_object, "an object"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +57,14 @@ class Event:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Event":
-        try:
-            event = cls(**doc)
-        except TypeError as e:
-            raise FormatError(f"malformed event document: {e}") from None
+        """Reads an event document, checking every field's type.
+
+        Raises:
+          FormatError: a field is missing or of the wrong type. Fields this
+            version does not know are ignored (a newer writer's optional ones).
+        """
+        schema.require(doc, "event document", EVENT_SCHEMA, ("type", "name", "step", "message"))
+        event = cls(**{k: v for k, v in doc.items() if k in EVENT_SCHEMA})
         if event.type not in EVENT_TYPES:
             raise FormatError(f"unknown event type {event.type!r}")
         return event

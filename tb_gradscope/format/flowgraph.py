@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from tb_gradscope.format import schema
 from tb_gradscope.format.metadata import FormatError
 
 # Flow states of a (loss, scope) cell. The first four are static (known at
@@ -130,26 +131,27 @@ class FlowGraph:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "FlowGraph":
-        try:
-            graph = cls(
-                losses=[LossInfo(**l) for l in doc["losses"]],
-                scopes=[str(s) for s in doc["scopes"]],
-                cells={
-                    str(loss): {str(s): str(st) for s, st in row.items()}
-                    for loss, row in doc["cells"].items()
-                },
-                blocked_edges=[_blocked_edge(e) for e in doc.get("blocked_edges", [])],
-                nodes=[GraphNode(**n) for n in doc.get("nodes", [])],
-                edges=[
-                    GraphEdge(**{**e, "blocked_for": tuple(e.get("blocked_for", ()))})
-                    for e in doc.get("edges", [])
-                ],
-                applied=doc.get("applied"),
-                warnings=[str(w) for w in doc.get("warnings", [])],
-                source=str(doc.get("source", "")),
-            )
-        except (KeyError, TypeError, AttributeError) as e:
-            raise FormatError(f"malformed FlowGraph document: {e!r}") from None
+        """Reads a FlowGraph document, checking every field's type.
+
+        Raises:
+          FormatError: a field is missing or of the wrong type, or a cell
+            holds an unknown flow state; the message names the field.
+        """
+        check_document(doc)
+        graph = cls(
+            losses=[LossInfo(**_known(l, LossInfo)) for l in doc["losses"]],
+            scopes=list(doc["scopes"]),
+            cells={loss: dict(row) for loss, row in doc["cells"].items()},
+            blocked_edges=[_blocked_edge(e) for e in doc.get("blocked_edges", [])],
+            nodes=[GraphNode(**_known(n, GraphNode)) for n in doc.get("nodes", [])],
+            edges=[
+                GraphEdge(**{**_known(e, GraphEdge), "blocked_for": tuple(e.get("blocked_for", ()))})
+                for e in doc.get("edges", [])
+            ],
+            applied=doc.get("applied"),
+            warnings=list(doc.get("warnings", [])),
+            source=doc.get("source", ""),
+        )
         for loss, row in graph.cells.items():
             bad = sorted({st for st in row.values() if st not in FLOW_STATES})
             if bad:
@@ -157,7 +159,59 @@ class FlowGraph:
         return graph
 
 
+_TEXT = (schema.is_str, "a string")
+_TEXTS = (schema.is_str_list, "a list of strings")
+_LIST = (lambda v: isinstance(v, list), "a list")
+_DOCUMENT = {
+    "losses": _LIST,
+    "scopes": _TEXTS,
+    "cells": (
+        lambda v: schema.is_object(v)
+        and all(schema.is_object(row) and all(isinstance(st, str) for st in row.values()) for row in v.values()),
+        "an object of {scope: flow state} objects",
+    ),
+    "blocked_edges": _LIST,
+    "nodes": _LIST,
+    "edges": _LIST,
+    "applied": (schema.optional(schema.is_str_list), "null or a list of scope names"),
+    "warnings": _TEXTS,
+    "source": _TEXT,
+}
+_LOSS = {"name": _TEXT, "kind": _TEXT, "tensor": _TEXT}
+_SOURCE = {"file": _TEXT, "line": (schema.is_int, "an integer"), "function": _TEXT}
+_EDGE_FIELDS = ("loss", "producer", "consumer", "op_name", "op_type", "cause", "producer_scope", "consumer_scope")
+_BLOCKED = {
+    **{name: _TEXT for name in _EDGE_FIELDS},
+    "source": (lambda v: v is None or schema.is_object(v), "null or an object"),
+}
+_NODE = {"id": _TEXT, "kind": _TEXT, "label": _TEXT}
+_GRAPH_EDGE = {
+    "src": _TEXT, "dst": _TEXT, "tensors": (schema.is_int, "an integer"), "blocked_for": _TEXTS,
+}
+
+
+def check_document(doc: Any) -> None:
+    """Raises FormatError unless `doc` is a FlowGraph document of the right types."""
+    schema.require(doc, "FlowGraph document", _DOCUMENT, ("losses", "scopes", "cells"))
+    for i, loss in enumerate(doc["losses"]):
+        schema.require(loss, f"FlowGraph losses[{i}]", _LOSS, ("name",))
+    for i, edge in enumerate(doc.get("blocked_edges", [])):
+        schema.require(edge, f"FlowGraph blocked_edges[{i}]", _BLOCKED, _EDGE_FIELDS)
+        if edge.get("source") is not None:
+            schema.require(edge["source"], f"FlowGraph blocked_edges[{i}].source", _SOURCE, ("file", "line"))
+    for i, node in enumerate(doc.get("nodes", [])):
+        schema.require(node, f"FlowGraph nodes[{i}]", _NODE, ("id", "kind", "label"))
+    for i, edge in enumerate(doc.get("edges", [])):
+        schema.require(edge, f"FlowGraph edges[{i}]", _GRAPH_EDGE, ("src", "dst", "tensors"))
+
+
+def _known(doc: Mapping[str, Any], cls: type) -> dict[str, Any]:
+    """The fields of `doc` that dataclass `cls` has (newer optional ones ignored)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in doc.items() if k in names}
+
+
 def _blocked_edge(doc: Mapping[str, Any]) -> BlockedEdge:
     source = doc.get("source")
-    fields = {k: v for k, v in doc.items() if k != "source"}
-    return BlockedEdge(**fields, source=SourceLine(**source) if source else None)
+    fields = {k: v for k, v in _known(doc, BlockedEdge).items() if k != "source"}
+    return BlockedEdge(**fields, source=SourceLine(**_known(source, SourceLine)) if source else None)

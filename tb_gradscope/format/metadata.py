@@ -199,6 +199,10 @@ def parse_plugin_content(content: bytes) -> RecordInfo:
         and isinstance(name, str)
     ):
         raise FormatError(f"malformed gradscope metadata for kind {kind.value!r}")
+    for what, labels in (("scopes", scopes), ("columns", columns)):
+        if len(set(labels)) != len(labels):
+            twice = sorted({label for label in labels if labels.count(label) > 1})
+            raise FormatError(f"gradscope {kind.value} metadata repeats {what} {twice[:5]}")
     missing = [c for c in KIND_SPECS[kind].columns if c not in columns]
     if KIND_SPECS[kind].is_table and missing:
         raise FormatError(

@@ -175,9 +175,11 @@ def pair_series(
     """
     scopes = list(dict.fromkeys(s for t in tables for s in t.info.scopes))
     root = attrs.get("target")
-    if root not in scopes:
+    if not isinstance(root, str) or root not in scopes:
         root = min(scopes, key=lambda s: (s.count("/"), s)) if scopes else ""
-    state = [s for s in attrs.get("state_scopes", []) if s in scopes]
+    declared = attrs.get("state_scopes")
+    # attrs come from a log: anything but a list of names is no state scope.
+    state = [s for s in declared if isinstance(s, str) and s in scopes] if isinstance(declared, list) else []
     cover = [
         s for s in scopes
         if within(s, root)

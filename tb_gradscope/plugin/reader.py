@@ -10,9 +10,10 @@ Never imports tensorflow.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from tensorboard import errors
@@ -29,6 +30,11 @@ DEFAULT_SAMPLES = 10_000
 # What `downsample` means "keep everything" as: both backends treat a
 # retention of 0 as "all", but a downsample of 0 as "none".
 _ALL = 2**31 - 1
+
+# Blobs are read this many at a time. Each `read_blob` is one round trip to
+# the data provider (one gRPC call to the Rust data server), so a run whose
+# every step holds events would otherwise open at the speed of its latency.
+BLOB_READERS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +106,7 @@ class Reader:
             raise ValueError(f"downsample must be >= 0 (0 = all), got {downsample}")
         self._provider = data_provider
         self._downsample = downsample or _ALL
-        self._parsed: dict[bytes, fmt.RecordInfo | str] = {}
+        self._parsed: dict[bytes, tuple[fmt.RecordInfo, list[str]] | str] = {}
         self._lock = threading.Lock()
 
     def list_runs(self, ctx, experiment_id: str) -> dict[str, RunListing]:
@@ -115,26 +121,56 @@ class Reader:
         self, ctx, experiment_id: str, run: str, records: Iterable[Record]
     ) -> tuple[dict[str, TableSeries], dict[str, list[str]]]:
         """Decodes table records; steps whose table is malformed are skipped
-        and reported in the returned {tag: [warning]}."""
+        and reported in the returned {tag: [warning]}.
+
+        TensorBoard converts every stored tensor of a series when it is read
+        (`tensor_util.make_ndarray`): one tensor it cannot convert fails the
+        whole read. The tags are then read one at a time, and a tag that still
+        fails is skipped whole, with a warning naming it and the error."""
         records = {r.tag: r for r in records}
         if not records:
             return {}, {}
-        data = self._provider.read_tensors(
-            ctx,
-            experiment_id=experiment_id,
-            plugin_name=fmt.PLUGIN_NAME,
-            downsample=self._downsample,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(records)),
-        ).get(run, {})
+        data, failed = self._read_tensors(ctx, experiment_id, run, list(records))
         out: dict[str, TableSeries] = {}
-        warnings: dict[str, list[str]] = {}
+        warnings: dict[str, list[str]] = {tag: [_skip_message(run, tag, reason)] for tag, reason in failed.items()}
         for tag, record in records.items():
+            if tag in failed:
+                continue
             series, problem = _decode_series(record, data.get(tag, []))
             if problem:
                 warnings[tag] = [_skip_message(run, tag, problem)]
             if series is not None:
                 out[tag] = series
         return out, warnings
+
+    def _read_tensors(
+        self, ctx, experiment_id: str, run: str, tags: Sequence[str]
+    ) -> tuple[dict[str, list], dict[str, str]]:
+        """({tag: data}, {tag: why it cannot be read}) of one run's tensor tags."""
+        try:
+            data = self._provider.read_tensors(
+                ctx,
+                experiment_id=experiment_id,
+                plugin_name=fmt.PLUGIN_NAME,
+                downsample=self._downsample,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(tags)),
+            ).get(run, {})
+            return data, {}
+        except errors.PublicError:
+            raise
+        except Exception as e:  # TensorBoard's conversion of a damaged tensor
+            if len(tags) > 1:
+                data, failed = {}, {}
+                for tag in tags:
+                    one, bad = self._read_tensors(ctx, experiment_id, run, [tag])
+                    data.update(one)
+                    failed.update(bad)
+                return data, failed
+            reason = (
+                f"TensorBoard cannot convert one of its stored tensors ({type(e).__name__}: "
+                f"{_clip(str(e))}); none of its steps can be shown"
+            )
+            return {}, {tags[0]: reason}
 
     def read_blobs(
         self,
@@ -144,50 +180,86 @@ class Reader:
         records: Iterable[Record],
         known: Mapping[str, list[BlobStep]] | None = None,
     ) -> tuple[dict[str, list[BlobStep]], dict[str, list[str]]]:
-        """Decodes blob records; steps whose blobs are malformed are skipped
-        and reported in the returned {tag: [warning]}.
+        """Decodes blob records; documents that are not JSON are skipped and
+        reported in the returned {tag: [warning]} (naming their step).
 
         `known` holds steps already decoded for a tag (same metadata): a step
-        with the same wall time and blob count is reused, not read again
-        (each read_blob is a round trip, and a scan of the series in the
-        Python backend)."""
+        with the same wall time and blob count is reused, not read again.
+        The others' blobs are read BLOB_READERS at a time."""
         records = {r.tag: r for r in records}
         if not records:
             return {}, {}
-        data = self._provider.read_blob_sequences(
-            ctx,
-            experiment_id=experiment_id,
-            plugin_name=fmt.PLUGIN_NAME,
-            downsample=self._downsample,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(records)),
-        ).get(run, {})
-        out: dict[str, list[BlobStep]] = {}
         warnings: dict[str, list[str]] = {}
-        for tag, record in records.items():
-            steps = []
+        try:
+            data = self._provider.read_blob_sequences(
+                ctx,
+                experiment_id=experiment_id,
+                plugin_name=fmt.PLUGIN_NAME,
+                downsample=self._downsample,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=list(records)),
+            ).get(run, {})
+        except errors.PublicError:
+            raise
+        except Exception as e:
+            reason = f"TensorBoard cannot list its blobs ({type(e).__name__}: {_clip(str(e))})"
+            return {}, {tag: [_skip_message(run, tag, reason)] for tag in records}
+        plans: dict[str, list] = {}
+        wanted = []
+        for tag in records:
             reusable = {(b.step, b.wall_time): b for b in (known or {}).get(tag, [])}
+            plans[tag] = []
             for datum in data.get(tag, []):
                 seen = reusable.get((int(datum.step), float(datum.wall_time)))
                 if seen is not None and len(seen.documents) == len(datum.values):
-                    steps.append(seen)
+                    plans[tag].append(seen)
+                else:
+                    plans[tag].append(datum)
+                    wanted += [ref.blob_key for ref in datum.values]
+        blobs, failures = self._read_blob_keys(ctx, wanted)
+        out: dict[str, list[BlobStep]] = {}
+        for tag, record in records.items():
+            steps = []
+            for item in plans[tag]:
+                if isinstance(item, BlobStep):
+                    steps.append(item)
                     continue
-                try:
-                    blobs = [self._provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
-                except errors.PublicError as e:
-                    # The Rust data server cannot read back blob keys of runs
-                    # whose name holds a quote or backslash.
-                    reason = f"the data provider cannot read its blobs ({e}); try --load_fast=false"
-                    warnings.setdefault(tag, []).append(_skip_message(run, tag, reason))
-                    break
-                try:
-                    documents = fmt.decode_blobs(record.info, blobs)
-                except fmt.FormatError as e:
-                    message = _skip_message(run, tag, f"step {datum.step}: {e}")
-                    warnings.setdefault(tag, []).append(message)
-                    continue
-                steps.append(BlobStep(int(datum.step), float(datum.wall_time), documents))
+                documents = []
+                for index, ref in enumerate(item.values):
+                    blob = f"(blob {index + 1} of {len(item.values)})"
+                    if ref.blob_key in failures:
+                        # The Rust data server cannot read back blob keys of
+                        # runs whose name holds a quote or backslash.
+                        reason = (f"step {item.step}: the data provider cannot read its blobs {blob}: "
+                                  f"{failures[ref.blob_key]}; try --load_fast=false")
+                        warnings.setdefault(tag, []).append(_skip_message(run, tag, reason))
+                        continue
+                    try:
+                        documents.append(fmt.decode_json(blobs[ref.blob_key]))
+                    except fmt.FormatError as e:
+                        warnings.setdefault(tag, []).append(_skip_message(run, tag, f"step {item.step}: {e} {blob}"))
+                steps.append(BlobStep(int(item.step), float(item.wall_time), documents))
             out[tag] = steps
-        return out, warnings
+        return out, {tag: _summarised(found) for tag, found in warnings.items()}
+
+    def _read_blob_keys(self, ctx, keys: list[str]) -> tuple[dict[str, bytes], dict[str, str]]:
+        """({key: bytes}, {key: why it cannot be read}), BLOB_READERS at a time."""
+
+        def read(key: str) -> tuple[str, bytes | None, str]:
+            try:
+                return key, self._provider.read_blob(ctx, blob_key=key), ""
+            except errors.PublicError as e:
+                return key, None, _clip(str(e))
+            except Exception as e:  # TensorBoard's conversion of a damaged tensor
+                return key, None, f"{type(e).__name__}: {_clip(str(e))}"
+
+        if len(keys) <= 2:
+            results = [read(key) for key in keys]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(min(BLOB_READERS, len(keys))) as pool:
+                results = list(pool.map(read, keys))
+        blobs = {key: blob for key, blob, _ in results if blob is not None}
+        failures = {key: reason for key, blob, reason in results if blob is None}
+        return blobs, failures
 
     def _list(self, ctx, experiment_id: str, run: str | None) -> dict[str, RunListing]:
         run_filter = provider.RunTagFilter(runs=[run]) if run is not None else None
@@ -202,28 +274,32 @@ class Reader:
             for run_name, tags in mapping.items():
                 listing = listings.setdefault(run_name, RunListing(run_name))
                 for tag, series in tags.items():
-                    info = self._parse(series.plugin_content)
-                    if isinstance(info, str):
-                        listing.warnings.append(_skip_message(run_name, tag, info))
-                    elif fmt.KIND_SPECS[info.kind].data_class != data_class:
+                    parsed = self._parse(series.plugin_content)
+                    if isinstance(parsed, str):
+                        listing.warnings.append(_skip_message(run_name, tag, parsed))
+                        continue
+                    info, problems = parsed
+                    if fmt.KIND_SPECS[info.kind].data_class != data_class:
                         listing.warnings.append(
                             _skip_message(run_name, tag, f"{info.kind.value} stored with the wrong data class")
                         )
-                    else:
-                        version = (series.max_step, series.max_wall_time, getattr(series, "max_length", None))
-                        listing.records[tag] = Record(tag, info, version)
+                        continue
+                    listing.warnings += [f"run {run_name!r} tag {tag!r}: {p}" for p in problems]
+                    version = (series.max_step, series.max_wall_time, getattr(series, "max_length", None))
+                    listing.records[tag] = Record(tag, info, version)
         for listing in listings.values():
             listing.warnings.sort()
         return listings
 
-    def _parse(self, content: bytes) -> fmt.RecordInfo | str:
-        """Metadata content -> RecordInfo, or the reason it cannot be read."""
+    def _parse(self, content: bytes) -> tuple[fmt.RecordInfo, list[str]] | str:
+        """Metadata content -> (RecordInfo, problems with its attrs), or the
+        reason it cannot be read."""
         with self._lock:
             cached = self._parsed.get(content)
         if cached is not None:
             return cached
         try:
-            parsed: fmt.RecordInfo | str = fmt.parse_plugin_content(content)
+            parsed: tuple[fmt.RecordInfo, list[str]] | str = fmt.read_plugin_content(content)
         except fmt.FormatError as e:
             parsed = str(e)
         with self._lock:
@@ -268,6 +344,19 @@ def _decode_series(record: Record, data: list) -> tuple[TableSeries | None, str]
 
 def _skip_message(run: str, tag: str, reason: str) -> str:
     return f"run {run!r} tag {tag!r}: skipped: {reason}"
+
+
+def _summarised(warnings: list[str], shown: int = 5) -> list[str]:
+    """At most `shown` warnings of one tag, then how many more there were."""
+    if len(warnings) <= shown:
+        return warnings
+    return warnings[:shown] + [f"... and {len(warnings) - shown} more like these"]
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """One line of at most `limit` characters of an error's text."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def local_data_provider(
