@@ -43,7 +43,12 @@ class RuleSteps:
     """
 
     def __init__(self, rules: Any, on_violation: str | None, scopes: Sequence[str], label: str):
-        parsed, self.policy = resolve_rules(rules, on_violation)
+        try:
+            parsed, self.policy = resolve_rules(rules, on_violation)
+        except ValueError as e:  # name the argument when the message does not
+            text = str(e)
+            named = text.startswith(("rules", "on_violation"))
+            raise ValueError(text if named else f"rules: {text}") from None
         self.checker = RuleChecker(parsed, on_violation=LOG)  # the policy applies after writing
         self.scopes = list(scopes)
         self.violations: list[fmt.Event] = []
