@@ -192,3 +192,46 @@ def test_optimizer_the_recorder_never_sees_still_updates_its_own_loss(tmp_path):
     assert cells["actor"]["actor"]["state"] == fmt.UPDATES
     assert cells["actor"]["critic"]["state"] == fmt.IGNORED
     assert logs.updates[10].row("actor")["update_norm"] > 0
+
+
+def test_eager_run_given_rules_is_checked_and_says_static_evidence_is_missing(tmp_path):
+    """An eager loop never traced writes no FlowGraph; `check` still finds the
+    recorder's rules, fails the leak, passes the fix, and says what is missing."""
+    results = {}
+    for leaky in (False, True):
+        logdir = str(tmp_path / ("leaky" if leaky else "clean"))
+        agent = Ddpg(logdir, rules=["never(critic, actor/*)"])
+        rec = agent.rec
+        for batch in _batches(3):
+            s, a, r, s2 = batch
+            with rec.training_step():
+                with rec.tape() as tape:
+                    q = agent.critic(tf.concat([s, agent.actor(s) if leaky else a], 1))[:, 0]
+                    losses = {"critic": tf.reduce_mean((r - q) ** 2)}
+                variables = agent.critic.trainable_variables + (agent.actor.trainable_variables if leaky else [])
+                rec.apply(agent.critic_opt, rec.gradients(tape, losses, variables))
+        rec.close()
+        args = build_parser().parse_args(["check", logdir])
+        out, err = io.StringIO(), io.StringIO()
+        results[leaky] = (args.run(args, out, err), out.getvalue(), err.getvalue())
+    assert results[False][0] == 0, results[False]
+    assert results[True][0] == 1, results[True]
+    assert "never(critic, actor/*)" in results[True][1]
+    for _, _, err in results.values():
+        assert "has no FlowGraph" in err and "rec.analyze(step_fn" in err
+
+
+def test_eager_loop_traced_once_with_analyze_gets_static_evidence(tmp_path):
+    agent = Ddpg(str(tmp_path), rules=RULES)
+    batches = list(_batches(12))
+    agent.step_body(*batches[0])  # the optimizers build their state eagerly first
+    assert agent.rec.analyze(agent.step_body, *batches[0]) is not None
+    for batch in batches[1:]:
+        agent.step_body(*batch)
+    agent.rec.close()
+    (logs,) = load_logdir(str(tmp_path))
+    cells = run_summary(logs, step=10)["cells"]
+    assert cells["actor"]["critic"]["state"] == fmt.IGNORED
+    assert cells["critic"]["actor"]["state"] == fmt.INDEPENDENT
+    assert cells["critic"]["critic_t"]["state"] == fmt.BLOCKED
+    assert sorted(logs.grads) == [0, 10]

@@ -18,6 +18,16 @@ from tb_gradscope.commands.logs import RunLogs
 from tb_gradscope.rules.model import loss_matches
 
 
+# What a run without a FlowGraph lacks, and how to get it.
+NO_FLOWGRAPH = (
+    "run {run!r} has no FlowGraph (its training step was never traced, e.g. an eager loop): "
+    "rules are checked on its gradient tables alone, so blocked(...) cannot tell a cut from no "
+    "dependence and never/only cannot tell a scope outside the optimizer's variables (ignored) "
+    "from one it updates; trace the step once with rec.analyze(step_fn, *example_args), or run "
+    "it in tf.function"
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """A violation seen at one or more steps of a run, reported once."""
@@ -42,6 +52,8 @@ def run_rules(logs: RunLogs, given: Sequence[rules_lib.Rule]) -> tuple[list[rule
             continue
         if rule not in chosen:
             chosen.append(rule)
+    if chosen and logs.grads and not logs.flowgraphs:
+        warnings.append(NO_FLOWGRAPH.format(run=logs.run))
     return chosen, warnings
 
 

@@ -99,6 +99,10 @@ class Emitter:
         tag = tag_for(kind, name)
         if tag not in self._metadata:
             self.record_of[tag] = (Kind(kind), name)
+            if kind == Kind.GRAD_STATS and self.flowgraph_attrs:
+                # Also with the loss tables: an eager loop never traced writes no
+                # FlowGraph, and `tb-gradscope check` must still find its rules.
+                attrs = {**self.flowgraph_attrs, **(attrs or {})}
             info = make_info(
                 kind,
                 name,

@@ -397,13 +397,24 @@ class Recorder(tf.Module):
     # ----- static analysis -------------------------------------------------
 
     def analyze(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FlowGraph | None:
-        """Traces an eager step function `fn(*args)` to analyze it statically.
+        """Traces an eager step function `fn(*args)` once, without running it,
+        to analyze it statically (an eager loop otherwise has no FlowGraph:
+        blocked and independent, updates and ignored cannot be told apart).
 
-        `fn` must call this recorder's `apply`; the FlowGraph found is written
-        at the next recorded step and returned (None if analysis is missing or
-        failed, after a warning).
+        `fn` must call this recorder's `apply` (inside `training_step()` if the
+        loop uses it). Call it after the loop's first step, once the optimizers
+        have built their state. The FlowGraph found is written and returned
+        (None if analysis is missing or failed, after a warning).
         """
-        tf.function(fn).get_concrete_function(*args, **kwargs)
+        try:
+            tf.function(fn).get_concrete_function(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a failed trace must not stop training
+            warn_once(
+                (id(self), "analyze_failed"),
+                f"Recorder '{self.name}'.analyze could not trace {getattr(fn, '__name__', fn)!r} "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); call it after the "
+                "loop's first step, once the optimizers have built their state",
+            )
         return self.flowgraph
 
     @property
