@@ -187,6 +187,8 @@ def _load_run(reader: reader_lib.Reader, ctx, listing: reader_lib.RunListing) ->
 
 def _add_table_series(logs: RunLogs, series: reader_lib.TableSeries) -> None:
     info = series.record.info
+    if info.kind == fmt.Kind.GRAD_STATS:
+        _add_rules(logs, info.attrs)  # an eager run's rules: it wrote no FlowGraph
     for step, values in zip(series.steps.tolist(), series.values):
         table = fmt.decode_table(info, values)
         if info.kind == fmt.Kind.GRAD_STATS:
