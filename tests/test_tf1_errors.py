@@ -69,3 +69,32 @@ def test_deleted_logdir_is_reported_once(tmp_path):
     gone = [w for w in caught if issubclass(w.category, GradscopeWarning)]
     assert len(gone) == 1 and "is gone" in str(gone[0].message)
     assert not gs.disabled  # recording goes on; only the file is missing
+
+
+def _bad_arguments(m) -> list:
+    good = dict(losses={"loss1": m.loss1}, train_ops={"loss1": m.train1})
+    return [
+        (dict(good, logdir=None), r"logdir must be a directory path \(str or os.PathLike\), got NoneType"),
+        (dict(good, losses=[m.loss1]), r"losses must be a dict \{name: loss tensor\}, got list"),
+        (dict(good, train_ops=m.train1), r"train_ops must be a dict \{loss name: train op\}, got Operation"),
+        (dict(good, every_n_steps=0), r"every_n_steps must be an int >= 1 .*got 0"),
+        (dict(good, every_n_steps=True), r"every_n_steps must be an int >= 1 .*got True"),
+        (dict(good, variables=m.w1), r"variables must be a list of tf.Variable, got (ResourceVariable|RefVariable)"),
+        (dict(good, variables=[m.w1, m.s]), r"variables must hold only tf.Variable objects, got SymbolicTensor"),
+        (dict(good, scopes={"max_depth": 2}), r"scopes must be a tb_gradscope.scopes.ScopeSpec, got dict"),
+        (dict(good, pairs="auto"), r"pairs takes \{target_scope: online_scope\} or a list of Pair, got str"),
+        (dict(good, analyze="yes"), r"analyze must be True or False, got 'yes'"),
+        (dict(good, rules=["nevr(loss1, Agent)"]), r"rules: cannot read rule 'nevr\(loss1, Agent\)'"),
+        (dict(good, rules=[3]), r"rules must be tb_gradscope.rules objects or strings"),
+        (dict(good, rules=["never(loss1, Agent/layer2_2)"], on_violation="loud"),
+         r"on_violation is 'loud'; use one of log, warn, raise"),
+        (dict(good, rules=["never(loss1, Agent/layer2_2)"], analyze=False),
+         r"rules need the static analysis \(analyze=True\)"),
+    ]
+
+
+def test_each_bad_argument_is_refused_by_name(seed01, tmp_path):
+    for kwargs, message in _bad_arguments(seed01):
+        kwargs.setdefault("logdir", str(tmp_path))
+        with seed01.graph.as_default(), pytest.raises(ValueError, match=message):
+            GraphRecorder(**kwargs)

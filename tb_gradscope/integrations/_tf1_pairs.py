@@ -126,6 +126,11 @@ def _missing(arg: str, prefix: str, chosen: Sequence[tf.Variable],
             f"pair {arg} scope '{prefix}': {what}; leave variables out (all the graph's "
             "variables are searched) or pass variables=tf.compat.v1.global_variables()"
         )
+    if not every_var:
+        return (
+            f"pair {arg} scope '{prefix}': the graph has no variables at all; call "
+            "pair_scopes inside `with graph.as_default():` of the model's graph, or pass graph="
+        )
     roots = sorted({variable_name(v.name).split("/")[0] for v in every_var})
     return (
         f"pair {arg} scope '{prefix}': the graph has no variable under it (top-level "
