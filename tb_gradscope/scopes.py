@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from typing import Callable, Iterable, Sequence
 
 SEPARATOR = "/"
@@ -131,9 +132,18 @@ def build_layout(names: Sequence[str], spec: ScopeSpec | None = None) -> ScopeLa
     )
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
 def tree_order(scopes: Iterable[str]) -> list[str]:
-    """Scopes sorted so that each parent comes right before its subtree."""
-    return sorted(set(scopes), key=lambda s: s.split(SEPARATOR))
+    """Scopes sorted so that each parent comes right before its subtree, numbers
+    in names in numeric order (`block_8` before `block_10`)."""
+    return sorted(set(scopes), key=lambda s: [_natural(part) for part in s.split(SEPARATOR)])
+
+
+def _natural(part: str) -> list[tuple[int, int, str]]:
+    """A sort key reading the digit runs of a name as numbers."""
+    return [(0, int(t), t) if t.isdigit() else (1, 0, t) for t in _DIGITS.split(part) if t]
 
 
 def _leaf_for(name: str, spec: ScopeSpec) -> str:

@@ -156,3 +156,19 @@ def test_record_drift_refuses_xla(tmp_path):
 
     with pytest.raises(ValueError, match="record_drift cannot run inside a jit_compile"):
         step()
+
+
+def test_pair_models_scopes_follow_the_recorders_model_keys(tmp_path):
+    """Drift scopes use the `models=` keys, as the matrix does, whatever the
+    models' own (automatic) names."""
+
+    def net():
+        return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+
+    online, target = net(), net()
+    rec = Recorder(str(tmp_path), models={"online": online, "target": target},
+                   pairs=[pair_models(target, online, tau=0.1)])
+    (pair,) = rec.pairs
+    assert (pair.name, pair.target_root, pair.online_root) == ("target<-online", "target", "online")
+    assert all(n.startswith("target/") for n in pair.target_names)
+    assert all(n.startswith("online/") for n in pair.online_names)

@@ -41,3 +41,12 @@ def test_mapping_errors_name_the_variable():
         scopes.build_layout(["w"], scopes.ScopeSpec(mapping=lambda name: None))
     with pytest.raises(ValueError, match="max_depth"):
         scopes.ScopeSpec(max_depth=0)
+
+
+def test_tree_order_sorts_numbers_in_names_numerically():
+    names = ["net/basic_block_10", "net/basic_block_8", "net", "net/basic_block_8/conv2",
+              "net/basic_block_8/conv10", "net/head", "net/basic_block_9"]
+    assert scopes.tree_order(names) == [
+        "net", "net/basic_block_8", "net/basic_block_8/conv2", "net/basic_block_8/conv10",
+        "net/basic_block_9", "net/basic_block_10", "net/head",
+    ]

@@ -13,6 +13,7 @@ either package first must work.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tb_gradscope.record.warn import warn_once
@@ -52,7 +53,42 @@ def resolve_pairs(pairs: Any, models: Any, variables: Sequence[Any] | None, reco
             "pairs must be tb_gradscope.pairs.Pair objects (pair_models, pair_prefixes, "
             "pair_ema, detect_pairs) or 'auto', e.g. pairs=[pair_models(target, online, tau=0.005)]"
         )
-    return pairs
+    names = _recorded_names(models)
+    return [_named_as_recorded(p, names) for p in pairs]
+
+
+def _recorded_names(models: Any) -> dict[int, str]:
+    """variable key -> its full name under the recorder's `models=` roots."""
+    from tb_gradscope.record import naming
+
+    return {
+        naming.variable_key(v): name
+        for root, model in naming.model_roots(models)
+        for v, name in naming.model_variables(root, model)
+    }
+
+
+def _named_as_recorded(pair: Pair, names: dict[int, str]) -> Pair:
+    """The pair with the recorder's scope names: one naming rule for the matrix
+    and the drift scopes (`models={"target": net}` names `net`'s variables
+    `target/...` whatever the model's own name)."""
+    from tb_gradscope.record import naming
+
+    def renamed(variables, old_names, old_root):
+        new = [names.get(naming.variable_key(v), old) for v, old in zip(variables, old_names)]
+        roots = {n[: len(n) - len(old[len(old_root):])] for n, old in zip(new, old_names) if old.startswith(old_root)}
+        return tuple(new), (roots.pop() if len(roots) == 1 else old_root)
+
+    target_names, target_root = renamed(pair.target, pair.target_names, pair.target_root)
+    online_names, online_root = renamed(pair.online, pair.online_names, pair.online_root)
+    if (target_names, online_names) == (pair.target_names, pair.online_names):
+        return pair
+    default_name = f"{pair.target_root}<-{pair.online_root}"
+    name = f"{target_root}<-{online_root}" if pair.name == default_name else pair.name
+    return dataclasses.replace(
+        pair, name=name, target_names=target_names, online_names=online_names,
+        target_root=target_root, online_root=online_root,
+    )
 
 
 def make_monitor(
