@@ -197,3 +197,32 @@ def test_rules_from_a_toml_file_bring_their_policy(leaky, tmp_path):
         with pytest.raises(FlowRuleViolation):
             sess.run(leaky.atrain, _feeds(leaky, 0)[0])
         sess.close()
+
+
+def test_tab_outlines_the_violated_cells_of_a_tf1_run(leaky, tmp_path):
+    """The matrix route (what the tab draws) marks the cell a TF1 violation names."""
+    import json
+
+    from tensorboard.backend import application
+    from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+
+    from tb_gradscope.plugin.plugin import GradscopePlugin
+    from tests import providers
+
+    logdir = tmp_path / "logs"
+    with leaky.graph.as_default():
+        gs = _recorder(leaky, logdir / "ddpg", rules=RULES)
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(leaky.init)
+            _learn(sess, leaky, 0)
+    samples = {"gradscope": 10_000}
+    plugin = GradscopePlugin(base_plugin.TBContext(
+        data_provider=providers.python_provider(str(logdir), samples), sampling_hints=samples))
+    client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+    response = client.get("/data/plugin/gradscope/matrix", query_string={"run": "ddpg", "step": 0})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    cells = json.loads(response.get_data(as_text=True))["cells"]
+    assert cells["td_error"]["Actor"]["violation"] is True
+    assert cells["td_error"]["Critic"]["violation"] is False
+    assert cells["a_loss"]["Actor"]["violation"] is False
