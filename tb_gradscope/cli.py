@@ -39,10 +39,40 @@ def build_parser(
     return parser
 
 
+# Exit status when a command could not read or do what was asked (also bad
+# usage); report and check use 1 for "violations found" only.
+FAILED = 2
+INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses `argv` (default: sys.argv[1:]) and runs the chosen command."""
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Runs a parsed command; never lets a traceback reach the user.
+
+    Commands report what they expect (a missing logdir, a broken rules file)
+    themselves. Anything else (damage no reader knows yet, a bug) becomes
+    one line naming the command and the error, and exit status 2, so a CI
+    job tells it apart from "violations found" (1)."""
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(f"tb-gradscope {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        from tb_gradscope.commands.text import safe  # names from logs are text
+
+        text = safe(" ".join(str(e).split())[:300])
+        print(
+            f"tb-gradscope {args.command}: could not finish: {type(e).__name__}: {text}; "
+            "this is a tb-gradscope bug or damage it does not know yet: please report it",
+            file=sys.stderr,
+        )
+        return FAILED
 
 
 if __name__ == "__main__":

@@ -24,4 +24,4 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses `argv` and runs `report` or `check`; returns the exit status."""
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    return cli.run_command(args)

@@ -2,7 +2,8 @@
 
 Exit status: 0 when no run shows a violation, 1 when any does (one line each:
 run, step, rule, message, evidence), 2 on bad usage, a missing or unreadable
-logdir, a logdir without gradscope data, or a broken rules file. Imports
+logdir, a logdir without gradscope data, a broken rules file, or a run none of
+whose gradient tables could be read (nothing was checked there). Imports
 TensorBoard only when it runs, so `--help` is instant; never tensorflow.
 """
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 HELP = "exit 1 if any run breaks a flow rule (recorded, or given with --rules)"
 
 OK, VIOLATED, USAGE = 0, 1, 2
+UNREADABLE = 2  # what was asked could not be read (as for a missing logdir)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = (
         "exit status: 0 no violation, 1 any violation, 2 bad usage, unreadable "
-        "logdir, no gradscope data, or broken rules file. Rules file format: "
+        "logdir, no gradscope data, broken rules file, or a run whose gradient "
+        "tables could not be read (not checked). Rules file format: "
         "docs/RULES.md."
     )
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
@@ -73,12 +76,25 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     found = [f for run in sorted(per_run) for f in per_run[run]]
     for finding in found:
         print(format_finding(finding), file=out)
+    unreadable = [logs.run for logs in runs if logs.grads_unreadable]
+    for name in unreadable:
+        print(
+            f"error: run {safe(name)}: not checked at any recorded step: none of its gradient "
+            "tables could be read (the warnings above say why)",
+            file=err,
+        )
+    checked = f"checked {len(runs)} run(s)"
+    if unreadable:
+        checked += f", {len(unreadable)} of them not at any recorded step"
     recorded_any = any(e.type == "violation" for logs in runs for e in logs.events)
+    if not found and unreadable:
+        print(f"{checked}: no violations in what could be read; exit {UNREADABLE}: the rest could not be checked", file=err)
+        return UNREADABLE
     if not any_rules and not recorded_any:
-        print(f"checked {len(runs)} run(s): no rules given and none recorded", file=err)
+        print(f"{checked}: no rules given and none recorded", file=err)
         return OK
     summary = f"{len(found)} violation(s)" if found else "no violations"
-    print(f"checked {len(runs)} run(s): {summary}", file=err)
+    print(f"{checked}: {summary}", file=err)
     return VIOLATED if found else OK
 
 

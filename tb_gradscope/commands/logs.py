@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import stat
 import struct
 import sys
+import tempfile
 import types
 from typing import Mapping
 
@@ -45,6 +47,12 @@ class RunLogs:
     recorded_rules: list[str] = dataclasses.field(default_factory=list)
     events: list[fmt.Event] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    grad_records: int = 0  # GRAD_STATS tags listed, readable or not
+
+    @property
+    def grads_unreadable(self) -> bool:
+        """The run has gradient tables, but not one step of them could be read."""
+        return self.grad_records > 0 and not self.grads
 
     @property
     def steps(self) -> list[int]:
@@ -77,15 +85,22 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
     if not os.path.isdir(logdir):
         raise LogdirError(f"logdir {logdir!r} does not exist or is not a directory")
     _prefer_tensorflow_stub()
-    provider = reader_lib.local_data_provider(logdir, samples=0)
+    unsafe = unsafe_event_files(logdir)
+    if unsafe:
+        with tempfile.TemporaryDirectory(prefix="gradscope_read_") as mirror:
+            _mirror_safe_part(logdir, mirror, unsafe)
+            provider = reader_lib.local_data_provider(mirror, samples=0)  # loads everything now
+    else:
+        provider = reader_lib.local_data_provider(logdir, samples=0)
     reader = reader_lib.Reader(provider, downsample=0)
     ctx = tb_context.RequestContext()
     listings = reader.list_runs(ctx, EXPERIMENT)
     if not listings:
         all_runs = sorted(r.run_name for r in provider.list_runs(ctx, experiment_id=EXPERIMENT))
         found = f"{len(all_runs)} TensorBoard run(s), none with" if all_runs else "no event files and no"
+        skipped = "".join(f"; {problem.message}" for problem in unsafe.values())
         raise LogdirError(
-            f"logdir {logdir!r} has no gradscope data ({found} gradscope records); "
+            f"logdir {logdir!r} has no gradscope data ({found} gradscope records{skipped}); "
             "record training with tb_gradscope.Recorder, or point at the right logdir"
         )
     if not any(listing.records for listing in listings.values()):
@@ -100,8 +115,107 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
         listings = {run: listings[run]}
     loaded = [_load_run(reader, ctx, listings[name]) for name in sorted(listings)]
     for logs in loaded:
+        logs.warnings.extend(p.message for p in unsafe.values() if p.run == logs.run and p.keep is None)
         logs.warnings.extend(damaged_event_files(logdir, logs.run))
     return loaded
+
+
+# No event can be this long (protobuf messages stop at 2 GiB): a record header
+# claiming more is damage, and TensorBoard's loaders would try to allocate it
+# (the Python one raises MemoryError, the Rust data server aborts).
+MAX_RECORD_BYTES = 2**31
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsafeFile:
+    """An event file TensorBoard's loader must not be handed as it is.
+
+    `keep` is how many leading bytes are safe to read (None: none, the file
+    is not a regular file: a FIFO would block the loader forever)."""
+
+    run: str
+    path: str
+    keep: int | None
+    message: str
+
+
+def unsafe_event_files(logdir: str) -> dict[str, UnsafeFile]:
+    """{path: problem} of event files named like TensorBoard's under `logdir`
+    that are not regular files, or whose record header claims more bytes
+    than any event can hold. Checked with stat and record headers only, so
+    neither a FIFO nor a huge file is read."""
+    found = {}
+    for directory, _, names in os.walk(logdir):
+        run = os.path.relpath(directory, logdir)
+        run = "." if run == os.curdir else run
+        for name in sorted(n for n in names if "tfevents" in n):
+            path = os.path.join(directory, name)
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as e:
+                found[path] = UnsafeFile(run, path, None, f"run {run!r}: event file {name!r} cannot be read ({e.strerror}): skipped")
+                continue
+            if not stat.S_ISREG(mode):
+                what = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+                found[path] = UnsafeFile(run, path, None, f"run {run!r}: event file {name!r} is {what}: not read")
+                continue
+            oversized = _oversized_record(path)
+            if oversized is not None:
+                offset, n, length = oversized
+                found[path] = UnsafeFile(
+                    run, path, offset,
+                    f"run {run!r}: event file {name!r} is damaged: record {n} (byte {offset}) claims "
+                    f"{length} bytes, more than an event can hold; only the {n} records before it are read",
+                )
+    return found
+
+
+def _oversized_record(path: str) -> tuple[int, int, int] | None:
+    """(offset, index, claimed length) of the first record whose header
+    (with a valid CRC, as TensorBoard checks it) claims MAX_RECORD_BYTES or more."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            pos, n = 0, 0
+            while pos + 12 <= size:
+                f.seek(pos)
+                header = f.read(12)
+                (length,) = struct.unpack("<Q", header[:8])
+                if struct.unpack("<I", header[8:])[0] != masked_crc32c(header[:8]):
+                    return None  # TensorBoard stops here without allocating
+                if length >= MAX_RECORD_BYTES:
+                    return pos, n, length
+                pos, n = pos + 16 + length, n + 1
+    except OSError:
+        return None
+    return None
+
+
+def _mirror_safe_part(logdir: str, mirror: str, unsafe: Mapping[str, UnsafeFile]) -> None:
+    """Recreates the runs of `logdir` under `mirror` from symlinks to its safe
+    event files and copies of the safe prefix of the damaged ones."""
+    for directory, _, names in os.walk(logdir):
+        target = os.path.join(mirror, os.path.relpath(directory, logdir))
+        for name in (n for n in names if "tfevents" in n):
+            path = os.path.join(directory, name)
+            os.makedirs(target, exist_ok=True)
+            problem = unsafe.get(path)
+            if problem is None:
+                os.symlink(os.path.abspath(path), os.path.join(target, name))
+            elif problem.keep:
+                with open(path, "rb") as src, open(os.path.join(target, name), "wb") as dst:
+                    _copy_prefix(src, dst, problem.keep)
+
+
+def _copy_prefix(src, dst, size: int, chunk: int = 1 << 20) -> None:
+    while size > 0:
+        data = src.read(min(chunk, size))
+        if not data:
+            return
+        dst.write(data)
+        size -= len(data)
 
 
 # Data CRCs are checked in pure Python (TensorBoard's stub): up to this many
@@ -136,6 +250,8 @@ def damaged_event_files(logdir: str, run: str) -> list[str]:
             (length,) = struct.unpack("<Q", header[:8])
             if struct.unpack("<I", header[8:])[0] != masked_crc32c(header[:8]):
                 problem = f"record {n} (byte {pos}) has a bad length CRC"
+            elif length >= MAX_RECORD_BYTES:
+                problem = f"record {n} (byte {pos}) claims {length} bytes, more than an event can hold"
             elif pos + 16 + length > len(data):
                 problem = "its last record is cut short (killed mid-write?)"
             elif pos + length <= CRC_CHECK_BYTES and struct.unpack(
@@ -166,6 +282,7 @@ def _prefer_tensorflow_stub() -> None:
 
 def _load_run(reader: reader_lib.Reader, ctx, listing: reader_lib.RunListing) -> RunLogs:
     logs = RunLogs(listing.run, warnings=list(listing.warnings))
+    logs.grad_records = len(listing.of_kind(fmt.Kind.GRAD_STATS))
     tables = [r for r in listing.records.values() if fmt.KIND_SPECS[r.info.kind].is_table]
     blobs = [r for r in listing.records.values() if not fmt.KIND_SPECS[r.info.kind].is_table]
     series, warnings = reader.read_tables(ctx, EXPERIMENT, listing.run, tables)
