@@ -174,7 +174,12 @@ def parse_rule(text: str) -> Rule:
         return _tracks_from_args(positional, keywords, text)
     if len(positional) != 2 or keywords:
         raise RuleError(f"rule {text!r}: {kind} takes exactly two arguments, {kind}(LOSS, SCOPE)")
-    return RULE_KINDS[kind](_unquote(positional[0]), _unquote(positional[1]))
+    if positional[1].startswith("[") and positional[1].endswith("]"):
+        raise RuleError(
+            f"rule {text!r}: {kind} takes one scope pattern, not a list; write one "
+            f"{kind}(LOSS, SCOPE) per pattern (or quote a name that holds brackets)"
+        )
+    return RULE_KINDS[kind](_pattern(positional[0], text), _pattern(positional[1], text))
 
 
 def _only_from_args(positional: list[str], keywords: dict, text: str) -> Only:
@@ -183,7 +188,7 @@ def _only_from_args(positional: list[str], keywords: dict, text: str) -> Only:
     rest = positional[1:]
     if len(rest) == 1 and rest[0].startswith("[") and rest[0].endswith("]"):
         rest = _split_args(rest[0][1:-1], text)
-    return Only(_unquote(positional[0]), tuple(_unquote(s) for s in rest))
+    return Only(_pattern(positional[0], text), tuple(_pattern(s, text) for s in rest))
 
 
 def _tracks_from_args(positional: list[str], keywords: dict, text: str) -> Tracks:
@@ -195,12 +200,16 @@ def _tracks_from_args(positional: list[str], keywords: dict, text: str) -> Track
         every = int(keywords["every"]) if "every" in keywords else None
     except ValueError:
         raise RuleError(f"rule {text!r}: tau must be a number and every an integer") from None
-    return Tracks(_unquote(positional[0]), _unquote(positional[1]), tau, every)
+    return Tracks(_pattern(positional[0], text), _pattern(positional[1], text), tau, every)
+
+
+_OPENING = {"[": "]", "(": ")"}
 
 
 def _split_args(body: str, text: str) -> list[str]:
-    """Splits on commas outside quotes and brackets."""
-    args, current, depth, quote = [], "", 0, ""
+    """Splits on commas outside quotes, brackets and parentheses, so
+    `=HYPERLINK("http://x","c")` stays one argument."""
+    args, current, closers, quote = [], "", [], ""
     for ch in body:
         if quote:
             current += ch
@@ -208,18 +217,19 @@ def _split_args(body: str, text: str) -> list[str]:
         elif ch in "\"'":
             quote = ch
             current += ch
-        elif ch == "[":
-            depth += 1
+        elif ch in _OPENING:
+            closers.append(_OPENING[ch])
             current += ch
-        elif ch == "]":
-            depth -= 1
+        elif ch in "])":
+            if not closers or closers.pop() != ch:
+                raise RuleError(f"rule {text!r}: unbalanced {ch!r}; quote names that hold brackets")
             current += ch
-        elif ch == "," and depth == 0:
+        elif ch == "," and not closers:
             args.append(current.strip())
             current = ""
         else:
             current += ch
-    if quote or depth:
+    if quote or closers:
         raise RuleError(f"rule {text!r}: unbalanced quote or bracket")
     if current.strip():
         args.append(current.strip())
@@ -243,6 +253,26 @@ def _q(name: str) -> str:
     if name and name == name.strip() and not any(c in name for c in ",[]()\"'="):
         return name
     return f"'{name}'" if "'" not in name else f'"{name}"'
+
+
+def _pattern(arg: str, text: str) -> str:
+    """A name or glob argument of a rule's compact form, unquoted and checked."""
+    return check_pattern(_unquote(arg), f"rule {text!r}")
+
+
+def check_pattern(pattern: str, where: str) -> str:
+    """`pattern`, unless it holds `**`: a single `*` already crosses `/`, and a
+    user writing `**` means something globs here do not do.
+
+    Raises:
+      RuleError: naming `where` (the rule or file line) and what to write.
+    """
+    if "**" in pattern:
+        raise RuleError(
+            f"{where}: pattern {pattern!r} uses '**'; a single '*' already matches "
+            "across '/' (target/* is everything under target): write '*'"
+        )
+    return pattern
 
 
 def _unquote(arg: str) -> str:

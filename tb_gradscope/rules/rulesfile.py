@@ -31,7 +31,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from tb_gradscope.rules.model import RULE_KINDS, Rule, RuleError, parse_rule
+from tb_gradscope.rules.model import RULE_KINDS, Rule, RuleError, check_pattern, parse_rule
 from tb_gradscope.rules.policy import POLICIES
 
 _FIELDS = {
@@ -151,9 +151,9 @@ def _rule_from_table(table: Any) -> Rule:
         scopes = table["scopes"]
         if isinstance(scopes, str):
             scopes = [scopes]
-        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        if not isinstance(scopes, list) or not all(isinstance(s, str) and s for s in scopes):
             raise RuleError("only rule: scopes must be a list of scope patterns")
-        return RULE_KINDS[kind](_text(table, "loss"), tuple(scopes))
+        return RULE_KINDS[kind](_text(table, "loss"), tuple(check_pattern(s, "only rule") for s in scopes))
     if kind == "tracks":
         tau, every = table.get("tau"), table.get("every")
         if tau is not None and (isinstance(tau, bool) or not isinstance(tau, (int, float))):
@@ -169,9 +169,14 @@ def _rule_from_table(table: Any) -> Rule:
 
 def _text(table: Mapping[str, Any], key: str) -> str:
     value = table[key]
+    if isinstance(value, list) and key == "scope":
+        raise RuleError(
+            f"{table.get('kind')} rule: scope is one pattern, not a list; write one "
+            f"[[rule]] per pattern"
+        )
     if not isinstance(value, str) or not value:
         raise RuleError(f"{table.get('kind')} rule: {key} must be a non-empty string, got {value!r}")
-    return value
+    return check_pattern(value, f"{table.get('kind')} rule")
 
 
 def _line_of(lines: list[str], pattern: str, default: int = 1) -> int:
