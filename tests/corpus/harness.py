@@ -252,12 +252,14 @@ def report_disagreements(trained: TrainedShape, view: ProductView) -> list[Disag
 
 def rules_verdict(trained: TrainedShape) -> dict[str, bool]:
     """Each of the shape's never/only/blocked rules: does it hold at every
-    recorded step in the oracle?"""
+    recorded step in the oracle that has its loss (and is there one)?"""
     verdict = {}
     for rule in trained.shape.rules:
         if rule.strip().startswith("tracks"):
             continue
-        verdict[rule] = all(oracle.rule_holds(rule, t) for t in trained.truths.values())
+        judged = [oracle.rule_holds(rule, t) for t in trained.truths.values()]
+        judged = [j for j in judged if j is not None]
+        verdict[rule] = bool(judged) and all(judged)
     return verdict
 
 

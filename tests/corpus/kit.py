@@ -72,6 +72,8 @@ def loss_probe(
     over `variables()` (the step's var_list for that optimizer)."""
 
     def update() -> None:
+        if not getattr(optimizer, "built", True):
+            optimizer.build(variables())  # on the whole var_list, as the step's apply does
         f = forward()
         pairs = [
             (g, v)

@@ -7,7 +7,8 @@ variable), from the state before the step:
 1. gradient: does the gradient of that loss alone, taken with the step's own
    tape structure (TF1: `tf.gradients`), exist and is it non-zero?
 2. dependence: perturb the variable, recompute the loss from the same inputs:
-   does its value change?
+   does its value change? (Variables are perturbed in groups first, split in
+   halves while the loss moves: most are independent, settled in one pass.)
 3. own update: from a snapshot, run only the optimizer step that consumes this
    loss's gradient (TF1: its train op): does the variable move?
 
@@ -64,12 +65,11 @@ class StepTruth:
     states: Mapping[str, Mapping[str, str]]
 
     def blocked_producers(self, loss: str) -> set[str]:
-        """Leaf scopes the loss depends on but gets no gradient from."""
-        return {
-            leaf_scope(name)
-            for name, f in self.facts[loss].items()
-            if f.state == BLOCKED
-        }
+        """Leaf scopes the loss depends on but gets no gradient from (the
+        scope as a whole: a BatchNorm layer whose statistics get no gradient
+        but whose gamma does is not blocked)."""
+        leaves = {leaf_scope(name) for name in self.facts[loss]}
+        return {leaf for leaf in leaves if self.states[loss][leaf] == BLOCKED}
 
 
 # ----- names and scopes (the product's convention, written out again) -------
@@ -135,10 +135,12 @@ def tf2_truth(probe: StepProbe) -> StepTruth:
             )
             base = _value(forward.value)
             has_grad = [_nonzero(g) for g in grads]
-            dependent = [
-                True if g else _depends(v, lambda: _value(loss.forward().value), base)
-                for v, g in zip(variables, has_grad)
-            ]
+            value = lambda: _value(loss.forward().value)  # noqa: E731
+            found = _dependent(
+                [i for i, g in enumerate(has_grad) if not g],
+                lambda idx: _changes([variables[i] for i in idx], _eager_io, value, base),
+            )
+            dependent = [g or i in found for i, g in enumerate(has_grad)]
             snapshot.restore()
             before = [v.numpy().copy() for v in variables]
             loss.update()
@@ -174,19 +176,44 @@ class _Snapshot:
                     v.assign(np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype))
 
 
-def _depends(variable: Any, value: Callable[[], np.ndarray], base: np.ndarray) -> bool:
-    """Whether perturbing `variable` changes the loss value (restored after)."""
-    original = variable.numpy().copy()
-    size = float(np.abs(original).mean()) + 1.0
+def _dependent(candidates: list[int], changes: Callable[[list[int]], bool]) -> set[int]:
+    """The candidates whose perturbation changes the loss, found by group
+    testing: perturb a group at once; if the loss moves, split it in halves.
+    (Most variables a loss does not get a gradient from are independent of it,
+    so most groups are settled with one or two forward passes.)"""
+    if not candidates or not changes(candidates):
+        return set()
+    if len(candidates) == 1:
+        return set(candidates)
+    half = len(candidates) // 2
+    return _dependent(candidates[:half], changes) | _dependent(candidates[half:], changes)
+
+
+def _changes(variables: Sequence[Any], io: tuple, value: Callable[[], Any], base: Any) -> bool:
+    """Whether adding noise to `variables` together changes the loss value
+    (tried at two noise scales, relative to each variable's size); restores them."""
+    read, write = io
+    originals = [np.asarray(read(v)).copy() for v in variables]
     try:
         for seed, scale in _PERTURBATIONS:
-            noise = np.random.default_rng(seed).normal(0.0, scale * size, original.shape)
-            variable.assign((original + noise).astype(original.dtype))
-            if not np.array_equal(value(), base):
+            rng = np.random.default_rng(seed)
+            for v, original in zip(variables, originals):
+                size = float(np.abs(original).mean()) + 1.0
+                noise = rng.normal(0.0, scale * size, original.shape)
+                write(v, (original + noise).astype(original.dtype))
+            if not np.array_equal(np.asarray(value()), np.asarray(base)):
                 return True
         return False
     finally:
-        variable.assign(original)
+        for v, original in zip(variables, originals):
+            write(v, original)
+
+
+_eager_io = (lambda v: v.numpy(), lambda v, x: v.assign(x))
+
+
+def _session_io(sess: Any) -> tuple:
+    return (lambda v: sess.run(v), lambda v, x: v.load(x, sess))
 
 
 def _value(tensor: Any) -> np.ndarray:
@@ -244,10 +271,12 @@ class TF1Oracle:
                 has_grad = [False] * len(variables)
                 for (i, _), value in zip(present, values):
                     has_grad[i] = _nonzero_tf1(value)
-                dependent = [
-                    True if g else _depends_tf1(sess, v, lambda: sess.run(tensor, feed), base)
-                    for v, g in zip(variables, has_grad)
-                ]
+                io = _session_io(sess)
+                found = _dependent(
+                    [i for i, g in enumerate(has_grad) if not g],
+                    lambda idx: _changes([variables[i] for i in idx], io, lambda: sess.run(tensor, feed), base),
+                )
+                dependent = [g or i in found for i, g in enumerate(has_grad)]
                 before = sess.run(variables)
                 sess.run(probe.train_ops[name], feed)
                 after = sess.run(variables)
@@ -266,20 +295,6 @@ def _nonzero_tf1(value: Any) -> bool:
     return bool(np.any(np.asarray(values) != 0))
 
 
-def _depends_tf1(sess: Any, variable: Any, value: Callable[[], Any], base: Any) -> bool:
-    original = sess.run(variable)
-    size = float(np.abs(original).mean()) + 1.0
-    try:
-        for seed, scale in _PERTURBATIONS:
-            noise = np.random.default_rng(seed).normal(0.0, scale * size, original.shape)
-            variable.load((original + noise).astype(original.dtype), sess)
-            if not np.array_equal(value(), base):
-                return True
-        return False
-    finally:
-        variable.load(original, sess)
-
-
 def _truth(facts: Mapping[str, Mapping[str, VariableFacts]]) -> StepTruth:
     states = {loss: roll_up({n: f.state for n, f in per.items()}) for loss, per in facts.items()}
     return StepTruth(facts=facts, states=states)
@@ -295,8 +310,9 @@ def matches(scope: str, pattern: str) -> bool:
     return pattern.endswith("/*") and fnmatch.fnmatchcase(scope, pattern[:-2])
 
 
-def rule_holds(rule: str, truth: StepTruth) -> bool:
-    """Whether a `never` / `only` / `blocked` rule holds on the oracle's states.
+def rule_holds(rule: str, truth: StepTruth) -> bool | None:
+    """Whether a `never` / `only` / `blocked` rule holds on the oracle's states
+    at one step (None: no loss of the step matches the rule's loss).
 
     `never(l, s)`: no scope matching s is `updates` for l. `only(l, [a, b])`:
     every `updates` scope of l is under an allowed scope, or a roll-up above
@@ -306,7 +322,7 @@ def rule_holds(rule: str, truth: StepTruth) -> bool:
     kind, args = _parse(rule)
     losses = [loss for loss in truth.states if fnmatch.fnmatchcase(loss, args[0])]
     if not losses:
-        return False
+        return None
     for loss in losses:
         states = truth.states[loss]
         if kind == "never":
@@ -366,11 +382,14 @@ def drift_truth(
     target_before: Sequence[np.ndarray] | None,
 ) -> DriftTruth:
     """drift = ||t - o|| / ||o||; tau = <t - tp, o - tp> / ||o - tp||^2 (NaN
-    without the previous step's target), per target scope and roll-up."""
+    without the previous step's target), per target scope and roll-up. A
+    non-trainable target variable (BatchNorm statistics) is a scope of its own
+    under its layer, as the product's DRIFT rows have it."""
     names = list(pair.target)
     groups: dict[str, list[int]] = {}
     for i, name in enumerate(names):
-        parts = leaf_scope(name).split("/")
+        state = not getattr(pair.target[name], "trainable", True)  # BatchNorm statistics
+        parts = (name if state else leaf_scope(name)).split("/")
         for j in range(len(parts)):
             groups.setdefault("/".join(parts[: j + 1]), []).append(i)
     drift, tau = {}, {}
