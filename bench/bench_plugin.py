@@ -19,6 +19,13 @@ and the scalars route answer with 1000 points.
 
 Ratios are of medians (targets <= 1.0); means are printed too, since they
 include what a median hides (the plugin's once-a-second listing refresh).
+
+Opening a run with events (issue 24): a run of 2000 recorded steps, each with
+two violations (two blobs per step, 4000 blobs) and the grad_stats tables of
+two losses, is loaded by both processes before anything is timed; then its
+first `run` request (cold cache: every table and blob read) is timed once per
+backend (target: <= 5 s on the Rust backend, whose data server answers one
+blob per call).
 Also: event-file bytes per recorded value relative to raw float32 (target
 <= 1.2). Headline (last line): the worst matrix / scalars ratio over sizes
 and backends.
@@ -48,6 +55,10 @@ SERIES_POINTS = 1000  # what TensorBoard's scalars route keeps per tag by defaul
 QUICK_SIZES = (1_000, 10_000)
 FULL_SIZES = (1_000, 10_000, 100_000)
 BACKENDS = {"rust": "true", "python": "false"}
+EVENTS_RUN = "events2k"
+EVENTS_STEPS = 2000
+EVENTS_PER_STEP = 2
+OPEN_TARGET_S = 5.0
 
 
 def label(steps: int) -> str:
@@ -67,6 +78,68 @@ def write_logs(root: str, steps: int) -> float:
     )
     values = steps * len(SCOPES) * columns
     return table_bytes / (values * 4)
+
+
+def write_events_run(root: str, steps: int = EVENTS_STEPS, scopes: list[str] = SCOPES[:16]) -> None:
+    """A run whose every step holds EVENTS_PER_STEP violations (one blob
+    each) and two losses' grad_stats, plus a scalar tag written last at each
+    step (its last point says the run is loaded), by a compiled loop."""
+    import tensorflow as tf
+
+    infos = [fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes) for loss in LOSSES[:2]]
+    events = fmt.make_info(fmt.Kind.EVENTS, "step")
+    writer = tf.summary.create_file_writer(os.path.join(root, EVENTS_RUN), max_queue=100_000, flush_millis=600_000)
+    scalar_meta = pf.scalar_metadata.create_summary_metadata("", "").SerializeToString()
+
+    def documents(step):
+        text = tf.strings.as_string(step)
+        return tf.stack([
+            tf.strings.join([
+                '{"evidence": {"l2": 0.5}, "loss": "td", "message": "loss \'td\' reaches scope \'',
+                scopes[i], '\' at step ', text, '", "name": "never(td, target/*)", "pair": "", "scope": "',
+                scopes[i], '", "step": ', text, ', "type": "violation"}',
+            ])
+            for i in range(EVENTS_PER_STEP)
+        ])
+
+    def write_step(step, metadata: bool):
+        for k, info in enumerate(infos):
+            meta = fmt.create_summary_metadata(info).SerializeToString() if metadata else b""
+            table = tf.random.stateless_uniform([len(scopes), len(info.columns)], seed=tf.stack([step, k]))
+            tf.summary.write(fmt.tag_for(info.kind, info.name), table + 0.5, step=step, metadata=meta)
+        meta = fmt.create_summary_metadata(events).SerializeToString() if metadata else b""
+        tf.summary.write(fmt.tag_for(events.kind, events.name), documents(step), step=step, metadata=meta)
+        tf.summary.write(SCALAR_TAG, tf.cast(step, tf.float32), step=step, metadata=scalar_meta)
+
+    @tf.function
+    def write_steps(count):
+        for step in tf.range(1, count, dtype=tf.int64):
+            write_step(step, metadata=False)
+
+    with writer.as_default():
+        write_step(tf.constant(0, tf.int64), metadata=True)
+        write_steps(tf.constant(steps, tf.int64))
+    writer.close()
+
+
+def wait_scalar(server: pf.TensorBoardServer, run: str, last_step: int, timeout: float) -> None:
+    """Polls TensorBoard's scalars route (not the plugin's, whose cache must
+    stay cold) until `run`'s scalar reaches `last_step`."""
+    path = "data/plugin/scalars/scalars?" + urlencode({"run": run, "tag": SCALAR_TAG})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, _, body = server.get(path, timeout=timeout)
+        if status == 200 and json.loads(body) and json.loads(body)[-1][1] == last_step:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"TensorBoard did not load step {last_step} of {run} in {timeout}s")
+
+
+def first_open(server: pf.TensorBoardServer, run: str) -> tuple[float, dict]:
+    """Seconds of the first `run` request of `run` (cold cache) and its body."""
+    start = time.perf_counter()
+    body = json.loads(fetch(server, API + "run?" + urlencode({"run": run})))
+    return time.perf_counter() - start, body
 
 
 def wait_loaded(server: pf.TensorBoardServer, run: str, steps: int, timeout: float) -> list[int]:
@@ -150,12 +223,22 @@ def measure_backends(root: str, sizes: tuple[int, ...], repetitions: int) -> dic
                 for backend, server in servers.items()
                 for steps in sizes
             }
-            return {
+            for server in servers.values():
+                wait_scalar(server, EVENTS_RUN, EVENTS_STEPS - 1, timeout=1800)
+            results = {}
+            for backend, server in servers.items():
+                seconds, body = first_open(server, EVENTS_RUN)
+                if len(body["steps"]) != EVENTS_STEPS or body["event_count"] < EVENTS_STEPS * EVENTS_PER_STEP:
+                    raise RuntimeError(f"{backend}: {EVENTS_RUN} opened with {len(body['steps'])} steps, "
+                                       f"{body['event_count']} events: {body['warnings'][:3]}")
+                results[f"{backend}_{EVENTS_RUN}"] = {"first_run_s": seconds, "events": body["event_count"]}
+            results.update({
                 f"{backend}_{label(steps)}": measure(
                     servers[backend], label(steps), kept[backend, steps], steps, repetitions
                 )
                 for backend, steps in kept
-            }
+            })
+            return results
         finally:
             list(pool.map(lambda server: server.stop(), servers.values()))
 
@@ -167,6 +250,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench_plugin_")
     try:
         bytes_ratios = {steps: write_logs(root, steps) for steps in sizes}
+        write_events_run(root)
         harness.report("sizes", " ".join(label(steps) for steps in sizes))
         harness.report("scopes", len(SCOPES))
         harness.report("losses", len(LOSSES))
@@ -177,9 +261,14 @@ def main() -> None:
                 harness.report(f"{prefix}_{name}", value)
         for steps, ratio in bytes_ratios.items():
             harness.report(f"{label(steps)}_bytes_per_value_vs_float32", ratio)
-        harness.report("series_vs_scalars", max(f["series_vs_scalars"] for f in results.values()))
+        open_rust = results[f"rust_{EVENTS_RUN}"]["first_run_s"]
+        open_python = results[f"python_{EVENTS_RUN}"]["first_run_s"]
+        harness.report("events_first_run_rust_vs_python", open_rust / open_python)
+        harness.report("events_first_run_rust_vs_target", open_rust / OPEN_TARGET_S)
+        tables = {k: f for k, f in results.items() if "series_vs_scalars" in f}
+        harness.report("series_vs_scalars", max(f["series_vs_scalars"] for f in tables.values()))
         harness.report("bytes_per_value_vs_float32", bytes_ratios[sizes[-1]])
-        harness.report("matrix_vs_scalars", max(f["matrix_vs_scalars"] for f in results.values()))
+        harness.report("matrix_vs_scalars", max(f["matrix_vs_scalars"] for f in tables.values()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
