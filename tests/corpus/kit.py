@@ -72,8 +72,7 @@ def loss_probe(
     over `variables()` (the step's var_list for that optimizer)."""
 
     def update() -> None:
-        if not getattr(optimizer, "built", True):
-            optimizer.build(variables())  # on the whole var_list, as the step's apply does
+        built(optimizer, variables())
         f = forward()
         pairs = [
             (g, v)
@@ -84,6 +83,14 @@ def loss_probe(
             optimizer.apply_gradients(pairs)
 
     return LossProbe(name, forward, update)
+
+
+def built(optimizer: Any, variables: Sequence[Any]) -> Any:
+    """Builds a Keras optimizer on the step's whole var_list (as the step's own
+    apply does) before an oracle update applies only the non-None gradients."""
+    if not getattr(optimizer, "built", True):
+        optimizer.build(list(variables))
+    return optimizer
 
 
 def taped(fn: Callable[[], Any], before: Callable[[], Any] | None = None) -> Callable[[], Forward]:
