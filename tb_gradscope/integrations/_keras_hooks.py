@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Sequence
 
+from tb_gradscope.integrations._keras_custom import overrides_train_step
 from tb_gradscope.integrations._keras_records import KerasRecords
 from tb_gradscope.integrations._keras_step import StepProbe
 from tb_gradscope.pairs.monitor import DriftMonitor
@@ -133,7 +134,8 @@ class GradscopeHooks:
             )
         slots = StepProbe.slots_for(steps_per_execution(model), self.every_n_batches)
         self._probe = StepProbe(
-            model, vlayout, self.every_n_batches, slots, model.name, self._fail
+            model, vlayout, self.every_n_batches, slots, model.name, self._fail,
+            custom=overrides_train_step(model, self.model_types),
         )
         model.train_step = self._probe.wrap(model.train_step)
         model.train_function = None  # compile the instrumented step
@@ -162,19 +164,19 @@ class GradscopeHooks:
         return DriftMonitor(
             self.pairs,
             every_n_steps=self.every_n_batches,
-            step=self.model.optimizer.iterations,
+            step=self._probe.step_variable,
             optimizers=[self.model.optimizer],
             sink=sink,
         )
 
     def _read_step(self) -> None:
-        step = int(self.model.optimizer.iterations.numpy())
+        step = self._probe.current_step()
         self._epoch_base = self._drained_to = step
 
     def _end_epoch(self) -> None:
         self._drain()
         if self._drift is not None:
-            self._record_drift(int(self.model.optimizer.iterations.numpy()) - 1)
+            self._record_drift(self._probe.current_step() - 1)
         self._records.flush()
 
     def _record_drift(self, step: int) -> None:
@@ -191,8 +193,8 @@ class GradscopeHooks:
             warn_once(
                 ("keras_no_losses", self._serial),
                 f"GradscopeCallback: the train step of model '{probe.name}' computed "
-                "none of its compiled losses through Keras's CompileLoss (a custom "
-                "train_step or compute_loss?); only applied updates are recorded",
+                "none of its compiled losses through Keras's CompileLoss and took no "
+                "GradientTape.gradient of a scalar loss; only applied updates are recorded",
             )
         self._records.drain(probe, final)
 

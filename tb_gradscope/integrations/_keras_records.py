@@ -59,7 +59,7 @@ class KerasRecords:
             if step > self.written_step:
                 self._write_step(probe, step, grads, updates, slot)
                 self.written_step = step
-        current = int(probe.model.optimizer.iterations.numpy())
+        current = probe.current_step()
         self._write_skips(probe, None if final else current)
 
     def _write_skips(self, probe: StepProbe, current: int | None) -> None:

@@ -23,6 +23,7 @@ gradients overflow (Keras skips it) only counts a skip, in a ring of its own.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ import tensorflow as tf
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.integrations import _keras_capture as capture
-from tb_gradscope.record import distribute, flow, loss_scale, stats
+from tb_gradscope.integrations import _keras_custom as custom_lib
+from tb_gradscope.record import distribute, flow, loss_scale, naming, stats
 from tb_gradscope.record.naming import VariableLayout
 from tb_gradscope.record.reductions import in_xla
 
@@ -52,6 +54,10 @@ class StepProbe:
       name: used in warnings and analysis messages.
       on_error: called with the exception when building the instrumentation
         fails at trace time (the model's own step still runs, unrecorded).
+      custom: the model overrides `train_step` (a GAN's two optimizers): its
+        losses are the targets of the GradientTape.gradient calls it makes
+        (`_keras_custom`), and its steps are counted per batch, since
+        `model.optimizer` may be one the step never uses.
     """
 
     def __init__(
@@ -62,8 +68,11 @@ class StepProbe:
         slots: int,
         name: str,
         on_error: Callable[[Exception], None],
+        custom: bool = False,
     ):
         self.model = model
+        self.custom = custom
+        self.batches = distribute.local_variable(np.int64(0), trainable=False, name="gradscope_batches") if custom else None
         self.vlayout = vlayout
         self.losses: list[capture.OutputLoss] = []
         self.every = every
@@ -100,15 +109,28 @@ class StepProbe:
         def instrumented_train_step(data: Any) -> Any:
             self.traces += 1
             before = self._guarded(self._before)
-            with capture.capture_losses(self.model) as captured:
+            observing = custom_lib.observe(self.model) if self.custom else contextlib.nullcontext()
+            with capture.capture_losses(self.model) as captured, observing as seen:
                 with tf.GradientTape(persistent=True) as tape:
                     logs = train_step(data)
             if before is not None:
-                self._guarded(lambda: self._after(tape, captured, *before))
+                taped = seen.named(logs) if seen is not None else {}
+                self._guarded(lambda: self._after(tape, captured, *before, taped=taped))
+            if self.batches is not None:
+                self.batches.assign_add(1)
             return logs
 
         instrumented_train_step.gradscope_probe = self
         return instrumented_train_step
+
+    @property
+    def step_variable(self) -> tf.Variable:
+        """What counts the recorded steps: the optimizer's iterations, or the
+        batches a custom train_step ran."""
+        return self.batches if self.batches is not None else self.model.optimizer.iterations
+
+    def current_step(self) -> int:
+        return int(self.step_variable.numpy())
 
     def switch(self, on: bool) -> None:
         """Turns recording on or off (eagerly, also when called while tracing)."""
@@ -141,7 +163,7 @@ class StepProbe:
         # Read now, before the update: tf.cast of an int64 tf.Variable (tf_keras)
         # would return the variable itself, read again after the optimizer.
         optimizer = self.model.optimizer
-        step = tf.cast(tf.convert_to_tensor(optimizer.iterations), tf.int64)
+        step = tf.cast(tf.convert_to_tensor(self.step_variable), tf.int64)
         record = tf.logical_and(
             self.enabled.read_value(), tf.equal(tf.math.floormod(step, self.every), 0)
         )
@@ -155,9 +177,13 @@ class StepProbe:
         before = tf.cond(record, lambda: stats.snapshot(variables), empty)
         return step, record, list(before), scale
 
-    def _after(self, tape: tf.GradientTape, captured: capture.Captured, step, record, before, scale) -> None:
-        if not self.losses and captured.losses:
-            self.losses = list(captured.losses)
+    def _after(
+        self, tape: tf.GradientTape, captured: capture.Captured, step, record, before, scale,
+        taped: dict[str, custom_lib.TapedLoss],
+    ) -> None:
+        found = captured.losses or [capture.OutputLoss(name, None) for name in taped]
+        if not self.losses and found:
+            self.losses = list(found)
             shape = [self.slots, len(self.losses), len(self.vlayout.layout.scopes), _N_GRAD]
             self.grad_tables = distribute.local_variable(
                 lambda: tf.zeros(shape), trainable=False, name="gradscope_grad_tables"
@@ -168,6 +194,11 @@ class StepProbe:
                 for i, value in sorted(captured.values.items())
                 if i < len(self.losses) and captured.losses[i] == self.losses[i]
             }
+        known = {loss.name for loss in self.losses}
+        watched = {}
+        if not losses:  # a custom train_step: the losses its own tapes differentiated
+            losses = {name: t.target for name, t in taped.items() if name in known}
+            watched = {name: taped[name].watched for name in losses}
         self.captured |= set(losses)
         if self.flowgraph is None and losses and distribute.is_first_replica():
             self.flowgraph = flow.analyze_step(
@@ -176,14 +207,24 @@ class StepProbe:
                 self.vlayout.variable_scopes(),
                 self.vlayout.layout.scopes,
                 self.name,
+                watched,
             )
         variables = list(self.vlayout.variables)
+
+        def gradient(name: str, value: Any) -> list[Any]:
+            grads = tape.gradient(value, variables)
+            if name not in watched:
+                return grads
+            # The step's own tape cannot give a gradient to what it did not watch.
+            keys = {naming.variable_key(v) for v in watched[name]}
+            return [g if naming.variable_key(v) in keys else None for g, v in zip(grads, variables)]
+
         store = lambda grads: self._store(step, record, before, scale, grads)  # noqa: E731
         if distribute.replicas_in_sync() > 1:
-            local = lambda: {name: tape.gradient(value, variables) for name, value in losses.items()}  # noqa: E731
+            local = lambda: {name: gradient(name, value) for name, value in losses.items()}  # noqa: E731
             distribute.record_global(record, local, store, self._on_error)
         else:
-            store({name: (lambda value=value: tape.gradient(value, variables)) for name, value in losses.items()})
+            store({name: (lambda name=name, value=value: gradient(name, value)) for name, value in losses.items()})
 
     def _store(self, step: tf.Tensor, record: tf.Tensor, before: list[Any], scale: tf.Tensor | None, grads: dict) -> None:
         """At a recorded step, puts the step's tables into the ring's slot.

@@ -1,0 +1,115 @@
+"""The losses of a custom `train_step` (GANs, two optimizers), as it differentiates them.
+
+A model that overrides `train_step` computes its losses outside Keras's
+CompileLoss and often trains them with optimizers other than
+`model.optimizer` (a GAN's `d_optimizer` and `g_optimizer`). While such a step
+is traced, every `GradientTape.gradient` call it makes is seen (the call itself
+is unchanged): its target is one of the step's losses and its tape's watched
+variables say where that loss's gradient can go (a network run before the tape
+opened cannot get any). A loss is named after the key of the logs the step
+returns when that holds the tensor itself, else after the metric it updates
+(`keras.metrics.Mean(name="d_loss").update_state(d_loss)`), else `loss_<i>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any, Iterator
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass
+class TapedLoss:
+    """A loss the custom step differentiated, and the variables its tape watched."""
+
+    target: Any
+    watched: list[Any]
+
+
+class CustomStep:
+    """What one traced custom step differentiated and which metrics it fed."""
+
+    def __init__(self) -> None:
+        self.taped: list[TapedLoss] = []
+        self.metric_inputs: dict[int, str] = {}  # id(tensor) -> metric name
+
+    def named(self, logs: Any) -> dict[str, TapedLoss]:
+        """{loss name: TapedLoss}, named by the step's logs or the metric each feeds."""
+        by_logs = {id(v): str(k) for k, v in logs.items()} if isinstance(logs, dict) else {}
+        named: dict[str, TapedLoss] = {}
+        for i, taped in enumerate(self.taped):
+            key = id(taped.target)
+            name = by_logs.get(key) or self.metric_inputs.get(key) or f"loss_{i}"
+            while name in named:
+                name += "_"
+            named[name] = taped
+        return named
+
+
+def overrides_train_step(model: Any, base_types: tuple[type, ...]) -> bool:
+    """Whether the model's class defines its own `train_step`."""
+    own = getattr(type(model), "train_step", None)
+    return not any(own is getattr(base, "train_step", None) for base in base_types)
+
+
+_current = threading.local()  # .step: the CustomStep this thread is tracing
+_original_gradient = tf.GradientTape.gradient
+
+
+def _observed_gradient(tape: tf.GradientTape, target: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
+    step = getattr(_current, "step", None)
+    if step is not None and tf.is_tensor(target) and target.shape.rank == 0:
+        step.taped.append(TapedLoss(target, list(tape.watched_variables())))
+    return _original_gradient(tape, target, sources, *args, **kwargs)
+
+
+_lock = threading.Lock()
+_depth = 0
+
+
+@contextlib.contextmanager
+def observe(model: Any) -> Iterator[CustomStep]:
+    """While open, this thread's `GradientTape.gradient` calls and the inputs of
+    the model's metrics' `update_state` land in the yielded CustomStep."""
+    global _depth
+    step = CustomStep()
+    previous = getattr(_current, "step", None)
+    _current.step = step
+    with _lock:
+        _depth += 1
+        tf.GradientTape.gradient = _observed_gradient
+    patched = _observe_metrics(model, step)
+    try:
+        yield step
+    finally:
+        for metric in patched:
+            metric.__dict__.pop("update_state", None)
+        _current.step = previous
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                tf.GradientTape.gradient = _original_gradient
+
+
+def _observe_metrics(model: Any, step: CustomStep) -> list[Any]:
+    patched = []
+    try:
+        metrics = list(model.metrics)
+    except Exception:  # noqa: BLE001 - a model whose metrics cannot be listed yet
+        return patched
+    for metric in metrics:
+        update = getattr(metric, "update_state", None)
+        if update is None or "update_state" in metric.__dict__:
+            continue
+
+        def observed(*args: Any, _update: Any = update, _name: str = str(metric.name), **kwargs: Any) -> Any:
+            if args and tf.is_tensor(args[0]):
+                step.metric_inputs.setdefault(id(args[0]), _name)
+            return _update(*args, **kwargs)
+
+        metric.__dict__["update_state"] = observed
+        patched.append(metric)
+    return patched
