@@ -39,6 +39,8 @@ class RunSpec:
       steps: the recorded steps.
       start_points: losses the FlowGraph calls gradient start points.
       nodes, edges, blocked: the FlowGraph's scope graph and blocked edges.
+      flowgraph: False for a run with no FlowGraph at all (an eager loop
+        whose step was never traced).
     """
 
     name: str
@@ -52,6 +54,7 @@ class RunSpec:
     nodes: tuple[fmt.GraphNode, ...] = ()
     edges: tuple[fmt.GraphEdge, ...] = ()
     blocked: tuple[fmt.BlockedEdge, ...] = ()
+    flowgraph: bool = True
 
 
 def hostile_spec() -> RunSpec:
@@ -90,6 +93,52 @@ def hostile_spec() -> RunSpec:
     )
 
 
+# Names that must show escaped (as `tb-gradscope report` prints them) and
+# ellipsised: bidi overrides and marks, C0 and C1 controls, 300 characters.
+LONG_RUN = "long_" + "r" * 150 + "/\u202e" + "n" * 150
+LONG_SCOPE = "net/" + "s" * 300
+BIDI_SCOPE = "net/evil\u202egnp.exe\u202d"
+CONTROL_SCOPE = "net/ctl\x1b[31m\x85\x9b\u200fend"
+LONG_LOSS = "l" * 300
+BIDI_LOSS = "loss\u202dlr\x07"
+
+
+def long_names_spec() -> RunSpec:
+    """A run whose run, scope, loss, event and graph names are 300 characters long or
+    hold bidi and control characters; one blocked edge and one event per hostile name."""
+    leaves = (LONG_SCOPE, BIDI_SCOPE, CONTROL_SCOPE)
+    scopes = ("net",) + leaves
+    losses = (LONG_LOSS, BIDI_LOSS)
+    input_node = "input:" + "x" * 300
+    nodes = [fmt.GraphNode(id=s, kind="scope", label=s) for s in leaves]
+    nodes += [fmt.GraphNode(id=input_node, kind="input", label=input_node[6:])]
+    nodes += [fmt.GraphNode(id=f"loss:{loss}", kind="loss", label=loss) for loss in losses]
+    edges = [fmt.GraphEdge(src=input_node, dst=s, tensors=1) for s in leaves]
+    edges += [fmt.GraphEdge(src=s, dst=f"loss:{loss}", tensors=1, blocked_for=(BIDI_LOSS,) if s == LONG_SCOPE and loss == BIDI_LOSS else ())
+              for s in leaves for loss in losses]
+    blocked = fmt.BlockedEdge(
+        loss=BIDI_LOSS, producer=LONG_SCOPE + "/read", consumer="StopGradient\u202e", op_name="stop\u202egrad" + "o" * 300,
+        op_type="StopGradient", cause="stop_gradient", producer_scope=LONG_SCOPE, consumer_scope=f"loss:{BIDI_LOSS}",
+        source=fmt.SourceLine(file="train\u202eyp.py", line=3, function="step"),
+    )
+    events = tuple(
+        fmt.Event(type=fmt.VIOLATION, name=f"never({loss}, {scope})", step=10,
+                  message=f"loss '{loss}' reaches scope '{scope}'", loss=loss, scope=scope, pair="t" * 300 + "<-online")
+        for loss in losses for scope in leaves
+    )
+    return RunSpec(
+        name=LONG_RUN,
+        scopes=scopes,
+        static={loss: {s: fmt.UPDATES for s in scopes} for loss in losses},
+        grads={loss: {s: grad_row(0.5) for s in scopes} for loss in losses},
+        updates={s: (0.01, 2.0) for s in scopes},
+        events=events,
+        nodes=tuple(nodes),
+        edges=tuple(edges),
+        blocked=(blocked,),
+    )
+
+
 def states_spec() -> RunSpec:
     """One loss whose cells go through every flow state, plus one violation.
 
@@ -120,6 +169,20 @@ def states_spec() -> RunSpec:
         updates={s: (0.0 if s == "net/ignored" else 0.01, 2.0) for s in scopes},
         events=(violation,),
         start_points=("main",),
+    )
+
+
+def eager_spec() -> RunSpec:
+    """An eager loop's run: tables but no FlowGraph, so a scope the loss sends no
+    gradient to can only be "no_gradient" (blocked or independent, nobody knows)."""
+    scopes = ("online", "online/l1", "target", "target/l1")
+    return RunSpec(
+        name="eager",
+        scopes=scopes,
+        static={},
+        grads={"td": {s: grad_row(0.5) if s.startswith("online") else NO_GRADIENT_ROW for s in scopes}},
+        updates={s: (0.01 if s.startswith("online") else 0.0, 2.0) for s in scopes},
+        flowgraph=False,
     )
 
 
@@ -197,7 +260,7 @@ def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
     writer = tf.summary.create_file_writer(str(logdir / spec.name))
     with writer.as_default():
         for step in spec.steps:
-            if step == spec.steps[0]:
+            if step == spec.steps[0] and spec.flowgraph:
                 _write_flowgraph(spec, step)
             for loss, rows in spec.grads.items():
                 info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, spec.scopes)

@@ -74,8 +74,13 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     tab = open_tab(run=run)
     chart = tab.frame.locator(f'#gs-drift .gs-chart[data-pair="{css(pair["name"])}"]')
     chart.wait_for()
-    drift_scopes = [s for s in pair["scopes"] if s in pair["values"]["drift"]]
-    assert chart.get_attribute("data-series") == str(len(drift_scopes))
+    # The root first; target/lstm/lstm_cell is all of target/lstm: one line for both.
+    drift = pair["values"]["drift"]
+    assert drift["target/lstm"] == drift["target/lstm/lstm_cell"] != drift["target"]
+    legend = chart.locator(".gs-chart-legend li")
+    assert legend.evaluate_all("ls => ls.map(l => l.dataset.label)") == ["target", "target/lstm", "target/v"]
+    assert legend.first.get_attribute("class") == "gs-main"
+    assert chart.get_attribute("data-series") == "3"
     assert chart.get_attribute("data-points") == str(len(pair["steps"]))
     marker = chart.locator(f'.gs-marker[data-name="never_synced"][data-step="{never["step"]}"]')
     assert marker.text_content() == "never synced"
@@ -87,6 +92,21 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     assert abs(left - expected) <= 3, (left, expected)
     assert "never synced" in chart.locator(".gs-marker-list").text_content()
     screenshot(chart, artifacts, "gradscope-drift.png")
+    tab.assert_clean()
+
+
+def test_a_cell_without_gradient_charts_no_gradient_not_zero(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    cell = tensorboard.json("matrix", run="dqn")["cells"]["td"]["target/l1"]
+    assert cell["state"] == "blocked" and cell["grad_vars"] == 0
+    # The table stores 0 where no variable received a gradient.
+    stored = tensorboard.json("series", run="dqn", kind="grad_stats", name="td", scope="target/l1", stat="l2")["points"]
+    assert {p[2] for p in stored} == {0.0}
+    tab = open_tab()
+    tab.cell("td", "target/l1").click()
+    item = tab.frame.locator("#gs-series-chart .gs-chart-legend li")
+    item.wait_for()
+    assert item.text_content() == "td × target/l1 no gradient"
+    assert item.get_attribute("data-last") == ""
     tab.assert_clean()
 
 

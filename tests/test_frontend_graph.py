@@ -152,3 +152,23 @@ def test_graph_pans_and_zooms_by_wheel_drag_buttons_and_keys(open_tab: OpenTab) 
     tab.frame.get_by_role("button", name="zoom in").click()
     assert _view_box(tab)[2] < fit[2]
     tab.assert_clean()
+
+
+def test_a_run_without_flowgraph_says_why_and_how_to_get_one(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    info = tensorboard.json("run", run="eager")
+    assert info["has_flowgraph"] is False
+    assert tensorboard.json("matrix", run="eager")["cells"]["td"]["target/l1"]["state"] == "no_gradient"
+    tab = open_tab(run="eager")
+    note = tab.frame.locator("#gs-no-flowgraph")
+    assert note.text_content() == (
+        "no FlowGraph: the step was never traced, so blocked and independent cannot be told apart; "
+        "trace it once with rec.analyze(step_fn, *example_args) or run the step in tf.function"
+    )
+    assert tab.cell("td", "target/l1").get_attribute("data-state") == "no_gradient"
+    graph = tab.frame.locator("#gs-graph-none")
+    graph.wait_for()
+    assert "no FlowGraph" in graph.text_content() and "note beside the matrix" in graph.text_content()
+    # A run with a FlowGraph has no such note.
+    tab.select_run("dqn")
+    assert tab.frame.locator("#gs-no-flowgraph").count() == 0
+    tab.assert_clean()

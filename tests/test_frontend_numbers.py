@@ -49,7 +49,9 @@ READ_MATRIX = """() => {
   const ramp = [...document.querySelectorAll('.gs-ramp-labels span')].map((s) => s.textContent);
   const details = cells.map((c) => {
     const selector = `.gs-cell[data-loss="${CSS.escape(c.loss)}"][data-scope="${CSS.escape(c.scope)}"]`;
-    document.querySelector(selector).click();
+    const cell = document.querySelector(selector);
+    if (cell === null) return { loss: c.loss, scope: c.scope, fields: null };
+    cell.click();
     const fields = [...document.querySelectorAll('#gs-details dd[data-field]')];
     return { loss: c.loss, scope: c.scope, fields: Object.fromEntries(fields.map((d) => [d.dataset.field, d.textContent])) };
   });
@@ -59,7 +61,7 @@ READ_MATRIX = """() => {
 READ_LEGENDS = """(section) => [...document.querySelectorAll(`#${section} .gs-chart`)].map((chart) => ({
   pair: chart.dataset.pair,
   items: [...chart.querySelectorAll('.gs-chart-legend li')].map((li) => ({
-    label: li.dataset.label, last: li.querySelector('.gs-muted').textContent.replace(/^\\s*last\\s*/, ''),
+    label: li.dataset.label, text: li.querySelector('.gs-muted').textContent.trim(),
   })),
 }))"""
 
@@ -121,6 +123,7 @@ def matrix_mismatches(run: str, seen: dict, matrix: dict) -> list[str]:
         if not compact(shown, value):
             bad.append(f"{run}: legend bound shows {shown!r}, the route's is {value}")
     for detail in seen["details"]:
+        assert detail["fields"] is not None, f"{run}: the matrix lost cell {detail['loss']} × {detail['scope']}"
         served = cells[detail["loss"]][detail["scope"]]
         update = updates.get(detail["scope"], {})
         where = f"{run}: details of {detail['loss']} × {detail['scope']}"
@@ -149,8 +152,11 @@ def legend_mismatches(run: str, charts: list[dict], pairs: list[dict], column: s
         series = pair["values"]["drift"] if column == "drift" else pair["cosine"]
         for item in chart["items"]:
             value = last_value(series[item["label"]])
-            if not compact(item["last"], value):
-                bad.append(f"{run}: {column} legend of {chart['pair']} / {item['label']} shows {item['last']!r}, "
+            shown = item["text"].removeprefix("last ")
+            # A series with no value says so in words, never "last <number>".
+            right = not item["text"].startswith("last ") if value is None else compact(shown, value)
+            if not right:
+                bad.append(f"{run}: {column} legend of {chart['pair']} / {item['label']} shows {item['text']!r}, "
                            f"the route's last value is {value}")
     return bad
 

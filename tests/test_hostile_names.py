@@ -2,8 +2,8 @@
 source file named with HTML/JS payloads, a 10 kB name, RTL overrides,
 newlines and terminal escapes (tests/reliability_names.py); the plugin serves
 them unchanged, `tb-gradscope report` prints them recognisably with every
-control character escaped, and the tab shows them as text without running
-any of them.
+control character escaped, and the tab shows them as text, escaped the same
+way, without running any of them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
+from tb_gradscope.commands.text import safe
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tests import providers
 from tests import reliability_names as names
@@ -139,12 +140,6 @@ def hostile_tensorboard(logdir, tmp_path_factory) -> Iterator:
         stop_tensorboard(tb.process)
 
 
-def _visible(text: str) -> str:
-    """What a name looks like as DOM text: the browser keeps \\t, \\n, \\r and
-    drops nothing else; innerText collapses whitespace, so compare a prefix."""
-    return text.split("\n")[0].split("\r")[0].split("\t")[0][:60]
-
-
 @pytest.mark.browser
 @pytest.mark.parametrize("embedded", [False, True])
 def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_tensorboard, embedded):
@@ -165,8 +160,13 @@ def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_ten
         frame.wait_for_selector("#gs-matrix tbody tr", timeout=60_000)
         assert frame.locator("#gs-run").input_value() == names.RUN
         text = frame.locator("body").inner_text()
+        # Shown as `tb-gradscope report` prints them: controls and bidi overrides escaped.
         for name in names.SCOPES + names.LOSSES:
-            assert _visible(name) in text, f"{name[:60]!r} is not visible text"
+            assert safe(name) in text, f"{safe(name)[:60]!r} is not visible text"
+        # (innerText separates table cells with tabs and rows with newlines of its own.)
+        assert [f"U+{ord(c):04X}" for c in set(text) if c not in "\t\n" and safe(c) != c] == []
+        # The 10 kB name is ellipsised: the page does not scroll sideways.
+        assert frame.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
         assert frame.locator("img, svg[onload], script:not([src])").evaluate_all(
             f"els => els.filter(e => /{names.FLAG}|alert/.test(e.outerHTML)).length"
         ) == 0

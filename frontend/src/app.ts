@@ -7,10 +7,11 @@ import { fetchMatrix, fetchRunInfo, fetchRuns, fetchSeries, type Matrix, type Ru
 import { type Comparison, compareWith } from "./compare";
 import { h, replaceChildren } from "./dom";
 import { connectHost, type HostMode } from "./host";
+import { escapeName } from "./names";
 import { fetchRunExtras, type RunExtras } from "./runExtras";
 import { ScopeTree } from "./scopeTree";
 import { updateNormRange } from "./shading";
-import { CellSeriesPanel } from "./views/cellSeries";
+import { CellSeriesPanel, gradientNorms } from "./views/cellSeries";
 import { renderConflictCharts } from "./views/conflictCharts";
 import { renderDetails } from "./views/details";
 import { renderDriftCharts } from "./views/driftCharts";
@@ -22,6 +23,11 @@ import { destroyCharts } from "./views/lineChart";
 import { type MatrixDiff, MatrixView, type Selection } from "./views/matrix";
 import { ScopeGraphView, type StateOf } from "./views/scopeGraph";
 import { Toolbar } from "./views/toolbar";
+
+/** What a run without a FlowGraph (an eager loop that never traced its step) lacks, and how to get it. */
+export const NO_FLOWGRAPH =
+  "no FlowGraph: the step was never traced, so blocked and independent cannot be told apart; " +
+  "trace it once with rec.analyze(step_fn, *example_args) or run the step in tf.function";
 
 /** At most this many cells are charted at once; picking another drops the oldest. */
 const MAX_CHARTED = 6;
@@ -115,6 +121,8 @@ export class App {
   }
 
   private async selectRun(run: string): Promise<void> {
+    // Choosing the run already shown (a script can) keeps what it shows.
+    if (run === this.run && this.view !== null) return;
     this.run = run;
     if (this.compareRun === run) this.compareRun = null;
     this.resetRunState();
@@ -261,15 +269,22 @@ export class App {
     this.showCharted();
   }
 
-  /** Fetches the ‖g‖ series of charted cells not fetched yet, then charts them all. */
+  /** Fetches the ‖g‖ series (and how many variables got a gradient) of charted
+   * cells not fetched yet, then charts them all. */
   private async loadCharted(generation: number): Promise<void> {
     const run = this.run;
     if (run === null) return;
     try {
       const missing = this.charted.filter((c) => !this.series.has(seriesKey(run, c)));
-      const answers = await Promise.all(missing.map((c) => fetchSeries(run, "grad_stats", c.loss, c.scope, "l2")));
+      const answers = await Promise.all(missing.map((c) => Promise.all([
+        fetchSeries(run, "grad_stats", c.loss, c.scope, "l2"),
+        fetchSeries(run, "grad_stats", c.loss, c.scope, "grad_vars"),
+      ])));
       if (this.run !== run) return;
-      missing.forEach((c, i) => this.series.set(seriesKey(run, c), answers[i]!.points));
+      missing.forEach((c, i) => {
+        const [l2, gradVars] = answers[i]!;
+        this.series.set(seriesKey(run, c), gradientNorms(l2.points, gradVars.points));
+      });
       this.showCharted();
     } catch (e) {
       if (generation === this.generation) this.fail(e);
@@ -319,7 +334,10 @@ export class App {
     replaceChildren(
       this.body,
       matrixView.element,
-      h("div", { className: "gs-side" }, renderDetails(matrix, this.selected, diff), this.comparisonNote(view)),
+      h("div", { className: "gs-side" },
+        !view.info.has_flowgraph && h("p", { className: "gs-note", attrs: { id: "gs-no-flowgraph", role: "note" } }, NO_FLOWGRAPH),
+        renderDetails(matrix, this.selected, diff),
+        this.comparisonNote(view)),
       renderLegend(updateNormRange(matrix)),
       this.extrasBox,
     );
@@ -335,7 +353,7 @@ export class App {
     return h(
       "p",
       { className: "gs-compare-note", attrs: { id: "gs-compare-note" }, data: { differ: String(count) } },
-      `Compared with run ${comparison.run} at step ${comparison.step}: `,
+      `Compared with run ${escapeName(comparison.run)} at step ${comparison.step}: `,
       count === 0 ? "every cell has the same flow state." : `${count} cell${count === 1 ? "" : "s"} differ (outlined dashed; hover for both states).`,
     );
   }
@@ -351,7 +369,7 @@ export class App {
     replaceChildren(
       this.extrasBox,
       view.graph?.element ?? h("p", { className: "gs-muted", attrs: { id: "gs-graph-none" } }, extras.flowgraph === null
-        ? "This run has no FlowGraph, so there is no scope graph."
+        ? "No scope graph: this run has no FlowGraph (see the note beside the matrix)."
         : "This run's FlowGraph has no scope graph (no nodes)."),
       this.seriesPanel.element,
       view.panels,
@@ -378,8 +396,8 @@ export class App {
     const unique = Array.from(new Set(warnings));
     replaceChildren(
       this.messages,
-      this.error !== null && h("div", { className: "gs-error", attrs: { role: "alert" } }, this.error),
-      unique.length > 0 && h("ul", { className: "gs-warnings", attrs: { "aria-label": "warnings" } }, ...unique.map((w) => h("li", {}, w))),
+      this.error !== null && h("div", { className: "gs-error", attrs: { role: "alert" } }, escapeName(this.error)),
+      unique.length > 0 && h("ul", { className: "gs-warnings", attrs: { "aria-label": "warnings" } }, ...unique.map((w) => h("li", {}, escapeName(w)))),
     );
   }
 }

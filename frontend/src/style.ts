@@ -31,11 +31,18 @@ body { margin: 0; background: var(--bg); color: var(--fg);
 .gs-toolbar label { display: inline-flex; align-items: center; gap: 6px; }
 .gs-toolbar select, .gs-toolbar button { font: inherit; color: var(--fg); background: var(--panel);
   border: 1px solid var(--border); border-radius: 4px; padding: 3px 8px; }
+.gs-toolbar select, .gs-controls select { max-width: 36ch; text-overflow: ellipsis; }
 .gs-toolbar input[type=range] { width: 220px; accent-color: var(--accent); }
 .gs-step-label { font-variant-numeric: tabular-nums; min-width: 7ch; }
 .gs-status { color: var(--muted); }
 .gs-error { background: var(--error-bg); color: var(--error-fg); padding: 6px 10px; border-radius: 4px; }
 .gs-warnings { margin: 0; padding-left: 20px; color: var(--muted); }
+.gs-error, .gs-warnings li, .gs-compare-note, .gs-note, .gs-marker-list li, .gs-blocked-details h3 { overflow-wrap: anywhere; }
+/* A name from the logs: one line, ellipsised when long, the full name in its title. */
+.gs-name { display: inline-block; max-width: 40ch; overflow: hidden; text-overflow: ellipsis; white-space: nowrap;
+  vertical-align: bottom; }
+.gs-loss-name { max-width: 20ch; }
+.gs-note { margin: 0; padding: 6px 10px; border-left: 3px solid var(--ignored); background: var(--panel); }
 .gs-body { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 16px; }
 /* The matrix scrolls inside its box so the loss headers and scope names stay in view. */
 .gs-matrix-wrap { overflow: auto; max-width: 100%; max-height: calc(100vh - 90px);
@@ -79,7 +86,8 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-ramp-labels { display: flex; justify-content: space-between; color: var(--muted); font-size: 11px; }
 .gs-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; }
 .gs-details dt { color: var(--muted); }
-.gs-details dd { margin: 0; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
+.gs-details dd { margin: 0; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; max-height: 7.5em; overflow-y: auto; }
+.gs-details h2 { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .gs-muted { color: var(--muted); }
 .gs-wide { flex: 1 1 100%; display: flex; flex-direction: column; gap: 16px; min-width: 0; }
 .gs-wide h2 { font-size: 14px; margin: 0 0 6px; }
@@ -113,11 +121,13 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-blocked-details h3 { font-size: 13px; margin: 0 0 6px; }
 .gs-blocked-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 8px; }
 .gs-blocked-details dt { color: var(--muted); }
-.gs-blocked-details dd { margin: 0; overflow-wrap: anywhere; }
+.gs-blocked-details dd { margin: 0; overflow-wrap: anywhere; max-height: 7.5em; overflow-y: auto; }
 .gs-cell[data-diff=true] { outline: 3px dashed var(--accent); outline-offset: 1px; }
 .gs-compare-note { margin: 0; padding: 6px 10px; border-left: 3px dashed var(--accent); background: var(--panel); }
 .gs-chart { margin: 0 0 12px; }
-.gs-chart figcaption { font-weight: 600; margin-bottom: 4px; }
+.gs-chart figcaption { font-weight: 600; margin-bottom: 4px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.gs-chart-legend li { min-width: 0; max-width: 100%; }
+.gs-chart-legend li.gs-main { font-weight: 600; }
 .gs-plot { color: var(--fg); }
 .gs-chart-legend, .gs-chips, .gs-marker-list { list-style: none; margin: 4px 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; }
 .gs-marker-list { flex-direction: column; color: var(--fg); }
@@ -130,6 +140,12 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
   color: var(--violation); background: var(--bg); padding: 0 3px; border-radius: 3px; }
 .gs-table { border-collapse: collapse; font-size: 12px; }
 .gs-table th, .gs-table td { border-bottom: 1px solid var(--border); padding: 3px 8px; text-align: left; vertical-align: top; }
+.gs-events-table { table-layout: fixed; width: 100%; }
+.gs-events-table td { overflow: hidden; }
+.gs-events-table .gs-name { max-width: 100%; }
+.gs-col-step { width: 9ch; } .gs-col-type { width: 10ch; } .gs-col-name { width: 18%; }
+.gs-col-concerns { width: 24%; } .gs-col-count { width: 7ch; }
+.gs-message { overflow-wrap: anywhere; display: -webkit-box; -webkit-line-clamp: 4; -webkit-box-orient: vertical; overflow: hidden; }
 .gs-table td button { font: inherit; color: var(--accent); background: none; border: 1px solid var(--border); border-radius: 4px; cursor: pointer; }
 .gs-export ul { margin: 0; padding-left: 20px; }
 .gs-export a { color: var(--accent); }

@@ -2,6 +2,7 @@
 // data flows left to right, from inputs through scopes into losses.
 
 import dagre from "@dagrejs/dagre";
+import { shortName } from "../names";
 import type { FoldedGraph, FoldedNode } from "./fold";
 
 export interface Point {
@@ -34,9 +35,14 @@ const CHAR_WIDTH = 7;
 const NODE_HEIGHT = 28;
 const PADDING = 20;
 
-/** The text a node shows: its label, with how many scopes a folded node holds. */
+/** Characters a node's label keeps (cut in the middle): a 300-character name
+ * would make its box, and the fitted graph, unreadably wide. */
+export const NODE_LABEL = 40;
+
+/** The text a node shows: its escaped label, cut short, with how many scopes a folded node holds. */
 export function nodeText(node: FoldedNode): string {
-  return node.members > 1 ? `${node.label} (${node.members})` : node.label;
+  const label = shortName(node.label, NODE_LABEL);
+  return node.members > 1 ? `${label} (${node.members})` : label;
 }
 
 export function layoutGraph(graph: FoldedGraph): Layout {

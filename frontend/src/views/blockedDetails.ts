@@ -4,6 +4,7 @@
 import type { BlockedEdge } from "../api";
 import { h } from "../dom";
 import type { FoldedEdge } from "../graph/fold";
+import { escapeName } from "../names";
 
 const CAUSES: Record<string, string> = {
   stop_gradient: "tf.stop_gradient (or PreventGradient) cuts the path",
@@ -22,9 +23,9 @@ export function sourceText(edge: BlockedEdge): string {
 
 export function renderBlockedDetails(edge: FoldedEdge): HTMLElement {
   const panel = h("section", { className: "gs-details gs-blocked-details" },
-    h("h3", {}, `Blocked: ${edge.src} → ${edge.dst}`));
+    h("h3", {}, `Blocked: ${escapeName(edge.src)} → ${escapeName(edge.dst)}`));
   if (edge.blocked.length === 0) {
-    panel.append(h("p", {}, `The gradient of ${edge.blockedFor.join(", ")} is cut on this edge; the FlowGraph names no op for it.`));
+    panel.append(h("p", {}, `The gradient of ${edge.blockedFor.map(escapeName).join(", ")} is cut on this edge; the FlowGraph names no op for it.`));
     return panel;
   }
   for (const blocked of edge.blocked) {
@@ -38,7 +39,7 @@ export function renderBlockedDetails(edge: FoldedEdge): HTMLElement {
       ["source", sourceText(blocked)],
     ];
     const list = h("dl", { data: { op: blocked.op_name } });
-    for (const [term, value] of rows) list.append(h("dt", {}, term), h("dd", { data: { field: term } }, value));
+    for (const [term, value] of rows) list.append(h("dt", {}, term), h("dd", { data: { field: term } }, escapeName(value)));
     panel.append(list);
   }
   return panel;

@@ -4,6 +4,7 @@
 
 import type { SeriesPoint } from "../api";
 import { h, replaceChildren } from "../dom";
+import { escapeName, nameElement } from "../names";
 import { smooth } from "../smoothing";
 import type { Selection } from "./matrix";
 import { type ChartSeries, destroyCharts, renderLineChart } from "./lineChart";
@@ -11,6 +12,13 @@ import { type ChartSeries, destroyCharts, renderLineChart } from "./lineChart";
 export interface CellSeries {
   cell: Selection;
   points: SeriesPoint[];
+}
+
+/** ‖g‖ per step, with no value at the steps where no variable received a
+ * gradient (the table stores 0 there: a blocked cell is not a zero gradient). */
+export function gradientNorms(l2: SeriesPoint[], gradVars: SeriesPoint[]): SeriesPoint[] {
+  const counts = new Map(gradVars.map((p) => [p[0], p[2]]));
+  return l2.map(([step, wall, value]): SeriesPoint => [step, wall, counts.get(step) === 0 ? null : value]);
 }
 
 export interface CellSeriesHandlers {
@@ -54,9 +62,9 @@ export class CellSeriesPanel {
     const weight = Number(this.smoothing.value);
     this.smoothingLabel.textContent = weight.toFixed(2);
     replaceChildren(this.chips, ...this.series.map(({ cell }) => h("li", {},
-      `${cell.loss} × ${cell.scope}`,
+      nameElement(cellLabel(cell)),
       h("button", {
-        attrs: { type: "button", "aria-label": `stop charting ${cell.loss} × ${cell.scope}`, title: "remove" },
+        attrs: { type: "button", "aria-label": `stop charting ${escapeName(cellLabel(cell))}`, title: "remove" },
         on: { click: () => this.handlers.onRemove(cell) },
       }, "×"))));
     destroyCharts(this.plot);
@@ -68,11 +76,16 @@ export class CellSeriesPanel {
     const steps = Array.from(new Set(this.series.flatMap((s) => s.points.map((p) => p[0])))).sort((a, b) => a - b);
     const lines: ChartSeries[] = this.series.map(({ cell, points }) => {
       const byStep = new Map(points.map((p) => [p[0], p[2]]));
-      return { label: `${cell.loss} × ${cell.scope}`, values: smooth(steps.map((s) => byStep.get(s) ?? null), weight) };
+      return { label: cellLabel(cell), values: smooth(steps.map((s) => byStep.get(s) ?? null), weight), empty: "no gradient" };
     });
     replaceChildren(this.plot, renderLineChart({
       id: "gs-series-chart", title: `‖g‖ per step${weight > 0 ? `, smoothed ${weight.toFixed(2)}` : ""}`,
       steps, series: lines, log: this.logBox.checked, yLabel: "‖g‖",
     }));
   }
+}
+
+/** "loss × scope", the raw names (escaped where shown). */
+function cellLabel(cell: Selection): string {
+  return `${cell.loss} × ${cell.scope}`;
 }

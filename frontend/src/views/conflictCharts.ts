@@ -3,6 +3,7 @@
 
 import type { ConflictPair } from "../api";
 import { h } from "../dom";
+import { escapeName } from "../names";
 import { renderLineChart } from "./lineChart";
 
 export function renderConflictCharts(pairs: ConflictPair[]): HTMLElement {
@@ -17,7 +18,7 @@ export function renderConflictCharts(pairs: ConflictPair[]): HTMLElement {
     const scopes = pair.scopes.filter((s) => pair.cosine[s] !== undefined);
     const chart = renderLineChart({
       id: `gs-conflict-${index}`,
-      title: `${pair.losses.join(" vs ")}: cosine per shared scope`,
+      title: `${pair.losses.map(escapeName).join(" vs ")}: cosine per shared scope`,
       steps: pair.steps,
       series: scopes.map((scope) => ({ label: scope, values: pair.cosine[scope] ?? [] })),
       log: false,

@@ -4,6 +4,7 @@
 import type { Matrix } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
+import { escapeName } from "../names";
 import { formatFull } from "../numbers";
 import { cellKey } from "../compare";
 import type { MatrixDiff, Selection } from "./matrix";
@@ -17,8 +18,8 @@ export function renderDetails(matrix: Matrix, selection: Selection | null, diff:
   const stats = matrix.cells[selection.loss]?.[selection.scope];
   const update = matrix.updates[selection.scope];
   const rows: [string, string][] = [
-    ["loss", selection.loss],
-    ["scope", selection.scope],
+    ["loss", escapeName(selection.loss)],
+    ["scope", escapeName(selection.scope)],
     ["step", String(matrix.step)],
   ];
   if (stats === undefined) {
@@ -37,7 +38,7 @@ export function renderDetails(matrix: Matrix, selection: Selection | null, diff:
   }
   if (diff !== null) {
     const theirs = diff.differ.get(cellKey(selection.loss, selection.scope));
-    rows.push([`state in ${diff.run}`, theirs === undefined ? "the same" : stateInfo(theirs).label]);
+    rows.push([`state in ${escapeName(diff.run)}`, theirs === undefined ? "the same" : stateInfo(theirs).label]);
   }
   rows.push(
     ["‖Δθ‖ applied", formatFull(update?.update_norm ?? null)],
@@ -48,6 +49,7 @@ export function renderDetails(matrix: Matrix, selection: Selection | null, diff:
   for (const [term, value] of rows) {
     list.append(h("dt", {}, term), h("dd", { data: { field: term } }, value));
   }
-  panel.append(h("h2", {}, `${selection.loss} × ${selection.scope}`), list);
+  const heading = `${escapeName(selection.loss)} × ${escapeName(selection.scope)}`;
+  panel.append(h("h2", { attrs: { title: heading } }, heading), list);
   return panel;
 }

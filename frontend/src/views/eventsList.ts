@@ -1,8 +1,11 @@
 // Violations and anomalies, one row per distinct event with the step it was
 // first seen (and how often it was seen); a button jumps the step slider there.
+// Names and messages are escaped and ellipsised (full text on hover): the
+// table keeps the page's width whatever the logs say.
 
 import type { GradEvent } from "../api";
 import { h } from "../dom";
+import { escapeName, nameElement } from "../names";
 
 export interface EventGroup {
   first: GradEvent;
@@ -21,6 +24,18 @@ export function groupEvents(events: GradEvent[]): EventGroup[] {
   return [...groups.values()];
 }
 
+/** "loss L", "scope S", "pair P", one a line, each name ellipsised. */
+function concerns(event: GradEvent): HTMLElement {
+  const parts: [string, string][] = [["loss", event.loss], ["scope", event.scope], ["pair", event.pair]];
+  return h("div", { className: "gs-concerns" }, ...parts.filter(([, name]) => name).map(([what, name]) =>
+    h("div", {}, `${what} `, nameElement(name))));
+}
+
+const COLUMNS: [string, string][] = [
+  ["first seen at step", "gs-col-step"], ["type", "gs-col-type"], ["name", "gs-col-name"],
+  ["concerns", "gs-col-concerns"], ["message", "gs-col-message"], ["times seen", "gs-col-count"],
+];
+
 export function renderEvents(events: GradEvent[], onJump: (step: number) => void): HTMLElement {
   const section = h("section", { className: "gs-events", attrs: { id: "gs-events", "aria-label": "events" } },
     h("h2", {}, "Violations and anomalies"));
@@ -30,19 +45,19 @@ export function renderEvents(events: GradEvent[], onJump: (step: number) => void
     return section;
   }
   const rows = groups.map(({ first, count }) => {
-    const what = [first.loss && `loss ${first.loss}`, first.scope && `scope ${first.scope}`, first.pair && `pair ${first.pair}`]
-      .filter(Boolean).join(", ");
+    const message = escapeName(first.message);
     return h("tr", { data: { type: first.type, name: first.name, step: String(first.step) } },
       h("td", { className: "gs-num" },
         h("button", { attrs: { type: "button", title: `show step ${first.step}` }, on: { click: () => onJump(first.step) } }, String(first.step))),
-      h("td", {}, first.type),
-      h("td", {}, first.name),
-      h("td", {}, what),
-      h("td", {}, first.message),
+      h("td", {}, nameElement(first.type)),
+      h("td", {}, nameElement(first.name)),
+      h("td", {}, concerns(first)),
+      h("td", {}, h("div", { className: "gs-message", attrs: { title: message } }, message)),
       h("td", { className: "gs-num" }, String(count)));
   });
-  section.append(h("table", { className: "gs-table" },
-    h("thead", {}, h("tr", {}, ...["first seen at step", "type", "name", "concerns", "message", "times seen"].map((t) => h("th", { attrs: { scope: "col" } }, t)))),
+  section.append(h("table", { className: "gs-table gs-events-table" },
+    h("colgroup", {}, ...COLUMNS.map(([, className]) => h("col", { className }))),
+    h("thead", {}, h("tr", {}, ...COLUMNS.map(([title]) => h("th", { attrs: { scope: "col" } }, title)))),
     h("tbody", {}, ...rows)));
   return section;
 }

@@ -1,14 +1,20 @@
 // A line chart drawn by uPlot on a canvas, with a legend and step markers we
 // build ourselves as text (uPlot's own legend is off). Labels handed to uPlot
-// only reach its canvas, never the DOM as markup.
+// only reach its canvas, never the DOM as markup. Series labels are raw names
+// (escaped here); the title and markers come already escaped.
 
 import uPlot from "uplot";
 import { h } from "../dom";
+import { nameElement } from "../names";
 import { formatCompact } from "../numbers";
 
 export interface ChartSeries {
   label: string;
   values: (number | null)[];
+  /** What the legend says when the series has no value at all (default "no value"). */
+  empty?: string;
+  /** Drawn thicker, first in the legend (e.g. a drift pair's root). */
+  main?: boolean;
 }
 
 /** A vertical line at a step, labelled (e.g. an anomaly). */
@@ -66,7 +72,7 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
     attrs: { id: spec.id, "aria-label": spec.title },
     data: { log: String(spec.log), points: String(spec.steps.length), series: String(spec.series.length) },
   });
-  figure.append(h("figcaption", {}, spec.title));
+  figure.append(h("figcaption", { attrs: { title: spec.title } }, spec.title));
   const plotBox = h("div", { className: "gs-plot" });
   figure.append(plotBox);
   const data: uPlot.AlignedData = [
@@ -88,7 +94,7 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
     ],
     series: [
       {},
-      ...spec.series.map((s, i) => ({ label: s.label, stroke: colourOf(i), width: 1.6, spanGaps: true, points: { show: spec.steps.length < 40 } })),
+      ...spec.series.map((s, i) => ({ label: s.label, stroke: colourOf(i), width: s.main ? 3 : 1.6, spanGaps: true, points: { show: spec.steps.length < 40 } })),
     ],
     hooks: { draw: [(u: uPlot) => placeMarkers(u, markers)] },
   };
@@ -109,8 +115,9 @@ function renderLegend(series: ChartSeries[]): HTMLElement {
       const last = [...s.values].reverse().find((v) => v !== null) ?? null;
       const swatch = h("span", { className: "gs-swatch", attrs: { "aria-hidden": "true" } });
       swatch.style.background = colourOf(i);
-      return h("li", { data: { label: s.label, last: last === null ? "" : String(last) } },
-        swatch, s.label, h("span", { className: "gs-muted" }, ` last ${formatCompact(last)}`));
+      const value = last === null ? ` ${s.empty ?? "no value"}` : ` last ${formatCompact(last)}`;
+      return h("li", { className: s.main ? "gs-main" : "", data: { label: s.label, last: last === null ? "" : String(last) } },
+        swatch, nameElement(s.label), h("span", { className: "gs-muted" }, value));
     }),
   );
 }

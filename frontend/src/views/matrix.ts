@@ -6,6 +6,7 @@
 import type { CellStats, LossEntry, Matrix, ScopeEntry, UpdateStats } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
+import { escapeName, nameElement } from "../names";
 import { formatCompact, formatFull, logPosition } from "../numbers";
 import { type NormRange, updateNormRange, updatesColour } from "../shading";
 import type { ScopeTree } from "../scopeTree";
@@ -107,20 +108,20 @@ export class MatrixView {
     const twisty = h("span", { className: "gs-twisty", attrs: { "aria-hidden": "true" } }, parent ? (expanded ? "▾" : "▸") : "");
     // Capped and ellipsised (the full name is the title): a very long name
     // would widen the sticky row header over the cells it labels.
-    const nameText = h("span", { className: "gs-scope-name" }, shortName);
+    const nameText = h("span", { className: "gs-scope-name" }, escapeName(shortName));
     const label = parent
       ? h(
           "button",
           {
             className: "gs-scope",
-            attrs: { type: "button", title: scope.name, "aria-expanded": String(expanded) },
+            attrs: { type: "button", title: escapeName(scope.name), "aria-expanded": String(expanded) },
             data: { scope: scope.name },
             on: { click: () => this.handlers.onToggle(scope.name) },
           },
           twisty,
           nameText,
         )
-      : h("span", { className: "gs-scope gs-leaf", attrs: { title: scope.name }, data: { scope: scope.name } }, twisty, nameText);
+      : h("span", { className: "gs-scope gs-leaf", attrs: { title: escapeName(scope.name) }, data: { scope: scope.name } }, twisty, nameText);
     if (label instanceof HTMLButtonElement) this.scopeButtons.set(scope.name, label);
     const rowHeader = h("th", { attrs: { scope: "row" } }, label);
     rowHeader.style.paddingLeft = `${(scope.depth - 1) * INDENT_PX + 4}px`;
@@ -159,7 +160,7 @@ export class MatrixView {
     const info = stateInfo(stats?.state ?? "no_gradient");
     const label = info.state === "updates" ? formatCompact(stats?.l2 ?? null) : info.mark;
     const theirs = this.diff?.differ.get(cellKey({ loss, scope }));
-    const compared = theirs === undefined || this.diff === null ? "" : `\nin run ${this.diff.run}: ${stateInfo(theirs).label}`;
+    const compared = theirs === undefined || this.diff === null ? "" : `\nin run ${escapeName(this.diff.run)}: ${stateInfo(theirs).label}`;
     const button = h(
       "button",
       {
@@ -168,7 +169,7 @@ export class MatrixView {
           type: "button",
           title: cellTitle(loss, scope, stats) + compared,
           "aria-pressed": String(isSelected),
-          "aria-label": `${loss}, ${scope}: ${info.label}`,
+          "aria-label": `${escapeName(loss)}, ${escapeName(scope)}: ${info.label}`,
         },
         data: { loss, scope, state: info.state, violation: String(stats?.violation === true), diff: String(theirs !== undefined) },
         on: { click: () => this.handlers.onSelect({ loss, scope }) },
@@ -187,13 +188,10 @@ export class MatrixView {
 }
 
 function lossHeader(loss: string, startPoint: boolean): HTMLTableCellElement {
-  if (!startPoint) return h("th", { attrs: { scope: "col" }, data: { loss } }, loss);
-  return h(
-    "th",
-    { attrs: { scope: "col", title: `${loss}: a gradient start point (a tensor and its output gradients)` }, data: { loss } },
-    loss,
-    h("span", { className: "gs-start-point" }, " (start)"),
-  );
+  const name = nameElement(loss, "gs-name gs-loss-name");
+  if (!startPoint) return h("th", { attrs: { scope: "col" }, data: { loss } }, name);
+  name.title = `${escapeName(loss)}: a gradient start point (a tensor and its output gradients)`;
+  return h("th", { attrs: { scope: "col", title: name.title }, data: { loss } }, name, h("span", { className: "gs-start-point" }, " (start)"));
 }
 
 function cellKey(selection: Selection): string {
@@ -202,9 +200,10 @@ function cellKey(selection: Selection): string {
 
 /** The tooltip of a cell: every number, one per line. */
 export function cellTitle(loss: string, scope: string, stats: CellStats | undefined): string {
-  if (stats === undefined) return `${loss} × ${scope}\nno data at this step`;
+  const names = `${escapeName(loss)} × ${escapeName(scope)}`;
+  if (stats === undefined) return `${names}\nno data at this step`;
   const lines = [
-    `${loss} × ${scope}`,
+    names,
     `state: ${stateInfo(stats.state).label}${stats.static_state ? ` (static: ${stats.static_state})` : ""}`,
     `variables with gradient: ${formatFull(stats.grad_vars)}`,
     `‖g‖: ${formatFull(stats.l2)}`,
@@ -217,9 +216,9 @@ export function cellTitle(loss: string, scope: string, stats: CellStats | undefi
 }
 
 function updateTitle(scope: string, update: UpdateStats | undefined): string {
-  if (update === undefined) return `${scope}\nno applied update recorded`;
+  if (update === undefined) return `${escapeName(scope)}\nno applied update recorded`;
   return [
-    scope,
+    escapeName(scope),
     `‖Δθ‖: ${formatFull(update.update_norm)}`,
     `‖θ‖: ${formatFull(update.weight_norm)}`,
     `‖Δθ‖/‖θ‖: ${formatFull(update.ratio)}`,

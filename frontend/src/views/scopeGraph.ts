@@ -9,6 +9,7 @@ import { h, replaceChildren } from "../dom";
 import { type FoldedEdge, type FoldedGraph, foldGraph, maxScopeDepth, readableDepth } from "../graph/fold";
 import { type Layout, layoutGraph, nodeText } from "../graph/layout";
 import { Viewport } from "../graph/viewport";
+import { escapeName, shortName } from "../names";
 import { svg } from "../svg";
 import { renderBlockedDetails } from "./blockedDetails";
 
@@ -43,7 +44,7 @@ export class ScopeGraphView {
       "select",
       { attrs: { id: "gs-graph-loss" }, on: { change: () => this.highlight() } },
       h("option", { attrs: { value: "" } }, "none"),
-      ...losses.map((loss) => h("option", { attrs: { value: loss } }, loss)),
+      ...losses.map((loss) => h("option", { attrs: { value: loss, title: escapeName(loss) } }, shortName(loss))),
     );
     if (losses.length > 0) this.lossSelect.value = losses[0]!;
     const deepest = maxScopeDepth(graph);
@@ -108,7 +109,7 @@ export class ScopeGraphView {
       const group = svg(
         "g",
         { class: "gs-node", "data-id": node.id, "data-kind": node.kind, transform: `translate(${placed.x - placed.width / 2},${placed.y - placed.height / 2})` },
-        svg("title", {}, node.members > 1 ? `${node.id}: ${node.members} scopes folded` : node.id),
+        svg("title", {}, node.members > 1 ? `${escapeName(node.id)}: ${node.members} scopes folded` : escapeName(node.id)),
         svg("rect", { width: placed.width, height: placed.height, rx: node.kind === "scope" ? 4 : 14 }),
         svg("text", { x: placed.width / 2, y: placed.height / 2, "text-anchor": "middle", "dominant-baseline": "central" }, text),
       );
@@ -153,7 +154,8 @@ export class ScopeGraphView {
     const d = points.map((p, i) => `${i === 0 ? "M" : "L"} ${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" ");
     const blocked = edge.blockedFor.length > 0;
     const group = svg("g", { class: blocked ? "gs-edge gs-edge-blocked" : "gs-edge", "data-src": edge.src, "data-dst": edge.dst, "data-blocked": String(blocked) });
-    group.appendChild(svg("title", {}, `${edge.src} → ${edge.dst}: ${edge.tensors} tensor${edge.tensors === 1 ? "" : "s"}${blocked ? `; gradient blocked for ${edge.blockedFor.join(", ")}` : ""}`));
+    const names = `${escapeName(edge.src)} → ${escapeName(edge.dst)}`;
+    group.appendChild(svg("title", {}, `${names}: ${edge.tensors} tensor${edge.tensors === 1 ? "" : "s"}${blocked ? `; gradient blocked for ${edge.blockedFor.map(escapeName).join(", ")}` : ""}`));
     group.appendChild(svg("path", { d, class: "gs-edge-line", "marker-end": "url(#gs-arrow)" }));
     if (!blocked) return group;
     const mid = points[Math.floor(points.length / 2)] ?? { x: 0, y: 0 };
@@ -162,7 +164,7 @@ export class ScopeGraphView {
     group.setAttribute("tabindex", "0");
     group.setAttribute("role", "button");
     group.setAttribute("data-clickable", "true");
-    group.setAttribute("aria-label", `blocked edge ${edge.src} → ${edge.dst}; show the blocking op`);
+    group.setAttribute("aria-label", `blocked edge ${names}; show the blocking op`);
     const show = (): void => {
       for (const other of this.edgeElements.values()) other.removeAttribute("data-selected");
       group.setAttribute("data-selected", "true");

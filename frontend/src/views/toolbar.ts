@@ -4,6 +4,7 @@
 
 import type { RunSummary } from "../api";
 import { h, replaceChildren } from "../dom";
+import { escapeName, shortName } from "../names";
 
 export interface ToolbarHandlers {
   onRun: (run: string) => void;
@@ -60,9 +61,10 @@ export class Toolbar {
     const names = runs.map((r) => r.run);
     const current = Array.from(this.runSelect.options, (o) => o.value);
     if (names.join("\u0000") !== current.join("\u0000")) {
-      replaceChildren(this.runSelect, ...names.map((name) => h("option", { attrs: { value: name } }, name)));
+      replaceChildren(this.runSelect, ...names.map(runOption));
     }
     if (selected !== null) this.runSelect.value = selected;
+    this.runSelect.title = selected === null ? "" : escapeName(selected);
     this.runSelect.disabled = runs.length === 0;
   }
 
@@ -70,9 +72,10 @@ export class Toolbar {
     const names = ["", ...runs.map((r) => r.run).filter((name) => name !== shown)];
     const current = Array.from(this.compareSelect.options, (o) => o.value);
     if (names.join("\u0000") !== current.join("\u0000")) {
-      replaceChildren(this.compareSelect, ...names.map((name) => h("option", { attrs: { value: name } }, name === "" ? "none" : name)));
+      replaceChildren(this.compareSelect, ...names.map((name) => (name === "" ? h("option", { attrs: { value: "" } }, "none") : runOption(name))));
     }
     this.compareSelect.value = selected !== null && names.includes(selected) ? selected : "";
+    this.compareSelect.title = this.compareSelect.value === "" ? "" : escapeName(this.compareSelect.value);
     this.compareSelect.disabled = names.length <= 1;
   }
 
@@ -95,4 +98,9 @@ export class Toolbar {
     this.stepLabel.textContent = step === null ? "–" : `${step}${step === last ? " (latest)" : ""}`;
     if (step !== null) this.slider.setAttribute("aria-valuetext", `step ${step}`);
   }
+}
+
+/** A run's option: its escaped name, cut short so the list stays narrow; the full name on hover. */
+function runOption(name: string): HTMLOptionElement {
+  return h("option", { attrs: { value: name, title: escapeName(name) } }, shortName(name, 64));
 }
