@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import io
 import pathlib
+import re
 import runpy
 import sys
 import tokenize
@@ -29,11 +30,14 @@ from tb_gradscope.commands.logs import RunLogs, load_logdir
 from tb_gradscope.commands.summary import run_summary
 
 RECIPES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recipes"
+DOC = RECIPES.parent / "RECIPES.md"
+DOC_BLOCK = re.compile(r"<!-- recipe: (\w+) -->\n```python\n(.*?)\n```", re.S)
 MARK = "# gradscope"
 MAX_LOOP_LINES = 4  # statements added to or changed in the user's step and loop
 RECORDED_STEPS = [0, 10, 20]  # 30 steps, every_n_steps=10
 GRADSCOPE_NAMES = {"rec", "gs", "Recorder", "GraphRecorder", "pairs", "pair_scopes", "tb_gradscope"}
 U, I, B, N = fmt.UPDATES, fmt.IGNORED, fmt.BLOCKED, fmt.INDEPENDENT
+STOP, TAPE = "stop_gradient", "tape_boundary"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +47,15 @@ class Truth:
     Attributes:
       cells: {(loss, scope): flow state} at the last recorded step.
       trained: scopes an optimizer moves (||delta theta|| > 0 at recorded steps).
+      cuts: (loss, scope, cause) of blocked edges the report must list: a cut
+        whose producer is `scope` or below it; a `stop_gradient` cut names the
+        recipe's own `tf.stop_gradient` line.
       drift: target/online pairs whose drift is recorded.
     """
 
     cells: dict[tuple[str, str], str]
     trained: tuple[str, ...]
+    cuts: tuple[tuple[str, str, str], ...] = ()
     drift: tuple[str, ...] = ()
 
     @property
@@ -61,12 +69,14 @@ TRUTHS = {
          ("critic", "target_critic"): B, ("actor", "actor"): U, ("actor", "critic"): I,
          ("actor", "target_actor"): N, ("actor", "target_critic"): N},
         trained=("actor", "critic"),
+        cuts=(("critic", "target_actor", TAPE), ("critic", "target_critic", TAPE)),
     ),
     "td3": Truth(
         {("critic", "critic1"): U, ("critic", "critic2"): U, ("critic", "actor"): N,
          ("critic", "target_actor"): B, ("critic", "target_critic1"): B, ("critic", "target_critic2"): B,
          ("actor", "actor"): U, ("actor", "critic1"): I, ("actor", "critic2"): N},
         trained=("actor", "critic1", "critic2"),
+        cuts=(("critic", "target_critic1", STOP), ("critic", "target_critic2", STOP)),
     ),
     "sac": Truth(
         {("q", "q1"): U, ("q", "q2"): U, ("q", "target_q1"): B, ("q", "target_q2"): B,
@@ -75,6 +85,7 @@ TRUTHS = {
          ("pi", "target_q1"): N,
          ("alpha", "log_alpha"): U, ("alpha", "pi"): B, ("alpha", "q1"): N},
         trained=("pi", "q1", "q2", "log_alpha"),
+        cuts=(("q", "target_q1", STOP), ("q", "pi", STOP), ("alpha", "pi", TAPE)),
     ),
     "gan": Truth(
         {("g_loss", "generator"): U, ("g_loss", "discriminator"): I,
@@ -84,22 +95,26 @@ TRUTHS = {
     "byol": Truth(
         {("byol", "online"): U, ("byol", "predictor"): U, ("byol", "target"): B},
         trained=("online", "predictor"),
+        cuts=(("byol", "target", TAPE),),
         drift=("target<-online",),
     ),
     "actor_critic": Truth(
         {("actor", "ac/trunk"): U, ("actor", "ac/policy_head"): U, ("actor", "ac/value_head"): B,
          ("critic", "ac/trunk"): U, ("critic", "ac/value_head"): U, ("critic", "ac/policy_head"): N},
         trained=("ac/trunk", "ac/policy_head", "ac/value_head"),
+        cuts=(("actor", "ac/value_head", STOP),),
     ),
     "eager": Truth(
         {("td", "online"): U, ("td", "target"): B},
         trained=("online",),
+        cuts=(("td", "target", TAPE),),
     ),
     "tf1_ddpg": Truth(
         {("critic", "Critic/eval"): U, ("critic", "Critic/target"): B, ("critic", "Actor/target"): B,
          ("critic", "Actor/eval"): N, ("actor", "Actor/eval"): U, ("actor", "Critic/eval"): I,
          ("actor", "Critic/target"): N},
         trained=("Actor/eval", "Critic/eval"),
+        cuts=(("critic", "Critic/target", STOP),),
         drift=("Actor/target<-Actor/eval", "Critic/target<-Critic/eval"),
     ),
 }
@@ -142,8 +157,8 @@ def added_lines(source: str) -> Added:
     spans = [(n.lineno, _header_end(n)) for n in chosen.values()]
     uses = sorted({
         n.lineno for n in ast.walk(tree)
-        if isinstance(n, ast.Name) and n.id in GRADSCOPE_NAMES
-        or isinstance(n, (ast.Import, ast.ImportFrom)) and "tb_gradscope" in ast.unparse(n)
+        if (isinstance(n, ast.Name) and n.id in GRADSCOPE_NAMES)
+        or (isinstance(n, (ast.Import, ast.ImportFrom)) and "tb_gradscope" in ast.unparse(n))
     })
     lines = source.splitlines()
     setup, loop = [], []
@@ -175,6 +190,18 @@ def test_recipe_adds_at_most_four_lines_to_the_loop(name):
     assert len(added.loop) <= MAX_LOOP_LINES, added.loop
     assert len(added.setup) == 2, added.setup  # one import, one recorder
     assert added.unmarked_uses == [], f"lines {added.unmarked_uses} use gradscope without {MARK!r}"
+
+
+@pytest.mark.parametrize("name", sorted(TRUTHS))
+def test_recipes_md_shows_each_recipes_added_lines(name):
+    blocks = dict(DOC_BLOCK.findall(DOC.read_text(encoding="utf-8")))
+    assert name in blocks, f"docs/RECIPES.md has no '<!-- recipe: {name} -->' block"
+    shown = [line.strip() for line in blocks[name].splitlines() if line.strip()]
+    source = _recipe_source(name)
+    in_source = {line.strip() for line in source.splitlines()}
+    assert [line for line in shown if line not in in_source] == []
+    added = added_lines(source)
+    assert [line for line in added.setup + added.loop if line not in shown] == []
 
 
 def test_line_count_sees_statements_not_physical_lines():
@@ -238,6 +265,19 @@ def test_report_shows_the_flow_states_of_the_shape(ran):
     cells = ran.summary["cells"]
     found = {(loss, scope): cells[loss][scope]["state"] for loss, scope in TRUTHS[ran.name].cells}
     assert found == TRUTHS[ran.name].cells
+
+
+@pytest.mark.slow
+def test_blocked_edges_name_the_cut_and_its_source_line(ran):
+    edges = ran.summary["blocked_edges"]
+    lines = _recipe_source(ran.name).splitlines()
+    stop_lines = tuple(f"{ran.name}.py:{i}" for i, line in enumerate(lines, 1) if "tf.stop_gradient(" in line)
+    for loss, scope, cause in TRUTHS[ran.name].cuts:
+        found = [e for e in edges if e["loss"] == loss and e["cause"] == cause
+                 and (e["producer_scope"] == scope or e["producer_scope"].startswith(scope + "/"))]
+        assert found, (loss, scope, cause, edges)
+        if cause == STOP:
+            assert all((e["source"] or "").endswith(stop_lines) for e in found), (found, stop_lines)
 
 
 @pytest.mark.slow
