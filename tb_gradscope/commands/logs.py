@@ -296,6 +296,7 @@ def _load_run(reader: reader_lib.Reader, ctx, listing: reader_lib.RunListing) ->
             logs.warnings.extend(found[tag])
     logs.flowgraphs.sort(key=lambda item: item[0])
     logs.events.sort(key=lambda e: (e.step, e.type, e.name))
+    logs.warnings += [f"run {logs.run!r}: {e.message} (said at step {e.step})" for e in logs.events if e.type == fmt.DROPPED]
     for named in (logs.drift, logs.conflict):
         for name in named:
             named[name].sort(key=lambda item: item[0])

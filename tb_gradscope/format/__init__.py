@@ -4,7 +4,7 @@ Plain Python, numpy and TensorBoard's protos only: never tensorflow.
 See docs/FORMAT.md.
 """
 
-from tb_gradscope.format.events import ANOMALY, SKIPPED, VIOLATION, Event
+from tb_gradscope.format.events import ANOMALY, DROPPED, SKIPPED, VIOLATION, Event
 from tb_gradscope.format.flowgraph import (
     BLOCKED,
     FLOW_STATES,

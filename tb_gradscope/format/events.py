@@ -14,7 +14,8 @@ from tb_gradscope.format.metadata import FormatError
 VIOLATION = "violation"
 ANOMALY = "anomaly"
 SKIPPED = "skipped"  # a step the optimizer did not apply (loss-scale overflow)
-EVENT_TYPES = (VIOLATION, ANOMALY, SKIPPED)
+DROPPED = "dropped"  # recorded steps the writer could not write (disk full, logdir lost)
+EVENT_TYPES = (VIOLATION, ANOMALY, SKIPPED, DROPPED)
 
 _TEXT = (schema.is_str, "a string")
 EVENT_SCHEMA = {
@@ -34,8 +35,9 @@ class Event:
     """Something wrong seen at a step.
 
     Attributes:
-      type: VIOLATION (a rule broken), ANOMALY (a pair behaving oddly) or
-        SKIPPED (the loss scaler skipped the step: its gradients overflowed).
+      type: VIOLATION (a rule broken), ANOMALY (a pair behaving oddly),
+        SKIPPED (the loss scaler skipped the step: its gradients overflowed)
+        or DROPPED (recorded steps the writer lost to a fault).
       name: the rule (`never(td, target/*)`) or anomaly name (`never_synced`).
       step: the step it was seen at.
       message: one human sentence saying what is wrong.
