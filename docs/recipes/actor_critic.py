@@ -34,7 +34,8 @@ def train_step(states, actions, returns):
         actor_loss = -tf.reduce_mean(log_prob * advantage)
         critic_loss = 0.5 * tf.reduce_mean(tf.square(returns - values[:, 0]))
         loss = actor_loss + critic_loss
-    rec.apply(optimizer, rec.gradients(tape, {"actor": actor_loss, "critic": critic_loss}, model.trainable_variables))  # gradscope
+    rec.apply(optimizer, rec.gradients(tape, {"actor": actor_loss, "critic": critic_loss},  # gradscope
+                                       model.trainable_variables))
     return loss
 
 

@@ -74,7 +74,7 @@ rng = np.random.default_rng(2)
 with tf.summary.create_file_writer(sys.argv[1]).as_default():
     for step in range(30):
         s, s2 = rng.normal(size=(2, 32, OBS)).astype("float32")
-        a = rng.uniform(-1, 1, (32, ACT)).astype("float32")
-        losses = train_step(s, a, rng.normal(size=32).astype("float32"), s2, rng.normal(size=(32, ACT)).astype("float32"))
+        a, noise = rng.uniform(-1, 1, (32, ACT)).astype("float32"), rng.normal(size=(32, ACT)).astype("float32")
+        losses = train_step(s, a, rng.normal(size=32).astype("float32"), s2, noise)
         for name, value in zip(("q", "pi", "alpha"), losses):
             tf.summary.scalar(f"loss/{name}", value, step=step)

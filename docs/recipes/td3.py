@@ -61,7 +61,8 @@ with tf.summary.create_file_writer(sys.argv[1]).as_default():
     for step in range(30):
         s, s2 = rng.normal(size=(2, 32, OBS)).astype("float32")
         a, noise = rng.uniform(-1, 1, (2, 32, ACT)).astype("float32")
+        r = rng.normal(size=32).astype("float32")
         with rec.training_step():  # gradscope
-            tf.summary.scalar("loss/critic", update_critic(s, a, rng.normal(size=32).astype("float32"), s2, noise), step=step)
+            tf.summary.scalar("loss/critic", update_critic(s, a, r, s2, noise), step=step)
             if step % POLICY_DELAY == 0:
                 tf.summary.scalar("loss/actor", update_actor_and_targets(s), step=step)

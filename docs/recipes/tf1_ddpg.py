@@ -67,7 +67,8 @@ with graph.as_default():
     rng = np.random.default_rng(7)
     with gs.wrap(v1.Session()) as sess:  # gradscope
         sess.run(v1.global_variables_initializer())
-        sess.run([v1.assign(t, e) for k in ("Actor", "Critic") for t, e in zip(params[f"{k}/target"], params[f"{k}/eval"])])
+        sess.run([v1.assign(t, e) for k in ("Actor", "Critic")
+                  for t, e in zip(params[f"{k}/target"], params[f"{k}/eval"])])
         for step in range(30):
             s, s_ = rng.normal(size=(2, 32, OBS))
             feed = {S: s, A: rng.uniform(-1, 1, (32, ACT)), R: rng.normal(size=(32, 1)), S_: s_}
