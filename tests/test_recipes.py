@@ -28,6 +28,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
 from tb_gradscope.commands.logs import RunLogs, load_logdir
 from tb_gradscope.commands.summary import run_summary
+from tb_gradscope.read.flowstate import NO_GRADIENT
 
 RECIPES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recipes"
 DOC = RECIPES.parent / "RECIPES.md"
@@ -202,6 +203,9 @@ def test_recipes_md_shows_each_recipes_added_lines(name):
     assert [line for line in shown if line not in in_source] == []
     added = added_lines(source)
     assert [line for line in added.setup + added.loop if line not in shown] == []
+    counts = re.search(rf"\(recipes/{name}\.py\) \|[^|\n]*\| (\d+) \+ (\d+) \|", DOC.read_text(encoding="utf-8"))
+    assert counts, f"docs/RECIPES.md's table has no row for {name}.py"
+    assert (int(counts[1]), int(counts[2])) == (len(added.setup), len(added.loop))
 
 
 def test_line_count_sees_statements_not_physical_lines():
@@ -326,7 +330,7 @@ def test_eager_recipe_without_its_analyze_lines_says_static_evidence_is_missing(
     ran = run_recipe(_variant("eager", old, "", tmp_path), tmp_path / "logs")
     code, _, err = ran.check
     assert code == 0 and "has no FlowGraph" in err and "rec.analyze(step_fn" in err
-    assert ran.summary["cells"]["td"]["target"]["state"] != fmt.BLOCKED
+    assert ran.summary["cells"]["td"]["target"]["state"] == NO_GRADIENT
 
 
 @pytest.mark.slow
