@@ -12,6 +12,7 @@ READ_SIDE = [
     "tb_gradscope.plugin.plugin",
     "tb_gradscope.plugin.loader",
     "tb_gradscope.rules",
+    "tb_gradscope.read.flowstate",
     "tb_gradscope.commands.report",
     "tb_gradscope.commands.check",
     "tb_gradscope.anomalies",

@@ -127,7 +127,12 @@ class FlowGraph:
         return self.cells[loss][scope]
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The document as JSON holds it (lists, not tuples), so `from_json`
+        reads back what it was given."""
+        doc = dataclasses.asdict(self)
+        for edge in doc["edges"]:
+            edge["blocked_for"] = list(edge["blocked_for"])
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "FlowGraph":
