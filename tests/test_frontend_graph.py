@@ -172,3 +172,29 @@ def test_a_run_without_flowgraph_says_why_and_how_to_get_one(open_tab: OpenTab, 
     tab.select_run("dqn")
     assert tab.frame.locator("#gs-no-flowgraph").count() == 0
     tab.assert_clean()
+
+
+LABEL_PX = "t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a"
+
+
+def test_a_large_graph_opens_readable_on_the_chosen_losss_path(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
+    tab = open_tab(run="graph500")
+    tab.frame.locator("#gs-graph-svg").wait_for()
+    depth = tab.frame.locator("#gs-graph-depth")
+    depth.fill("2")
+    depth.dispatch_event("change")
+    tab.frame.wait_for_function("() => document.querySelector('#gs-graph-svg').dataset.depth === '2'")
+    loss = tab.frame.locator('.gs-node[data-id="loss:fit"]')
+    assert loss.get_attribute("data-highlight") == "true"
+    tab.frame.wait_for_function(f"() => ({LABEL_PX})(document.querySelector('.gs-node text')) >= 10")
+    # The view holds the loss, where the highlighted path ends.
+    x, y, width, height = _view_box(tab)
+    rect = loss.locator("rect")
+    right, bottom = float(rect.get_attribute("width")), float(rect.get_attribute("height"))
+    left, top = (float(v) for v in loss.get_attribute("transform")[len("translate("):-1].split(","))
+    assert x <= left and left + right <= x + width and y <= top and top + bottom <= y + height
+    tab.frame.locator("#gs-graph").screenshot(path=str(artifacts / "gradscope-graph-500-readable.png"))
+    # Fit shows all 502 nodes, smaller.
+    tab.frame.get_by_role("button", name="fit the graph").click()
+    assert loss.locator("text").evaluate(LABEL_PX) < 10
+    tab.assert_clean()

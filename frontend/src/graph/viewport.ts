@@ -16,6 +16,8 @@ const MIN_WIDTH = 40;
 export class Viewport {
   private box: Box;
   private drag: { x: number; y: number; box: Box } | null = null;
+  /** Set once the user pans or zooms: a late first layout must not move the view then. */
+  private moved = false;
 
   constructor(
     private readonly svg: SVGSVGElement,
@@ -37,12 +39,42 @@ export class Viewport {
   }
 
   fit(): void {
+    this.moved = true;
     this.box = { ...this.bounds };
     this.apply();
   }
 
+  /**
+   * Starts where one layout unit is at least `minScale` screen pixels: the whole
+   * drawing if it fits so, else a window centred on `focus` (its end, `focus`'s
+   * right edge, if `focus` is wider). Waits until the drawing has a size on screen.
+   */
+  startReadable(focus: Box, minScale: number): void {
+    const observer = new ResizeObserver(() => {
+      const rect = this.svg.getBoundingClientRect();
+      if (rect.width === 0 || rect.height === 0) return;
+      observer.disconnect();
+      if (this.moved) return;
+      const { bounds } = this;
+      if (Math.min(rect.width / bounds.width, rect.height / bounds.height) >= minScale) return;
+      const width = Math.min(bounds.width, rect.width / minScale);
+      const height = Math.min(bounds.height, rect.height / minScale);
+      const x = focus.width > width ? focus.x + focus.width - width : focus.x + focus.width / 2 - width / 2;
+      const y = focus.height > height ? focus.y : focus.y + focus.height / 2 - height / 2;
+      this.box = {
+        x: clamp(x, bounds.x, bounds.x + bounds.width - width),
+        y: clamp(y, bounds.y, bounds.y + bounds.height - height),
+        width,
+        height,
+      };
+      this.apply();
+    });
+    observer.observe(this.svg);
+  }
+
   /** Zooms by `factor` (> 1 zooms in) around (cx, cy) in layout coordinates. */
   zoom(factor: number, cx = this.box.x + this.box.width / 2, cy = this.box.y + this.box.height / 2): void {
+    this.moved = true;
     const width = Math.max(MIN_WIDTH, Math.min(this.bounds.width * 8, this.box.width / factor));
     const scale = width / this.box.width;
     this.box = {
@@ -55,6 +87,7 @@ export class Viewport {
   }
 
   pan(dx: number, dy: number): void {
+    this.moved = true;
     this.box = { ...this.box, x: this.box.x + dx, y: this.box.y + dy };
     this.apply();
   }
@@ -87,6 +120,7 @@ export class Viewport {
 
   private onPointerDown(event: PointerEvent): void {
     if (event.button !== 0 || (event.target as Element).closest("[data-clickable]") !== null) return;
+    this.moved = true;
     this.drag = { x: event.clientX, y: event.clientY, box: { ...this.box } };
     this.svg.setPointerCapture(event.pointerId);
   }
@@ -121,4 +155,8 @@ export class Viewport {
     event.preventDefault();
     action();
   }
+}
+
+function clamp(value: number, low: number, high: number): number {
+  return Math.max(low, Math.min(value, high));
 }

@@ -8,7 +8,7 @@ import type { FlowGraph } from "../api";
 import { h, replaceChildren } from "../dom";
 import { type FoldedEdge, type FoldedGraph, foldGraph, maxScopeDepth, readableDepth } from "../graph/fold";
 import { type Layout, layoutGraph, nodeText } from "../graph/layout";
-import { Viewport } from "../graph/viewport";
+import { type Box, Viewport } from "../graph/viewport";
 import { escapeName, shortName } from "../names";
 import { svg } from "../svg";
 import { renderBlockedDetails } from "./blockedDetails";
@@ -17,6 +17,10 @@ import { renderBlockedDetails } from "./blockedDetails";
 export const READABLE_SCOPES = 60;
 
 const MIN_VIEW = { width: 900, height: 360 };
+/** Node labels are drawn LABEL_PX layout units tall (style.ts); a large graph
+ * opens where they are START_LABEL_PX on screen (the least readable is 10). */
+const LABEL_PX = 12;
+const START_LABEL_PX = 11;
 
 /** The flow state of (loss, scope) at the shown step, or null if unknown. */
 export type StateOf = (loss: string, scope: string) => string | null;
@@ -42,7 +46,7 @@ export class ScopeGraphView {
     const losses = graph.losses.map((l) => l.name);
     this.lossSelect = h(
       "select",
-      { attrs: { id: "gs-graph-loss" }, on: { change: () => this.highlight() } },
+      { attrs: { id: "gs-graph-loss" }, on: { change: () => void this.highlight() } },
       h("option", { attrs: { value: "" } }, "none"),
       ...losses.map((loss) => h("option", { attrs: { value: loss, title: escapeName(loss) } }, shortName(loss))),
     );
@@ -146,7 +150,18 @@ export class ScopeGraphView {
     replaceChildren(this.details, h("p", { className: "gs-muted" }, folded.edges.some((e) => e.blocked.length > 0 || e.blockedFor.length > 0)
       ? "Select a blocked edge to see the op that cuts the gradient."
       : "No gradient path is blocked in this graph."));
-    this.highlight();
+    const lit = this.highlight();
+    this.viewport.startReadable(this.focusBox(lit), START_LABEL_PX / LABEL_PX);
+  }
+
+  /** The box around the nodes of the highlighted loss's path (all nodes if none is). */
+  private focusBox(lit: ReadonlySet<string>): Box {
+    const placed = this.layout.nodes.filter((p) => lit.size === 0 || lit.has(p.node.id));
+    const left = Math.min(...placed.map((p) => p.x - p.width / 2));
+    const top = Math.min(...placed.map((p) => p.y - p.height / 2));
+    const right = Math.max(...placed.map((p) => p.x + p.width / 2));
+    const bottom = Math.max(...placed.map((p) => p.y + p.height / 2));
+    return { x: left, y: top, width: right - left, height: bottom - top };
   }
 
   private edge(edge: FoldedEdge): SVGGElement {
@@ -179,7 +194,8 @@ export class ScopeGraphView {
     return group;
   }
 
-  private highlight(): void {
+  /** Marks the chosen loss's node and the scopes it updates; returns their ids. */
+  private highlight(): Set<string> {
     const loss = this.lossSelect.value;
     const lit = new Set<string>();
     for (const [id, element] of this.nodeElements) {
@@ -197,5 +213,6 @@ export class ScopeGraphView {
       const on = lit.has(edge.src) && lit.has(edge.dst) && !edge.blockedFor.includes(loss);
       element?.setAttribute("data-highlight", String(on));
     }
+    return lit;
   }
 }
