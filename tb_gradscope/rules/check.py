@@ -256,7 +256,17 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -
     evidence["cause"] = CAUSE_MISSING_CUT
     evidence["missing_cut"] = list(cut)
     also = f"; the cut at {existing[0]} does not cover it" if existing else ""
-    return f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; wrap the tensor leaving {cut[0]} in tf.stop_gradient"
+    advice = f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
+    trainers = sorted(
+        other for other, row in flowgraph.cells.items() if other != loss and row.get(scope) == fmt.UPDATES
+    )
+    if trainers and flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
+        # The scope has its own loss: keeping this loss's optimizer off it fixes it too.
+        advice += (
+            f", or leave '{scope}' (trained by loss {', '.join(repr(t) for t in trainers)}) out of "
+            f"the variables of the optimizer fed by loss '{loss}'"
+        )
+    return f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; {advice}"
 
 
 def _losses_training_through(
