@@ -237,11 +237,16 @@ class Ran:
     warned: list[str]
 
 
+# Every script's globals stay alive for the module: the recorder says each
+# warning once per recorder id, and a freed recorder's id may be reused.
+_ALIVE: list[dict[str, Any]] = []
+
+
 def run_recipe(path: pathlib.Path, logdir: pathlib.Path) -> Ran:
     """Runs a recipe script in this process and reads its logs back."""
     with warnings.catch_warnings(record=True) as caught, mock.patch.object(sys, "argv", [str(path), str(logdir)]):
         warnings.simplefilter("always")
-        runpy.run_path(str(path), run_name="__main__")
+        _ALIVE.append(runpy.run_path(str(path), run_name="__main__"))
     warned = [str(w.message) for w in caught if w.category.__module__.startswith("tb_gradscope")]
     (logs,) = load_logdir(str(logdir))
     args = build_parser().parse_args(["check", str(logdir)])
