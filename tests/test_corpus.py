@@ -120,6 +120,15 @@ def test_check_passes_exactly_when_the_oracle_says_the_rules_hold(shape, trained
         assert rule.replace(" ", "") in out.replace(" ", ""), f"check did not name the broken rule {rule}:\n{out}"
 
 
+@pytest.mark.parametrize("shape", _params([s for s in SHAPES if s.advice]))
+def test_mutant_violation_advice_names_the_right_fix(shape, trained_shapes):
+    _, view = trained_shapes(shape)
+    code, out, _ = view.check()
+    assert code == 1, f"check exited {code} on mutant {shape.name}"
+    missing = [word for word in shape.advice if word.lower() not in out.lower()]
+    assert not missing, f"the advice never names {missing} (the leak's fix):\n{out}"
+
+
 @pytest.mark.parametrize("shape", _params())
 def test_recorder_wrote_the_shape_rules_into_the_log(shape, trained_shapes):
     _, view = trained_shapes(shape)

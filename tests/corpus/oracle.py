@@ -384,11 +384,12 @@ def drift_truth(
     """drift = ||t - o|| / ||o||; tau = <t - tp, o - tp> / ||o - tp||^2 (NaN
     without the previous step's target), per target scope and roll-up. A
     non-trainable target variable (BatchNorm statistics) is a scope of its own
-    under its layer, as the product's DRIFT rows have it."""
+    under its layer, as the product's DRIFT rows have it; state is told by the
+    online side (a TF1 target is often all trainable=False)."""
     names = list(pair.target)
     groups: dict[str, list[int]] = {}
     for i, name in enumerate(names):
-        state = not getattr(pair.target[name], "trainable", True)  # BatchNorm statistics
+        state = not getattr(pair.online[i], "trainable", True)  # BatchNorm statistics
         parts = (name if state else leaf_scope(name)).split("/")
         for j in range(len(parts)):
             groups.setdefault("/".join(parts[: j + 1]), []).append(i)

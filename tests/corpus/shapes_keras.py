@@ -160,10 +160,10 @@ def _taped(fn) -> Forward:
 SHAPES = [
     Shape("fit_multi_output", KERAS_FIT, _multi_output(False), MULTI_RULES,
           note="Keras fit, two outputs with weighted compiled losses, aux head behind stop_gradient"),
-    Shape("fit_multi_output_leaky", KERAS_FIT, _multi_output(True), MULTI_RULES, mutant_of="fit_multi_output",
+    Shape("fit_multi_output_leaky", KERAS_FIT, _multi_output(True), MULTI_RULES, advice=("stop_gradient",), mutant_of="fit_multi_output",
           note="aux head without stop_gradient"),
     Shape("fit_gan", KERAS_FIT, _fit_gan(False), GAN_RULES,
           note="Keras fit, GAN with a custom train_step and two optimizers"),
-    Shape("fit_gan_leaky", KERAS_FIT, _fit_gan(True), GAN_RULES, mutant_of="fit_gan",
+    Shape("fit_gan_leaky", KERAS_FIT, _fit_gan(True), GAN_RULES, advice=("var_list",), mutant_of="fit_gan",
           note="the generator's optimizer over both networks"),
 ]

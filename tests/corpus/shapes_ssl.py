@@ -203,6 +203,6 @@ SHAPES = [
           note="no stop_gradient, teacher in the optimizer"),
     Shape("gan", TF_FUNCTION, _gan(False), GAN_RULES, steps=6,
           note="GAN: discriminator and generator steps alternate, two optimizers"),
-    Shape("gan_leaky", TF_FUNCTION, _gan(True), GAN_RULES, steps=6, mutant_of="gan",
+    Shape("gan_leaky", TF_FUNCTION, _gan(True), GAN_RULES, steps=6, advice=("var_list",), mutant_of="gan",
           note="the generator's optimizer over both networks"),
 ]

@@ -170,6 +170,10 @@ class Shape:
       has_flowgraph: False when the shape by design writes no FlowGraph (an
         eager loop never traced); its `no_gradient` cells are then expected
         and reported as such.
+      advice: for a mutant, words the violation's advice in `tb-gradscope
+        check` must contain to name the right fix (`var_list` when the leak
+        is an optimizer's variable list, `stop_gradient` when a cut is
+        missing); empty when either fix is right.
       xfail: a reason when the shape needs product API that has not landed.
       note: one line for docs/CORRECTNESS.md (what the shape is).
     """
@@ -182,6 +186,7 @@ class Shape:
     steps: int = 4
     every_n_steps: int = 1
     has_flowgraph: bool = True
+    advice: tuple[str, ...] = ()
     xfail: str | None = None
     note: str = ""
 
