@@ -98,3 +98,21 @@ def test_each_bad_argument_is_refused_by_name(seed01, tmp_path):
         kwargs.setdefault("logdir", str(tmp_path))
         with seed01.graph.as_default(), pytest.raises(ValueError, match=message):
             GraphRecorder(**kwargs)
+
+
+def test_pair_prefixes_says_targets_exist_but_are_not_trainable():
+    import tensorflow as tf
+
+    from tb_gradscope.pairs import pair_prefixes
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        with v1.variable_scope("Actor/eval"):
+            v1.get_variable("w", [2, 2])
+        with v1.variable_scope("Actor/target"):
+            v1.get_variable("w", [2, 2], trainable=False)
+        with pytest.raises(ValueError, match=r"1 variable\(s\) exist under scope 'Actor/target'.*not trainable"):
+            pair_prefixes(v1.trainable_variables(), "Actor/target", "Actor/eval")
+        pair = pair_prefixes(v1.global_variables(), "Actor/target", "Actor/eval")
+        assert pair.target_names == ("Actor/target/w",)

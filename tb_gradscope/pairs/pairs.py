@@ -112,13 +112,34 @@ def pair_prefixes(
     o_items = _under(named, online)
     label = name or f"{target}<-{online}"
     if not t_items or not o_items:
-        found = sorted({scopes_lib.ancestors(n)[0] for _, n in named})
         empty = target if not t_items else online
-        raise ValueError(
-            f"pair '{label}': no variable under scope '{empty}' (top-level scopes: "
-            f"{', '.join(found[:10]) or 'none'}); pass the prefixes your variables use"
-        )
+        raise ValueError(f"pair '{label}': {_why_empty(empty, variables, named)}")
     return _make_pair(label, t_items, o_items, target, online, tau, every)
+
+
+def _why_empty(prefix: str, given: Sequence[Any], named: Sequence[tuple[Any, str]]) -> str:
+    """Why no given variable is under `prefix`: TF1 targets built with
+    trainable=False are missing from tf.trainable_variables(), not misnamed."""
+    graph = next((g for g in (getattr(v, "graph", None) for v in given) if g is not None), None)
+    if graph is not None and hasattr(graph, "get_collection"):
+        given_ids = {id(v) for v in given}
+        others = [
+            v for v in graph.get_collection("variables")
+            if id(v) not in given_ids and scopes_lib.variable_name(v.name).startswith(prefix + SEP)
+        ]
+        if others:
+            frozen = sum(not getattr(v, "trainable", True) for v in others)
+            what = f"{frozen} of them not trainable (trainable=False)" if frozen else "none of them in the list"
+            return (
+                f"{len(others)} variable(s) exist under scope '{prefix}' but were not given ({what}); "
+                "pass tf.compat.v1.global_variables(), or use "
+                "tb_gradscope.integrations.tf1.pair_scopes(...)"
+            )
+    found = sorted({scopes_lib.ancestors(n)[0] for _, n in named})
+    return (
+        f"no variable under scope '{prefix}' (top-level scopes: {', '.join(found[:10]) or 'none'}); "
+        "pass the prefixes your variables use"
+    )
 
 
 def pair_models(
