@@ -1,8 +1,10 @@
 """tb_gradscope: see which subgraphs each loss updates.
 
 Importing this package is cheap and never imports tensorflow: TensorBoard loads
-`tb_gradscope.plugin` through it. The training-side API (`Recorder`,
-`StartPoint`) is imported from `tb_gradscope.record` on first use.
+`tb_gradscope.plugin` through it. Every public name of the training side is
+importable from here and imported from its module on first use: `Recorder`
+and `StartPoint` (`tb_gradscope.record`), the pair makers (`tb_gradscope.pairs`),
+`GradscopeCallback` (Keras `fit`) and `GraphRecorder` / `pair_scopes` (TF1).
 """
 
 from typing import Any
@@ -11,9 +13,20 @@ from tb_gradscope.scopes import ScopeSpec
 
 __version__ = "0.1.0"
 
-_LAZY = {"Recorder": "tb_gradscope.record", "StartPoint": "tb_gradscope.record"}
+_LAZY = {
+    "Recorder": "tb_gradscope.record",
+    "StartPoint": "tb_gradscope.record",
+    "pair_models": "tb_gradscope.pairs",
+    "pair_prefixes": "tb_gradscope.pairs",
+    "pair_ema": "tb_gradscope.pairs",
+    "detect_pairs": "tb_gradscope.pairs",
+    "GradscopeCallback": "tb_gradscope.integrations.keras",
+    "LegacyGradscopeCallback": "tb_gradscope.integrations.keras",
+    "GraphRecorder": "tb_gradscope.integrations.tf1",
+    "pair_scopes": "tb_gradscope.integrations.tf1",
+}
 
-__all__ = ["Recorder", "ScopeSpec", "StartPoint", "__version__"]
+__all__ = sorted([*_LAZY, "ScopeSpec", "__version__"])
 
 
 def __getattr__(name: str) -> Any:
