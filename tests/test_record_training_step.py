@@ -224,9 +224,9 @@ def test_eager_run_given_rules_is_checked_and_says_static_evidence_is_missing(tm
 def test_eager_loop_traced_once_with_analyze_gets_static_evidence(tmp_path):
     agent = Ddpg(str(tmp_path), rules=RULES)
     batches = list(_batches(12))
-    agent.step_body(*batches[0])  # the optimizers build their state eagerly first
+    # Before any step: the trace must not leave the optimizers half-built.
     assert agent.rec.analyze(agent.step_body, *batches[0]) is not None
-    for batch in batches[1:]:
+    for batch in batches:
         agent.step_body(*batch)
     agent.rec.close()
     (logs,) = load_logdir(str(tmp_path))

@@ -38,6 +38,7 @@ from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib
 from tb_gradscope.record import distribute, options, targets
 from tb_gradscope.record import loss_scale as loss_scale_lib
 from tb_gradscope.record.block import Block
+from tb_gradscope.record.optimizer_state import build_outside_trace
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
 from tb_gradscope.record.state import RecorderState
 from tb_gradscope.record.emit import Emitter, Stats
@@ -281,6 +282,7 @@ class Recorder(tf.Module):
                 "not given loss_scale: recorded norms are of the scaled gradients and "
                 "skipped steps are not marked; pass Recorder(loss_scale=optimizer)",
             )
+        build_outside_trace(getattr(optimizer, "inner_optimizer", optimizer), [v for _, v in pairs])
         block = self._s.block if self._s.block is not None and self._s.block.inside() else None
         before = None
         if not self._s.disabled:
@@ -402,9 +404,10 @@ class Recorder(tf.Module):
         blocked and independent, updates and ignored cannot be told apart).
 
         `fn` must call this recorder's `apply` (inside `training_step()` if the
-        loop uses it). Call it after the loop's first step, once the optimizers
-        have built their state. The FlowGraph found is written and returned
-        (None if analysis is missing or failed, after a warning).
+        loop uses it), before the loop or at any step: Keras 3 optimizers build
+        their state outside the trace, as their first apply would. The
+        FlowGraph found is written and returned (None if analysis is missing or
+        failed, after a warning).
         """
         try:
             tf.function(fn).get_concrete_function(*args, **kwargs)
@@ -412,8 +415,8 @@ class Recorder(tf.Module):
             warn_once(
                 (id(self), "analyze_failed"),
                 f"Recorder '{self.name}'.analyze could not trace {getattr(fn, '__name__', fn)!r} "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); call it after the "
-                "loop's first step, once the optimizers have built their state",
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the step still "
+                "runs, without a FlowGraph (trace it in tf.function to get one)",
             )
         return self.flowgraph
 
