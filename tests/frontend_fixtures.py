@@ -27,6 +27,7 @@ from tests.frontend_logs import (
     graph_spec,
     LONG_RUN,
     eager_spec,
+    many_drift_spec,
     hostile_spec,
     long_names_spec,
     numbers_spec,
@@ -199,7 +200,7 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     """A DQN run (steps 0-30), a "live" DQN run (steps 0-10 so far), runs with
     hostile names, with every flow state, with 10,000 scopes, with numbers at
     the edges of their notation, with long and bidi names, without a FlowGraph,
-    and a run without gradscope data."""
+    with a ResNet-sized drift pair, and a run without gradscope data."""
     import tensorflow as tf
 
     logdir = tensorboard_launch.logdir
@@ -215,6 +216,7 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     write_run(logdir, numbers_spec())
     write_run(logdir, long_names_spec())
     write_run(logdir, eager_spec())
+    write_run(logdir, many_drift_spec())
     writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.0, step=0)
@@ -228,7 +230,7 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
     """The session's TensorBoard, serving every run of `gradscope_logs`."""
     launch = tensorboard_launch
     tb = await_tensorboard(launch.process, launch.logdir, launch.log)
-    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500", "numbers", LONG_RUN, "eager"])
+    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500", "numbers", LONG_RUN, "eager", "drift_many"])
     return tb
 
 

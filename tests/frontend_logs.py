@@ -25,6 +25,16 @@ def grad_row(l2: float, grad_vars: int = 2, nonfinite: float = 0.0) -> tuple[flo
 
 
 @dataclasses.dataclass(frozen=True)
+class DriftSpec:
+    """A drift record: per step, one (drift, distance, online_norm, target_step, tau) row per scope."""
+
+    name: str
+    attrs: Mapping[str, object]
+    scopes: tuple[str, ...]
+    rows: Mapping[int, tuple[tuple[float, ...], ...]]
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSpec:
     """A hand-written run, the same at every step.
 
@@ -41,6 +51,7 @@ class RunSpec:
       nodes, edges, blocked: the FlowGraph's scope graph and blocked edges.
       flowgraph: False for a run with no FlowGraph at all (an eager loop
         whose step was never traced).
+      drift: drift records written at every step.
     """
 
     name: str
@@ -55,6 +66,7 @@ class RunSpec:
     edges: tuple[fmt.GraphEdge, ...] = ()
     blocked: tuple[fmt.BlockedEdge, ...] = ()
     flowgraph: bool = True
+    drift: tuple[DriftSpec, ...] = ()
 
 
 def hostile_spec() -> RunSpec:
@@ -186,6 +198,41 @@ def eager_spec() -> RunSpec:
     )
 
 
+def many_drift_spec(blocks: int = 15) -> RunSpec:
+    """A ResNet-like pair: the root `target`, per block a roll-up, a conv and a
+    BatchNorm scope (later blocks drift more), and two BatchNorm moving
+    statistics per block, declared as state rows: 76 rows in all."""
+    state = tuple(f"target/block{i:02d}/bn/moving_{s}" for i in range(blocks) for s in ("mean", "variance"))
+    scopes = ["target"]
+    for i in range(blocks):
+        scopes += [f"target/block{i:02d}", f"target/block{i:02d}/bn", f"target/block{i:02d}/conv"]
+        scopes += [s for s in state if s.startswith(f"target/block{i:02d}/")]
+    steps = (0, 5, 10)
+
+    def row(scope: str, step: int) -> tuple[float, ...]:
+        block = int(scope.split("/")[1][5:]) if "/" in scope else blocks
+        weight = 2.0 if scope in state else {"conv": 1.5, "bn": 1.0}.get(scope.rpartition("/")[2], 1.25)
+        online = 4.0 + block
+        distance = 0.01 * (block + 1) * weight * (1 + step)
+        return (distance / online, distance, online, 0.0, 0.01)
+
+    pair = DriftSpec(
+        name="target<-online",
+        attrs={"target": "target", "online": "online", "state_scopes": list(state), "tau": 0.01},
+        scopes=tuple(scopes),
+        rows={step: tuple(row(scope, step) for scope in scopes) for step in steps},
+    )
+    return RunSpec(
+        name="drift_many",
+        scopes=("online", "online/l1"),
+        static={"td": {"online": fmt.UPDATES, "online/l1": fmt.UPDATES}},
+        grads={"td": {"online": grad_row(0.5), "online/l1": grad_row(0.5)}},
+        updates={"online": (0.01, 2.0), "online/l1": (0.01, 2.0)},
+        steps=steps,
+        drift=(pair,),
+    )
+
+
 def wide_spec(top: int = 20, middle: int = 25, leaves: int = 20) -> RunSpec:
     """A 10,000-scope model: `top` x `middle` x `leaves` scopes, three levels deep."""
     scopes: list[str] = []
@@ -267,6 +314,8 @@ def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
                 _write_table(info, [rows[s] for s in spec.scopes], step)
             info = fmt.make_info(fmt.Kind.UPDATE_STATS, "", spec.scopes)
             _write_table(info, [spec.updates[s] for s in spec.scopes], step)
+            for pair in spec.drift:
+                _write_table(fmt.make_info(fmt.Kind.DRIFT, pair.name, pair.scopes, pair.attrs), list(pair.rows[step]), step)
             if spec.events and step == spec.steps[-1]:
                 _write_blobs(fmt.make_info(fmt.Kind.EVENTS), [e.to_json() for e in spec.events], step)
     writer.flush()

@@ -4,6 +4,7 @@ runs recorded by the real Recorder."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 
 import pytest
@@ -92,6 +93,39 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     assert abs(left - expected) <= 3, (left, expected)
     assert "never synced" in chart.locator(".gs-marker-list").text_content()
     screenshot(chart, artifacts, "gradscope-drift.png")
+    tab.assert_clean()
+
+
+def test_a_resnet_sized_pair_draws_its_root_folded_statistics_and_the_scopes_that_drift_most(
+    open_tab: OpenTab, tensorboard: TensorBoard, artifacts: pathlib.Path
+) -> None:
+    (pair,) = tensorboard.json("drift", run="drift_many")["pairs"]
+    drift, distance, norm = (pair["values"][c] for c in ("drift", "distance", "online_norm"))
+    state = set(pair["attrs"]["state_scopes"])
+    trainable = [s for s in pair["scopes"] if s.startswith("target/") and s not in state]
+    assert len(pair["scopes"]) == 76 and len(state) == 30 and len(trainable) == 45
+    tab = open_tab(run="drift_many")
+    chart = tab.frame.locator('#gs-drift .gs-chart[data-pair="target<-online"]')
+    chart.wait_for()
+    legend = chart.locator(".gs-chart-legend li")
+    labels = legend.evaluate_all("ls => ls.map(l => l.dataset.label)")
+    assert chart.get_attribute("data-series") == "12" and len(labels) == 12
+    # The root first and thicker, then the 30 moving statistics as one line...
+    assert labels[0] == "target" and legend.first.get_attribute("class") == "gs-main"
+    assert labels[1] == "" and legend.nth(1).text_content().startswith("30 moving statistics, folded")
+    last = len(pair["steps"]) - 1
+    folded = math.sqrt(sum(distance[s][last] ** 2 for s in state)) / math.sqrt(sum(norm[s][last] ** 2 for s in state))
+    assert float(legend.nth(1).get_attribute("data-last")) == pytest.approx(folded, rel=1e-6)
+    # ...then the ten scopes that drift most.
+    most = sorted(trainable, key=lambda s: -max(drift[s]))[:10]
+    assert sorted(labels[2:]) == sorted(most)
+    screenshot(tab.frame.locator("#gs-drift"), artifacts, "gradscope-drift-resnet.png")
+    section = tab.frame.locator('.gs-drift-pair[data-pair="target<-online"]')
+    section.locator('input[data-choice="all"]').check()
+    tab.frame.wait_for_selector('#gs-drift .gs-chart[data-series="47"]')
+    section.locator('input[data-choice="unfoldState"]').check()
+    tab.frame.wait_for_selector('#gs-drift .gs-chart[data-series="76"]')
+    assert "" not in chart.locator(".gs-chart-legend li").evaluate_all("ls => ls.map(l => l.dataset.label)")
     tab.assert_clean()
 
 

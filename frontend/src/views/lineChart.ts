@@ -15,6 +15,8 @@ export interface ChartSeries {
   empty?: string;
   /** Drawn thicker, first in the legend (e.g. a drift pair's root). */
   main?: boolean;
+  /** The legend item's data-label (default: the label); "" for a line that is no one series. */
+  key?: string;
 }
 
 /** A vertical line at a step, labelled (e.g. an anomaly). */
@@ -116,7 +118,7 @@ function renderLegend(series: ChartSeries[]): HTMLElement {
       const swatch = h("span", { className: "gs-swatch", attrs: { "aria-hidden": "true" } });
       swatch.style.background = colourOf(i);
       const value = last === null ? ` ${s.empty ?? "no value"}` : ` last ${formatCompact(last)}`;
-      return h("li", { className: s.main ? "gs-main" : "", data: { label: s.label, last: last === null ? "" : String(last) } },
+      return h("li", { className: s.main ? "gs-main" : "", data: { label: s.key ?? s.label, last: last === null ? "" : String(last) } },
         swatch, nameElement(s.label), h("span", { className: "gs-muted" }, value));
     }),
   );
