@@ -263,6 +263,11 @@ def _cells_not_object(r: Record) -> bool:
     return True
 
 
+def _float_blob(r: Record) -> bool:
+    r.tensor = _table_tensor(np.ones(len(r.payload), np.float32))  # numbers where strings go
+    return True
+
+
 def _not_json(r: Record) -> bool:
     r.tensor = _blob_tensor([b"\xff{not json"])
     return True
@@ -293,11 +298,13 @@ EVENT_DAMAGES: dict[str, Callable[[Record], bool]] = {
     "type_int": _doc_field("type", 3),
     "message_null": _doc_field("message", None),
     "not_json": _not_json,
+    "float_blob": _float_blob,
 }
 FLOWGRAPH_DAMAGES: dict[str, Callable[[Record], bool]] = {
     "loss_name_list": _loss_name_list,
     "cells_list": _cells_not_object,
     "not_json": _not_json,
+    "float_blob": _float_blob,
 }
 ATTR_DAMAGES: dict[fmt.Kind, dict[str, Callable[[Record], bool]]] = {
     fmt.Kind.DRIFT: {

@@ -59,6 +59,9 @@ def _cases() -> dict[str, dl.Damage]:
 CASES = _cases()
 # TensorBoard's own table conversion fails on these: the tag goes whole.
 WHOLE_TAG = {"grad_stats.emptied", "grad_stats.shape_off_by_one"}
+# The Rust data server drops a blob record holding numbers when it loads it:
+# the plugin never sees it, so there is nothing to report.
+RUST_DROPS = {"events.float_blob", "flowgraph.float_blob"}
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,7 @@ def get(request, logdir):
             assert response.status_code < 500 and "Traceback" not in text, (route, params, text[-2000:])
             return response.status_code, response.get_json() if response.status_code == 200 else None
 
+        get.backend = request.param
         return get
 
     if request.param == "python":
@@ -118,6 +122,10 @@ def test_damage_is_reported_naming_run_tag_and_step(get, run):
     (target,) = [r for r in damage.records if r.damaged]
     _, body = get("run", run=run)
     mentions = [w for w in body["warnings"] if repr(run) in w and repr(target.tag) in w]
+    if get.backend == "rust" and run in RUST_DROPS:
+        assert target.key not in dl.served(lambda route, **p: get(route, **p)[1], run, damage.records)
+        assert not mentions, mentions
+        return
     assert mentions, body["warnings"]
     if ".attrs." in run:
         assert any("attrs" in w and "ignored" in w for w in mentions), mentions

@@ -85,10 +85,17 @@ def encode_json(document: Any) -> bytes:
 
 
 def decode_json(blob: bytes) -> Any:
-    """Reads a JSON blob written by `encode_json`."""
+    """Reads a JSON blob written by `encode_json`.
+
+    Raises:
+      FormatError: the blob is not bytes (a damaged record can hold numbers),
+        not UTF-8, or not JSON.
+    """
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise FormatError(f"gradscope blob is not a string but {type(blob).__name__}")
     try:
         return _from_json_safe(json.loads(bytes(blob).decode("utf-8")))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise FormatError(f"gradscope blob is not UTF-8 JSON: {e}") from None
 
 

@@ -217,7 +217,7 @@ class Reader:
                     wanted += [ref.blob_key for ref in datum.values]
         blobs, failures = self._read_blob_keys(ctx, wanted)
         out: dict[str, list[BlobStep]] = {}
-        for tag, record in records.items():
+        for tag in records:
             steps = []
             for item in plans[tag]:
                 if isinstance(item, BlobStep):
@@ -227,10 +227,7 @@ class Reader:
                 for index, ref in enumerate(item.values):
                     blob = f"(blob {index + 1} of {len(item.values)})"
                     if ref.blob_key in failures:
-                        # The Rust data server cannot read back blob keys of
-                        # runs whose name holds a quote or backslash.
-                        reason = (f"step {item.step}: the data provider cannot read its blobs {blob}: "
-                                  f"{failures[ref.blob_key]}; try --load_fast=false")
+                        reason = f"step {item.step}: {failures[ref.blob_key]} {blob}"
                         warnings.setdefault(tag, []).append(_skip_message(run, tag, reason))
                         continue
                     try:
@@ -248,9 +245,11 @@ class Reader:
             try:
                 return key, self._provider.read_blob(ctx, blob_key=key), ""
             except errors.PublicError as e:
-                return key, None, _clip(str(e))
+                # The Rust data server cannot read back blob keys of runs
+                # whose name holds a quote or backslash.
+                return key, None, f"the data provider cannot read it ({_clip(str(e))}); try --load_fast=false"
             except Exception as e:  # TensorBoard's conversion of a damaged tensor
-                return key, None, f"{type(e).__name__}: {_clip(str(e))}"
+                return key, None, f"TensorBoard cannot convert it ({type(e).__name__}: {_clip(str(e))})"
 
         if len(keys) <= 2:
             results = [read(key) for key in keys]
