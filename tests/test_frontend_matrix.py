@@ -207,6 +207,24 @@ def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab: OpenTab, arti
     tab.assert_clean()
 
 
+def test_the_filter_box_shows_matching_scopes_with_their_ancestors(open_tab: OpenTab) -> None:
+    spec = wide_spec()
+    tab = open_tab()
+    tab.select_run(spec.name)
+    box = tab.frame.locator("#gs-filter")
+    box.press_sequentially("BLOCK03/layer07/")  # any case
+    units = [s for s in spec.scopes if s.startswith("block03/layer07/")]
+    assert tab.visible_scopes() == ["block03", "block03/layer07", *units] and len(units) == 20
+    assert tab.frame.locator("#gs-filter-count").text_content() == f"22 of {len(spec.scopes)} scopes shown"
+    assert tab.frame.evaluate("() => document.activeElement.id") == "gs-filter"  # typing goes on
+    assert tab.cell("value", units[0]).get_attribute("data-state") == "updates"
+    box.fill("")
+    assert len(tab.visible_scopes()) == 520 and tab.frame.locator("#gs-filter-count").text_content() == ""
+    box.fill("no such scope")
+    assert tab.visible_scopes() == []
+    tab.assert_clean()
+
+
 def test_names_from_logs_render_as_text(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
     spec = hostile_spec()
     tab = open_tab(embedded=True, run=HOSTILE)
@@ -261,12 +279,12 @@ def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab: OpenTab
     # The focused control: its id, or "loss|scope" for the matrix's buttons.
     focused = "() => { const e = document.activeElement; return e.id || `${e.dataset.loss ?? ''}|${e.dataset.scope}`; }"
     order = []
-    for _ in range(5):
+    for _ in range(6):
         tab.page.keyboard.press("Tab")
         order.append(tab.frame.evaluate(focused))
         outline = tab.frame.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
         assert outline != "none", f"no visible focus on {order[-1]}"
-    assert order == ["gs-run", "gs-compare", "gs-step", "gs-refresh", "|online"]
+    assert order == ["gs-run", "gs-compare", "gs-step", "gs-refresh", "gs-filter", "|online"]
     # The matrix is one tab stop: the next Tab leaves it.
     tab.page.keyboard.press("Tab")
     assert tab.frame.evaluate("() => !document.querySelector('#gs-matrix').contains(document.activeElement)")

@@ -59,6 +59,8 @@ export class App {
   private chosenStep: number | null = null;
   /** Per run, the scopes the user folded or unfolded away from the default. */
   private readonly toggled = new Map<string, Set<string>>();
+  /** The scope filter's text ("" shows the folded tree). */
+  private filter = "";
   private selected: Selection | null = null;
   private charted: Selection[] = [];
   private readonly series = new Map<string, SeriesPoint[]>();
@@ -73,6 +75,10 @@ export class App {
       onCompare: (run) => void this.selectCompare(run),
       onStep: (step) => void this.selectStep(step),
       onRefresh: () => void this.refresh(),
+      onFilter: (query) => {
+        this.filter = query;
+        this.draw();
+      },
     });
     this.seriesPanel = new CellSeriesPanel({ onRemove: (cell) => this.uncharted(cell) });
     replaceChildren(root, h("div", { className: "gs-app" }, this.toolbar.element, this.messages, this.body));
@@ -325,9 +331,11 @@ export class App {
     const matrix = view.matrix;
     this.toolbar.setSteps(view.info.steps, matrix.step);
     const toggled = this.toggled.get(matrix.run) ?? new Set<string>();
+    const filtered = view.tree.filter(this.filter);
+    this.toolbar.setFilterCount(filtered === null ? "" : `${filtered.size} of ${view.info.scopes.length} scopes shown`);
     const diff: MatrixDiff | null = view.comparison === null ? null : { run: view.comparison.run, differ: view.comparison.differ };
     const focused = focusedIn(this.body);
-    const matrixView = new MatrixView(matrix, view.info.losses, view.tree, toggled, this.selected, {
+    const matrixView = new MatrixView(matrix, view.info.losses, view.tree, { toggled, filtered }, this.selected, {
       onToggle: (scope) => this.toggle(scope),
       onSelect: (selection) => this.select(selection),
     }, diff);

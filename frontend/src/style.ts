@@ -32,6 +32,8 @@ body { margin: 0; background: var(--bg); color: var(--fg);
 .gs-toolbar select, .gs-toolbar button { font: inherit; color: var(--fg); background: var(--panel);
   border: 1px solid var(--border); border-radius: 4px; padding: 3px 8px; }
 .gs-toolbar select, .gs-controls select { max-width: 36ch; text-overflow: ellipsis; }
+.gs-toolbar input[type=search] { font: inherit; color: var(--fg); background: var(--bg);
+  border: 1px solid var(--border); border-radius: 4px; padding: 2px 6px; width: 16ch; }
 .gs-toolbar input[type=range] { width: 220px; accent-color: var(--accent); }
 .gs-step-label { font-variant-numeric: tabular-nums; min-width: 7ch; }
 .gs-status { color: var(--muted); }

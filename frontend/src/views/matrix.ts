@@ -9,7 +9,7 @@ import { stateInfo } from "../flowState";
 import { escapeName, nameElement } from "../names";
 import { formatCompact, formatFull, logPosition } from "../numbers";
 import { type NormRange, updateNormRange, updatesColour } from "../shading";
-import type { ScopeTree } from "../scopeTree";
+import type { Folding, ScopeTree } from "../scopeTree";
 import { cellKey as compareKey } from "../compare";
 import { type GridRow, RovingGrid } from "./rovingGrid";
 
@@ -41,7 +41,7 @@ export class MatrixView {
     matrix: Matrix,
     lossKinds: readonly LossEntry[],
     tree: ScopeTree,
-    toggled: ReadonlySet<string>,
+    folding: Folding,
     selected: Selection | null,
     private readonly handlers: MatrixHandlers,
     private readonly diff: MatrixDiff | null = null,
@@ -59,9 +59,9 @@ export class MatrixView {
     const gridRows: GridRow[] = [];
     // A scope the losses recorded nothing for at this step has no row here.
     const present = new Set(matrix.scopes);
-    const visible = tree.visible(toggled).filter((scope) => present.has(scope.name));
+    const visible = tree.visible(folding).filter((scope) => present.has(scope.name));
     const rows = visible.map((scope) => {
-      const [row, controls] = this.row(matrix, scope, tree, toggled, selected, range);
+      const [row, controls] = this.row(matrix, scope, tree, folding, selected, range);
       gridRows.push(controls);
       return row;
     });
@@ -96,12 +96,12 @@ export class MatrixView {
     matrix: Matrix,
     scope: ScopeEntry,
     tree: ScopeTree,
-    toggled: ReadonlySet<string>,
+    folding: Folding,
     selected: Selection | null,
     range: NormRange | null,
   ): [HTMLTableRowElement, GridRow] {
     const parent = tree.hasChildren(scope.name);
-    const expanded = parent && tree.isExpanded(scope.name, toggled);
+    const expanded = parent && tree.isExpanded(scope.name, folding);
     const shortName = scope.parent !== null && scope.name.startsWith(`${scope.parent}/`)
       ? scope.name.slice(scope.parent.length + 1)
       : scope.name;

@@ -12,6 +12,8 @@ export interface ToolbarHandlers {
   onCompare: (run: string | null) => void;
   onStep: (step: number) => void;
   onRefresh: () => void;
+  /** The text of the scope filter ("" for none). */
+  onFilter: (query: string) => void;
 }
 
 export class Toolbar {
@@ -21,6 +23,7 @@ export class Toolbar {
   private readonly slider: HTMLInputElement;
   private readonly stepLabel: HTMLOutputElement;
   private readonly status: HTMLElement;
+  private readonly filterCount = h("span", { className: "gs-muted", attrs: { id: "gs-filter-count", "aria-live": "polite" } });
   private steps: number[] = [];
 
   constructor(handlers: ToolbarHandlers) {
@@ -53,6 +56,10 @@ export class Toolbar {
       h("label", {}, "Compare with", this.compareSelect),
       h("label", {}, "Step", this.slider, this.stepLabel),
       h("button", { attrs: { type: "button", id: "gs-refresh" }, on: { click: handlers.onRefresh } }, "Refresh"),
+      h("label", {}, "Filter scopes", h("input", {
+        attrs: { id: "gs-filter", type: "search", placeholder: "part of a scope name", autocomplete: "off" },
+        on: { input: (event) => handlers.onFilter((event.target as HTMLInputElement).value) },
+      }), this.filterCount),
       this.status,
     );
   }
@@ -87,6 +94,11 @@ export class Toolbar {
     this.slider.value = String(index >= 0 ? index : Math.max(0, steps.length - 1));
     this.slider.setAttribute("aria-valuetext", current === null ? "no steps" : `step ${current}`);
     this.showStep(current);
+  }
+
+  /** How many scopes the filter matches, or nothing when there is no filter. */
+  setFilterCount(text: string): void {
+    this.filterCount.textContent = text;
   }
 
   setStatus(text: string): void {
