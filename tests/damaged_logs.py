@@ -235,7 +235,7 @@ def _int_table(r: Record) -> bool:
 
 
 def _string_table(r: Record) -> bool:
-    r.tensor = _blob_tensor([b"1.0"] * r.payload.size)
+    r.tensor = _blob_tensor([b"1.0"] * max(1, r.payload.size))
     return True
 
 
@@ -385,7 +385,9 @@ def served(get: Callable[..., Any], run: str, records: Sequence[Record]) -> set[
     graph = get("flowgraph", run=run) or {}
     for tag, group in by_tag.items():
         info = group[0].info
-        if fmt.KIND_SPECS[info.kind].is_table:
+        if fmt.KIND_SPECS[info.kind].is_table and not info.scopes:
+            found |= {r.key for r in group}  # a table without rows has no value to serve
+        elif fmt.KIND_SPECS[info.kind].is_table:
             col = min(1, len(info.columns) - 1)  # a value column, not grad_vars
             scope, column = info.scopes[0], info.columns[col]
             body = get("series", run=run, kind=info.kind.value, name=info.name, scope=scope, stat=column,

@@ -3,8 +3,8 @@ answer 2xx/4xx, never 5xx; `report` and `check` exit 0, 1 or 2 without a
 traceback (and without needing the CLI's last-resort handler); every
 undamaged record is still served with its values.
 
-Hypothesis writes random well-formed runs (losses, scopes, steps, events per
-step, drift and conflict pairs; tests/damaged_logs.py, no tensorflow) and
+Hypothesis writes random well-formed runs (losses, 0 to 6 scopes, steps, events
+per step, drift and conflict pairs; tests/damaged_logs.py, no tensorflow) and
 damages one record at random: its type, its shape, its attrs, its JSON, or
 the file's bytes (truncation, a flipped byte, garbage, a header claiming
 2^40 bytes). Derandomized, so a failure reproduces.
@@ -49,7 +49,7 @@ COUNTS: dict[str, int] = {}
 @st.composite
 def damaged_runs(draw) -> dl.Damage:
     losses = draw(st.lists(st.sampled_from(["td", "aux", "pi", "v"]), min_size=1, max_size=3, unique=True))
-    scopes = draw(st.lists(st.sampled_from(SCOPE_TREE), min_size=1, max_size=len(SCOPE_TREE), unique=True))
+    scopes = draw(st.lists(st.sampled_from(SCOPE_TREE), min_size=0, max_size=len(SCOPE_TREE), unique=True))
     steps = sorted(draw(st.sets(st.integers(0, 40), min_size=1, max_size=5)))
     plan = dl.RunPlan(
         losses=losses, scopes=scopes, steps=steps,

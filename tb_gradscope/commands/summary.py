@@ -80,9 +80,12 @@ def _nearest(steps: list[int], step: int) -> list[int]:
 def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None) -> dict[str, Any]:
     grads = logs.grads.get(step, {}) if step is not None else {}
     updates = logs.updates.get(step) if step is not None else None
-    losses = list(dict.fromkeys((list(flowgraph.cells) if flowgraph else []) + list(grads)))
+    # At a recorded step, the losses recorded there (a TD3 actor updated every
+    # other step, a GAN's alternating losses), as the tab shows them.
+    losses = list(grads) if step is not None else list(flowgraph.cells) if flowgraph else []
     scopes = list(flowgraph.scopes) if flowgraph else []
-    extra = [s for t in grads.values() for s in t.info.scopes if s not in scopes]
+    recorded = [t.info.scopes for t in grads.values()] + ([updates.info.scopes] if updates is not None else [])
+    extra = [s for labels in recorded for s in labels if s not in scopes]
     scopes = scopes_lib.tree_order(scopes + extra) if extra else scopes
     cells: dict[str, dict[str, Any]] = {}
     for loss in losses:
@@ -126,7 +129,8 @@ def _latest_drift(name: str, series: list) -> dict[str, Any]:
     step, table = series[-1]
     attrs = table.info.attrs
     target = str(attrs.get("target", ""))
-    row = table.row(target if target in table else table.info.scopes[0])
+    scopes = table.info.scopes
+    row = table.row(target if target in table else scopes[0]) if scopes else {}  # a table may have no rows
     return {
         "pair": name,
         "target": target,
