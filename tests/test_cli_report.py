@@ -157,3 +157,31 @@ def test_run_with_only_a_flowgraph_shows_the_static_states(tmp_path):
     assert out.startswith("run traced (no recorded steps); FlowGraph traced from tf2")
     rows = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.startswith("  ") and l.split()}
     assert rows["target/l1"] == ["updates"] and rows["online"] == ["updates"]
+
+
+def test_run_holding_only_update_stats_still_reports_them(tmp_path):
+    """A step whose gradients were not recorded (only `rec.apply`) still shows
+    ||delta theta|| per scope."""
+    import keras
+    import tensorflow as tf
+
+    from tb_gradscope import Recorder
+    from tb_gradscope.commands.logs import load_logdir
+    from tb_gradscope.commands.summary import run_summary
+
+    net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="l1")], name="net")
+    opt = keras.optimizers.SGD(0.1)
+    rec = Recorder(str(tmp_path), every_n_steps=1, models={"net": net})
+    for _ in range(2):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(net(tf.ones((4, 3))) ** 2)
+        rec.apply(opt, list(zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables)))
+    rec.close()
+    (logs,) = load_logdir(str(tmp_path))
+    report = run_summary(logs, step=1)
+    assert report["scopes"] == ["net", "net/l1"]
+    assert report["losses"] == []
+    assert report["updates"]["net/l1"]["update_norm"] == pytest.approx(
+        float(logs.updates[1].row("net/l1")["update_norm"])
+    )
+    assert report["updates"]["net/l1"]["update_norm"] > 0

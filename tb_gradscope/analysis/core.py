@@ -119,7 +119,8 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
         per_loss.append((spec, start, forward, gradient, cuts))
         cone = _or(cone, forward)
     cones = {spec.name: forward for spec, _, forward, _, _ in per_loss}
-    applied_vars = _applied(flat, specs, var_nodes, train_ops, cones)
+    applied_vars, steps_by_loss = _applied(flat, specs, var_nodes, train_ops, cones)
+    optimizer_of = _optimizer_groups(steps_by_loss)
 
     cells = {}
     outside_tape: dict[str, set[int]] = {}
@@ -148,7 +149,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
         hit = {a for i in union for a in scopes_lib.ancestors(leaves[i])}
         applied_scopes = [s for s in scope_list if s in hit]
     return FlowGraph(
-        losses=[LossInfo(s.name, s.kind, s.tensor.name) for s in specs],
+        losses=[LossInfo(s.name, s.kind, s.tensor.name, optimizer_of.get(s.name, "")) for s in specs],
         scopes=scope_list,
         cells=cells,
         blocked_edges=blocked,
@@ -219,8 +220,25 @@ def _roll_up(states: Sequence[str], leaves: Sequence[str], scope_list: Sequence[
     return {s: _BY_RANK[r] for s, r in best.items()}
 
 
-def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> dict[Any, set[int]]:
-    """Loss name (None: every loss) -> indices of variables its optimizer applies.
+def _optimizer_groups(steps_by_loss: Mapping[str, set[int]]) -> dict[str, str]:
+    """Loss -> "opt<k>": losses whose optimizer write ops overlap share a label
+    (one optimizer step consumes their summed gradient)."""
+    names = sorted(steps_by_loss, key=lambda n: min(steps_by_loss[n], default=0))
+    groups: list[tuple[set[int], list[str]]] = []
+    for name in names:
+        writes = steps_by_loss[name]
+        if not writes:
+            continue
+        joined = [g for g in groups if g[0] & writes]
+        merged = (set(writes).union(*(g[0] for g in joined)), [n for g in joined for n in g[1]] + [name])
+        groups = [g for g in groups if g not in joined] + [merged]
+    groups.sort(key=lambda g: min(g[0]))
+    return {name: f"opt{k}" for k, (_, members) in enumerate(groups) for name in members}
+
+
+def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> tuple[dict[Any, set[int]], dict[str, set[int]]]:
+    """(loss name (None: every loss) -> indices of variables its optimizer
+    applies, loss name -> the write ops of its optimizer step).
 
     A TF1 train op names what its loss applies; otherwise the writes fed by
     the loss's own gradient ops; failing that, every gradient-fed write.
@@ -228,13 +246,15 @@ def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> dict[Any, s
     variables = set(var_nodes)
     writes = applied_lib.gradient_writes(flat, variables)
     result: dict[Any, set[int]] = {}
+    steps: dict[str, set[int]] = {}
     if not writes and not train_ops:
-        return result
+        return result, steps
     result[None] = {i for targets in writes.values() for n in targets for i in var_nodes[n]}
     if writes:
         for name, seeds in applied_lib.gradient_seeds_by_loss(flat, cones).items():
             own = applied_lib.gradient_writes(flat, variables, seeds)
             result[name] = {i for targets in own.values() for n in targets for i in var_nodes[n]}
+            steps[name] = set(own)
     for name, ops in (train_ops or {}).items():
         if name not in {s.name for s in specs}:
             raise AnalysisError(
@@ -247,7 +267,8 @@ def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> dict[Any, s
             raise AnalysisError(f"a train op of loss '{name}' is not in the analysed graph")
         run = applied_lib.upstream(flat, starts)
         result[name] = {i for w, targets in writes.items() if w in run for n in targets for i in var_nodes[n]}
-    return result
+        steps[name] = {w for w in writes if w in run}
+    return result, steps
 
 
 def _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss):

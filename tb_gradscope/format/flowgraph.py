@@ -84,6 +84,9 @@ class LossInfo:
     name: str
     kind: str = "loss"  # "loss" or "start_point"
     tensor: str = ""  # the graph tensor the gradient starts from
+    # The optimizer step this loss's gradient feeds ("opt0", "opt1", ...): losses
+    # with the same label share one (a summed loss); "" when not known.
+    optimizer: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +185,7 @@ _DOCUMENT = {
     "warnings": _TEXTS,
     "source": _TEXT,
 }
-_LOSS = {"name": _TEXT, "kind": _TEXT, "tensor": _TEXT}
+_LOSS = {"name": _TEXT, "kind": _TEXT, "tensor": _TEXT, "optimizer": _TEXT}
 _SOURCE = {"file": _TEXT, "line": (schema.is_int, "an integer"), "function": _TEXT}
 _EDGE_FIELDS = ("loss", "producer", "consumer", "op_name", "op_type", "cause", "producer_scope", "consumer_scope")
 _BLOCKED = {

@@ -240,54 +240,76 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -
     if not cut:
         return ""
     via = f" (path {' -> '.join(path)})" if len(path) > 2 else ""
-    owners = _losses_training_through(flowgraph, loss, scope, cut)
-    if owners and flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
-        # The edge carries another loss's own gradient into the scope: a
-        # stop_gradient there would break that loss. The leak is this loss's
-        # optimizer writing the scope.
-        evidence["cause"] = CAUSE_OPTIMIZER_SCOPE
-        evidence["needed_by"] = owners
-        return (
-            f"{via}: the optimizer step fed by loss '{loss}' writes scope '{scope}', whose own "
-            f"loss {', '.join(repr(o) for o in owners)} needs the path {cut[0]} -> {cut[1]} "
-            f"(a tf.stop_gradient there would break it); leave '{scope}' out of that "
-            f"optimizer's variables (var_list) for loss '{loss}'"
-        )
+    if flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
+        reason = _optimizer_must_change(flowgraph, loss, scope, cut)
+        if reason:
+            evidence["cause"] = CAUSE_OPTIMIZER_SCOPE
+            evidence["needed_by"] = reason[1]
+            return (
+                f"{via}: the optimizer step fed by loss '{loss}' writes scope '{scope}', {reason[0]}; "
+                f"leave '{scope}' out of that optimizer's var_list (the variables it applies to)"
+            )
     evidence["cause"] = CAUSE_MISSING_CUT
     evidence["missing_cut"] = list(cut)
     also = f"; the cut at {existing[0]} does not cover it" if existing else ""
-    advice = f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
-    trainers = sorted(
-        other for other, row in flowgraph.cells.items() if other != loss and row.get(scope) == fmt.UPDATES
+    return (
+        f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; "
+        f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
     )
-    if trainers and flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
-        # The scope has its own loss: keeping this loss's optimizer off it fixes it too.
-        advice += (
-            f", or leave '{scope}' (trained by loss {', '.join(repr(t) for t in trainers)}) out of "
-            f"the variables of the optimizer fed by loss '{loss}'"
-        )
-    return f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; {advice}"
 
 
-def _losses_training_through(
+def _optimizer_must_change(
     flowgraph: fmt.FlowGraph, loss: str, scope: str, cut: tuple[str, str]
-) -> list[str]:
-    """Other losses that update `scope` and whose gradient runs back through
-    the edge `cut` (its head reaches their loss node on edges not cut for them)."""
-    owners = []
-    for other, row in flowgraph.cells.items():
-        if other == loss or row.get(scope) != fmt.UPDATES:
-            continue
-        target = loss_node_id(flowgraph, other)
-        if target is not None and _reaches(flowgraph, cut[1], target, other):
-            owners.append(other)
-    return sorted(owners)
+) -> tuple[str, list[str]] | None:
+    """Why the fix for `loss` updating `scope` is its optimizer's variables, not
+    a cut: (the reason, the losses that need the path or own the scope), or
+    None when a stop_gradient is the fix.
+
+    - the cut edge carries this loss's own gradient on to a scope it rightly
+      updates (a GAN's generator loss through the discriminator, TD3's actor
+      through the critic): a stop_gradient would starve it;
+    - another loss trains the scope with an optimizer of its own (seed 01's
+      heads, a DDPG critic): the scope is not this optimizer's to write.
+    A scope trained by another loss through the *same* optimizer step (one
+    summed loss, a shared-trunk actor-critic), or by optimizers the analysis
+    did not see (`testing.trace_flow`), keeps the stop_gradient advice.
+    """
+    mine = _optimizer(flowgraph, loss)
+    target = loss_node_id(flowgraph, loss)
+    row = flowgraph.cells.get(loss, {})
+    starved = [
+        s for s, state in row.items()
+        if state == fmt.UPDATES and not _within(s, scope) and not _within(scope, s)
+        and _reaches(flowgraph, s, target, loss) and not _reaches(flowgraph, s, target, loss, without=cut)
+    ]
+    if starved:
+        shown = ", ".join(repr(s) for s in outermost(starved)[:3])
+        return (f"and a tf.stop_gradient on {cut[0]} -> {cut[1]} would also cut its gradient into {shown}", [loss])
+    others = sorted(o for o, r in flowgraph.cells.items() if o != loss and r.get(scope) == fmt.UPDATES)
+    if not others:
+        return None
+    if not mine or any(_optimizer(flowgraph, o) in ("", mine) for o in others):
+        return None  # the same optimizer step (or no optimizer seen): cut the path
+    owners = ", ".join(repr(o) for o in others)
+    return (f"which loss {owners} trains with an optimizer of its own", others)
 
 
-def _reaches(flowgraph: fmt.FlowGraph, start: str, target: str, loss: str) -> bool:
+def _optimizer(flowgraph: fmt.FlowGraph, loss: str) -> str:
+    return next((info.optimizer for info in flowgraph.losses if info.name == loss), "")
+
+
+def _within(scope: str, root: str) -> bool:
+    return scope == root or scope.startswith(root + "/")
+
+
+def _reaches(
+    flowgraph: fmt.FlowGraph, start: str, target: str | None, loss: str, without: tuple[str, str] | None = None
+) -> bool:
+    """Whether the scope graph leads from `start` to `target` on edges not cut
+    for `loss` (leaving out the edge `without`)."""
     successors: dict[str, list[str]] = {}
     for edge in flowgraph.edges:
-        if loss not in edge.blocked_for:
+        if loss not in edge.blocked_for and (edge.src, edge.dst) != without:
             successors.setdefault(edge.src, []).append(edge.dst)
     seen, stack = {start}, [start]
     while stack:
