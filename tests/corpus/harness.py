@@ -267,7 +267,11 @@ def blocked_edge_disagreements(trained: TrainedShape, view: ProductView) -> list
     """Every leaf scope the oracle finds blocked for a loss must be cut in the
     FlowGraph's scope graph: a blocked edge of that loss lies downstream of it
     (its producer scope is the scope or one it feeds), and no path of edges
-    left open for that loss leads from it to `loss:<name>`."""
+    left open for that loss leads from it to `loss:<name>` without passing
+    through a scope the loss's gradient does reach. (A scope graph joins every
+    call of a scope: SAC's policy feeds the online critic for the policy loss,
+    and that critic feeds the Q loss on another call, so policy -> critic ->
+    Q loss is a path of the graph that no tensor takes.)"""
     flowgraph = view.route("flowgraph")["flowgraph"] or {}
     edges = flowgraph.get("edges", [])
     blocked = flowgraph.get("blocked_edges", [])
@@ -276,7 +280,8 @@ def blocked_edge_disagreements(trained: TrainedShape, view: ProductView) -> list
     out = []
     for loss in sorted(truth.states):
         producers = {e["producer_scope"] for e in blocked if e["loss"] == loss}
-        live = [(e["src"], e["dst"]) for e in edges if loss not in e["blocked_for"]]
+        reached = {sc for sc, st in truth.states[loss].items() if st in (oracle.UPDATES, oracle.IGNORED)}
+        live = [(e["src"], e["dst"]) for e in edges if loss not in e["blocked_for"] and e["src"] not in reached]
         every = [(e["src"], e["dst"]) for e in edges]
         for leaf in sorted(truth.blocked_producers(loss)):
             if not producers & _reachable(leaf, every):
