@@ -119,10 +119,11 @@ DOC_IMAGES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "images"
 DOC_IMAGES_ENV = "GRADSCOPE_DOC_IMAGES"
 
 
-def screenshot(locator: Locator, artifacts: pathlib.Path, name: str) -> None:
-    """Saves `locator` as artifacts/name, and as docs/images/name when
-    $GRADSCOPE_DOC_IMAGES is set (so test runs do not rewrite committed files)."""
-    locator.screenshot(path=str(artifacts / name))
+def screenshot(target: Locator | Page, artifacts: pathlib.Path, name: str) -> None:
+    """Saves `target` (an element, or a page's viewport) as artifacts/name, and as
+    docs/images/name when $GRADSCOPE_DOC_IMAGES is set (so test runs do not
+    rewrite committed files)."""
+    target.screenshot(path=str(artifacts / name))
     if os.environ.get(DOC_IMAGES_ENV):
         DOC_IMAGES.mkdir(parents=True, exist_ok=True)
-        locator.screenshot(path=str(DOC_IMAGES / name))
+        target.screenshot(path=str(DOC_IMAGES / name))

@@ -57,7 +57,7 @@ export class Toolbar {
       h("label", {}, "Step", this.slider, this.stepLabel),
       h("button", { attrs: { type: "button", id: "gs-refresh" }, on: { click: handlers.onRefresh } }, "Refresh"),
       h("label", {}, "Filter scopes", h("input", {
-        attrs: { id: "gs-filter", type: "search", placeholder: "part of a scope name", autocomplete: "off" },
+        attrs: { id: "gs-filter", type: "search", placeholder: "text in a name", autocomplete: "off" },
         on: { input: (event) => handlers.onFilter((event.target as HTMLInputElement).value) },
       }), this.filterCount),
       this.status,
