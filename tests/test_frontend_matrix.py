@@ -13,7 +13,7 @@ import pathlib
 import time
 
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, expect
 
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
 
@@ -213,15 +213,19 @@ def test_the_filter_box_shows_matching_scopes_with_their_ancestors(open_tab: Ope
     tab = open_tab()
     tab.select_run(spec.name)
     box = tab.frame.locator("#gs-filter")
-    box.press_sequentially("BLOCK03/layer07/")  # any case
+    count = tab.frame.locator("#gs-filter-count")
+    rows = tab.frame.locator("#gs-matrix tbody tr")
+    box.press_sequentially("BLOCK03/layer07/")  # any case; the matrix redraws once typing pauses
+    expect(count).to_have_text(f"22 of {len(spec.scopes)} scopes shown")
     units = [s for s in spec.scopes if s.startswith("block03/layer07/")]
     assert tab.visible_scopes() == ["block03", "block03/layer07", *units] and len(units) == 20
-    assert tab.frame.locator("#gs-filter-count").text_content() == f"22 of {len(spec.scopes)} scopes shown"
     assert tab.frame.evaluate("() => document.activeElement.id") == "gs-filter"  # typing goes on
     assert tab.cell("value", units[0]).get_attribute("data-state") == "updates"
     box.fill("")
-    assert len(tab.visible_scopes()) == 520 and tab.frame.locator("#gs-filter-count").text_content() == ""
+    expect(rows).to_have_count(520)
+    assert count.text_content() == ""
     box.fill("no such scope")
+    expect(count).to_have_text(f"0 of {len(spec.scopes)} scopes shown")
     assert tab.visible_scopes() == []
     tab.assert_clean()
 

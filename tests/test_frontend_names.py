@@ -133,8 +133,9 @@ def test_the_page_never_scrolls_sideways_because_of_a_name(open_tab: OpenTab) ->
     assert tab.frame.evaluate(NO_HORIZONTAL_SCROLL)
     # A narrower window, once the charts are drawn again for it (Refresh).
     tab.page.set_viewport_size({"width": 900, "height": 800})
-    with tab.page.expect_response(lambda r: "/events" in r.url):
-        tab.frame.locator("#gs-refresh").click()
+    drawn_for_1280 = tab.frame.locator("#gs-series-chart").element_handle()
+    tab.frame.locator("#gs-refresh").click()
+    tab.frame.wait_for_function("chart => !chart.isConnected", arg=drawn_for_1280)
     tab.frame.locator('#gs-series-chart[data-series="4"]').wait_for()
     assert tab.frame.evaluate(NO_HORIZONTAL_SCROLL), tab.frame.evaluate(
         "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")

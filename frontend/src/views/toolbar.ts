@@ -16,6 +16,9 @@ export interface ToolbarHandlers {
   onFilter: (query: string) => void;
 }
 
+/** How long the filter waits for the next keystroke. */
+const FILTER_DELAY_MS = 200;
+
 export class Toolbar {
   readonly element: HTMLElement;
   private readonly runSelect: HTMLSelectElement;
@@ -25,6 +28,7 @@ export class Toolbar {
   private readonly status: HTMLElement;
   private readonly filterCount = h("span", { className: "gs-muted", attrs: { id: "gs-filter-count", "aria-live": "polite" } });
   private steps: number[] = [];
+  private filterTimer: number | undefined;
 
   constructor(handlers: ToolbarHandlers) {
     this.runSelect = h("select", {
@@ -58,7 +62,7 @@ export class Toolbar {
       h("button", { attrs: { type: "button", id: "gs-refresh" }, on: { click: handlers.onRefresh } }, "Refresh"),
       h("label", {}, "Filter scopes", h("input", {
         attrs: { id: "gs-filter", type: "search", placeholder: "text in a name", autocomplete: "off" },
-        on: { input: (event) => handlers.onFilter((event.target as HTMLInputElement).value) },
+        on: { input: (event) => this.filterSoon(handlers, (event.target as HTMLInputElement).value) },
       }), this.filterCount),
       this.status,
     );
@@ -94,6 +98,12 @@ export class Toolbar {
     this.slider.value = String(index >= 0 ? index : Math.max(0, steps.length - 1));
     this.slider.setAttribute("aria-valuetext", current === null ? "no steps" : `step ${current}`);
     this.showStep(current);
+  }
+
+  /** Filters once typing pauses: each keystroke would redraw the matrix (10,000 rows for "b"). */
+  private filterSoon(handlers: ToolbarHandlers, query: string): void {
+    window.clearTimeout(this.filterTimer);
+    this.filterTimer = window.setTimeout(() => handlers.onFilter(query), FILTER_DELAY_MS);
   }
 
   /** How many scopes the filter matches, or nothing when there is no filter. */
