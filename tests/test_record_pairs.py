@@ -172,3 +172,13 @@ def test_pair_models_scopes_follow_the_recorders_model_keys(tmp_path):
     assert (pair.name, pair.target_root, pair.online_root) == ("target<-online", "target", "online")
     assert all(n.startswith("target/") for n in pair.target_names)
     assert all(n.startswith("online/") for n in pair.online_names)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"every": "x"}, "every"), ({"every": 0}, "every"), ({"every": True}, "every"),
+    ({"tau": "0.1"}, "tau"), ({"tau": 1.5}, "tau"), ({"tau": 0}, "tau"),
+])
+def test_pair_schedule_errors_name_the_argument(kwargs, named):
+    online, target = _net("online_s"), _net("target_s")
+    with pytest.raises(ValueError, match=rf"{named} must be"):
+        pair_models(target, online, **kwargs)

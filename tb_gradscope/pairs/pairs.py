@@ -18,6 +18,7 @@ is paired too and flagged `state`, so its drift can be told apart.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Sequence
 
 import tensorflow as tf
@@ -231,6 +232,7 @@ def _make_pair(
     every: int | None,
     by_order: bool = False,
 ) -> Pair:
+    _check_schedule(label, tau, every)
     matched = None if by_order else _match_by_name(t_items, o_items, t_root, o_root)
     if matched is None:
         matched = _match_by_order(label, t_items, o_items)
@@ -246,6 +248,17 @@ def _make_pair(
         tau=None if tau is None else float(tau),
         every=None if every is None else int(every),
     )
+
+
+def _check_schedule(label: str, tau: Any, every: Any) -> None:
+    """tau: a number in (0, 1]; every: a whole number >= 1 (either may be None)."""
+    if tau is not None and (isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 < float(tau) <= 1.0):
+        raise ValueError(
+            f"pair '{label}': tau must be a number in (0, 1] (target <- (1 - tau) target + tau online), "
+            f"got {tau!r}"
+        )
+    if every is not None and (isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
+        raise ValueError(f"pair '{label}': every must be a whole number of steps >= 1, got {every!r}")
 
 
 def _match_by_name(t_items, o_items, t_root, o_root):
