@@ -1,0 +1,138 @@
+"""`tb-gradscope doctor LOGDIR`: what in each run is probably a bug, without rules.
+
+Reads each run's records (FlowGraph, gradient tables, drift, conflict, events)
+through TensorBoard's ingestion and prints the findings of
+`tb_gradscope.read.findings.diagnose`: what, where, the evidence, why it is
+probably a bug, the one-line fix and the rule that pins it in CI. Exit status:
+0 no finding, 1 any finding, 2 bad usage, unreadable logdir, no gradscope
+data, or a run none of whose gradient tables could be read. Imports
+TensorBoard only when it runs; never tensorflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from tb_gradscope.commands.text import evidence, safe
+
+if TYPE_CHECKING:
+    from tb_gradscope.commands.logs import RunLogs
+    from tb_gradscope.read.finding import Finding
+    from tb_gradscope.read.records import RunRecords
+
+HELP = "find what is probably a bug in each run (leaks, fighting losses, broken targets), no rules needed"
+
+CLEAN, FOUND, UNREADABLE = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Diagnoses the gradscope logs in LOGDIR without rules or declared pairs: a loss "
+        "that trains a target network, an actor that trains its critic, two optimizers "
+        "writing one scope, a value read without stop_gradient, losses fighting over a "
+        "scope, target/EMA pairs that do not follow, gradients that vanish or go "
+        "non-finite and stay so. Each finding says what, where, the evidence, why it is "
+        "probably a bug, the fix, and the rule that pins the fix in CI."
+    )
+    parser.epilog = (
+        "exit status: 0 no finding, 1 any finding, 2 bad usage, unreadable logdir, no "
+        "gradscope data, or a run whose gradient tables could not be read. "
+        "docs/CLI.md lists every finding kind."
+    )
+    parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
+    parser.add_argument("--run", metavar="RUN", dest="run_name", help="diagnose only this run")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Prints each run's findings; returns the exit status."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    from tb_gradscope.commands import logs as logs_lib
+    from tb_gradscope.read.findings import diagnose
+
+    try:
+        runs = logs_lib.load_logdir(args.logdir, args.run_name)
+    except logs_lib.LogdirError as e:
+        print(f"tb-gradscope doctor: {safe(e)}", file=err)
+        return UNREADABLE
+    per_run = {logs.run: diagnose(records_of(logs)) for logs in runs}
+    for logs in runs:
+        for warning in logs.warnings:
+            print(f"warning: {safe(warning)}", file=err)
+    if args.format == "json":
+        document = {"logdir": args.logdir, "runs": [
+            {"run": name, "findings": [f.to_json() for f in found]} for name, found in per_run.items()
+        ]}
+        json.dump(document, out, indent=1, ensure_ascii=True, allow_nan=False)
+        out.write("\n")
+    else:
+        out.write("\n\n".join(render_run(name, found) for name, found in per_run.items()) + "\n")
+    unreadable = [logs.run for logs in runs if logs.grads_unreadable]
+    for name in unreadable:
+        print(f"error: run {safe(name)}: not diagnosed: none of its gradient tables could be read "
+              "(the warnings above say why)", file=err)
+    total = sum(len(found) for found in per_run.values())
+    print(f"diagnosed {len(runs)} run(s): {total} finding(s)", file=err)
+    if unreadable and not total:
+        return UNREADABLE
+    return FOUND if total else CLEAN
+
+
+def records_of(logs: RunLogs) -> RunRecords:
+    """A `RunLogs` (the command line's loaded run) as the diagnosis reads it."""
+    from tb_gradscope.read.records import PairSeries, RunRecords
+
+    grads = {
+        step: {loss: {s: table.row(s) for s in table.info.scopes} for loss, table in per_loss.items()}
+        for step, per_loss in logs.grads.items()
+    }
+    updates = {step: {s: table.row(s) for s in table.info.scopes} for step, table in logs.updates.items()}
+    conflict = {}
+    for name, series in logs.conflict.items():
+        if not series:
+            continue
+        losses = series[-1][1].info.attrs.get("losses")
+        if not (isinstance(losses, list) and len(losses) == 2):
+            losses = name.partition("|")[::2]
+        conflict[(str(losses[0]), str(losses[1]))] = [
+            (step, dict(zip(t.info.scopes, t.column("cosine").tolist()))) for step, t in series
+        ]
+    pairs = [
+        PairSeries(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
+        for name, series in sorted(logs.drift.items()) if series
+    ]
+    return RunRecords(logs.run, list(logs.flowgraphs), grads, updates, conflict, pairs, list(logs.events))
+
+
+def render_run(run: str, found: list[Finding]) -> str:
+    """One run's findings as text."""
+    if not found:
+        return f"run {safe(run)}: no findings"
+    lines = [f"run {safe(run)}: {len(found)} finding(s)"]
+    for i, f in enumerate(found, 1):
+        lines += ["", f"{i}. [{f.kind}] {safe(f.what)}"]
+        where = [f"loss {safe(f.loss)}" if f.loss else "", f"scope {safe(f.scope)}",
+                 f"pair {safe(f.pair)}" if f.pair else "", f"edge {safe(f.edge)}" if f.edge else "",
+                 f"at {safe(f.source)}" if f.source else ""]
+        lines.append("   where:    " + ", ".join(w for w in where if w))
+        seen = f"steps {f.first_step}..{f.last_step} ({f.steps} recorded)" if f.steps else "trace time"
+        lines.append(f"   evidence: {seen}; {_evidence(f.evidence)}")
+        lines.append(f"   why:      {safe(f.why)}")
+        lines.append(f"   fix:      {safe(f.fix)}")
+        lines.append(f"   rule:     {safe(f.rule)}" if f.rule else "   rule:     (no rule kind expresses it)")
+    return "\n".join(lines)
+
+
+def _evidence(doc: dict[str, Any]) -> str:
+    shown = {k: _round(v) for k, v in doc.items()}
+    return evidence(shown)
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, list) and len(value) > 8:
+        return value[:8] + ["..."]
+    return value

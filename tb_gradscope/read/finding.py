@@ -1,0 +1,77 @@
+"""A finding: something in a run that is probably a bug, with its evidence and fix.
+
+Plain data shared by the detectors (`read/leaks.py`, `read/health.py`), the
+diagnosis that runs them (`read/findings.py`), `tb-gradscope doctor` and the
+plugin's findings route. docs/HTTP_API.md documents the JSON form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+# Finding kinds, most specific first (a (loss, scope) named by two kinds is
+# reported once, under the first).
+TARGET_TRAINED = "target_trained"
+JUDGE_TRAINED = "judge_trained"
+SHARED_BY_OPTIMIZERS = "shared_by_optimizers"
+VALUE_NOT_CUT = "value_not_cut"
+LOSSES_FIGHTING = "losses_fighting"
+PAIR_ANOMALY = "pair_anomaly"
+NONFINITE = "nonfinite_gradient"
+VANISHING = "vanishing_gradient"
+KINDS = (TARGET_TRAINED, JUDGE_TRAINED, SHARED_BY_OPTIMIZERS, VALUE_NOT_CUT, LOSSES_FIGHTING,
+         PAIR_ANOMALY, NONFINITE, VANISHING)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One diagnosis.
+
+    Attributes:
+      kind: one of KINDS.
+      what: one sentence saying what was seen.
+      loss: the loss at fault ("" when none is: a pair anomaly).
+      scope: the scope concerned (the highest one that shows it all).
+      pair: the target/online pair concerned, "" if none.
+      edge: the scope-graph edge the gradient takes into the loss
+        (`critic/l2 -> loss:actor`), "" when not known.
+      source: the user's file:line behind it, "" when not known.
+      evidence: figures and steps that prove it (JSON-ready).
+      why: why it is probably a bug.
+      fix: the one-line fix.
+      rule: the rule that pins the fix in CI, ready to copy ("" when no rule
+        kind expresses it: numeric findings).
+      first_step, last_step: the recorded steps it was first and last seen at.
+      steps: how many recorded steps show it.
+    """
+
+    kind: str
+    what: str
+    loss: str
+    scope: str
+    evidence: Mapping[str, Any]
+    why: str
+    fix: str
+    rule: str
+    first_step: int
+    last_step: int
+    steps: int
+    pair: str = ""
+    edge: str = ""
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as strict JSON data (NaN/Inf as null)."""
+        return _json_safe(dataclasses.asdict(self))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

@@ -1,0 +1,101 @@
+"""Who updates and who reaches each scope over a run: the facts leak detectors share.
+
+Built once per run from `RunRecords`: per loss, the variable-holding scopes its
+gradient updates and reaches at each recorded step (the tab's flow-state rule),
+the scopes it alone updates, the optimizer step its gradient feeds, and paths
+through the FlowGraph's scope graph.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Iterable
+
+from tb_gradscope import format as fmt
+from tb_gradscope.format.flowgraph import NODE_SCOPE
+from tb_gradscope.read.records import LOSS_PREFIX, RunRecords, downstream, within
+
+REACHED = (fmt.UPDATES, fmt.IGNORED)
+
+
+class Flow:
+    """Per-loss updated and reached scopes of one run (variable holders only)."""
+
+    def __init__(self, records: RunRecords, targets: Iterable[str] = ()):
+        self.records = records
+        self.targets = list(targets)
+        self.graph = records.flowgraph
+        self.holders = records.holders()
+        self.losses = records.losses
+        self.optimizer = {}
+        for _, graph in records.flowgraphs:
+            self.optimizer.update({l.name: l.optimizer for l in graph.losses})
+        self.updated: dict[str, dict[str, list[int]]] = {}
+        self.reached: dict[str, dict[str, list[int]]] = {}
+        for loss in self.losses:
+            self.updated[loss], self.reached[loss] = {}, {}
+            for scope in self.holders:
+                states = records.states(loss, scope)
+                up = [s for s, st in states.items() if st == fmt.UPDATES]
+                reach = [s for s, st in states.items() if st in REACHED]
+                if up:
+                    self.updated[loss][scope] = up
+                if reach:
+                    self.reached[loss][scope] = reach
+        self._scalar: dict[str, bool] = {}
+
+    def owners(self, scope: str) -> list[str]:
+        """Losses that update `scope`, in loss order."""
+        return [l for l in self.losses if scope in self.updated[l]]
+
+    def own(self, loss: str) -> set[str]:
+        """Scopes `loss` updates and no other loss does (targets are nobody's own)."""
+        return {
+            s for s in self.updated[loss]
+            if self.owners(s) == [loss] and not any(within(s, t) for t in self.targets)
+        }
+
+    def scalar(self, scope: str) -> bool:
+        if scope not in self._scalar:
+            self._scalar[scope] = self.records.is_scalar(scope)
+        return self._scalar[scope]
+
+    def feeds(self, sources: set[str], scope: str) -> str | None:
+        """A scope of `sources` whose output reaches `scope` in the scope graph."""
+        if self.graph is None:
+            return None
+        for source in sorted(sources):
+            if scope in downstream(self.graph, source):
+                return source
+        return None
+
+    def enters_aside(self, loss: str, scope: str) -> bool:
+        """Whether `scope`'s output reaches the loss without passing through a
+        scope the loss updates (single numbers excepted: a learned coefficient
+        scales a value, it does not compute it), along edges open for it."""
+        if self.graph is None:
+            return False
+        passable = {
+            n.id for n in self.graph.nodes
+            if n.kind == NODE_SCOPE and (n.id not in self.updated[loss] or self.scalar(n.id))
+        }
+        return LOSS_PREFIX + loss in downstream(self.graph, scope, open_for=loss, through=passable)
+
+    def edge_into(self, loss: str, scope: str) -> str:
+        """`src -> dst`: where the gradient path of `loss` leaves `scope`."""
+        if self.graph is None:
+            return ""
+        target = LOSS_PREFIX + loss
+        for e in sorted(self.graph.edges, key=lambda e: (e.dst != target, e.src, e.dst)):
+            if loss in e.blocked_for or not within(e.src, scope) or within(e.dst, scope):
+                continue
+            if e.dst == target or target in downstream(self.graph, e.dst, open_for=loss):
+                return f"{e.src} -> {e.dst}"
+        return ""
+
+    def norms(self, loss: str, scope: str, steps: list[int]) -> dict[str, Any]:
+        """The gradient L2 norm of (loss, scope) over `steps`: median and max."""
+        values = [row["l2"] for s in steps if (row := self.records.grad(loss, scope, s)) is not None]
+        if not values:
+            return {}
+        return {"grad_l2_median": statistics.median(values), "grad_l2_max": max(values)}

@@ -1,0 +1,169 @@
+"""Findings from the numbers a run recorded: fighting losses, pair anomalies,
+gradients that vanish or stop being finite and stay so.
+
+- losses_fighting: two losses that both update a scope pull it in opposite
+  directions (gradient cosine at or below FIGHT_COSINE) at most recorded steps.
+- pair_anomaly: the pair anomalies of `tb_gradscope.anomalies` (never synced,
+  frozen, moved by an optimizer, wrong direction, tau or period mismatch,
+  moving statistics not tracked), with their fix and rule.
+- vanishing_gradient / nonfinite_gradient: a scope a loss updates gets a zero
+  gradient at the last VANISHING_STEPS recorded steps, or a NaN/Inf gradient
+  at NONFINITE_STEPS recorded steps or more (steps the loss scaler skipped
+  do not count).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Iterable
+
+from tb_gradscope import anomalies
+from tb_gradscope import format as fmt
+from tb_gradscope import rules as rules_lib
+from tb_gradscope.read import finding as F
+from tb_gradscope.read.finding import Finding
+from tb_gradscope.read.flow import Flow
+from tb_gradscope.read.records import RunRecords, cover, within
+
+FIGHT_COSINE = -0.5  # at or below: the two gradients mostly cancel
+FIGHT_SHARE = 0.75  # of the recorded steps with a cosine
+FIGHT_MIN_STEPS = 3
+VANISHING_STEPS = 3  # the last N recorded steps of the loss, in a row
+NONFINITE_STEPS = 2
+
+
+def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = ()) -> list[Finding]:
+    """Losses whose gradients on a scope both update stay strongly opposed.
+    `taken` (loss, scope) cells already named by a leak are not repeated."""
+    records = flow.records
+    found = []
+    for (a, b), series in sorted(records.conflict.items()):
+        flagged = {}
+        for scope in sorted({s for _, cos in series for s in cos}):
+            values = [cos[scope] for _, cos in series if scope in cos and cos[scope] == cos[scope]]
+            steps = [s for s, cos in series if scope in cos and cos[scope] <= FIGHT_COSINE]
+            both = all(fmt.UPDATES in records.states(loss, scope).values() for loss in (a, b))
+            if both and len(values) >= FIGHT_MIN_STEPS and len(steps) >= FIGHT_SHARE * len(values):
+                flagged[scope] = (values, steps)
+        for scope in _outermost(flagged):
+            if any(within(scope, s) or within(s, scope) for loss, s in taken if loss in (a, b)):
+                continue
+            values, steps = flagged[scope]
+            loss, other = (b, a) if flow.losses.index(b) > flow.losses.index(a) else (a, b)
+            found.append(Finding(
+                kind=F.LOSSES_FIGHTING,
+                what=f"losses '{a}' and '{b}' both update '{scope}' and pull it in opposite directions: "
+                     f"gradient cosine <= {FIGHT_COSINE:g} at {len(steps)} of {len(values)} recorded steps",
+                loss=loss, scope=scope,
+                evidence={"other_loss": other, "cosine": values, "cosine_median": statistics.median(values),
+                          "steps_opposed": len(steps), "steps_with_cosine": len(values)},
+                why="two losses whose gradients on a shared scope cancel make it learn neither; usually one "
+                    "of them was meant only to read it",
+                fix=f"if '{loss}' should only read '{scope}', cut it with tf.stop_gradient where its head "
+                    f"reads '{scope}'; if both must train it, reweight them or give each its own scope",
+                rule=str(rules_lib.Never(loss, f"{scope}/*")),
+                first_step=min(steps), last_step=max(steps), steps=len(steps),
+            ))
+    return found
+
+
+_ANOMALY_FIX = {
+    anomalies.NEVER_SYNCED: "copy the online weights into the target once before training "
+                            "(target.set_weights(online.get_weights()))",
+    anomalies.TARGET_FROZEN: "make sure the target update (copy or Polyak) runs, inside the traced step if the "
+                             "step is a tf.function",
+    anomalies.MOVED_BY_OPTIMIZER: "leave the target out of every optimizer's var_list and stop its gradient",
+    anomalies.WRONG_DIRECTION: "swap the arguments of the target update: target <- online, not online <- target",
+    anomalies.TAU_MISMATCH: "make the update use the tau you declared (or declare the tau it uses)",
+    anomalies.EVERY_MISMATCH: "make the update copy every N steps as declared (or declare what it does)",
+    anomalies.MOVING_STATS_NOT_TRACKED: "update the target from model.weights (moving statistics included), "
+                                        "not only trainable_weights",
+}
+
+
+def pair_anomalies(records: RunRecords) -> list[Finding]:
+    """One finding per pair anomaly (recorded or derived from DRIFT), first step first."""
+    events = [e for e in records.events if e.type == fmt.ANOMALY]
+    for pair in records.pairs:
+        events += anomalies.find_anomalies(pair.name, pair.attrs, list(pair.steps), list(pair.tables))
+    attrs = {p.name: p.attrs for p in records.pairs}
+    groups: dict[tuple[str, str, str], list[fmt.Event]] = {}
+    for event in events:
+        groups.setdefault((event.name, event.pair, event.scope), []).append(event)
+    found = []
+    for (name, pair, scope), seen in sorted(groups.items()):
+        seen.sort(key=lambda e: e.step)
+        first, steps = seen[0], sorted({e.step for e in seen})
+        pair_attrs = attrs.get(pair, {})
+        target, online = str(pair_attrs.get("target", scope)), str(pair_attrs.get("online", ""))
+        found.append(Finding(
+            kind=F.PAIR_ANOMALY,
+            what=first.message,
+            loss="", scope=scope, pair=pair,
+            evidence={"anomaly": name, **first.evidence},
+            why="a target that does not follow its online network as declared gives every loss that "
+                "reads it a wrong target",
+            fix=_ANOMALY_FIX.get(name, "check the target update"),
+            rule=_pair_rule(name, target, online, pair_attrs),
+            first_step=steps[0], last_step=steps[-1], steps=len(steps),
+        ))
+    return found
+
+
+def _pair_rule(name: str, target: str, online: str, attrs) -> str:
+    if name == anomalies.MOVED_BY_OPTIMIZER or not online:
+        return str(rules_lib.Never("*", f"{target}/*"))
+    tau, every = attrs.get("tau"), attrs.get("every")
+    tau = tau if isinstance(tau, (int, float)) and not isinstance(tau, bool) and 0 < tau <= 1 else None
+    every = every if isinstance(every, int) and not isinstance(every, bool) and every > 0 else None
+    return str(rules_lib.Tracks(target, online, tau, every))
+
+
+def numeric(flow: Flow) -> list[Finding]:
+    """Scopes a loss updates whose gradient stays zero, or stays non-finite."""
+    records = flow.records
+    skipped = {e.step for e in records.events if e.type == fmt.SKIPPED}
+    found = []
+    for loss in flow.losses:
+        steps = [s for s in records.loss_steps(loss) if s not in skipped]
+        vanish, bad = {}, {}
+        for scope in flow.holders:
+            if not _expected(records, loss, scope):
+                continue
+            states = {s: records.state(loss, scope, s) for s in steps}
+            tail = steps[-VANISHING_STEPS:]
+            if len(tail) == VANISHING_STEPS and all(states[s] == fmt.VANISHING for s in tail):
+                vanish[scope] = tail
+            nonfinite = [s for s in steps if states[s] == fmt.NONFINITE]
+            if len(nonfinite) >= NONFINITE_STEPS:
+                bad[scope] = nonfinite
+        for kind, flagged in ((F.NONFINITE, bad), (F.VANISHING, vanish)):
+            for scope in cover(flagged, flow.holders):
+                seen = sorted({s for h, hs in flagged.items() if within(h, scope) for s in hs})
+                found.append(_numeric_finding(kind, loss, scope, seen, len(steps)))
+    return found
+
+
+def _expected(records: RunRecords, loss: str, scope: str) -> bool:
+    """The loss is meant to update the scope: static `updates`, or no FlowGraph."""
+    graph = records.flowgraph
+    return graph is None or graph.cells.get(loss, {}).get(scope) == fmt.UPDATES
+
+
+def _numeric_finding(kind: str, loss: str, scope: str, steps: list[int], recorded: int) -> Finding:
+    if kind == F.NONFINITE:
+        what = f"loss '{loss}''s gradient on '{scope}' holds NaN or Inf at {len(steps)} of {recorded} recorded steps"
+        why = "an optimizer step fed by a non-finite gradient writes NaN into the weights (or is skipped)"
+        fix = "find the op that overflows (log of 0, division by a vanishing norm, exp of a large logit) and clip or guard it"
+    else:
+        what = f"loss '{loss}''s gradient on '{scope}' is zero at its last {len(steps)} recorded steps"
+        why = f"'{scope}' is meant to learn from '{loss}' but no longer gets any gradient (saturated or dead units)"
+        fix = "check the activations feeding it (dead ReLUs, saturated tanh/sigmoid) and the learning rate"
+    return Finding(kind=kind, what=what, loss=loss, scope=scope,
+                   evidence={"steps_seen": len(steps), "loss_recorded_steps": recorded, "at_steps": steps[:20]},
+                   why=why, fix=fix, rule="", first_step=steps[0], last_step=steps[-1], steps=len(steps))
+
+
+def _outermost(scopes: Iterable[str]) -> list[str]:
+    chosen = list(scopes)
+    return [s for s in chosen if not any(o != s and within(s, o) for o in chosen)]

@@ -1,0 +1,220 @@
+"""Gradient leaks between losses and into targets, found without rules.
+
+Each detector looks at what a run recorded (FlowGraph cells and scope graph,
+per-step flow states) and names the (loss, scope) cells that are probably a
+bug; docs/CORRECTNESS.md shows which corpus shapes each one fires on:
+
+- target_trained: a loss updates a target/EMA scope (declared pair or a
+  target found by name): the TD target or teacher learns from the loss.
+- judge_trained: a loss updates a scope another loss also updates, and that
+  scope reads the output of a scope only this loss updates: the actor trains
+  the critic that scores it, the generator the discriminator.
+- shared_by_optimizers: two optimizer steps of the same trace write one
+  scope, each fed by a different loss (an optimizer built without var_list).
+- value_not_cut: a loss's gradient reaches a scope another loss trains,
+  whose output enters this loss from the side (no scope it updates computes
+  from it), as a baseline or a weight does (an advantage without
+  stop_gradient).
+
+Single numbers (a temperature, a learned loss weight) are coefficients, not
+predictions: a loss reaching one is not a leak.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from tb_gradscope import rules as rules_lib
+from tb_gradscope.read import finding as F
+from tb_gradscope.read.finding import Finding
+from tb_gradscope.read.flow import Flow
+from tb_gradscope.read.records import cover
+from tb_gradscope.read.targets import Target
+
+
+def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
+    """A loss whose gradient updates a target scope."""
+    found = []
+    for loss in flow.losses:
+        flagged = [h for h in flow.holders if h in flow.updated[loss] and any(t.holds(h) for t in targets)]
+        for scope in cover(flagged, flow.holders):
+            inside = [t for t in targets if t.holds(scope) or _within(t.root, scope)]
+            target = inside[0]
+            steps = _steps(flow.updated[loss], flagged, scope)
+            online = [h for h in flow.updated[loss] if any(_within(h, t.online) for t in inside)]
+            boot = " and the online side it should anchor" if online else ""
+            found.append(Finding(
+                kind=F.TARGET_TRAINED,
+                what=f"loss '{loss}' updates target scope '{scope}'{boot}: its gradient reaches the "
+                     f"target and an optimizer step fed by it writes the target's variables",
+                loss=loss, scope=scope, pair=target.pair if len(inside) == 1 else "",
+                edge=flow.edge_into(loss, scope),
+                evidence={"targets": [t.root for t in inside], "online": [t.online for t in inside],
+                          "pairs_declared": all(t.pair for t in inside), "online_updated_by_loss": bool(online),
+                          "optimizer": flow.optimizer.get(loss, ""),
+                          **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+                why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
+                    f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
+                fix=f"leave '{scope}' out of the variables of '{loss}''s optimizer (var_list) and compute "
+                    f"'{loss}''s target side under tf.stop_gradient (or before the tape opens)",
+                rule=str(rules_lib.Never(loss, f"{scope}/*")),
+                **_span(steps),
+            ))
+    return found
+
+
+def cross_loss(flow: Flow, exclude: Iterable[str] = ()) -> list[Finding]:
+    """judge_trained, shared_by_optimizers and value_not_cut, each (loss,
+    scope) once, under the most specific kind; scopes within `exclude`
+    (targets) are left to target_trained. A loss found training another's
+    scope (judge, optimizers) no longer counts as that scope's owner."""
+    skip = list(exclude)
+    holders = [h for h in flow.holders if not any(_within(h, s) for s in skip)]
+    chosen: dict[tuple[str, str], tuple[str, str]] = {}  # (loss, holder) -> (kind, other loss)
+    for holder in holders:
+        for loss in flow.losses:
+            hit = _judge(flow, loss, holder) or _optimizers(flow, loss, holder)
+            if hit:
+                chosen[(loss, holder)] = hit
+    intruders = {holder: {l for (l, h) in chosen if h == holder} for holder in holders}
+    for holder in holders:
+        for loss in flow.losses:
+            if (loss, holder) not in chosen and loss not in intruders[holder]:
+                hit = _value(flow, loss, holder, intruders[holder])
+                if hit:
+                    chosen[(loss, holder)] = hit
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for (loss, holder), (kind, other) in chosen.items():
+        groups.setdefault((kind, loss, other), []).append(holder)
+    found = []
+    for (kind, loss, other), flagged in sorted(groups.items(), key=lambda kv: (F.KINDS.index(kv[0][0]), kv[0][1:])):
+        also = [h for h in flow.reached[loss] if other in flow.owners(h)] if kind == F.VALUE_NOT_CUT else []
+        for scope in cover(flagged, flow.holders, also):
+            found.append(_BUILD[kind](flow, loss, other, scope, [h for h in flagged if _within(h, scope)]))
+    return found
+
+
+def _judge(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
+    if holder not in flow.updated[loss]:
+        return None
+    others = [o for o in flow.owners(holder) if o != loss]
+    source = flow.feeds(flow.own(loss), holder) if others else None
+    return (F.JUDGE_TRAINED, others[0]) if source else None
+
+
+def _optimizers(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
+    owners = flow.owners(holder)
+    labels = {o: flow.optimizer.get(o, "") for o in owners}
+    if loss not in owners or "" in labels.values() or len(set(labels.values())) < 2:
+        return None
+    # The loss with nothing of its own owns the scope; among the others, the
+    # later optimizer step is taken as the one given too many variables.
+    keepers = [o for o in owners if not flow.own(o)]
+    candidates = [o for o in owners if o not in keepers] or owners
+    intruder = max(candidates, key=lambda o: (_label_order(flow, labels[o]), flow.losses.index(o)))
+    if intruder != loss:
+        return None
+    other = next(o for o in owners if labels[o] != labels[loss])
+    return F.SHARED_BY_OPTIMIZERS, other
+
+
+def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str, str] | None:
+    if holder not in flow.reached[loss] or flow.scalar(holder):
+        return None
+    others = [o for o in flow.owners(holder) if o != loss and o not in intruders]
+    own = flow.own(loss)
+    if not others or not own or flow.feeds(own, holder) or not flow.enters_aside(loss, holder):
+        return None
+    return F.VALUE_NOT_CUT, others[0]
+
+
+def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
+    steps = _steps(flow.updated[loss], holders, scope)
+    source = next(s for h in holders if (s := flow.feeds(flow.own(loss), h)))
+    return Finding(
+        kind=F.JUDGE_TRAINED,
+        what=f"loss '{loss}' updates '{scope}', which '{other}' trains and which reads the output of "
+             f"'{source}', a scope only '{loss}' trains",
+        loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
+        evidence={"other_loss": other, "feeds_from": source, "optimizer": flow.optimizer.get(loss, ""),
+                  **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+        why=f"'{loss}' learns through '{scope}' (its critic or discriminator); training '{scope}' on "
+            f"'{loss}' lets it move the judge instead of improving '{source}'",
+        fix=f"give '{loss}''s optimizer only its own variables (var_list without '{scope}')",
+        rule=str(rules_lib.Never(loss, f"{scope}/*")),
+        **_span(steps),
+    )
+
+
+def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
+    steps = _steps(flow.updated[loss], holders, scope)
+    mine, theirs = flow.optimizer.get(loss, ""), flow.optimizer.get(other, "")
+    return Finding(
+        kind=F.SHARED_BY_OPTIMIZERS,
+        what=f"'{scope}' is written by two optimizer steps: the one fed by '{loss}' ({mine}) and the one "
+             f"fed by '{other}' ({theirs})",
+        loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
+        evidence={"other_loss": other, "optimizer": mine, "other_optimizer": theirs,
+                  **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+        why="separate optimizers per loss exist to keep each loss on its own scopes; an optimizer over "
+            "every trainable variable (no var_list) lets its loss train the other's scopes too",
+        fix=f"pass '{loss}''s optimizer a var_list without '{scope}' (or, if '{scope}' is '{loss}''s, "
+            f"leave it out of '{other}''s)",
+        rule=str(rules_lib.Never(loss, f"{scope}/*")),
+        **_span(steps),
+    )
+
+
+def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
+    steps = _steps(flow.reached[loss], holders, scope)
+    trains = any(h in flow.updated[loss] for h in holders)
+    effect = ("and an optimizer step fed by it writes the scope" if trains
+              else "(its optimizer drops it today: one var_list away from training it)")
+    return Finding(
+        kind=F.VALUE_NOT_CUT,
+        what=f"loss '{loss}' reaches '{scope}', which '{other}' trains, through a value it only reads "
+             f"{effect}",
+        loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
+        evidence={"other_loss": other, "updates": trains, "optimizer": flow.optimizer.get(loss, ""),
+                  **_seen(flow, loss, steps), **flow.norms(loss, scope, steps),
+                  **_cosine(flow, loss, other, scope)},
+        why=f"'{scope}' enters '{loss}' from the side, as a baseline or weight does, not as part of what "
+            f"'{loss}' trains; its gradient there pushes '{other}''s prediction toward what suits '{loss}'",
+        fix=f"wrap the value '{loss}' reads from '{scope}' in tf.stop_gradient "
+            f"(e.g. advantage = tf.stop_gradient(returns - value))",
+        rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
+        **_span(steps),
+    )
+
+
+_BUILD = {F.JUDGE_TRAINED: _judge_finding, F.SHARED_BY_OPTIMIZERS: _optimizers_finding,
+          F.VALUE_NOT_CUT: _value_finding}
+
+
+def _cosine(flow: Flow, a: str, b: str, scope: str) -> dict:
+    series = flow.records.conflict.get((a, b)) or flow.records.conflict.get((b, a)) or []
+    values = [cos[scope] for _, cos in series if scope in cos]
+    return {"cosine": values} if values else {}
+
+
+def _label_order(flow: Flow, label: str) -> int:
+    order = list(dict.fromkeys(flow.optimizer[l] for l in flow.losses if l in flow.optimizer))
+    return order.index(label) if label in order else -1
+
+
+def _steps(per_holder: dict[str, list[int]], holders: list[str], scope: str) -> list[int]:
+    return sorted({s for h in holders if _within(h, scope) for s in per_holder.get(h, [])})
+
+
+def _seen(flow: Flow, loss: str, steps: list[int]) -> dict:
+    recorded = flow.records.loss_steps(loss)
+    return {"steps_seen": len([s for s in steps if s >= 0]), "loss_recorded_steps": len(recorded)}
+
+
+def _span(steps: list[int]) -> dict:
+    real = [s for s in steps if s >= 0]
+    return {"first_step": min(real, default=-1), "last_step": max(real, default=-1), "steps": len(real)}
+
+
+def _within(scope: str, root: str) -> bool:
+    return scope == root or scope.startswith(root + "/")

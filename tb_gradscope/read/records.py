@@ -1,0 +1,195 @@
+"""One run's records as the diagnosis reads them, whoever loaded them.
+
+The command line (`commands.logs.RunLogs`) and the plugin (`plugin.views.RunView`)
+hold a run's decoded records in different shapes; each converts them into one
+`RunRecords`, so `tb-gradscope doctor` and the tab's Findings panel diagnose the
+same data the same way. `RunRecords` also answers the questions every finding
+asks: the flow state of a cell at each recorded step, which scopes hold
+variables, the scope graph's paths. Never imports tensorflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Mapping, Sequence
+
+from tb_gradscope import format as fmt
+from tb_gradscope.format.flowgraph import NODE_SCOPE
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.read.flowstate import cell_state
+
+Row = Mapping[str, float]
+LOSS_PREFIX = "loss:"
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSeries:
+    """One target/online pair's DRIFT series: its record attrs, steps and tables."""
+
+    name: str
+    attrs: Mapping
+    steps: Sequence[int]
+    tables: Sequence[fmt.Table]
+
+
+@dataclasses.dataclass
+class RunRecords:
+    """What one run recorded, in plain containers.
+
+    Attributes:
+      run: the run name.
+      flowgraphs: (step written, FlowGraph), by step.
+      grads: step -> loss -> scope -> grad_stats row ({column: value}).
+      updates: step -> scope -> update_stats row.
+      conflict: (loss a, loss b) -> [(step, {scope: cosine})], by step.
+      pairs: the DRIFT series of every pair.
+      events: events the run recorded (violations are ignored: doctor needs no rules).
+    """
+
+    run: str
+    flowgraphs: list[tuple[int, fmt.FlowGraph]] = dataclasses.field(default_factory=list)
+    grads: dict[int, dict[str, dict[str, Row]]] = dataclasses.field(default_factory=dict)
+    updates: dict[int, dict[str, Row]] = dataclasses.field(default_factory=dict)
+    conflict: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = dataclasses.field(default_factory=dict)
+    pairs: list[PairSeries] = dataclasses.field(default_factory=list)
+    events: list[fmt.Event] = dataclasses.field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(self.grads)
+
+    @property
+    def flowgraph(self) -> fmt.FlowGraph | None:
+        """The latest FlowGraph (the one holding every loss a run traced)."""
+        return self.flowgraphs[-1][1] if self.flowgraphs else None
+
+    def flowgraph_at(self, step: int) -> fmt.FlowGraph | None:
+        chosen = None
+        for written, graph in self.flowgraphs:
+            if written <= step or chosen is None:
+                chosen = graph
+        return chosen
+
+    @property
+    def losses(self) -> list[str]:
+        """Every loss, in the order the FlowGraph lists them, then the rest."""
+        order = [l.name for l in self.flowgraph.losses] if self.flowgraph else []
+        seen = set(order)
+        for step in self.steps:
+            for loss in self.grads[step]:
+                if loss not in seen:
+                    order.append(loss)
+                    seen.add(loss)
+        return order
+
+    def loss_steps(self, loss: str) -> list[int]:
+        """The recorded steps that hold `loss` (a TD3 actor: every other one)."""
+        return [s for s in self.steps if loss in self.grads[s]]
+
+    def state(self, loss: str, scope: str, step: int) -> str:
+        """The cell's flow state at a recorded step, by the tab's own rule."""
+        graph = self.flowgraph_at(step)
+        static = graph.cells.get(loss, {}).get(scope) if graph else None
+        return cell_state(self.grads[step].get(loss, {}).get(scope), static)
+
+    def states(self, loss: str, scope: str) -> dict[int, str]:
+        """step -> flow state at every recorded step of `loss`; the
+        FlowGraph's static state (at step -1) when nothing was recorded."""
+        steps = self.loss_steps(loss)
+        if steps:
+            return {s: self.state(loss, scope, s) for s in steps}
+        graph = self.flowgraph
+        static = graph.cells.get(loss, {}).get(scope) if graph else None
+        return {-1: static} if static else {}
+
+    def grad(self, loss: str, scope: str, step: int) -> Row | None:
+        row = self.grads.get(step, {}).get(loss, {}).get(scope)
+        return row if row is not None and _positive(row.get("grad_vars")) else None
+
+    def scopes(self) -> list[str]:
+        """Every scope of the run, in tree order."""
+        found: set[str] = set()
+        for _, graph in self.flowgraphs:
+            found.update(graph.scopes)
+        for per_loss in self.grads.values():
+            for rows in per_loss.values():
+                found.update(rows)
+        return scopes_lib.tree_order(found)
+
+    def holders(self) -> list[str]:
+        """Scopes that hold variables themselves: the scope graph's scope
+        nodes, else the leaves of the scope tree (a run without FlowGraph)."""
+        graph = self.flowgraph
+        if graph is not None and graph.nodes:
+            return scopes_lib.tree_order(n.id for n in graph.nodes if n.kind == NODE_SCOPE)
+        every = self.scopes()
+        parents = {p for s in every for p in scopes_lib.ancestors(s)[:-1]}
+        return [s for s in every if s not in parents]
+
+    def is_scalar(self, scope: str) -> bool:
+        """Whether the scope holds a single number (a temperature, a learned
+        loss weight): every gradient it received has one variable whose L2
+        norm equals its largest element. False when none was received."""
+        seen = False
+        for step in self.steps:
+            for rows in self.grads[step].values():
+                row = rows.get(scope)
+                if row is None or not _positive(row.get("grad_vars")):
+                    continue
+                seen = True
+                l2, top = row.get("l2", math.nan), row.get("max_abs", math.nan)
+                if row["grad_vars"] != 1 or not math.isclose(l2, top, rel_tol=1e-5, abs_tol=1e-12):
+                    return False
+        return seen
+
+
+def within(scope: str, root: str) -> bool:
+    return scope == root or scope.startswith(root + scopes_lib.SEPARATOR)
+
+
+def cover(flagged: Iterable[str], holders: Sequence[str], also: Iterable[str] = ()) -> list[str]:
+    """The fewest scopes naming the `flagged` holders: each flagged holder
+    climbs to its highest ancestor all of whose holders are flagged (or in
+    `also`: holders that may be named with them without being flagged)."""
+    chosen = set(flagged)
+    allowed = chosen | set(also)
+    tops = []
+    for scope in scopes_lib.tree_order(chosen):
+        top = scope
+        for ancestor in reversed(scopes_lib.ancestors(scope)[:-1]):
+            under = [h for h in holders if within(h, ancestor)]
+            if under and all(h in allowed for h in under):
+                top = ancestor
+            else:
+                break
+        if not any(within(top, t) for t in tops):
+            tops = [t for t in tops if not within(t, top)] + [top]
+    return scopes_lib.tree_order(tops)
+
+
+def downstream(graph: fmt.FlowGraph, start: str, open_for: str | None = None,
+               through: set[str] | None = None) -> set[str]:
+    """Scope-graph nodes reachable from `start` along its edges.
+
+    `open_for`: only edges not cut for that loss. `through`: nodes a path may
+    pass through (None: any); `start` is always left."""
+    edges: dict[str, list[str]] = {}
+    for e in graph.edges:
+        if open_for is None or open_for not in e.blocked_for:
+            edges.setdefault(e.src, []).append(e.dst)
+    seen, todo = {start}, [start]
+    while todo:
+        node = todo.pop()
+        if node != start and through is not None and node not in through:
+            continue
+        for nxt in edges.get(node, []):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    seen.discard(start)
+    return seen
+
+
+def _positive(value) -> bool:
+    return value is not None and math.isfinite(value) and value > 0

@@ -1,0 +1,108 @@
+"""Which scopes of a run are targets (target networks, EMA teachers) of which online scopes.
+
+A run declares its pairs when it records drift (DRIFT attrs `target`,
+`online`). A run that declared none may still hold a target network: sibling
+scopes named like a target and its online network once the role words are
+taken out (`target`/`online`, `target_net`/`eval_net`, `q_target`/`q`,
+`teacher`/`student`) with the same sub-scopes are paired too, by name alone,
+as `tb_gradscope.pairs.detect` pairs variables at record time (whose word lists
+these are; that module imports tensorflow, this one must not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable, Sequence
+
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.read.records import RunRecords, within
+
+SEP = scopes_lib.SEPARATOR
+TARGET_WORDS = frozenset(
+    {"target", "targets", "tgt", "targ", "tare", "ema", "avg", "average", "polyak",
+     "shadow", "slow", "teacher", "momentum"}
+)
+ONLINE_WORDS = frozenset(
+    {"online", "eval", "evaluate", "evaluation", "main", "behavior", "behaviour", "beh",
+     "local", "current", "student", "fast", "learner", "policy"}
+)
+_TOKEN = re.compile(r"[A-Za-z]+[0-9]*|[0-9]+")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A target scope and the online scope it should follow.
+
+    `pair` is the recorded pair's name, or "" when found by name only."""
+
+    root: str
+    online: str
+    pair: str = ""
+
+    def holds(self, scope: str) -> bool:
+        return within(scope, self.root)
+
+
+def targets(records: RunRecords) -> list[Target]:
+    """Declared pairs first, then pairs found by name among scopes no declared pair holds."""
+    found = []
+    for pair in records.pairs:
+        root, online = pair.attrs.get("target"), pair.attrs.get("online")
+        if isinstance(root, str) and root and isinstance(online, str):
+            found.append(Target(root, online, pair.name))
+    taken = [t.root for t in found] + [t.online for t in found]
+    for target in by_name(records.scopes()):
+        if not any(within(target.root, s) or within(s, target.root) for s in taken):
+            found.append(target)
+    return found
+
+
+def role(segment: str) -> tuple[str, str]:
+    """('target' | 'online' | '', the segment's words without role words)."""
+    tokens = [t.lower() for t in _TOKEN.findall(segment)]
+    kind = "target" if any(t in TARGET_WORDS for t in tokens) else (
+        "online" if any(t in ONLINE_WORDS for t in tokens) else "")
+    return kind, "_".join(t for t in tokens if t not in TARGET_WORDS and t not in ONLINE_WORDS)
+
+
+def by_name(scopes: Sequence[str]) -> list[Target]:
+    """Target/online sibling scopes with the same sub-scopes, found by name."""
+    children: dict[str, set[str]] = {}
+    for scope in scopes:
+        parts = scope.split(SEP)
+        for k in range(len(parts)):
+            children.setdefault(SEP.join(parts[:k]), set()).add(parts[k])
+    found: list[Target] = []
+    for parent in sorted(children, key=lambda p: (p.count(SEP) if p else -1, p)):
+        if any(within(parent, t.root) or within(parent, t.online) for t in found):
+            continue
+        kids = sorted(children[parent])
+        for seg in kids:
+            kind, base = role(seg)
+            if kind != "target":
+                continue
+            root = _join(parent, seg)
+            for other in _online_candidates(kids, seg, base):
+                online = _join(parent, other)
+                if _shape(scopes, root) == _shape(scopes, online):
+                    found.append(Target(root, online))
+                    break
+    return found
+
+
+def _online_candidates(kids: Iterable[str], seg: str, base: str) -> list[str]:
+    out = []
+    for other in kids:
+        kind, other_base = role(other)
+        if other != seg and kind != "target" and other_base == base:
+            out.append((kind != "online", other))
+    return [o for _, o in sorted(out)]
+
+
+def _shape(scopes: Sequence[str], root: str) -> frozenset[str]:
+    return frozenset(s[len(root):] for s in scopes if within(s, root))
+
+
+def _join(parent: str, seg: str) -> str:
+    return f"{parent}{SEP}{seg}" if parent else seg
