@@ -19,6 +19,7 @@ COMMANDS = {
     "demo": "tb_gradscope.demos.command",
     "report": "tb_gradscope.commands.report",
     "check": "tb_gradscope.commands.check",
+    "doctor": "tb_gradscope.commands.doctor",
 }
 
 

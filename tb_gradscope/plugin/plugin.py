@@ -12,6 +12,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any, Callable
 
+import numpy as np
 from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
@@ -19,10 +20,12 @@ from werkzeug import wrappers
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin import export, timeseries, views
-from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache
-from tb_gradscope.plugin.encoding import dumps
+from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache, RunData
+from tb_gradscope.plugin.encoding import dumps, jsonable
 from tb_gradscope.plugin.reader import DEFAULT_SAMPLES, Reader
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
+from tb_gradscope.read.findings import diagnose
+from tb_gradscope.read.records import PairSeries, RunRecords
 
 _ROUTE_PREFIX = f"/data/plugin/{fmt.PLUGIN_NAME}/"
 _MAX_INT = 2**63 - 1
@@ -55,6 +58,7 @@ class GradscopePlugin(base_plugin.TBPlugin):
             "/drift": self._drift_route,
             "/events": self._events_route,
             "/conflict": self._conflict_route,
+            "/findings": self._findings_route,
             "/*": self._static_route,
         }
 
@@ -104,13 +108,24 @@ class GradscopePlugin(base_plugin.TBPlugin):
     def conflict_impl(self, ctx, experiment: str, run: str, points: int) -> dict[str, Any]:
         return timeseries.conflict(self._view(ctx, experiment, run), points)
 
+    def findings_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
+        """What `tb-gradscope doctor` finds in the run (the tab's Findings panel)."""
+        data = self._data(ctx, experiment, run)
+        found = data.derived.get("findings")
+        if found is None:
+            found = data.derived["findings"] = diagnose(_run_records(views.get_view(data)))
+        return {"run": run, "findings": [jsonable(f.to_json()) for f in found]}
+
     def _view(self, ctx, experiment: str, run: str) -> views.RunView:
+        return views.get_view(self._data(ctx, experiment, run))
+
+    def _data(self, ctx, experiment: str, run: str) -> RunData:
         data = self._cache.get(ctx, experiment, run)
         if data is None:
             raise errors.NotFoundError(
                 f"run {run!r} has no gradscope data; the runs route lists those that do"
             )
-        return views.get_view(data)
+        return data
 
     # --- routes ---------------------------------------------------------
 
@@ -174,6 +189,14 @@ class GradscopePlugin(base_plugin.TBPlugin):
         return _respond(request, data, _format(request), export.conflict_csv, "conflict")
 
     @wrappers.Request.application
+    def _findings_route(self, request: wrappers.Request) -> wrappers.Response:
+        if _format(request) != "json":
+            raise errors.InvalidArgumentError("the findings route only serves format=json")
+        ctx, experiment = _context(request)
+        data = self.findings_impl(ctx, experiment, _arg(request, "run"))
+        return _respond(request, data, "json", None, "findings")
+
+    @wrappers.Request.application
     def _static_route(self, request: wrappers.Request) -> wrappers.Response:
         _, _, name = request.path.partition(_ROUTE_PREFIX)
         found = self._static.read(name)
@@ -181,6 +204,32 @@ class GradscopePlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"no such gradscope file or route: {name!r}")
         content, content_type = found
         return http_util.Respond(request, content, content_type)
+
+
+def _run_records(view: views.RunView) -> RunRecords:
+    """A run's view as the diagnosis (`read.findings`) reads it: every kept step."""
+    steps = view.steps.tolist()
+    grads = {}
+    for step in steps:
+        rows = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
+        grads[step] = {loss: r for loss, r in rows.items() if r is not None}
+    updates = {s: r for s in steps if (r := view.rows_at(fmt.Kind.UPDATE_STATS, "", s)) is not None}
+    conflict = {}
+    for name in view.names(fmt.Kind.CONFLICT):
+        kept = sorted({int(s) for series in view.groups[(fmt.Kind.CONFLICT, name)] for s in series.steps})
+        rows = [(s, view.rows_at(fmt.Kind.CONFLICT, name, s) or {}) for s in kept]
+        conflict[tuple(views.conflict_losses(view, name))] = [
+            (s, {scope: row["cosine"] for scope, row in r.items()}) for s, r in rows
+        ]
+    pairs = []
+    for name in view.names(fmt.Kind.DRIFT):
+        series = view.groups[(fmt.Kind.DRIFT, name)][0]
+        tables = [fmt.Table(series.record.info, v.astype(np.float64)) for v in series.values]
+        pairs.append(PairSeries(name, series.record.info.attrs, series.steps.tolist(), tables))
+    return RunRecords(
+        view.run, [(s, g) for s, _, g in view.flowgraphs], grads, updates, conflict, pairs,
+        [e for _, _, e in view.events],
+    )
 
 
 def _context(request: wrappers.Request) -> tuple[Any, str]:

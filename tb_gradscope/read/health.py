@@ -40,22 +40,25 @@ def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = ()) -> list[F
     for (a, b), series in sorted(records.conflict.items()):
         flagged = {}
         for scope in sorted({s for _, cos in series for s in cos}):
-            values = [cos[scope] for _, cos in series if scope in cos and cos[scope] == cos[scope]]
-            steps = [s for s, cos in series if scope in cos and cos[scope] <= FIGHT_COSINE]
+            by_step = {s: cos[scope] for s, cos in series if scope in cos and cos[scope] == cos[scope]}
+            values = list(by_step.values())
+            steps = [s for s, value in by_step.items() if value <= FIGHT_COSINE]
             both = all(fmt.UPDATES in records.states(loss, scope).values() for loss in (a, b))
             if both and len(values) >= FIGHT_MIN_STEPS and len(steps) >= FIGHT_SHARE * len(values):
-                flagged[scope] = (values, steps)
+                flagged[scope] = (by_step, steps)
         for scope in _outermost(flagged):
             if any(within(scope, s) or within(s, scope) for loss, s in taken if loss in (a, b)):
                 continue
-            values, steps = flagged[scope]
+            by_step, steps = flagged[scope]
+            values = list(by_step.values())
             loss, other = (b, a) if flow.losses.index(b) > flow.losses.index(a) else (a, b)
             found.append(Finding(
                 kind=F.LOSSES_FIGHTING,
                 what=f"losses '{a}' and '{b}' both update '{scope}' and pull it in opposite directions: "
                      f"gradient cosine <= {FIGHT_COSINE:g} at {len(steps)} of {len(values)} recorded steps",
-                loss=loss, scope=scope,
-                evidence={"other_loss": other, "cosine": values, "cosine_median": statistics.median(values),
+                loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
+                evidence={"other_loss": other, "cosine_by_step": {str(k): v for k, v in by_step.items()},
+                          "cosine_median": statistics.median(values),
                           "steps_opposed": len(steps), "steps_with_cosine": len(values)},
                 why="two losses whose gradients on a shared scope cancel make it learn neither; usually one "
                     "of them was meant only to read it",
@@ -152,11 +155,11 @@ def _expected(records: RunRecords, loss: str, scope: str) -> bool:
 
 def _numeric_finding(kind: str, loss: str, scope: str, steps: list[int], recorded: int) -> Finding:
     if kind == F.NONFINITE:
-        what = f"loss '{loss}''s gradient on '{scope}' holds NaN or Inf at {len(steps)} of {recorded} recorded steps"
+        what = f"the gradient of loss '{loss}' on '{scope}' holds NaN or Inf at {len(steps)} of {recorded} recorded steps"
         why = "an optimizer step fed by a non-finite gradient writes NaN into the weights (or is skipped)"
         fix = "find the op that overflows (log of 0, division by a vanishing norm, exp of a large logit) and clip or guard it"
     else:
-        what = f"loss '{loss}''s gradient on '{scope}' is zero at its last {len(steps)} recorded steps"
+        what = f"the gradient of loss '{loss}' on '{scope}' is zero at its last {len(steps)} recorded steps"
         why = f"'{scope}' is meant to learn from '{loss}' but no longer gets any gradient (saturated or dead units)"
         fix = "check the activations feeding it (dead ReLUs, saturated tanh/sigmoid) and the learning rate"
     return Finding(kind=kind, what=what, loss=loss, scope=scope,

@@ -22,6 +22,7 @@ predictions: a loss reaching one is not a leak.
 
 from __future__ import annotations
 
+import statistics
 from typing import Iterable, Sequence
 
 from tb_gradscope import rules as rules_lib
@@ -51,12 +52,11 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 edge=flow.edge_into(loss, scope),
                 evidence={"targets": [t.root for t in inside], "online": [t.online for t in inside],
                           "pairs_declared": all(t.pair for t in inside), "online_updated_by_loss": bool(online),
-                          "optimizer": flow.optimizer.get(loss, ""),
-                          **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+                          **_optimizer(flow, loss), **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
                 why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
                     f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
-                fix=f"leave '{scope}' out of the variables of '{loss}''s optimizer (var_list) and compute "
-                    f"'{loss}''s target side under tf.stop_gradient (or before the tape opens)",
+                fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
+                    f"the target side of '{loss}' under tf.stop_gradient (or before the tape opens)",
                 rule=str(rules_lib.Never(loss, f"{scope}/*")),
                 **_span(steps),
             ))
@@ -136,11 +136,11 @@ def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
         what=f"loss '{loss}' updates '{scope}', which '{other}' trains and which reads the output of "
              f"'{source}', a scope only '{loss}' trains",
         loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
-        evidence={"other_loss": other, "feeds_from": source, "optimizer": flow.optimizer.get(loss, ""),
+        evidence={"other_loss": other, "feeds_from": source, **_optimizer(flow, loss),
                   **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
         why=f"'{loss}' learns through '{scope}' (its critic or discriminator); training '{scope}' on "
             f"'{loss}' lets it move the judge instead of improving '{source}'",
-        fix=f"give '{loss}''s optimizer only its own variables (var_list without '{scope}')",
+        fix=f"give the optimizer that '{loss}' feeds only its own variables (a var_list without '{scope}')",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
         **_span(steps),
     )
@@ -158,8 +158,8 @@ def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: 
                   **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
         why="separate optimizers per loss exist to keep each loss on its own scopes; an optimizer over "
             "every trainable variable (no var_list) lets its loss train the other's scopes too",
-        fix=f"pass '{loss}''s optimizer a var_list without '{scope}' (or, if '{scope}' is '{loss}''s, "
-            f"leave it out of '{other}''s)",
+        fix=f"give the optimizer that '{loss}' feeds a var_list without '{scope}' (or, if '{scope}' "
+            f"belongs to '{loss}', leave it out of the one '{other}' feeds)",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
         **_span(steps),
     )
@@ -168,18 +168,19 @@ def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: 
 def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
     steps = _steps(flow.reached[loss], holders, scope)
     trains = any(h in flow.updated[loss] for h in holders)
-    effect = ("and an optimizer step fed by it writes the scope" if trains
-              else "(its optimizer drops it today: one var_list away from training it)")
+    what = (f"loss '{loss}' trains '{scope}', the scope '{other}' trains, through a value it only reads"
+            if trains else
+            f"the gradient of loss '{loss}' reaches '{scope}', the scope '{other}' trains, through a value "
+            "it only reads (its optimizer drops it today: one var_list away from training it)")
     return Finding(
         kind=F.VALUE_NOT_CUT,
-        what=f"loss '{loss}' reaches '{scope}', which '{other}' trains, through a value it only reads "
-             f"{effect}",
+        what=what,
         loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
-        evidence={"other_loss": other, "updates": trains, "optimizer": flow.optimizer.get(loss, ""),
+        evidence={"other_loss": other, "updates": trains, **_optimizer(flow, loss),
                   **_seen(flow, loss, steps), **flow.norms(loss, scope, steps),
                   **_cosine(flow, loss, other, scope)},
         why=f"'{scope}' enters '{loss}' from the side, as a baseline or weight does, not as part of what "
-            f"'{loss}' trains; its gradient there pushes '{other}''s prediction toward what suits '{loss}'",
+            f"'{loss}' trains; its gradient there pulls the prediction of '{other}' toward what suits '{loss}'",
         fix=f"wrap the value '{loss}' reads from '{scope}' in tf.stop_gradient "
             f"(e.g. advantage = tf.stop_gradient(returns - value))",
         rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
@@ -192,9 +193,17 @@ _BUILD = {F.JUDGE_TRAINED: _judge_finding, F.SHARED_BY_OPTIMIZERS: _optimizers_f
 
 
 def _cosine(flow: Flow, a: str, b: str, scope: str) -> dict:
+    """The recorded gradient cosine of the two losses on `scope`, summed up."""
     series = flow.records.conflict.get((a, b)) or flow.records.conflict.get((b, a)) or []
-    values = [cos[scope] for _, cos in series if scope in cos]
-    return {"cosine": values} if values else {}
+    values = [cos[scope] for _, cos in series if scope in cos and cos[scope] == cos[scope]]
+    if not values:
+        return {}
+    return {"cosine_median": statistics.median(values), "cosine_min": min(values), "cosine_steps": len(values)}
+
+
+def _optimizer(flow: Flow, loss: str) -> dict:
+    label = flow.optimizer.get(loss, "")
+    return {"optimizer": label} if label else {}
 
 
 def _label_order(flow: Flow, label: str) -> int:
