@@ -90,7 +90,6 @@ def records_of(logs: RunLogs) -> RunRecords:
         step: {loss: {s: table.row(s) for s in table.info.scopes} for loss, table in per_loss.items()}
         for step, per_loss in logs.grads.items()
     }
-    updates = {step: {s: table.row(s) for s in table.info.scopes} for step, table in logs.updates.items()}
     conflict = {}
     for name, series in logs.conflict.items():
         if not series:
@@ -105,7 +104,7 @@ def records_of(logs: RunLogs) -> RunRecords:
         PairSeries(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
         for name, series in sorted(logs.drift.items()) if series
     ]
-    return RunRecords(logs.run, list(logs.flowgraphs), grads, updates, conflict, pairs, list(logs.events))
+    return RunRecords(logs.run, list(logs.flowgraphs), grads, conflict, pairs, list(logs.events))
 
 
 def render_run(run: str, found: list[Finding]) -> str:

@@ -213,7 +213,6 @@ def _run_records(view: views.RunView) -> RunRecords:
     for step in steps:
         rows = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
         grads[step] = {loss: r for loss, r in rows.items() if r is not None}
-    updates = {s: r for s in steps if (r := view.rows_at(fmt.Kind.UPDATE_STATS, "", s)) is not None}
     conflict = {}
     for name in view.names(fmt.Kind.CONFLICT):
         kept = sorted({int(s) for series in view.groups[(fmt.Kind.CONFLICT, name)] for s in series.steps})
@@ -227,7 +226,7 @@ def _run_records(view: views.RunView) -> RunRecords:
         tables = [fmt.Table(series.record.info, v.astype(np.float64)) for v in series.values]
         pairs.append(PairSeries(name, series.record.info.attrs, series.steps.tolist(), tables))
     return RunRecords(
-        view.run, [(s, g) for s, _, g in view.flowgraphs], grads, updates, conflict, pairs,
+        view.run, [(s, g) for s, _, g in view.flowgraphs], grads, conflict, pairs,
         [e for _, _, e in view.events],
     )
 

@@ -41,7 +41,6 @@ class RunRecords:
       run: the run name.
       flowgraphs: (step written, FlowGraph), by step.
       grads: step -> loss -> scope -> grad_stats row ({column: value}).
-      updates: step -> scope -> update_stats row.
       conflict: (loss a, loss b) -> [(step, {scope: cosine})], by step.
       pairs: the DRIFT series of every pair.
       events: events the run recorded (violations are ignored: doctor needs no rules).
@@ -50,7 +49,6 @@ class RunRecords:
     run: str
     flowgraphs: list[tuple[int, fmt.FlowGraph]] = dataclasses.field(default_factory=list)
     grads: dict[int, dict[str, dict[str, Row]]] = dataclasses.field(default_factory=dict)
-    updates: dict[int, dict[str, Row]] = dataclasses.field(default_factory=dict)
     conflict: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = dataclasses.field(default_factory=dict)
     pairs: list[PairSeries] = dataclasses.field(default_factory=list)
     events: list[fmt.Event] = dataclasses.field(default_factory=list)
