@@ -251,3 +251,14 @@ def test_numeric_findings_only_where_the_loss_is_meant_to_update():
 def test_findings_are_plain_json():
     (f,) = diagnose(_records([1.0, math.nan, 1.0, math.inf]))
     json.dumps(f.to_json(), allow_nan=False)
+
+
+def test_a_long_run_is_diagnosed_on_1000_steps_spread_evenly_its_last_ones_kept():
+    from tb_gradscope.read.records import KEEP_LAST_STEPS, MAX_EXAMINED_STEPS, thin
+
+    steps = list(range(0, 50_000, 5))
+    kept = thin(steps)
+    assert len(kept) == MAX_EXAMINED_STEPS and kept == sorted(set(kept))
+    assert kept[0] == 0 and kept[-KEEP_LAST_STEPS:] == steps[-KEEP_LAST_STEPS:]
+    assert max(b - a for a, b in zip(kept, kept[1:])) <= 5 * (len(steps) // MAX_EXAMINED_STEPS + 1)
+    assert thin(steps[:300]) == steps[:300]

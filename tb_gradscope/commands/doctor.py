@@ -84,11 +84,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 def records_of(logs: RunLogs) -> RunRecords:
     """A `RunLogs` (the command line's loaded run) as the diagnosis reads it."""
-    from tb_gradscope.read.records import PairSeries, RunRecords
+    from tb_gradscope.read.records import PairSeries, RunRecords, thin
 
     grads = {
-        step: {loss: {s: table.row(s) for s in table.info.scopes} for loss, table in per_loss.items()}
-        for step, per_loss in logs.grads.items()
+        step: {loss: {s: table.row(s) for s in table.info.scopes} for loss, table in logs.grads[step].items()}
+        for step in thin(logs.grads)
     }
     conflict = {}
     for name, series in logs.conflict.items():

@@ -25,7 +25,7 @@ from tb_gradscope.plugin.encoding import dumps, jsonable
 from tb_gradscope.plugin.reader import DEFAULT_SAMPLES, Reader
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
 from tb_gradscope.read.findings import diagnose
-from tb_gradscope.read.records import PairSeries, RunRecords
+from tb_gradscope.read.records import PairSeries, RunRecords, thin
 
 _ROUTE_PREFIX = f"/data/plugin/{fmt.PLUGIN_NAME}/"
 _MAX_INT = 2**63 - 1
@@ -207,10 +207,9 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
 
 def _run_records(view: views.RunView) -> RunRecords:
-    """A run's view as the diagnosis (`read.findings`) reads it: every kept step."""
-    steps = view.steps.tolist()
+    """A run's view as the diagnosis (`read.findings`) reads it (a long run thinned as the CLI thins it)."""
     grads = {}
-    for step in steps:
+    for step in thin(view.steps.tolist()):
         rows = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
         grads[step] = {loss: r for loss, r in rows.items() if r is not None}
     conflict = {}

@@ -43,6 +43,7 @@ class Flow:
                 if reach:
                     self.reached[loss][scope] = reach
         self._scalar: dict[str, bool] = {}
+        self._own: dict[str, set[str]] = {}
 
     def owners(self, scope: str) -> list[str]:
         """Losses that update `scope`, in loss order."""
@@ -50,10 +51,12 @@ class Flow:
 
     def own(self, loss: str) -> set[str]:
         """Scopes `loss` updates and no other loss does (targets are nobody's own)."""
-        return {
-            s for s in self.updated[loss]
-            if self.owners(s) == [loss] and not any(within(s, t) for t in self.targets)
-        }
+        if loss not in self._own:
+            self._own[loss] = {
+                s for s in self.updated[loss]
+                if self.owners(s) == [loss] and not any(within(s, t) for t in self.targets)
+            }
+        return self._own[loss]
 
     def scalar(self, scope: str) -> bool:
         if scope not in self._scalar:

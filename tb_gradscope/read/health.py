@@ -133,7 +133,7 @@ def numeric(flow: Flow) -> list[Finding]:
         for scope in flow.holders:
             if not _expected(records, loss, scope):
                 continue
-            states = {s: records.state(loss, scope, s) for s in steps}
+            states = records.states(loss, scope)
             tail = steps[-VANISHING_STEPS:]
             if len(tail) == VANISHING_STEPS and all(states[s] == fmt.VANISHING for s in tail):
                 vanish[scope] = tail

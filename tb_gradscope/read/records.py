@@ -21,6 +21,10 @@ from tb_gradscope.read.flowstate import cell_state
 
 Row = Mapping[str, float]
 LOSS_PREFIX = "loss:"
+# A long run is diagnosed on this many of its recorded steps, spread evenly,
+# its last KEEP_LAST_STEPS always among them (see `thin`).
+MAX_EXAMINED_STEPS = 1000
+KEEP_LAST_STEPS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +57,12 @@ class RunRecords:
     pairs: list[PairSeries] = dataclasses.field(default_factory=list)
     events: list[fmt.Event] = dataclasses.field(default_factory=list)
 
-    @property
-    def steps(self) -> list[int]:
-        return sorted(self.grads)
+    def __post_init__(self):
+        self.steps = sorted(self.grads)
+        self._losses: list[str] | None = None
+        self._loss_steps: dict[str, list[int]] = {}
+        self._graph_at: dict[int, fmt.FlowGraph | None] = {}
+        self._states: dict[tuple[str, str], dict[int, str]] = {}
 
     @property
     def flowgraph(self) -> fmt.FlowGraph | None:
@@ -63,6 +70,7 @@ class RunRecords:
         return self.flowgraphs[-1][1] if self.flowgraphs else None
 
     def flowgraph_at(self, step: int) -> fmt.FlowGraph | None:
+        """The latest FlowGraph written at or before `step` (else the first)."""
         chosen = None
         for written, graph in self.flowgraphs:
             if written <= step or chosen is None:
@@ -72,34 +80,40 @@ class RunRecords:
     @property
     def losses(self) -> list[str]:
         """Every loss, in the order the FlowGraph lists them, then the rest."""
-        order = [l.name for l in self.flowgraph.losses] if self.flowgraph else []
-        seen = set(order)
-        for step in self.steps:
-            for loss in self.grads[step]:
-                if loss not in seen:
-                    order.append(loss)
-                    seen.add(loss)
-        return order
+        if self._losses is None:
+            order = [l.name for l in self.flowgraph.losses] if self.flowgraph else []
+            for step in self.steps:
+                order += [loss for loss in self.grads[step] if loss not in order]
+            self._losses = order
+        return self._losses
 
     def loss_steps(self, loss: str) -> list[int]:
         """The recorded steps that hold `loss` (a TD3 actor: every other one)."""
-        return [s for s in self.steps if loss in self.grads[s]]
+        if loss not in self._loss_steps:
+            self._loss_steps[loss] = [s for s in self.steps if loss in self.grads[s]]
+        return self._loss_steps[loss]
 
     def state(self, loss: str, scope: str, step: int) -> str:
         """The cell's flow state at a recorded step, by the tab's own rule."""
-        graph = self.flowgraph_at(step)
+        if step not in self._graph_at:
+            self._graph_at[step] = self.flowgraph_at(step)
+        graph = self._graph_at[step]
         static = graph.cells.get(loss, {}).get(scope) if graph else None
         return cell_state(self.grads[step].get(loss, {}).get(scope), static)
 
     def states(self, loss: str, scope: str) -> dict[int, str]:
         """step -> flow state at every recorded step of `loss`; the
         FlowGraph's static state (at step -1) when nothing was recorded."""
-        steps = self.loss_steps(loss)
-        if steps:
-            return {s: self.state(loss, scope, s) for s in steps}
-        graph = self.flowgraph
-        static = graph.cells.get(loss, {}).get(scope) if graph else None
-        return {-1: static} if static else {}
+        key = (loss, scope)
+        if key not in self._states:
+            steps = self.loss_steps(loss)
+            if steps:
+                self._states[key] = {s: self.state(loss, scope, s) for s in steps}
+            else:
+                graph = self.flowgraph
+                static = graph.cells.get(loss, {}).get(scope) if graph else None
+                self._states[key] = {-1: static} if static else {}
+        return self._states[key]
 
     def grad(self, loss: str, scope: str, step: int) -> Row | None:
         row = self.grads.get(step, {}).get(loss, {}).get(scope)
@@ -140,6 +154,17 @@ class RunRecords:
                 if row["grad_vars"] != 1 or not math.isclose(l2, top, rel_tol=1e-5, abs_tol=1e-12):
                     return False
         return seen
+
+
+def thin(steps: Sequence[int]) -> list[int]:
+    """The recorded steps a diagnosis reads: all of them up to
+    MAX_EXAMINED_STEPS, else that many spread evenly with the last
+    KEEP_LAST_STEPS kept (what persists to the end counts)."""
+    steps = sorted(steps)
+    if len(steps) <= MAX_EXAMINED_STEPS:
+        return steps
+    head, count = steps[:-KEEP_LAST_STEPS], MAX_EXAMINED_STEPS - KEEP_LAST_STEPS
+    return [head[int(i * len(head) / count)] for i in range(count)] + steps[-KEEP_LAST_STEPS:]
 
 
 def within(scope: str, root: str) -> bool:
