@@ -151,7 +151,7 @@ def test_doctor_on_a_logdir_without_gradscope_data_exits_2(tmp_path):
 def test_doctor_json_holds_every_field_of_a_finding():
     _, found, _ = _findings(DEMO_LOGS / "dqn", "leaky")
     (f,) = found
-    assert set(f) == {"kind", "what", "loss", "scope", "pair", "edge", "source", "evidence", "why", "fix",
+    assert set(f) == {"kind", "what", "loss", "scope", "pair", "edge", "evidence", "why", "fix",
                       "rule", "first_step", "last_step", "steps"}
     assert (f["kind"], f["loss"], f["scope"], f["rule"]) == (F.TARGET_TRAINED, "td", "target", "never(td, target/*)")
     assert f["steps"] == f["evidence"]["steps_seen"] > 1 and f["first_step"] <= f["last_step"]

@@ -115,8 +115,7 @@ def render_run(run: str, found: list[Finding]) -> str:
     for i, f in enumerate(found, 1):
         lines += ["", f"{i}. [{f.kind}] {safe(f.what)}"]
         where = [f"loss {safe(f.loss)}" if f.loss else "", f"scope {safe(f.scope)}",
-                 f"pair {safe(f.pair)}" if f.pair else "", f"edge {safe(f.edge)}" if f.edge else "",
-                 f"at {safe(f.source)}" if f.source else ""]
+                 f"pair {safe(f.pair)}" if f.pair else "", f"edge {safe(f.edge)}" if f.edge else ""]
         lines.append("   where:    " + ", ".join(w for w in where if w))
         seen = f"steps {f.first_step}..{f.last_step} ({f.steps} recorded)" if f.steps else "trace time"
         lines.append(f"   evidence: {seen}; {_evidence(f.evidence)}")

@@ -36,8 +36,9 @@ class Finding:
       scope: the scope concerned (the highest one that shows it all).
       pair: the target/online pair concerned, "" if none.
       edge: the scope-graph edge the gradient takes into the loss
-        (`critic/l2 -> loss:actor`), "" when not known.
-      source: the user's file:line behind it, "" when not known.
+        (`critic/l2 -> loss:actor`), "" when not known. (The FlowGraph keeps
+        source lines only for cuts; a leak is a missing cut, so a finding
+        names the edge where one belongs.)
       evidence: figures and steps that prove it (JSON-ready).
       why: why it is probably a bug.
       fix: the one-line fix.
@@ -60,7 +61,6 @@ class Finding:
     steps: int
     pair: str = ""
     edge: str = ""
-    source: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The finding as strict JSON data (NaN/Inf as null)."""
