@@ -173,6 +173,18 @@ def test_doctor_is_registered_and_runs_as_a_command():
     assert "never_synced" in done.stdout and "tracks(target, online, tau=0.01)" in done.stdout
 
 
+def test_doctor_never_imports_tensorflow():
+    code = (
+        "import sys\n"
+        "from tb_gradscope import cli\n"
+        f"status = cli.main(['doctor', {str(DEMO_LOGS / 'dqn')!r}, '--format', 'json'])\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
+        "print('RESULT', status, bad, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "RESULT 1 []" in done.stderr, done.stderr[-2000:]
+
+
 def test_hostile_names_print_as_text():
     f = F.Finding(kind=F.TARGET_TRAINED, what="loss 'x\x1b[2J' updates 'y\u202e'", loss="x\x1b[2J", scope="y\u202e",
                   evidence={"k\x07": "v\x1b"}, why="w", fix="f", rule="never(x, y)", first_step=0, last_step=1, steps=2)
