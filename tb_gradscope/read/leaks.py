@@ -133,7 +133,7 @@ def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
     source = next(s for h in holders if (s := flow.feeds(flow.own(loss), h)))
     return Finding(
         kind=F.JUDGE_TRAINED,
-        what=f"loss '{loss}' updates '{scope}', which '{other}' trains and which reads the output of "
+        what=f"loss '{loss}' updates '{scope}', which loss '{other}' trains and which reads the output of "
              f"'{source}', a scope only '{loss}' trains",
         loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
         evidence={"other_loss": other, "feeds_from": source, **_optimizer(flow, loss),
@@ -168,9 +168,9 @@ def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: 
 def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
     steps = _steps(flow.reached[loss], holders, scope)
     trains = any(h in flow.updated[loss] for h in holders)
-    what = (f"loss '{loss}' trains '{scope}', the scope '{other}' trains, through a value it only reads"
+    what = (f"loss '{loss}' trains '{scope}', which loss '{other}' trains, through a value it only reads"
             if trains else
-            f"the gradient of loss '{loss}' reaches '{scope}', the scope '{other}' trains, through a value "
+            f"the gradient of loss '{loss}' reaches '{scope}', which loss '{other}' trains, through a value "
             "it only reads (its optimizer drops it today: one var_list away from training it)")
     return Finding(
         kind=F.VALUE_NOT_CUT,
