@@ -150,6 +150,30 @@ class DriftMonitor(tf.Module):
         if self._own_step and step is None:
             self.step.assign_add(1)
 
+    def due_at(self, step: int) -> bool:
+        """Whether any pair is recorded at `step` (a host-side int)."""
+        return step >= 0 and any(
+            step % self.every_n_steps == 0 or (s.pair.every and step % s.pair.every == 0) for s in self._states
+        )
+
+    @_no_autograph
+    def snapshot(self) -> None:
+        """Copies every pair's variables now, as `record()` does at the step
+        before a recorded one (for a step known on the host to be such a step)."""
+        if self._disabled:
+            return
+        try:
+            current = tf.cast(self.step.read_value(), tf.int64)
+            for state in self._states:
+                self._snapshot(state, current)
+        except Exception as e:  # monitoring must never break the training loop
+            self._disabled = True
+            warn_once(
+                (id(self), "internal"),
+                f"DriftMonitor '{self.name}' stopped recording after an error "
+                f"({type(e).__name__}: {e}); training continues unaffected",
+            )
+
     def flush(self) -> None:
         self._sink.flush()
 

@@ -41,6 +41,7 @@ from tb_gradscope.record.block import Block
 from tb_gradscope.record.optimizer_state import build_outside_trace
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
 from tb_gradscope.record.state import RecorderState
+from tb_gradscope.record.step_function import DRIFT, PLAIN, RECORDED, SNAPSHOT, StepFunction
 from tb_gradscope.record.emit import Emitter, Stats
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.reductions import in_xla
@@ -211,7 +212,7 @@ class Recorder(tf.Module):
             losses_lib.check_loss_names(losses, "record_gradients(losses=...)")
             for name, value in losses.items():
                 losses_lib.check_loss(name, value)
-        if self._s.disabled:
+        if self._s.disabled or self._s.variants.mode() is not None:
             return None
         with self._guard():
             seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
@@ -256,7 +257,7 @@ class Recorder(tf.Module):
                 f"{sorted(losses)}; compute them inside `with rec.tape() as tape:` "
                 "(ops after the block are not recorded) from the variables passed",
             )
-        if not self._s.disabled:
+        if not self._s.disabled and self._s.variants.mode() is None:
             with self._guard():
                 if self._s.layout.ensure(variables):
                     if distribute.is_first_replica():
@@ -284,6 +285,11 @@ class Recorder(tf.Module):
             )
         build_outside_trace(getattr(optimizer, "inner_optimizer", optimizer), [v for _, v in pairs])
         block = self._s.block if self._s.block is not None and self._s.block.inside() else None
+        if self._s.variants.mode() is not None:  # a step traced to run unrecorded
+            result = optimizer.apply_gradients(pairs)
+            if block is None:
+                self.step.assign_add(1)
+            return result
         before = None
         if not self._s.disabled:
             with self._guard():
@@ -348,6 +354,45 @@ class Recorder(tf.Module):
             self._s.block = None
         self._end_block(block)
 
+    def function(self, fn: Callable[..., Any] | None = None, **tf_function_kwargs: Any) -> Any:
+        """`tf.function(fn)` whose unrecorded steps run the plain step (recommended).
+
+        A decorator, with or without `tf.function`'s arguments::
+
+          @rec.function                    # or @rec.function(jit_compile=True)
+          def train_step(s, a, r, s2):
+              with rec.tape() as tape:
+                  ...
+              rec.apply(optimizer, rec.gradients(tape, losses, variables))
+              rec.record_drift()
+
+        `fn` is traced up to three times: as a plain `tf.function` would be (run
+        at recorded steps, which record exactly as they do there), with every
+        recorder call passing through (run at steps where nothing is due: no
+        recording op at all, `gradients` is `tape.gradient` of the losses' sum,
+        `apply` is `apply_gradients` and the step's advance), and that plain
+        step plus the copy drift needs at the step before a drift step. The
+        host picks by step, counted without reading `step` (see
+        `tb_gradscope.record.step_function`).
+        """
+        if fn is None:
+            return lambda f: StepFunction(self, f, tf_function_kwargs)
+        return StepFunction(self, fn, tf_function_kwargs)
+
+    def due_at(self, step: int) -> str:
+        """The variant a `Recorder.function` step starting at `step` runs:
+        "recorded" (gradient stats due), "drift" (a pair's drift due at this
+        step or, after `apply`, the next), "snapshot" (the step before that),
+        or "plain" (nothing due)."""
+        monitor = self._s.monitor
+        if step % self._s.every == 0:
+            return RECORDED
+        if monitor is not None and (monitor.due_at(step) or monitor.due_at(step + 1)):
+            return DRIFT
+        if monitor is not None and monitor.due_at(step + 2):
+            return SNAPSHOT
+        return PLAIN
+
     @_no_autograph
     def advance(self) -> None:
         """Advances `step` without applying (for loops that apply themselves).
@@ -355,7 +400,7 @@ class Recorder(tf.Module):
         Traced after the user's own optimizer step, it is also where that step's
         graph is analyzed (as `apply` does).
         """
-        if not self._s.disabled and self._s.layout.vlayout is not None:
+        if not self._s.disabled and self._s.layout.vlayout is not None and self._s.variants.mode() is None:
             with self._guard():
                 distribute.once(self._finish_step, on_error=self._step_aside)
         self.step.assign_add(1)
@@ -365,7 +410,11 @@ class Recorder(tf.Module):
     def record_drift(self) -> None:
         """Records the drift of `pairs` at `step`: call once per training step,
         after `apply` and after the target update (see the class docstring)."""
-        if self._s.monitor is None:
+        mode = self._s.variants.mode()
+        if self._s.monitor is None or mode == PLAIN:
+            return
+        if mode == SNAPSHOT:
+            distribute.once(self._s.monitor.snapshot, on_error=self._step_aside)
             return
         if _in_xla():
             raise ValueError(
@@ -472,7 +521,7 @@ class Recorder(tf.Module):
     def _end_block(self, block: Block) -> None:
         """Leaving `training_step()`: analysis, ||delta theta|| over the block,
         rules, then the step advances once."""
-        if not self._s.disabled and self._s.layout.vlayout is not None:
+        if not self._s.disabled and self._s.layout.vlayout is not None and self._s.variants.mode() is None:
             with self._guard():
                 distribute.once(self._close_block, block, on_error=self._step_aside)
         self.step.assign_add(1)

@@ -28,6 +28,7 @@ from tb_gradscope.record.checks import RuleSteps
 from tb_gradscope.record.emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.reductions import in_xla
+from tb_gradscope.record.step_function import Variants
 
 
 class RecorderState:
@@ -45,6 +46,8 @@ class RecorderState:
         self.monitor: Any = None  # a DriftMonitor when there are pairs
         self.block: Block | None = None  # the open `training_step()` block
         self.conflict = True
+        self.variants = Variants()  # graphs traced by `Recorder.function` as unrecorded variants
+        self.eager_moves = 0  # how often the step counter moved eagerly
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
         self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
         self._branch_start: int | None = None  # op count where the last loss recording branch began
@@ -65,8 +68,11 @@ class RecorderState:
         return self._now[graph]
 
     def advanced(self) -> None:
-        """The step counter moves on: the next step reads it again."""
-        if not tf.executing_eagerly():
+        """The step counter moves on: the next step reads it again (and a
+        `Recorder.function` wrapper counting steps on the host reads it anew)."""
+        if tf.executing_eagerly():
+            self.eager_moves += 1
+        else:
             self._now.pop(tf.compat.v1.get_default_graph(), None)
 
     def should_record(self, step: tf.Variable) -> tf.Tensor:

@@ -1,0 +1,145 @@
+"""`Recorder.function`: a training step traced as separate variants, picked on the host by step.
+
+A step traced once (plain `tf.function`) decides in the graph, at every step,
+whether to record: a read of the step counter, a floormod and a branch op per
+recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step).
+`Recorder.function(fn)` traces `fn` up to three times instead:
+
+- `recorded`: the one-trace graph (recording gated in the graph, as always),
+  run at steps where something is due: gradient stats, or a pair's drift;
+- `plain`: every recorder call passes through (`rec.gradients` is
+  `tape.gradient` of the losses' sum, `rec.apply` is `apply_gradients` and the
+  step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
+  run at steps where nothing is due;
+- `snapshot`: `plain` whose `record_drift()` copies the pairs' variables, run at
+  the step before a drift step (drift compares a step with the one before).
+
+The host knows the step without reading the counter: every variant returns the
+counter's value before and after the step, so the wrapper keeps count. The
+first call always runs `recorded` (it traces and analyzes the step, and checks
+the rules before any step runs). When the counter changed outside the wrapped
+step (an assign, a checkpoint restore), the next call sees it in the value it
+returns; the wrapper warns once if that call skipped a step that was due, and
+keeps count from the value read.
+
+The variant a recorder call belongs to is the graph being traced: its own, or a
+`tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
+traced once for all variants (TF caches it by signature), so recorder calls in
+it always record as the one-trace path does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import weakref
+from typing import Any, Callable, Iterator
+
+import tensorflow as tf
+from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
+
+from tb_gradscope.record.warn import warn_once
+
+PLAIN, SNAPSHOT, DRIFT, RECORDED = "plain", "snapshot", "drift", "recorded"
+
+
+class Variants:
+    """Which graphs are being traced as which variant (per recorder)."""
+
+    def __init__(self) -> None:
+        self._modes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @contextlib.contextmanager
+    def tracing(self, mode: str) -> Iterator[None]:
+        """Marks the graph being traced (the variant's FuncGraph) as `mode`."""
+        graph = tf.compat.v1.get_default_graph()
+        self._modes[graph] = mode
+        try:
+            yield
+        finally:
+            self._modes.pop(graph, None)
+
+    def mode(self) -> str | None:
+        """PLAIN, SNAPSHOT or DRIFT inside such a variant's graph (or a
+        control-flow branch of it); None everywhere else, where the recorder
+        records."""
+        if not self._modes or tf.executing_eagerly():
+            return None
+        graph = tf.compat.v1.get_default_graph()
+        while graph is not None:
+            mode = self._modes.get(graph)
+            if mode is not None:
+                return None if mode == RECORDED else mode
+            if not isinstance(graph, ControlFlowFuncGraph):
+                return None
+            graph = getattr(graph, "outer_graph", None)
+        return None
+
+
+class StepFunction:
+    """A training step whose unrecorded steps run the user's plain graph.
+
+    Made by `Recorder.function(fn, **tf_function_kwargs)`; call it as `fn`.
+    """
+
+    def __init__(self, recorder: Any, fn: Callable[..., Any], tf_function_kwargs: dict):
+        self._recorder = recorder
+        self._fn = fn
+        self._variants = {
+            mode: tf.function(self._traced(mode), **tf_function_kwargs) for mode in (PLAIN, SNAPSHOT, DRIFT, RECORDED)
+        }
+        self._next: int | None = None  # the step the next call runs at, as far as the host knows
+        self._moves = recorder._s.eager_moves  # noqa: SLF001 - the recorder's own count of eager step moves
+        functools.update_wrapper(self, fn)
+
+    def _traced(self, mode: str) -> Callable[..., Any]:
+        recorder, fn = self._recorder, self._fn
+
+        def variant(*args: Any, **kwargs: Any) -> tuple[Any, tf.Tensor, tf.Tensor]:
+            with recorder._s.variants.tracing(mode):  # noqa: SLF001
+                before = recorder.step.read_value()
+                out = fn(*args, **kwargs)
+                return out, before, recorder.step.read_value()
+
+        # fn's signature, so the graph's inputs keep the user's argument names
+        # (the FlowGraph shows them); no __wrapped__, through which TF would
+        # count the variants' traces as retraces of one function.
+        functools.update_wrapper(variant, fn)
+        del variant.__wrapped__
+        variant.__signature__ = inspect.signature(fn)
+        variant.__name__ = f"{getattr(fn, '__name__', 'step')}_{mode}"
+        # TF counts retraces per code object: one of its own per variant.
+        variant.__code__ = variant.__code__.replace(co_name=variant.__name__)
+        return variant
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        state = self._recorder._s  # noqa: SLF001
+        if state.eager_moves != self._moves:  # the recorder moved the step eagerly since
+            self._moves, self._next = state.eager_moves, None
+        expected = self._next
+        if expected is None:
+            mode = RECORDED
+        elif state.disabled:
+            mode = PLAIN
+        else:
+            mode = self._recorder.due_at(expected)
+        out, before, after = self._variants[mode](*args, **kwargs)
+        ran = int(before)
+        if expected is not None and ran != expected:
+            self._moved_outside(expected, ran, mode)
+        self._next = int(after)
+        return out
+
+    def _moved_outside(self, expected: int, ran: int, mode: str) -> None:
+        """The step counter changed between calls: this call ran as `mode`
+        chose for `expected`; say so if `ran` was due for more."""
+        order = (PLAIN, SNAPSHOT, DRIFT, RECORDED)
+        if order.index(mode) >= order.index(self._recorder.due_at(ran)):
+            return
+        warn_once(
+            (id(self._recorder), "step_moved"),
+            f"Recorder '{self._recorder.name}': its step changed outside the wrapped step "
+            f"(expected {expected}, ran {ran}: a checkpoint restore or an assign between calls); "
+            f"step {ran} ran unrecorded. Later steps are recorded as usual",
+        )

@@ -1,0 +1,187 @@
+"""`Recorder.function`: unrecorded steps run the plain graph; records stay those of one trace."""
+
+from __future__ import annotations
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tb_gradscope import rules
+from tb_gradscope.pairs import pair_models
+from tb_gradscope.record import GradscopeWarning, Recorder
+from tests.record_fixtures import read_records
+
+COPY_EVERY = 6
+RECORDING_OPS = {"WriteSummary", "EagerPyFunc", "Timestamp"}
+
+
+def _nets(seed=0):
+    keras.utils.set_random_seed(seed)
+
+    def net(name):
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu", name="l1"),
+                                 keras.layers.Dense(2, name="l2")], name=name)
+
+    online, target = net("online"), net("target")
+    target.set_weights(online.get_weights())
+    return online, target
+
+
+def _batches(n):
+    rng = np.random.default_rng(0)
+    return [(tf.constant(rng.normal(size=(16, 4)).astype("float32")), tf.constant(rng.integers(0, 2, 16)),
+             tf.constant(rng.normal(size=16).astype("float32")), tf.constant(rng.normal(size=(16, 4)).astype("float32")))
+            for _ in range(n)]
+
+
+def _dqn(logdir, wrap, steps=25, rule="never(td, target/*)", on_violation=None):
+    """The README's custom loop (pair + rule + drift), every 4 steps, hard copy every 6."""
+    online, target = _nets()
+    opt = keras.optimizers.Adam(1e-2)
+    rec = Recorder(logdir=logdir, every_n_steps=4, models={"online": online, "target": target},
+                   pairs=[pair_models(target, online, every=COPY_EVERY)], rules=[rule], on_violation=on_violation)
+
+    def train_step(s, a, r, s2):
+        with rec.tape() as tape:
+            q = tf.gather(online(s), a, batch_dims=1)
+            y = r + 0.9 * tf.stop_gradient(tf.reduce_max(target(s2), axis=1))
+            losses = {"td": tf.reduce_mean(tf.square(y - q))}
+        rec.apply(opt, rec.gradients(tape, losses, online.trainable_variables))
+        if rec.step % COPY_EVERY == 0:
+            for t, o in zip(target.weights, online.weights):
+                t.assign(o)
+        rec.record_drift()
+        return losses["td"]
+
+    step = rec.function(train_step) if wrap else tf.function(train_step)
+    for b in _batches(steps):
+        step(*b)
+    rec.close()
+    return rec, step, [w.numpy() for w in online.weights + target.weights]
+
+
+def _ddpg(logdir, wrap, steps=23):
+    """Two optimizers in one `training_step()` block, Polyak targets as pairs, every 5 steps."""
+    keras.utils.set_random_seed(3)
+
+    def net(name, inputs, outputs):
+        return keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(6, activation="relu", name="h"),
+                                 keras.layers.Dense(outputs, name="out")], name=name)
+
+    actor, critic, actor_t, critic_t = net("actor", 4, 2), net("critic", 6, 1), net("actor_t", 4, 2), net("critic_t", 6, 1)
+    a_opt, c_opt = keras.optimizers.Adam(1e-2), keras.optimizers.SGD(1e-2)
+    rec = Recorder(logdir=logdir, every_n_steps=5,
+                   models={"actor": actor, "critic": critic, "actor_t": actor_t, "critic_t": critic_t},
+                   pairs=[pair_models(actor_t, actor, tau=0.1), pair_models(critic_t, critic, tau=0.1)])
+
+    def train_step(s, a, r, s2):
+        with rec.training_step():
+            with rec.tape() as tape:
+                y = r + 0.9 * tf.squeeze(critic_t(tf.concat([s2, actor_t(s2)], 1)), 1)
+                critic_loss = tf.reduce_mean(tf.square(tf.stop_gradient(y) - tf.squeeze(critic(tf.concat([s, a], 1)), 1)))
+            rec.apply(c_opt, rec.gradients(tape, {"critic": critic_loss}, critic.trainable_variables))
+            with rec.tape() as tape:
+                actor_loss = -tf.reduce_mean(critic(tf.concat([s, actor(s)], 1)))
+            rec.apply(a_opt, rec.gradients(tape, {"actor": actor_loss}, actor.trainable_variables))
+            for t, o in zip(actor_t.weights + critic_t.weights, actor.weights + critic.weights):
+                t.assign(0.9 * t + 0.1 * o)
+            rec.record_drift()
+        return critic_loss
+
+    step = rec.function(train_step) if wrap else tf.function(train_step)
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        b = [rng.normal(size=shape).astype("float32") for shape in ((8, 4), (8, 2), (8,), (8, 4))]
+        step(*[tf.constant(x) for x in b])
+    rec.close()
+    return rec, step, [w.numpy() for m in (actor, critic, actor_t, critic_t) for w in m.weights]
+
+
+def _tables(logdir):
+    (run,) = read_records(logdir).values()
+    return {key: {step: getattr(value, "values", value) for step, value in by_step.items()}
+            for key, by_step in run.items()}
+
+
+def _assert_same_records(one, two):
+    assert one.keys() == two.keys()
+    for key in one:
+        assert one[key].keys() == two[key].keys(), key
+        for step in one[key]:
+            a, b = one[key][step], two[key][step]
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b, err_msg=f"{key} at step {step}")
+            else:
+                assert a == b, (key, step)
+
+
+def _ops(concrete) -> list[str]:
+    graph_def = concrete.graph.as_graph_def()
+    return [n.op for n in graph_def.node] + [n.op for f in graph_def.library.function for n in f.node_def]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [_dqn, _ddpg], ids=["readme_dqn", "ddpg_training_step"])
+def test_wrapped_step_trains_and_records_bitwise_as_one_trace(tmp_path, shape):
+    _, _, weights_one = shape(str(tmp_path / "one"), wrap=False)
+    _, _, weights_two = shape(str(tmp_path / "two"), wrap=True)
+    for a, b in zip(weights_one, weights_two):
+        np.testing.assert_array_equal(a, b)
+    one, two = _tables(str(tmp_path / "one")), _tables(str(tmp_path / "two"))
+    assert len(one) >= 4  # grad stats, updates, drift, FlowGraph at least
+    _assert_same_records(one, two)
+
+
+def test_unrecorded_steps_run_a_graph_without_recording_ops(tmp_path):
+    _, step, _ = _dqn(str(tmp_path), wrap=True, steps=12)
+    variants = step._variants  # noqa: SLF001 - what each kind of step runs
+    plain = _ops(variants["plain"].get_concrete_function(*_batches(1)[0]))
+    recorded = _ops(variants["recorded"].get_concrete_function(*_batches(1)[0]))
+    assert not set(plain) & RECORDING_OPS
+    assert plain.count("If") + plain.count("StatelessIf") == 1  # the user's own target copy
+    assert {"WriteSummary", "EagerPyFunc"} <= set(recorded)  # the rules' check runs at recorded steps
+    snapshot = _ops(variants["snapshot"].get_concrete_function(*_batches(1)[0]))
+    assert not set(snapshot) & RECORDING_OPS  # the drift snapshot: copies and assigns, unconditional
+    assert snapshot.count("If") + snapshot.count("StatelessIf") == 1
+
+
+def test_host_picks_the_variant_by_step(tmp_path):
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=10, models={"online": _nets()[0]},
+                   pairs=[pair_models(*_nets()[::-1], every=25)])
+    picked = {s: rec.due_at(s) for s in (0, 1, 7, 8, 9, 10, 23, 24, 25)}
+    assert picked == {0: "recorded", 1: "plain", 7: "plain", 8: "snapshot", 9: "drift", 10: "recorded",
+                      23: "snapshot", 24: "drift", 25: "drift"}
+
+
+def test_trace_time_rule_violation_raises_at_the_first_call(tmp_path):
+    with pytest.raises(rules.FlowRuleViolation, match=r"never\(td, online/\*\)"):
+        _dqn(str(tmp_path), wrap=True, steps=3, rule="never(td, online/*)", on_violation="raise")
+
+
+def test_step_changed_between_calls_is_said_and_later_steps_are_recorded(tmp_path):
+    online, _ = _nets()
+    opt = keras.optimizers.SGD(0.1)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
+
+    @rec.function
+    def step(s):
+        with rec.tape() as tape:
+            loss = {"q": tf.reduce_mean(online(s) ** 2)}
+        rec.apply(opt, rec.gradients(tape, loss, online.trainable_variables))
+
+    x = _batches(1)[0][0]
+    for _ in range(3):
+        step(x)
+    rec.step.assign(20)  # as a checkpoint restore would
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step(x)  # ran at step 20, as the host's step 3 (plain)
+    assert any("ran unrecorded" in str(w.message) for w in caught if issubclass(w.category, GradscopeWarning))
+    for _ in range(11):
+        step(x)
+    rec.close()
+    steps = sorted(_tables(str(tmp_path))[next(k for k in _tables(str(tmp_path)) if k[0].value == "grad_stats")])
+    assert steps == [0, 25, 30]
