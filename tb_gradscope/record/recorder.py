@@ -366,12 +366,13 @@ class Recorder(tf.Module):
               rec.apply(optimizer, rec.gradients(tape, losses, variables))
               rec.record_drift()
 
-        `fn` is traced up to three times: as a plain `tf.function` would be (run
+        `fn` is traced up to four times: as a plain `tf.function` would be (run
         at recorded steps, which record exactly as they do there), with every
         recorder call passing through (run at steps where nothing is due: no
         recording op at all, `gradients` is `tape.gradient` of the losses' sum,
         `apply` is `apply_gradients` and the step's advance), and that plain
-        step plus the copy drift needs at the step before a drift step. The
+        step plus drift's record, or plus the copy drift needs at the step
+        before a drift step. The
         host picks by step, counted without reading `step` (see
         `tb_gradscope.record.step_function`).
         """

@@ -3,7 +3,7 @@
 A step traced once (plain `tf.function`) decides in the graph, at every step,
 whether to record: a read of the step counter, a floormod and a branch op per
 recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step).
-`Recorder.function(fn)` traces `fn` up to three times instead:
+`Recorder.function(fn)` traces `fn` up to four times instead:
 
 - `recorded`: the one-trace graph (recording gated in the graph, as always),
   run at steps where something is due: gradient stats, or a pair's drift;
@@ -11,6 +11,8 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
   `tape.gradient` of the losses' sum, `rec.apply` is `apply_gradients` and the
   step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
   run at steps where nothing is due;
+- `drift`: `plain` whose `record_drift()` records, run where only a pair's
+  drift is due (after `apply`, `record_drift` sees the next step);
 - `snapshot`: `plain` whose `record_drift()` copies the pairs' variables, run at
   the step before a drift step (drift compares a step with the one before).
 
