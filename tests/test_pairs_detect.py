@@ -145,7 +145,7 @@ def test_pair_shapes_must_match_by_order():
 
 
 def test_declared_tau_outside_unit_interval_is_refused():
-    with pytest.raises(ValueError, match=r"tau must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"tau must be a number in \(0, 1\]"):
         pair_models(_keras("target"), _keras("online"), tau=1.5)
 
 

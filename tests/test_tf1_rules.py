@@ -107,8 +107,8 @@ def test_critic_without_var_list_is_a_violation_at_build_and_at_recorded_steps(l
         assert built.evidence["at"] == "trace" and built.evidence["state"] == fmt.UPDATES
         # The fix is the critic optimizer's var_list: a stop_gradient would cut a_loss too.
         assert built.evidence["cause"] == "optimizer_scope"
-        assert built.message.endswith("leave 'Actor' out of that optimizer's variables (var_list) "
-                                      "for loss 'td_error'")
+        assert built.message.endswith("leave 'Actor' out of the var_list of the optimizer that "
+                                      "minimizes loss 'td_error'")
         with gs.wrap(tf.Session()) as sess:
             sess.run(leaky.init)
             for step in range(3):

@@ -247,7 +247,7 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -
             evidence["needed_by"] = reason[1]
             return (
                 f"{via}: the optimizer step fed by loss '{loss}' writes scope '{scope}', {reason[0]}; "
-                f"leave '{scope}' out of that optimizer's var_list (the variables it applies to)"
+                f"leave '{scope}' out of the var_list of the optimizer that minimizes loss '{loss}'"
             )
     evidence["cause"] = CAUSE_MISSING_CUT
     evidence["missing_cut"] = list(cut)
