@@ -151,3 +151,30 @@ def test_start_point_that_is_not_a_tensor_names_the_fix(tmp_path, model):
     with pytest.raises(ValueError, match=r"loss 'q' is a list, not a tensor"):
         rec.gradients(rec.tape(), {"q": [1.0]}, model.trainable_variables)
     assert StartPoint(tf.ones([2])).output_gradients is None
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"logdir": ""}, "logdir is empty"),
+    ({"logdir": 5}, "logdir must be a directory path"),
+    ({"every_n_steps": 10**30}, r"every_n_steps is 1000000000000000000000000000000, more than 2\*\*62"),
+    ({"name": ""}, "name must be a Python identifier"),
+    ({"name": "a/b"}, "name must be a Python identifier"),
+    ({"models": {"a": "notamodel"}}, r"models\['a'\] is a str"),
+])
+def test_bad_recorder_arguments_are_refused_up_front_by_name(kwargs, named, tmp_path):
+    args = {"logdir": str(tmp_path), **kwargs}
+    with pytest.raises(ValueError, match=named):
+        Recorder(**args)
+
+
+def test_write_refuses_what_stats_did_not_return(tmp_path):
+    with pytest.raises(ValueError, match="Recorder.write takes what rec.stats"):
+        Recorder(str(tmp_path)).write("x")
+
+
+def test_gradients_of_no_variables_is_refused(tmp_path):
+    rec = Recorder(str(tmp_path))
+    with rec.tape() as tape:
+        loss = tf.constant(1.0)
+    with pytest.raises(ValueError, match="variables is empty"):
+        rec.gradients(tape, {"l": loss}, [])

@@ -66,11 +66,16 @@ def model_roots(models: Any) -> list[tuple[str, Any]]:
         pairs = [(_model_name(m), m) for m in models]
     else:
         pairs = [(_model_name(models), models)]
-    for root, _ in pairs:
+    for root, model in pairs:
         if not root or root.strip(scopes_lib.SEPARATOR) != root:
             raise ValueError(
                 f"model root scope {root!r} is not a usable scope name; "
                 "pass models={'online': model, ...} with plain names"
+            )
+        if not (hasattr(model, "weights") or hasattr(model, "variables")):
+            raise ValueError(
+                f"models[{root!r}] is a {type(model).__name__}, not a Keras model or "
+                "tf.Module; pass models={'online': model, ...} with the models themselves"
             )
     return pairs
 

@@ -157,6 +157,8 @@ class Recorder(tf.Module):
         conflict: bool = True,
         loss_scale: Any = None,
     ):
+        options.check_name(name)
+        options.check_logdir(logdir)
         super().__init__(name=name)
         if loss_scale is not None and not loss_scale_lib.is_loss_scale_optimizer(loss_scale):
             raise ValueError(
@@ -244,6 +246,11 @@ class Recorder(tf.Module):
         for name, value in losses.items():
             losses_lib.check_loss(name, value)
         variables = losses_lib.check_variables(variables, "gradients")
+        if not variables:
+            raise ValueError(
+                "gradients: variables is empty; pass the variables to differentiate, "
+                "e.g. model.trainable_variables"
+            )
         if len(losses) > 1 and not getattr(tape, "_persistent", True):
             raise ValueError(
                 "gradients needs a persistent tape to compute each loss's gradients: "
@@ -440,6 +447,12 @@ class Recorder(tf.Module):
                 "(summaries are unsupported on XLA); return rec.stats() from the "
                 "compiled step and call rec.write(...) on its result outside it"
             )
+        for item in all_stats:
+            if item is not None and not isinstance(item, Stats):
+                raise ValueError(
+                    f"Recorder.write takes what rec.stats() returned from the jit_compile=True "
+                    f"step, got {type(item).__name__} {item!r}"
+                )
         for item in all_stats:
             if item is not None and not self._s.disabled:
                 with self._guard():
