@@ -27,7 +27,8 @@ from tensorboard.util import tensor_util
 from bench import harness
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
-from tb_gradscope.commands import evaluate, logs as logs_lib
+from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.violations import evaluate
 
 SCOPES = tuple(s for i in range(8) for s in (f"net{i}", *(f"net{i}/layer{j}" for j in range(7))))
 LOSSES = ("td", "aux", "entropy", "reward")
@@ -76,7 +77,7 @@ def write_logdir(root: str, steps: int, leaky: bool) -> None:
 def check(root: str) -> int:
     found = 0
     for logs in logs_lib.load_logdir(root):
-        found += len(evaluate.evaluate(logs, RULES))
+        found += len(evaluate(logs, RULES))
     return found
 
 

@@ -26,13 +26,14 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
-from tb_gradscope.commands import doctor, evaluate
+from tb_gradscope.commands import doctor
 from tb_gradscope.commands import logs as logs_lib
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.format.flowgraph import NODE_SCOPE
 from tb_gradscope.read.records import RunRecords
+from tb_gradscope.read.violations import evaluate
 from tb_gradscope.rules.model import loss_matches
 from tests import providers
 
@@ -77,7 +78,7 @@ def _names_a_broken_rule(finding: dict, rules: list) -> bool:
 
 def _violations(logdir, run, rule_text: str) -> list:
     (logs,) = logs_lib.load_logdir(str(logdir), run)
-    return evaluate.evaluate(logs, [rules_lib.parse_rule(rule_text)])
+    return evaluate(logs, [rules_lib.parse_rule(rule_text)])
 
 
 # ----- the demos -------------------------------------------------------------------

@@ -1,22 +1,26 @@
 """`tb-gradscope check LOGDIR [--rules FILE]`: fail CI when a flow rule is broken.
 
 Exit status: 0 when no run shows a violation, 1 when any does (one line each:
-run, step, rule, message, evidence), 2 on bad usage, a missing or unreadable
+run, step, rule, message, evidence; or one JSON document with `--format
+json`), 2 on bad usage, a missing or unreadable
 logdir, a logdir without gradscope data, a broken rules file, or a run none of
-whose gradient tables could be read (nothing was checked there). Imports
-TensorBoard only when it runs, so `--help` is instant; never tensorflow.
+whose gradient tables could be read (nothing was checked there). The
+violations come from `tb_gradscope.read.violations`, which the plugin's
+violations route (the tab's Violations panel) calls too. Imports TensorBoard
+only when it runs, so `--help` is instant; never tensorflow.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import TYPE_CHECKING, TextIO
 
 from tb_gradscope.commands.text import evidence, safe
 
 if TYPE_CHECKING:
-    from tb_gradscope.commands.evaluate import Finding
+    from tb_gradscope.read.violations import Violation
 
 HELP = "exit 1 if any run breaks a flow rule (recorded, or given with --rules)"
 
@@ -41,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
     parser.add_argument("--rules", metavar="FILE", help="a TOML rules file to check every run against")
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="check only this run")
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -48,7 +53,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     from tb_gradscope import rules as rules_lib
-    from tb_gradscope.commands import evaluate, logs as logs_lib
+    from tb_gradscope.commands import logs as logs_lib
+    from tb_gradscope.read import violations
 
     given: list = []
     if args.rules:
@@ -62,20 +68,31 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except logs_lib.LogdirError as e:
         print(f"tb-gradscope check: {safe(e)}", file=err)
         return USAGE
-    per_run = {}
-    any_rules = bool(given)
+    checked_runs = {}
     for logs in runs:
-        chosen, warnings = evaluate.run_rules(logs, given)
-        any_rules = any_rules or bool(chosen)
-        for warning in logs.warnings + warnings:
+        checked_runs[logs.run] = violations.check_run(logs, given)
+        for warning in logs.warnings + checked_runs[logs.run].warnings:
             print(f"warning: {safe(warning)}", file=err)
-        per_run[logs.run] = evaluate.findings(logs.run, logs.events, evaluate.evaluate(logs, chosen))
-    per_run, notes = evaluate.drop_inapplicable(per_run, given)
+    any_rules = bool(given) or any(c.rules for c in checked_runs.values())
+    per_run, notes = violations.drop_inapplicable({run: c.violations for run, c in checked_runs.items()}, given)
     for note in notes:
         print(f"note: {safe(note)}", file=err)
-    found = [f for run in sorted(per_run) for f in per_run[run]]
-    for finding in found:
-        print(format_finding(finding), file=out)
+    found = [v for run in sorted(per_run) for v in per_run[run]]
+    if getattr(args, "format", "text") == "json":  # a caller's Namespace may lack --format
+        document = {"logdir": args.logdir, "runs": [
+            {
+                "run": run,
+                "rules": [str(r) for r in checked_runs[run].rules],
+                "violations": [v.to_json() for v in per_run[run]],
+                "warnings": checked_runs[run].warnings,
+            }
+            for run in sorted(per_run)
+        ]}
+        json.dump(document, out, indent=1, ensure_ascii=True, allow_nan=False)
+        out.write("\n")
+    else:
+        for violation in found:
+            print(format_violation(violation), file=out)
     unreadable = [logs.run for logs in runs if logs.grads_unreadable]
     for name in unreadable:
         print(
@@ -98,16 +115,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return VIOLATED if found else OK
 
 
-def format_finding(finding: Finding) -> str:
+def format_violation(violation: Violation) -> str:
     """One line: `run  step S  rule  message  [evidence]  (N steps, last S2)`."""
-    event = finding.event
+    event = violation.event
     when = " (trace)" if event.evidence.get("at") == "trace" else ""
-    line = f"{safe(finding.run)}  step {event.step}{when}  {safe(event.name)}  {safe(event.message)}"
+    line = f"{safe(violation.run)}  step {event.step}{when}  {safe(event.name)}  {safe(event.message)}"
     shown = evidence(event.evidence)
     if shown:
         line += f"  [{shown}]"
-    if finding.count > 1:
-        line += f"  ({finding.count} steps, last {finding.last_step})"
-    if finding.source == "recorded":
+    if violation.count > 1:
+        line += f"  ({violation.count} steps, last {violation.last_step})"
+    if violation.source == "recorded":
         line += "  (recorded)"
     return line

@@ -16,10 +16,10 @@ from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.commands import evaluate
 from tb_gradscope.commands.logs import RunLogs
 from tb_gradscope.format.records import float_or_none
 from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
+from tb_gradscope.read.violations import check_run, json_safe
 
 
 class StepError(ValueError):
@@ -41,8 +41,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         )
     chosen = step if step is not None else (steps[-1] if steps else None)
     flowgraph = logs.flowgraph_at(chosen if chosen is not None else logs.last_step)
-    chosen_rules, warnings = evaluate.run_rules(logs, rules)
-    found = evaluate.findings(logs.run, logs.events, evaluate.evaluate(logs, chosen_rules))
+    checked = check_run(logs, rules)
     return {
         "run": logs.run,
         "step": chosen,
@@ -54,9 +53,9 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
         "anomalies": [_json_event(e) for e in run_anomalies(logs)],
         "skipped_steps": [_json_event(e) for e in sorted(logs.events, key=lambda e: e.step) if e.type == fmt.SKIPPED],
-        "rules": [str(r) for r in chosen_rules],
-        "violations": [_finding(f) for f in found],
-        "warnings": logs.warnings + warnings,
+        "rules": [str(r) for r in checked.rules],
+        "violations": [v.to_json() for v in checked.violations],
+        "warnings": logs.warnings + checked.warnings,
     }
 
 
@@ -155,23 +154,3 @@ def _json_event(event: fmt.Event) -> dict[str, Any]:
     doc = event.to_json()
     doc["evidence"] = json_safe(doc["evidence"])
     return doc
-
-
-def _finding(finding: evaluate.Finding) -> dict[str, Any]:
-    return {
-        **_json_event(finding.event),
-        "steps_seen": finding.count,
-        "last_step": finding.last_step,
-        "source": finding.source,
-    }
-
-
-def json_safe(value: Any) -> Any:
-    """`value` with every non-finite float as None (strict JSON), recursively."""
-    if isinstance(value, float):
-        return float_or_none(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
