@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations import _flat_stats as flat
+from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.record import stats as record_stats
 from tb_gradscope.scopes import build_layout
 

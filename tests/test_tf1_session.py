@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations._tf1_ops import SNAPSHOT_COLLECTION
+from tb_gradscope.integrations.tf1.ops import SNAPSHOT_COLLECTION
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.record.warn import GradscopeWarning
 from tests.test_tf1_support import dqn_seed, multihead_feed, multihead_seed, read_records

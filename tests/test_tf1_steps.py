@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tb_gradscope.integrations._steps import StepClock
+from tb_gradscope.integrations.tf1.steps import StepClock
 
 ALWAYS = lambda loss: True  # noqa: E731
 

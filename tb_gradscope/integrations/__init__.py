@@ -1,6 +1,7 @@
-"""Entry points that attach tb_gradscope to existing training code.
-
-`tb_gradscope.integrations.tf1` records TF1 graph-mode programs
-(`tf.compat.v1.Session`, `MonitoredTrainingSession`). Importing this package
-does not import tensorflow; import the submodule you need.
+"""Entry points that attach tb_gradscope to existing training code, one package
+per framework: `tb_gradscope.integrations.keras` (`GradscopeCallback` for
+`model.fit`) and `tb_gradscope.integrations.tf1` (`GraphRecorder` for
+`tf.compat.v1.Session` and `MonitoredTrainingSession` programs). Importing this
+package does not import tensorflow; import the framework you need. They build
+on `tb_gradscope.record`; nothing below `integrations` imports them.
 """

@@ -5,6 +5,11 @@
 `GradscopeCallback`: Keras 3 with the TensorFlow backend (jax and torch are
 refused with a clear error). `LegacyGradscopeCallback`: tf_keras
 (`TF_USE_LEGACY_KERAS=1`), imported only when asked for.
+
+This module's names are the package's public API; the modules beside it are
+its private parts: `hooks` (the callback's hooks), `step` (the instrumented
+train step), `capture` (compiled losses), `custom` (a custom train_step's
+losses), `records` (writing), `legacy` (tf_keras).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any, Sequence
 
 import keras
 
-from tb_gradscope.integrations._keras_hooks import GradscopeHooks
+from tb_gradscope.integrations.keras.hooks import GradscopeHooks
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.rules import Rule
 from tb_gradscope.rules.policy import LOG
@@ -99,7 +104,7 @@ def check_backend(backend: str) -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "LegacyGradscopeCallback":  # imports tf_keras: only when asked for
-        from tb_gradscope.integrations._keras_legacy import LegacyGradscopeCallback
+        from tb_gradscope.integrations.keras.legacy import LegacyGradscopeCallback
 
         return LegacyGradscopeCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

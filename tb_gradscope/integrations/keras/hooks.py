@@ -3,7 +3,7 @@
 `GradscopeHooks` is a mixin: the public classes put it before their Keras's
 `Callback` base (`keras.callbacks.Callback` or `tf_keras.callbacks.Callback`),
 which differ only in where the model and loss container live (see
-`_keras_capture`) and in how `steps_per_execution` is stored.
+`capture.py`) and in how `steps_per_execution` is stored.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Sequence
 
-from tb_gradscope.integrations._keras_custom import overrides_train_step
-from tb_gradscope.integrations._keras_records import KerasRecords
-from tb_gradscope.integrations._keras_step import StepProbe
+from tb_gradscope.integrations.keras.custom import overrides_train_step
+from tb_gradscope.integrations.keras.records import KerasRecords
+from tb_gradscope.integrations.keras.step import StepProbe
 from tb_gradscope.pairs.monitor import DriftMonitor
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record import naming, options

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tf_keras
 
-from tb_gradscope.integrations._keras_hooks import GradscopeHooks
+from tb_gradscope.integrations.keras.hooks import GradscopeHooks
 
 
 class LegacyGradscopeCallback(GradscopeHooks, tf_keras.callbacks.Callback):

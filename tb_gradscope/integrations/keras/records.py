@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format import Kind, create_summary_metadata, encode_blobs, encode_table, make_info, tag_for
-from tb_gradscope.integrations._keras_capture import OutputLoss
-from tb_gradscope.integrations._keras_step import StepProbe
+from tb_gradscope.integrations.keras.capture import OutputLoss
+from tb_gradscope.integrations.keras.step import StepProbe
 from tb_gradscope.record import loss_scale
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import RuleChecker, apply_policy

@@ -32,8 +32,8 @@ import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
-from tb_gradscope.integrations import _keras_capture as capture
-from tb_gradscope.integrations import _keras_custom as custom_lib
+from tb_gradscope.integrations.keras import capture as capture
+from tb_gradscope.integrations.keras import custom as custom_lib
 from tb_gradscope.record import distribute, flow, loss_scale, naming, stats
 from tb_gradscope.record.naming import VariableLayout
 from tb_gradscope.record.reductions import in_xla
@@ -56,7 +56,7 @@ class StepProbe:
         fails at trace time (the model's own step still runs, unrecorded).
       custom: the model overrides `train_step` (a GAN's two optimizers): its
         losses are the targets of the GradientTape.gradient calls it makes
-        (`_keras_custom`), and its steps are counted per batch, since
+        (`custom.py`), and its steps are counted per batch, since
         `model.optimizer` may be one the step never uses.
     """
 

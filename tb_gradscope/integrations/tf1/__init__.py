@@ -10,8 +10,13 @@ of the loss with respect to the scoped variables, rolled up to a GRAD_STATS
 table; they run only when fetched) and runs the static analysis once. At a
 recorded step the gradient tables are fetched in the user's own run call (no
 second forward pass) and written with TensorBoard's event writer; the graph
-gets no summary ops. See `_steps.py` for what a step is, `_tf1_rules.py` for
+gets no summary ops. See `steps.py` for what a step is, `rules.py` for
 when rules are checked, docs/TF1.md for the guide.
+
+This module's names are the package's public API; the modules beside it are
+its private parts: `args` (argument checks), `graph` (graph surgery), `ops`
+and `flat_stats` (the stats ops), `pairs`, `rules`, `session` (the wrapped
+session), `static` (the analysis), `steps`, `writer`.
 """
 
 from __future__ import annotations
@@ -24,23 +29,23 @@ from typing import Any, Callable, Mapping, Sequence
 import tensorflow as tf
 
 from tb_gradscope.format import Event, Kind, make_info
-from tb_gradscope.integrations import _tf1_args as args
-from tb_gradscope.integrations import _tf1_graph as graphs
-from tb_gradscope.integrations._steps import CallPlan, StepClock
-from tb_gradscope.integrations._tf1_ops import (
+from tb_gradscope.integrations.tf1 import args as args
+from tb_gradscope.integrations.tf1 import graph as graphs
+from tb_gradscope.integrations.tf1.steps import CallPlan, StepClock
+from tb_gradscope.integrations.tf1.ops import (
     NAME_SCOPE,
     build_loss_ops,
     build_update_ops,
 )
-from tb_gradscope.integrations._tf1_pairs import (
+from tb_gradscope.integrations.tf1.pairs import (
     PairRecorder,
     pair_scopes,
     paired_variables,
     resolve_pairs,
 )
-from tb_gradscope.integrations._tf1_rules import STEP_EVENTS, TRACE_EVENTS, RuleSteps
-from tb_gradscope.integrations._tf1_static import static_flowgraph
-from tb_gradscope.integrations._writer import RecordWriter
+from tb_gradscope.integrations.tf1.rules import STEP_EVENTS, TRACE_EVENTS, RuleSteps
+from tb_gradscope.integrations.tf1.static import static_flowgraph
+from tb_gradscope.integrations.tf1.writer import RecordWriter
 from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
@@ -84,7 +89,7 @@ class GraphRecorder:
         {target scope: online scope} (looked up among all the graph's
         variables, trainable or not), or a list of `tb_gradscope.pairs.Pair`
         (`pair_scopes("target_net", "eval_net", every=C)` declares a
-        hard-replacement period, `tau=` an EMA rate). See `_tf1_pairs.py`.
+        hard-replacement period, `tau=` an EMA rate). See `pairs.py`.
       analyze: run the static analysis and write the FlowGraph (rules need
         it to tell `ignored` from `updates`).
       rules: flow rules, as for the TF2 Recorder: Rule objects or strings
@@ -186,13 +191,13 @@ class GraphRecorder:
 
     def wrap(self, session: Any) -> "RecordingSession":
         """A session whose `run()` also records; everything else is `session`'s."""
-        from tb_gradscope.integrations._tf1_session import RecordingSession
+        from tb_gradscope.integrations.tf1.session import RecordingSession
 
         return RecordingSession(session, self)
 
     def hook(self) -> tf.compat.v1.train.SessionRunHook:
         """A SessionRunHook recording into this recorder (MonitoredTrainingSession)."""
-        from tb_gradscope.integrations._tf1_session import GradscopeHook
+        from tb_gradscope.integrations.tf1.session import GradscopeHook
 
         return GradscopeHook(self)
 

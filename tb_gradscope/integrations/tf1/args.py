@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.integrations import _tf1_graph as graphs
+from tb_gradscope.integrations.tf1 import graph as graphs
 from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.scopes import ScopeSpec
 

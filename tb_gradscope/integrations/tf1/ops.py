@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.integrations._tf1_graph import required_placeholders, written_variables
-from tb_gradscope.integrations import _flat_stats as flat
+from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
+from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.record.stats import RollUp
 
 NAME_SCOPE = "tb_gradscope"

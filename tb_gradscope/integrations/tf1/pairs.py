@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format import Kind, RecordInfo, make_info
-from tb_gradscope.integrations._tf1_graph import scoped_variables, written_variables
-from tb_gradscope.integrations._tf1_ops import NAME_SCOPE, SNAPSHOT_COLLECTION
+from tb_gradscope.integrations.tf1.graph import scoped_variables, written_variables
+from tb_gradscope.integrations.tf1.ops import NAME_SCOPE, SNAPSHOT_COLLECTION
 from tb_gradscope.pairs import drift as drift_lib
 from tb_gradscope.pairs.pairs import Pair, pair_prefixes
 from tb_gradscope.pairs.series import DRIFT_COLUMNS

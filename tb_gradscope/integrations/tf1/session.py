@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session  # SessionInterface: no public alias
 
-from tb_gradscope.integrations._tf1_graph import replace_ops
+from tb_gradscope.integrations.tf1.graph import replace_ops
 from tb_gradscope.rules.policy import FlowRuleViolation
 
 
