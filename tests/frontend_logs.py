@@ -52,6 +52,8 @@ class RunSpec:
       flowgraph: False for a run with no FlowGraph at all (an eager loop
         whose step was never traced).
       drift: drift records written at every step.
+      rules: the rules the run was trained with (in its FLOWGRAPH and
+        GRAD_STATS metadata, as the Recorder writes them).
     """
 
     name: str
@@ -67,6 +69,11 @@ class RunSpec:
     blocked: tuple[fmt.BlockedEdge, ...] = ()
     flowgraph: bool = True
     drift: tuple[DriftSpec, ...] = ()
+    rules: tuple[str, ...] = ()
+
+    @property
+    def rule_attrs(self) -> dict[str, list[str]]:
+        return {"rules": list(self.rules)} if self.rules else {}
 
 
 def hostile_spec() -> RunSpec:
@@ -184,9 +191,15 @@ def states_spec() -> RunSpec:
     )
 
 
+# The rules the eager run was trained with: `check` can only check them on its
+# gradient tables, and the tracks rule names a pair the run never declared.
+EAGER_RULES = ("never(td, target/*)", "tracks(target, online)")
+
+
 def eager_spec() -> RunSpec:
     """An eager loop's run: tables but no FlowGraph, so a scope the loss sends no
-    gradient to can only be "no_gradient" (blocked or independent, nobody knows)."""
+    gradient to can only be "no_gradient" (blocked or independent, nobody knows);
+    its rules can be checked on its tables only, and its tracks rule has no pair."""
     scopes = ("online", "online/l1", "target", "target/l1")
     return RunSpec(
         name="eager",
@@ -195,6 +208,7 @@ def eager_spec() -> RunSpec:
         grads={"td": {s: grad_row(0.5) if s.startswith("online") else NO_GRADIENT_ROW for s in scopes}},
         updates={s: (0.01 if s.startswith("online") else 0.0, 2.0) for s in scopes},
         flowgraph=False,
+        rules=EAGER_RULES,
     )
 
 
@@ -310,7 +324,7 @@ def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
             if step == spec.steps[0] and spec.flowgraph:
                 _write_flowgraph(spec, step)
             for loss, rows in spec.grads.items():
-                info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, spec.scopes)
+                info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, spec.scopes, spec.rule_attrs)
                 _write_table(info, [rows[s] for s in spec.scopes], step)
             info = fmt.make_info(fmt.Kind.UPDATE_STATS, "", spec.scopes)
             _write_table(info, [spec.updates[s] for s in spec.scopes], step)
@@ -358,7 +372,7 @@ def _write_flowgraph(spec: RunSpec, step: int) -> None:
         blocked_edges=list(spec.blocked),
         source="tf2",
     )
-    _write_blobs(fmt.make_info(fmt.Kind.FLOWGRAPH), [graph.to_json()], step)
+    _write_blobs(fmt.make_info(fmt.Kind.FLOWGRAPH, attrs=spec.rule_attrs), [graph.to_json()], step)
 
 
 DQN_LOSSES = ("aux", "td")

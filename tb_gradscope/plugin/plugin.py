@@ -12,20 +12,19 @@ from __future__ import annotations
 import pathlib
 from typing import Any, Callable
 
-import numpy as np
 from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_gradscope import format as fmt
-from tb_gradscope.plugin import export, timeseries, views
+from tb_gradscope.plugin import evidence, export, timeseries, views
 from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache, RunData
 from tb_gradscope.plugin.encoding import dumps, jsonable
 from tb_gradscope.plugin.reader import DEFAULT_SAMPLES, Reader
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
 from tb_gradscope.read.findings import diagnose
-from tb_gradscope.read.records import PairSeries, RunRecords, thin
+from tb_gradscope.read.violations import check_run
 
 _ROUTE_PREFIX = f"/data/plugin/{fmt.PLUGIN_NAME}/"
 _MAX_INT = 2**63 - 1
@@ -33,7 +32,8 @@ _MAX_INT = 2**63 - 1
 
 class GradscopePlugin(base_plugin.TBPlugin):
     """Serves the Gradscope tab: runs, matrix, series, FlowGraph, drift,
-    events and conflicts of gradscope logs, plus the frontend bundle."""
+    events, conflicts, findings and violations of gradscope logs, plus the
+    frontend bundle."""
 
     plugin_name = fmt.PLUGIN_NAME
 
@@ -59,6 +59,7 @@ class GradscopePlugin(base_plugin.TBPlugin):
             "/events": self._events_route,
             "/conflict": self._conflict_route,
             "/findings": self._findings_route,
+            "/violations": self._violations_route,
             "/*": self._static_route,
         }
 
@@ -113,8 +114,23 @@ class GradscopePlugin(base_plugin.TBPlugin):
         data = self._data(ctx, experiment, run)
         found = data.derived.get("findings")
         if found is None:
-            found = data.derived["findings"] = diagnose(_run_records(views.get_view(data)))
+            found = data.derived["findings"] = diagnose(evidence.run_records(views.get_view(data)))
         return {"run": run, "findings": [jsonable(f.to_json()) for f in found]}
+
+    def violations_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
+        """What `tb-gradscope check` reports for the run with no rules file
+        (the tab's Violations panel): recorded violations and its recorded
+        rules evaluated over its kept steps."""
+        data = self._data(ctx, experiment, run)
+        checked = data.derived.get("violations")
+        if checked is None:
+            checked = data.derived["violations"] = check_run(evidence.recorded_run(views.get_view(data)))
+        return {
+            "run": run,
+            "rules": [str(r) for r in checked.rules],
+            "violations": [jsonable(v.to_json()) for v in checked.violations],
+            "warnings": list(checked.warnings),
+        }
 
     def _view(self, ctx, experiment: str, run: str) -> views.RunView:
         return views.get_view(self._data(ctx, experiment, run))
@@ -197,6 +213,14 @@ class GradscopePlugin(base_plugin.TBPlugin):
         return _respond(request, data, "json", None, "findings")
 
     @wrappers.Request.application
+    def _violations_route(self, request: wrappers.Request) -> wrappers.Response:
+        if _format(request) != "json":
+            raise errors.InvalidArgumentError("the violations route only serves format=json")
+        ctx, experiment = _context(request)
+        data = self.violations_impl(ctx, experiment, _arg(request, "run"))
+        return _respond(request, data, "json", None, "violations")
+
+    @wrappers.Request.application
     def _static_route(self, request: wrappers.Request) -> wrappers.Response:
         _, _, name = request.path.partition(_ROUTE_PREFIX)
         found = self._static.read(name)
@@ -204,30 +228,6 @@ class GradscopePlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"no such gradscope file or route: {name!r}")
         content, content_type = found
         return http_util.Respond(request, content, content_type)
-
-
-def _run_records(view: views.RunView) -> RunRecords:
-    """A run's view as the diagnosis (`read.findings`) reads it (a long run thinned as the CLI thins it)."""
-    grads = {}
-    for step in thin(view.steps.tolist()):
-        rows = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
-        grads[step] = {loss: r for loss, r in rows.items() if r is not None}
-    conflict = {}
-    for name in view.names(fmt.Kind.CONFLICT):
-        kept = sorted({int(s) for series in view.groups[(fmt.Kind.CONFLICT, name)] for s in series.steps})
-        rows = [(s, view.rows_at(fmt.Kind.CONFLICT, name, s) or {}) for s in kept]
-        conflict[tuple(views.conflict_losses(view, name))] = [
-            (s, {scope: row["cosine"] for scope, row in r.items()}) for s, r in rows
-        ]
-    pairs = []
-    for name in view.names(fmt.Kind.DRIFT):
-        series = view.groups[(fmt.Kind.DRIFT, name)][0]
-        tables = [fmt.Table(series.record.info, v.astype(np.float64)) for v in series.values]
-        pairs.append(PairSeries(name, series.record.info.attrs, series.steps.tolist(), tables))
-    return RunRecords(
-        view.run, [(s, g) for s, _, g in view.flowgraphs], grads, conflict, pairs,
-        [e for _, _, e in view.events],
-    )
 
 
 def _context(request: wrappers.Request) -> tuple[Any, str]:

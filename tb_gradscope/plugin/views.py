@@ -43,6 +43,8 @@ class RunView:
         )
         self.flowgraphs = self._parse_blobs(data, fmt.Kind.FLOWGRAPH, fmt.FlowGraph.from_json)
         recorded = self._parse_blobs(data, fmt.Kind.EVENTS, fmt.Event.from_json, every=True)
+        self.recorded_events = [e for _, _, e in recorded]
+        self.recorded_rules = _recorded_rules(data)
         self.events = sorted(
             recorded + self._derived_anomalies(recorded),
             key=lambda item: (item[2].step, item[2].type, item[2].name),
@@ -124,6 +126,23 @@ class RunView:
         if not len(self.steps):
             raise errors.NotFoundError(f"run {self.run!r} has no readable grad_stats steps")
         return self.steps
+
+
+# Key of the FLOWGRAPH (and an eager run's GRAD_STATS) record attrs listing the
+# rules a run was trained with (compact strings, e.g. "never(td, target/*)").
+RULES_ATTR = "rules"
+
+
+def _recorded_rules(data: RunData) -> list[str]:
+    """The rules the run recorded, each once, in the order `tb-gradscope
+    check` reads them: gradient tables by tag, then FlowGraphs by tag."""
+    found: list[str] = []
+    for kind in (fmt.Kind.GRAD_STATS, fmt.Kind.FLOWGRAPH):
+        for record in sorted(data.listing.of_kind(kind), key=lambda r: r.tag):
+            rules = record.info.attrs.get(RULES_ATTR, [])
+            if isinstance(rules, list):
+                found += [r for r in rules if isinstance(r, str) and r not in found]
+    return found
 
 
 def get_view(data: RunData) -> RunView:
