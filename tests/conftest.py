@@ -1,4 +1,5 @@
-"""Suite-wide hygiene for process-global TensorFlow state.
+"""Suite-wide fixtures: hygiene for process-global TensorFlow state, and the
+correctness corpus trained once per session.
 
 Op determinism is process-wide and has no public switch-off: a module that
 turns it on (the demos do, to be reproducible) would make every later test's
@@ -25,3 +26,27 @@ def _module_keeps_op_determinism_to_itself(_op_determinism_at_start):
     yield
     if config.is_op_determinism_enabled() and not _op_determinism_at_start:
         config.disable_op_determinism()
+
+
+@pytest.fixture(scope="session")
+def trained_shapes(tmp_path_factory):
+    """Correctness-corpus shape -> (TrainedShape, ProductView), each shape trained
+    once per session for every test module that judges it (tests/test_corpus.py,
+    tests/test_doctor_corpus.py)."""
+    from tests.corpus import harness
+
+    cache: dict[str, object] = {}
+    root = str(tmp_path_factory.mktemp("corpus"))
+
+    def get(shape):
+        if shape.name not in cache:
+            try:
+                trained = harness.train(shape, root)
+                cache[shape.name] = (trained, harness.ProductView(trained))
+            except Exception as e:  # train once: every test of the shape reports the same failure
+                cache[shape.name] = e
+        if isinstance(cache[shape.name], Exception):
+            raise cache[shape.name]
+        return cache[shape.name]
+
+    return get

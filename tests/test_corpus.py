@@ -44,26 +44,6 @@ def _params(shapes=SHAPES):
     return out
 
 
-@pytest.fixture(scope="session")
-def trained_shapes(tmp_path_factory):
-    """Shape name -> (TrainedShape, ProductView), each shape trained once."""
-    cache: dict[str, tuple[harness.TrainedShape, harness.ProductView]] = {}
-    root = str(tmp_path_factory.mktemp("corpus"))
-
-    def get(shape: Shape):
-        if shape.name not in cache:
-            try:
-                trained = harness.train(shape, root)
-                cache[shape.name] = (trained, harness.ProductView(trained))
-            except Exception as e:  # train once: every test of the shape reports the same failure
-                cache[shape.name] = e
-        if isinstance(cache[shape.name], Exception):
-            raise cache[shape.name]
-        return cache[shape.name]
-
-    return get
-
-
 def _fail_on(disagreements, what: str) -> None:
     if disagreements:
         listed = "\n  ".join(str(d) for d in disagreements)

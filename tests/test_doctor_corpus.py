@@ -63,21 +63,16 @@ def _mutant_params():
 
 
 @pytest.fixture(scope="session")
-def diagnosed(tmp_path_factory):
-    """Shape -> (TrainedShape, doctor's exit status, findings), each shape trained once."""
-    cache: dict[str, object] = {}
-    root = str(tmp_path_factory.mktemp("doctor_corpus"))
+def diagnosed(trained_shapes):
+    """Shape -> (TrainedShape, doctor's exit status, findings), on the corpus's
+    shared training (one per shape per session)."""
+    cache: dict[str, tuple] = {}
 
     def get(shape: Shape):
         if shape.name not in cache:
-            try:
-                trained = harness.train(shape, root)
-                code, found, _ = _findings(trained.logdir, trained.run)
-                cache[shape.name] = (trained, code, found)
-            except Exception as e:  # train once: every test of the shape reports the same failure
-                cache[shape.name] = e
-        if isinstance(cache[shape.name], Exception):
-            raise cache[shape.name]
+            trained = trained_shapes(shape)[0]
+            code, found, _ = _findings(trained.logdir, trained.run)
+            cache[shape.name] = (trained, code, found)
         return cache[shape.name]
 
     return get
