@@ -83,7 +83,7 @@ _COMMON_ATTRS = {
     "recorder": (is_str, "a string"),
 }
 ATTR_SCHEMA: Mapping[Kind, Mapping[str, tuple[Check, str]]] = {
-    Kind.GRAD_STATS: {**_COMMON_ATTRS, "kind": (is_str, "a string")},
+    Kind.GRAD_STATS: {**_COMMON_ATTRS, "kind": (is_str, "a string"), "rules": (is_str_list, "a list of rule strings")},
     Kind.UPDATE_STATS: _COMMON_ATTRS,
     Kind.DRIFT: {
         **_COMMON_ATTRS,
