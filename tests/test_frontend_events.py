@@ -1,4 +1,4 @@
-"""The events list (violations, anomalies) and the download links, in a real
+"""The anomalies and violations lists and the download links, in a real
 browser against a real TensorBoard."""
 
 from __future__ import annotations
@@ -48,14 +48,17 @@ def test_events_list_the_step_first_seen_and_jump_the_slider_there(open_tab: Ope
 
 
 def test_violation_shows_with_the_step_it_was_first_seen(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
-    (violation,) = tensorboard.json("events", run="states")["events"]
+    (violation,) = tensorboard.json("violations", run="states")["violations"]
     tab = open_tab(run="states")
-    row = tab.frame.locator("#gs-events tbody tr")
+    row = tab.frame.locator('#gs-violations[data-run="states"] tbody tr')
     row.wait_for()
     assert row.count() == 1
-    assert row.locator("td").all_text_contents()[:3] == [str(violation["step"]), "violation", violation["name"]]
+    cells = row.locator("td").all_text_contents()
+    assert cells[:3] == [str(violation["step"]), "recorded", violation["name"]]
+    # Violations are the Violations panel's: the anomalies list does not repeat them.
+    assert tab.frame.locator("#gs-events-empty").is_visible()
     tab.select_run("dqn")
-    tab.frame.locator("#gs-events-empty").wait_for()
+    tab.frame.locator('#gs-violations[data-run="dqn"] #gs-violations-empty').wait_for()
     tab.assert_clean()
 
 

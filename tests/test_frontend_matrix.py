@@ -240,13 +240,13 @@ def test_names_from_logs_render_as_text(open_tab: OpenTab, artifacts: pathlib.Pa
     assert tab.row(leaf).locator(".gs-scope").text_content().endswith(HOSTILE)
     tab.cell(HOSTILE, leaf).click()
     assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == leaf
-    # The scope graph, the blocked edge's op and source, and the events list: text too.
+    # The scope graph, the blocked edge's op and source, and the violations list: text too.
     assert tab.frame.locator(f'.gs-node[data-id="loss:{css(HOSTILE)}"] text').text_content() == HOSTILE
     tab.frame.locator(".gs-edge-blocked .gs-edge-mark").click()
     blocked = tab.frame.locator("#gs-blocked")
     assert blocked.locator('dd[data-field="op"]').text_content() == HOSTILE
     assert blocked.locator('dd[data-field="source"]').text_content() == f"{HOSTILE}.py:7 ({HOSTILE})"
-    assert tab.frame.locator("#gs-events tbody td").all_text_contents()[2] == HOSTILE
+    assert tab.frame.locator("#gs-violations tbody td").all_text_contents()[2] == HOSTILE
     assert tab.frame.locator("img").count() == 0
     tab.page.wait_for_timeout(300)  # an onerror handler would have fired by now
     tab.page.screenshot(path=str(artifacts / "gradscope-hostile-names.png"))

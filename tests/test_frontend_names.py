@@ -43,7 +43,7 @@ NO_HORIZONTAL_SCROLL = "() => document.documentElement.scrollWidth <= document.d
 def open_long_names(open_tab: OpenTab) -> Tab:
     """The run open, one hostile cell charted and selected, the blocked edge's op shown."""
     tab = open_tab(run=LONG_RUN)
-    tab.frame.locator("#gs-events tbody tr").first.wait_for()
+    tab.frame.locator("#gs-violations tbody tr").first.wait_for()
     tab.cell(BIDI_LOSS, CONTROL_SCOPE).click()
     tab.frame.locator("#gs-series-chart").wait_for()
     tab.frame.locator(".gs-edge-blocked .gs-edge-mark").click()
@@ -73,7 +73,7 @@ def test_bidi_and_control_characters_show_escaped_as_the_cli_prints_them(open_ta
     blocked = frame.locator("#gs-blocked")
     assert blocked.locator('dd[data-field="source"]').text_content() == safe("train\u202eyp.py") + ":3 (step)"
     assert blocked.locator('dd[data-field="op"]').text_content().startswith(safe("stop\u202egrad"))
-    events = frame.locator("#gs-events tbody").text_content()
+    events = frame.locator("#gs-violations tbody").text_content()
     for name in (BIDI_SCOPE, CONTROL_SCOPE, BIDI_LOSS, f"never({BIDI_LOSS}, {CONTROL_SCOPE})"):
         assert safe(name) in events, name
     assert safe(f"loss '{BIDI_LOSS}' reaches scope '{BIDI_SCOPE}'") in events
@@ -96,17 +96,17 @@ def test_long_names_are_ellipsised_with_the_full_name_on_hover(open_tab: OpenTab
     scope_name = _ellipsised(tab, f'tr[data-scope="{css(LONG_SCOPE)}"] .gs-scope-name')
     assert scope_name["cut"] and scope_name["width"] <= 450, scope_name
     assert tab.row(LONG_SCOPE).locator(".gs-scope").get_attribute("title") == safe(LONG_SCOPE)
-    # The events table: every name and message cut to its column, the full text on hover.
+    # The violations table: every name and message cut to its column, the full text on hover.
     event = spec.events[0]
-    row = f'#gs-events tr[data-name="{css(event.name)}"]'
+    row = f'#gs-violations tr[data-name="{css(event.name)}"]'
     name = _ellipsised(tab, f"{row} td:nth-child(3) .gs-name")
     assert name["cut"] and name["title"] == safe(event.name), name
     scope = _ellipsised(tab, f'{row} .gs-concerns .gs-name[title="{css(safe(event.scope))}"]')
     assert scope["cut"], scope
     message = _ellipsised(tab, f"{row} .gs-message")
     assert message["title"] == safe(event.message)
-    table = tab.frame.locator("#gs-events table").evaluate("t => t.getBoundingClientRect().width")
-    section = tab.frame.locator("#gs-events").evaluate("s => s.getBoundingClientRect().width")
+    table = tab.frame.locator("#gs-violations table").evaluate("t => t.getBoundingClientRect().width")
+    section = tab.frame.locator("#gs-violations").evaluate("s => s.getBoundingClientRect().width")
     assert table <= section + 1, (table, section)
     # The scope graph's nodes: labels cut in the middle, the full name as their title.
     node = tab.frame.locator(f'.gs-node[data-id="{css(LONG_SCOPE)}"]')
@@ -124,7 +124,7 @@ def test_long_names_are_ellipsised_with_the_full_name_on_hover(open_tab: OpenTab
 
 def test_the_page_never_scrolls_sideways_because_of_a_name(open_tab: OpenTab) -> None:
     tab = open_tab(run=LONG_RUN)
-    tab.frame.locator("#gs-events tbody tr").first.wait_for()
+    tab.frame.locator("#gs-violations tbody tr").first.wait_for()
     for loss in (LONG_LOSS, BIDI_LOSS):
         for scope in (LONG_SCOPE, BIDI_SCOPE):
             tab.cell(loss, scope).click()

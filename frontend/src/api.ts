@@ -153,6 +153,54 @@ export interface GradEvent {
   wall_time: number;
 }
 
+/** What `tb-gradscope doctor` finds in a run (the findings route). */
+export interface Finding {
+  kind: string;
+  what: string;
+  loss: string;
+  scope: string;
+  pair: string;
+  /** The scope-graph edge the gradient takes into the loss ("critic/l2 -> loss:actor"), or "". */
+  edge: string;
+  /** Non-finite numbers arrive as null (as doctor prints them in JSON). */
+  evidence: Record<string, unknown>;
+  why: string;
+  fix: string;
+  /** The rule that pins the fix in CI, ready to paste; "" when no rule kind expresses it. */
+  rule: string;
+  /** -1, -1 and 0 for a finding seen only in the FlowGraph. */
+  first_step: number;
+  last_step: number;
+  steps: number;
+}
+
+/** One violation as `tb-gradscope check --format json` prints it (the violations route). */
+export interface Violation {
+  type: string;
+  /** The rule broken. */
+  name: string;
+  /** The first step it was seen at. */
+  step: number;
+  message: string;
+  loss: string;
+  scope: string;
+  pair: string;
+  /** Non-finite numbers arrive as null; `at` is "trace" for one found in a FlowGraph. */
+  evidence: Record<string, unknown>;
+  steps_seen: number;
+  last_step: number;
+  source: "recorded" | "evaluated";
+}
+
+export interface ViolationsAnswer {
+  run: string;
+  /** The rules checked: those the run recorded (check's --rules file is not the tab's). */
+  rules: string[];
+  violations: Violation[];
+  /** What could not be checked, and how to make it checkable (check's own sentences). */
+  warnings: string[];
+}
+
 /** An HTTP error with the backend's plain-text message. */
 export class ApiError extends Error {
   constructor(
@@ -253,6 +301,21 @@ export async function fetchConflict(run: string): Promise<ConflictPair[]> {
 export async function fetchEvents(run: string): Promise<GradEvent[]> {
   const raw = (await getJson("events", { run })) as { events?: GradEvent[] };
   return Array.isArray(raw.events) ? raw.events : [];
+}
+
+export async function fetchFindings(run: string): Promise<Finding[]> {
+  const raw = (await getJson("findings", { run })) as { findings?: Finding[] };
+  return Array.isArray(raw.findings) ? raw.findings : [];
+}
+
+export async function fetchViolations(run: string): Promise<ViolationsAnswer> {
+  const raw = (await getJson("violations", { run })) as Partial<ViolationsAnswer>;
+  return {
+    run,
+    rules: Array.isArray(raw.rules) ? raw.rules : [],
+    violations: Array.isArray(raw.violations) ? raw.violations : [],
+    warnings: Array.isArray(raw.warnings) ? raw.warnings : [],
+  };
 }
 
 export type ExportFormat = "csv" | "json";

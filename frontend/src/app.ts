@@ -3,7 +3,7 @@
 // redraws the views. Views are separate modules that turn data into DOM; they
 // never fetch.
 
-import { fetchMatrix, fetchRunInfo, fetchRuns, fetchSeries, type Matrix, type RunInfo, type RunSummary, type SeriesPoint } from "./api";
+import { type Finding, fetchMatrix, fetchRunInfo, fetchRuns, fetchSeries, type Matrix, type RunInfo, type RunSummary, type SeriesPoint } from "./api";
 import { type Comparison, compareWith } from "./compare";
 import { h, replaceChildren } from "./dom";
 import { connectHost, type HostMode } from "./host";
@@ -18,11 +18,13 @@ import { renderDriftCharts } from "./views/driftCharts";
 import { renderEmptyState } from "./views/emptyState";
 import { renderEvents } from "./views/eventsList";
 import { renderExport } from "./views/exportLinks";
+import { renderFindings } from "./views/findingsPanel";
 import { renderLegend } from "./views/legend";
 import { destroyCharts } from "./views/lineChart";
 import { type MatrixDiff, MatrixView, type Selection } from "./views/matrix";
 import { ScopeGraphView, type StateOf } from "./views/scopeGraph";
 import { Toolbar } from "./views/toolbar";
+import { renderViolations } from "./views/violationsList";
 
 /** What a run without a FlowGraph (an eager loop that never traced its step) lacks, and how to get it. */
 export const NO_FLOWGRAPH =
@@ -39,14 +41,18 @@ interface RunView {
   /** The FlowGraph, drift, conflict and events: fetched after the matrix shows. */
   extras: RunExtras | null;
   graph: ScopeGraphView | null;
-  /** Drift, conflict and events, built once per fetch of the extras. */
+  /** Violations, drift, conflict and anomalies, built once per fetch of the extras. */
   panels: HTMLElement | null;
+  /** The Findings panel, built once per fetch of the extras (it keeps its buttons' focus). */
+  findings: HTMLElement | null;
   comparison: Comparison | null;
 }
 
 export class App {
   private readonly toolbar: Toolbar;
   private readonly messages = h("div", { attrs: { id: "gs-messages" } });
+  /** Above the matrix: what doctor finds in the run. */
+  private readonly findingsBox = h("div", { attrs: { id: "gs-findings-box" } });
   private readonly body = h("main", { className: "gs-body", attrs: { id: "gs-body" } });
   /** Below the matrix: graph, charts, events, downloads (redrawn on their own). */
   private readonly extrasBox = h("div", { className: "gs-wide" });
@@ -81,7 +87,7 @@ export class App {
       },
     });
     this.seriesPanel = new CellSeriesPanel({ onRemove: (cell) => this.uncharted(cell) });
-    replaceChildren(root, h("div", { className: "gs-app" }, this.toolbar.element, this.messages, this.body));
+    replaceChildren(root, h("div", { className: "gs-app" }, this.toolbar.element, this.messages, this.findingsBox, this.body));
   }
 
   start(): void {
@@ -197,7 +203,7 @@ export class App {
     this.view = {
       info, tree: new ScopeTree(info.scopes), matrix,
       extras: previous?.extras ?? null, graph: previous?.graph ?? null,
-      panels: previous?.panels ?? null, comparison: previous?.comparison ?? null,
+      panels: previous?.panels ?? null, findings: previous?.findings ?? null, comparison: previous?.comparison ?? null,
     };
     this.error = null;
     this.draw();
@@ -222,10 +228,59 @@ export class App {
     view.panels = h(
       "div",
       { className: "gs-panels" },
+      renderViolations(extras.violations, (step) => this.jumpTo(step)),
       renderDriftCharts(extras.drift, extras.events),
       renderConflictCharts(extras.conflict),
       renderEvents(extras.events, (step) => this.jumpTo(step)),
     );
+    view.findings = renderFindings(view.info.run, extras.findings, { onShow: (finding) => void this.showFinding(finding) });
+    this.drawFindings();
+  }
+
+  /** The Findings panel of the shown run (a placeholder while it loads), unless already shown. */
+  private drawFindings(): void {
+    const view = this.view;
+    const panel = this.runs.length === 0 ? null : view?.findings ?? renderFindings(null, null, { onShow: () => undefined });
+    if (panel !== null && this.findingsBox.firstElementChild === panel) return;
+    replaceChildren(this.findingsBox, panel);
+  }
+
+  /**
+   * Shows what a finding names: its (loss, scope) cell selected in the matrix
+   * (its folded ancestors opened, a filter hiding it cleared; at its last
+   * recorded step when the loss has no column at the shown one) and its edge
+   * in the scope graph.
+   */
+  private async showFinding(finding: Finding): Promise<void> {
+    const view = this.view;
+    if (view === null || view.matrix === null) return;
+    const hasCell = (matrix: Matrix): boolean => matrix.cells[finding.loss]?.[finding.scope] !== undefined;
+    if (finding.loss !== "" && finding.scope !== "") {
+      if (!hasCell(view.matrix) && view.info.steps.includes(finding.last_step)) await this.selectStep(finding.last_step);
+      if (this.view === view && view.matrix !== null && hasCell(view.matrix)) {
+        this.reveal(finding.scope);
+        this.select({ loss: finding.loss, scope: finding.scope });
+      }
+    }
+    view.graph?.showFinding(finding.loss, finding.edge);
+  }
+
+  /** Unfolds the scope's ancestors and clears a filter that hides it. */
+  private reveal(scope: string): void {
+    const view = this.view;
+    if (this.run === null || view === null) return;
+    const filtered = view.tree.filter(this.filter);
+    if (filtered !== null && !filtered.has(scope)) {
+      this.filter = "";
+      this.toolbar.clearFilter();
+    }
+    const toggled = this.toggled.get(this.run) ?? new Set<string>();
+    for (const ancestor of view.tree.ancestors(scope)) {
+      if (view.tree.isExpanded(ancestor, { toggled, filtered: null })) continue;
+      if (toggled.has(ancestor)) toggled.delete(ancestor);
+      else toggled.add(ancestor);
+    }
+    this.toggled.set(this.run, toggled);
   }
 
   private dropView(): void {
@@ -317,6 +372,7 @@ export class App {
     this.toolbar.setCompare(this.runs, this.run, this.compareRun);
     this.drawStatus();
     this.drawMessages();
+    this.drawFindings();
     if (this.runs.length === 0) {
       this.toolbar.setSteps([], null);
       replaceChildren(this.body, renderEmptyState());

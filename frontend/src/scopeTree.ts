@@ -48,6 +48,13 @@ export class ScopeTree {
     return rows;
   }
 
+  /** The scope's ancestors in the tree, root first. */
+  ancestors(scope: string): string[] {
+    const found: string[] = [];
+    for (let p = this.parentOf.get(scope) ?? null; p !== null; p = this.parentOf.get(p) ?? null) found.unshift(p);
+    return found;
+  }
+
   isExpanded(scope: string, folding: Folding): boolean {
     if (folding.filtered !== null) return true;
     const byDefault = (this.depthOf.get(scope) ?? 1) < DEFAULT_EXPANDED_DEPTH;

@@ -149,6 +149,31 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-col-concerns { width: 24%; } .gs-col-count { width: 7ch; }
 .gs-message { overflow-wrap: anywhere; display: -webkit-box; -webkit-line-clamp: 4; -webkit-box-orient: vertical; overflow: hidden; }
 .gs-table td button { font: inherit; color: var(--accent); background: none; border: 1px solid var(--border); border-radius: 4px; cursor: pointer; }
+.gs-col-vstep { width: 13ch; } .gs-col-source { width: 10ch; } .gs-col-seen { width: 11ch; }
+.gs-vstep, .gs-seen { color: var(--muted); font-variant-numeric: tabular-nums; }
+.gs-evidence { color: var(--muted); overflow-wrap: anywhere; display: -webkit-box; -webkit-line-clamp: 3;
+  -webkit-box-orient: vertical; overflow: hidden; margin-top: 2px; }
+.gs-source[data-source=evaluated] { font-style: italic; }
+.gs-violations .gs-note { margin-bottom: 6px; }
+.gs-findings { border: 1px solid var(--border); border-radius: 6px; padding: 8px 12px; background: var(--panel); min-width: 0; }
+.gs-findings h2 { font-size: 14px; margin: 0 0 6px; }
+.gs-findings p { margin: 0; }
+.gs-finding-list { margin: 0; padding-left: 24px; max-height: 45vh; overflow: auto; }
+.gs-finding { padding: 6px 0; border-top: 1px solid var(--border); }
+.gs-finding:first-child { border-top: 0; }
+.gs-finding-head { display: flex; gap: 8px; align-items: baseline; min-width: 0; }
+.gs-kind { flex: none; font-size: 11px; font-weight: 600; color: var(--error-fg); background: var(--error-bg);
+  border-radius: 10px; padding: 0 8px; }
+.gs-finding-what { font: inherit; font-weight: 600; color: var(--accent); background: none; border: 0; padding: 0;
+  cursor: pointer; text-align: left; overflow-wrap: anywhere; min-width: 0; }
+.gs-finding dl { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 12px; margin: 4px 0 0; }
+.gs-finding dt { color: var(--muted); }
+.gs-finding dd { margin: 0; overflow-wrap: anywhere; min-width: 0; }
+.gs-finding .gs-concerns { display: flex; flex-wrap: wrap; gap: 0 14px; }
+.gs-rule { background: var(--bg); border: 1px solid var(--border); border-radius: 4px; padding: 0 4px; overflow-wrap: anywhere; }
+.gs-copy { font: inherit; color: var(--accent); background: var(--bg); border: 1px solid var(--border); border-radius: 4px;
+  padding: 0 6px; cursor: pointer; }
+.gs-edge[data-finding=true] .gs-edge-line { stroke: var(--accent); stroke-width: 4; }
 .gs-export ul { margin: 0; padding-left: 20px; }
 .gs-export a { color: var(--accent); }
 .gs-empty { max-width: 680px; }

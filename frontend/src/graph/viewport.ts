@@ -86,6 +86,13 @@ export class Viewport {
     this.apply();
   }
 
+  /** Moves the view, at its zoom, so that (x, y) in layout coordinates is its centre. */
+  centreOn(x: number, y: number): void {
+    this.moved = true;
+    this.box = { ...this.box, x: x - this.box.width / 2, y: y - this.box.height / 2 };
+    this.apply();
+  }
+
   pan(dx: number, dy: number): void {
     this.moved = true;
     this.box = { ...this.box, x: this.box.x + dx, y: this.box.y + dy };

@@ -1,7 +1,8 @@
-// Violations and anomalies, one row per distinct event with the step it was
-// first seen (and how often it was seen); a button jumps the step slider there.
-// Names and messages are escaped and ellipsised (full text on hover): the
-// table keeps the page's width whatever the logs say.
+// Anomalies (and steps skipped or lost), one row per distinct event with the
+// step it was first seen (and how often it was seen); a button jumps the step
+// slider there. Violations have their own panel (violationsList.ts: what
+// `check` prints). Names and messages are escaped and ellipsised (full text on
+// hover): the table keeps the page's width whatever the logs say.
 
 import type { GradEvent } from "../api";
 import { h } from "../dom";
@@ -36,12 +37,13 @@ const COLUMNS: [string, string][] = [
   ["concerns", "gs-col-concerns"], ["message", "gs-col-message"], ["times seen", "gs-col-count"],
 ];
 
+/** The events that are not violations (those are the Violations panel's). */
 export function renderEvents(events: GradEvent[], onJump: (step: number) => void): HTMLElement {
-  const section = h("section", { className: "gs-events", attrs: { id: "gs-events", "aria-label": "events" } },
-    h("h2", {}, "Violations and anomalies"));
-  const groups = groupEvents(events);
+  const section = h("section", { className: "gs-events", attrs: { id: "gs-events", "aria-label": "anomalies" } },
+    h("h2", {}, "Anomalies ", h("span", { className: "gs-muted" }, "— target/online pairs, skipped and lost steps")));
+  const groups = groupEvents(events.filter((e) => e.type !== "violation"));
   if (groups.length === 0) {
-    section.append(h("p", { className: "gs-muted", attrs: { id: "gs-events-empty" } }, "No violation or anomaly recorded in this run."));
+    section.append(h("p", { className: "gs-muted", attrs: { id: "gs-events-empty" } }, "No anomaly recorded or derived in this run."));
     return section;
   }
   const rows = groups.map(({ first, count }) => {

@@ -6,7 +6,7 @@
 
 import type { FlowGraph } from "../api";
 import { h, replaceChildren } from "../dom";
-import { type FoldedEdge, type FoldedGraph, foldGraph, maxScopeDepth, readableDepth } from "../graph/fold";
+import { type FoldedEdge, type FoldedGraph, foldGraph, foldId, maxScopeDepth, readableDepth } from "../graph/fold";
 import { type Layout, layoutGraph, nodeText } from "../graph/layout";
 import { type Box, Viewport } from "../graph/viewport";
 import { escapeName, shortName } from "../names";
@@ -85,6 +85,31 @@ export class ScopeGraphView {
   setStates(stateOf: StateOf): void {
     this.stateOf = stateOf;
     this.highlight();
+  }
+
+  /**
+   * Shows what a finding names: highlights `loss`'s path and marks the edge
+   * `edge` ("critic/l2 -> loss:actor", a FlowGraph edge) as folded at the shown
+   * depth, centred in the view. Returns whether the edge is drawn.
+   */
+  showFinding(loss: string, edge: string): boolean {
+    if (loss !== "" && Array.from(this.lossSelect.options).some((o) => o.value === loss)) {
+      this.lossSelect.value = loss;
+      this.highlight();
+    }
+    for (const element of this.edgeElements.values()) element.removeAttribute("data-finding");
+    const named = this.graph.edges.find((e) => `${e.src} -> ${e.dst}` === edge);
+    if (named === undefined) return false;
+    const kindOf = new Map(this.graph.nodes.map((n) => [n.id, n.kind]));
+    const depth = this.folded.depth;
+    const id = `${foldId(named.src, kindOf.get(named.src), depth)}\u0000${foldId(named.dst, kindOf.get(named.dst), depth)}`;
+    const element = this.edgeElements.get(id);
+    if (element === undefined) return false;
+    element.setAttribute("data-finding", "true");
+    const points = this.layout.edges.get(id)?.points ?? [];
+    const mid = points[Math.floor(points.length / 2)];
+    if (mid !== undefined) this.viewport?.centreOn(mid.x, mid.y);
+    return true;
   }
 
   private refold(): void {

@@ -26,6 +26,7 @@ export class Toolbar {
   private readonly slider: HTMLInputElement;
   private readonly stepLabel: HTMLOutputElement;
   private readonly status: HTMLElement;
+  private readonly filterInput: HTMLInputElement;
   private readonly filterCount = h("span", { className: "gs-muted", attrs: { id: "gs-filter-count", "aria-live": "polite" } });
   private steps: number[] = [];
   private filterTimer: number | undefined;
@@ -52,6 +53,10 @@ export class Toolbar {
     });
     this.stepLabel = h("output", { className: "gs-step-label", attrs: { for: "gs-step", "aria-live": "polite" } });
     this.status = h("span", { className: "gs-status", attrs: { role: "status" } });
+    this.filterInput = h("input", {
+      attrs: { id: "gs-filter", type: "search", placeholder: "text in a name", autocomplete: "off" },
+      on: { input: () => this.filterSoon(handlers, this.filterInput.value) },
+    });
     this.element = h(
       "header",
       { className: "gs-toolbar" },
@@ -60,10 +65,7 @@ export class Toolbar {
       h("label", {}, "Compare with", this.compareSelect),
       h("label", {}, "Step", this.slider, this.stepLabel),
       h("button", { attrs: { type: "button", id: "gs-refresh" }, on: { click: handlers.onRefresh } }, "Refresh"),
-      h("label", {}, "Filter scopes", h("input", {
-        attrs: { id: "gs-filter", type: "search", placeholder: "text in a name", autocomplete: "off" },
-        on: { input: (event) => this.filterSoon(handlers, (event.target as HTMLInputElement).value) },
-      }), this.filterCount),
+      h("label", {}, "Filter scopes", this.filterInput, this.filterCount),
       this.status,
     );
   }
@@ -104,6 +106,12 @@ export class Toolbar {
   private filterSoon(handlers: ToolbarHandlers, query: string): void {
     window.clearTimeout(this.filterTimer);
     this.filterTimer = window.setTimeout(() => handlers.onFilter(query), FILTER_DELAY_MS);
+  }
+
+  /** Empties the scope filter (a finding must show a scope the filter hides). */
+  clearFilter(): void {
+    window.clearTimeout(this.filterTimer);
+    this.filterInput.value = "";
   }
 
   /** How many scopes the filter matches, or nothing when there is no filter. */

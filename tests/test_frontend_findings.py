@@ -1,0 +1,233 @@
+"""The tab's Findings and Violations panels say what the command line says.
+
+For every run of the committed demo_logs/, the Findings panel lists what
+`tb-gradscope doctor` finds (kind, where, evidence, why, fix, rule, in doctor's
+words) and the Violations panel what `tb-gradscope check` prints (each
+violation marked recorded or evaluated, the same line). Both commands run
+in-process on the same logdir. A finding selects its cell and edge when
+clicked and copies its rule; a run without a FlowGraph says what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from typing import Any, Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page
+
+pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
+
+from tb_gradscope.commands import check, doctor
+from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read import violations as violations_lib
+from tb_gradscope.read.findings import diagnose
+from tests.frontend_fixtures import DEMO_LOGS, TensorBoard, demo_log_runs
+from tests.frontend_logs import EAGER_RULES
+from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, watch
+
+pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytestmark = pytest.mark.browser
+
+# What the panels show, one object per finding / violation, read from the DOM.
+READ_FINDINGS = """run => {
+  const panel = document.querySelector('#gs-findings');
+  if (panel === null || panel.dataset.run !== run) return null;
+  return Array.from(panel.querySelectorAll('.gs-finding'), (li) => {
+    const field = (name) => li.querySelector(`dd[data-field="${name}"]`).textContent;
+    return {
+      kind: li.querySelector('.gs-kind').textContent, what: li.querySelector('.gs-finding-what').textContent,
+      loss: li.dataset.loss, scope: li.dataset.scope, pair: li.dataset.pair, edge: li.dataset.edge,
+      where: field('where'), evidence: field('evidence'), why: field('why'), fix: field('fix'),
+      rule: li.querySelector('.gs-rule')?.textContent ?? '',
+    };
+  });
+}"""
+READ_VIOLATIONS = """run => {
+  const panel = document.querySelector('#gs-violations');
+  if (panel === null || panel.dataset.run !== run) return null;
+  return Array.from(panel.querySelectorAll('tbody tr'), (tr) => {
+    const cells = tr.querySelectorAll('td');
+    return {
+      name: tr.dataset.name, step: Number(tr.dataset.step), source: tr.dataset.source,
+      loss: tr.dataset.loss, scope: tr.dataset.scope, pair: tr.dataset.pair,
+      step_text: cells[0].textContent, source_text: cells[1].textContent, name_text: cells[2].textContent,
+      message: tr.querySelector('.gs-message').textContent,
+      evidence: tr.querySelector('.gs-evidence')?.textContent ?? '', seen: cells[5].textContent,
+    };
+  });
+}"""
+
+
+def _doctor_text(run: str, found: list) -> list[dict[str, str]]:
+    """doctor's text output for a run, one {field: text} per finding."""
+    entries: list[dict[str, str]] = []
+    for line in doctor.render_run(run, found).splitlines()[1:]:
+        if line and line[0].isdigit():
+            entries.append({"head": line.split(". ", 1)[1]})
+        elif line.startswith("   "):
+            key, _, value = line.strip().partition(":")
+            entries[-1][key] = value.strip()
+    return entries
+
+
+@pytest.fixture(scope="module")
+def command_line() -> dict[str, dict[str, Any]]:
+    """Per demo run: doctor's and check's JSON entries and text, computed in-process."""
+    out, err = io.StringIO(), io.StringIO()
+    doctor.run(argparse.Namespace(logdir=str(DEMO_LOGS), run_name=None, format="json"), out=out, err=err)
+    found_json = {entry["run"]: entry["findings"] for entry in json.loads(out.getvalue())["runs"]}
+    out = io.StringIO()
+    check.run(argparse.Namespace(logdir=str(DEMO_LOGS), rules=None, run_name=None, format="json"), out=out, err=err)
+    checked_json = {entry["run"]: entry for entry in json.loads(out.getvalue())["runs"]}
+    answers = {}
+    for logs in logs_lib.load_logdir(str(DEMO_LOGS)):
+        found = diagnose(doctor.records_of(logs))
+        lines = [check.format_violation(v) for v in violations_lib.check_run(logs).violations]
+        answers[logs.run] = {
+            "findings": found_json[logs.run], "doctor_text": _doctor_text(logs.run, found),
+            "check": checked_json[logs.run], "check_lines": lines,
+        }
+    return answers
+
+
+@pytest.fixture(scope="module")
+def demo_page(browser: Browser, demo_logs_tensorboard: TensorBoard) -> Iterator[tuple[Page, list[str]]]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        problems = watch(page)
+        page.goto(demo_logs_tensorboard.url + ENTRY)
+        page.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
+        yield page, problems
+    finally:
+        context.close()
+
+
+def _open(page: Page, run: str) -> None:
+    page.locator("#gs-run").select_option(value=run)
+    page.wait_for_function("run => document.querySelector('#gs-findings')?.dataset.run === run", arg=run)
+    page.wait_for_function("run => document.querySelector('#gs-violations')?.dataset.run === run", arg=run)
+
+
+def _line(run: str, shown: dict[str, Any]) -> str:
+    """The line `check` would print for a violation, rebuilt from what the panel shows."""
+    line = f"{run}  step {shown['step_text']}  {shown['name_text']}  {shown['message']}"
+    if shown["evidence"]:
+        line += f"  {shown['evidence']}"
+    if shown["seen"] != "1 step":
+        line += f"  ({shown['seen']})"
+    if shown["source_text"] == "recorded":
+        line += "  (recorded)"
+    return line
+
+
+@pytest.mark.slow  # a TensorBoard of its own, 13 runs
+def test_findings_panel_shows_what_doctor_finds_on_every_demo_run(demo_page, command_line) -> None:
+    page, problems = demo_page
+    leaky_with_findings = 0
+    for run in demo_log_runs():
+        _open(page, run)
+        shown = page.evaluate(READ_FINDINGS, run)
+        expected = command_line[run]["findings"]
+        keys = ("kind", "loss", "scope", "pair", "edge", "rule", "fix", "why", "what")
+        assert [{k: s[k] for k in keys} for s in shown] == [{k: f[k] for k in keys} for f in expected], run
+        texts = command_line[run]["doctor_text"]
+        assert [s["evidence"] for s in shown] == [t["evidence"] for t in texts], run
+        assert [f"[{s['kind']}] {s['what']}" for s in shown] == [t["head"] for t in texts], run
+        if expected:
+            leaky_with_findings += 1
+        else:
+            assert page.locator("#gs-findings-empty").is_visible(), run
+    assert leaky_with_findings == 6
+    assert problems == [], problems
+
+
+@pytest.mark.slow  # a TensorBoard of its own, 13 runs
+def test_violations_panel_shows_what_check_prints_on_every_demo_run(demo_page, command_line) -> None:
+    page, problems = demo_page
+    sources = set()
+    for run in demo_log_runs():
+        _open(page, run)
+        shown = page.evaluate(READ_VIOLATIONS, run)
+        printed = command_line[run]["check"]
+        keys = ("name", "step", "source", "loss", "scope", "pair")
+        assert [{k: s[k] for k in keys} for s in shown] == [{k: v[k] for k in keys} for v in printed["violations"]], run
+        assert [s["message"] for s in shown] == [v["message"] for v in printed["violations"]], run
+        assert [_line(run, s) for s in shown] == command_line[run]["check_lines"], run
+        rules = page.locator("#gs-violations-rules code").all_text_contents()
+        assert rules == printed["rules"], run
+        assert page.locator("#gs-violations [data-warning]").all_text_contents() == printed["warnings"], run
+        if not printed["violations"]:
+            assert page.locator("#gs-violations-empty").is_visible(), run
+        sources |= {s["source"] for s in shown}
+    # Both kinds occur: violations recorded while training, and tracks rules evaluated over the drift.
+    assert sources == {"recorded", "evaluated"}
+    assert problems == [], problems
+
+
+@pytest.mark.slow
+def test_clicking_a_finding_selects_its_cell_and_marks_its_edge(demo_page, command_line, artifacts) -> None:
+    page, problems = demo_page
+    run = "multihead/leaky"
+    (finding,) = command_line[run]["findings"]
+    _open(page, run)
+    # Fold what the finding names away, and filter it out: the click must bring it back.
+    page.locator("#gs-filter").fill("layer2_2")
+    page.wait_for_function("() => document.querySelector('#gs-filter-count').textContent !== ''")
+    assert page.locator(f'.gs-cell[data-scope="{css(finding["scope"])}"]').count() == 0
+    page.locator(".gs-finding-what").click()
+    cell = page.locator(f'.gs-cell[data-loss="{css(finding["loss"])}"][data-scope="{css(finding["scope"])}"]')
+    cell.wait_for()
+    assert cell.get_attribute("aria-pressed") == "true"
+    assert page.locator("#gs-filter").input_value() == ""
+    assert page.locator('#gs-details dd[data-field="scope"]').text_content() == finding["scope"]
+    assert page.locator('#gs-details dd[data-field="loss"]').text_content() == finding["loss"]
+    src, dst = finding["edge"].split(" -> ")
+    edge = page.locator('.gs-edge[data-finding="true"]')
+    assert edge.count() == 1
+    assert (edge.get_attribute("data-src"), edge.get_attribute("data-dst")) == (src, dst)
+    assert page.locator("#gs-graph-loss").input_value() == finding["loss"]
+    _open(page, "dqn/leaky")
+    screenshot(page.locator("#gs-findings"), artifacts, "gradscope-findings.png")
+    screenshot(page.locator("#gs-violations"), artifacts, "gradscope-violations.png")
+    assert problems == [], problems
+
+
+@pytest.mark.slow
+def test_copy_rule_button_puts_the_rule_on_the_clipboard(browser: Browser, demo_logs_tensorboard: TensorBoard,
+                                                         command_line) -> None:
+    run = "actor_critic/leaky"
+    (finding,) = command_line[run]["findings"]
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=demo_logs_tensorboard.url)
+        page = context.new_page()
+        problems = watch(page)
+        page.goto(demo_logs_tensorboard.url + ENTRY)
+        page.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
+        _open(page, run)
+        page.locator(".gs-copy").click()
+        page.locator(".gs-copy-status", has_text="copied").wait_for()
+        assert page.evaluate("() => navigator.clipboard.readText()") == finding["rule"] == "blocked(actor, ac/critic/*)"
+        assert problems == [], problems
+    finally:
+        context.close()
+
+
+def test_eager_run_says_what_is_missing_and_how_to_get_it(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    answer = tensorboard.json("violations", run="eager")
+    assert answer["rules"] == list(EAGER_RULES)
+    tab = open_tab(run="eager")
+    panel = tab.frame.locator('#gs-violations[data-run="eager"]')
+    panel.wait_for()
+    (warning,) = panel.locator("[data-warning]").all_text_contents()
+    assert warning == violations_lib.NO_FLOWGRAPH.format(run="eager")
+    assert "rec.analyze(step_fn, *example_args)" in warning
+    row = panel.locator(f'tr[data-name="{css("tracks(target, online)")}"]')
+    assert row.get_attribute("data-source") == "evaluated"
+    assert "declare the pair to the Recorder" in row.locator(".gs-message").text_content()
+    tab.frame.locator('#gs-findings[data-run="eager"]').wait_for()
+    tab.assert_clean()
