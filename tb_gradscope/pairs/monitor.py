@@ -25,6 +25,7 @@ from tb_gradscope.pairs import drift as drift_lib
 from tb_gradscope.pairs import naming
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record import distribute
+from tb_gradscope.record.emit import recorded_only
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError, SummarySink
@@ -137,7 +138,7 @@ class DriftMonitor(tf.Module):
         if not self._disabled:
             try:
                 current = tf.cast(self.step if step is None else step, tf.int64)
-                tf.cond(self._any_due(current), lambda: self._work_fn(current), lambda: tf.constant(False))
+                recorded_only(self._any_due(current), lambda: self._work_fn(current), lambda: tf.constant(False))
             except NoWriterError:
                 raise
             except Exception as e:  # monitoring must never break the training loop

@@ -11,11 +11,13 @@ recorder's sink *before* `on_violation` is applied, so a raise never loses them.
   (autograph re-raises it as the same type, with its context added), before
   any step runs.
 - Recorded steps, eagerly: the tables are EagerTensors; checked on the spot.
-- Recorded steps, inside `tf.function`: a `tf.py_function` under the
-  recorded-step `tf.cond` hands the tables to the checker and returns the
-  violations as JSON blobs, which the graph writes through the sink. It reads
-  tables only (training values are untouched) and runs at recorded steps only;
-  the step waits for it there. Under "raise" a second callback raises after
+- Recorded steps, inside `tf.function`: the graph first tests the rows a rule
+  constrains (`rule_gate`: did one get a gradient?); only then a
+  `tf.py_function` hands the tables to the checker and returns the violations
+  as JSON blobs, which the graph writes through the sink. It reads tables only
+  (training values are untouched) and runs at recorded steps only, when a
+  rule may be broken; the step waits for it there. A `blocked` rule makes the
+  host check every recorded step. Under "raise" a second callback raises after
   the write and a flush: TensorFlow reports it as `tf.errors.UnknownError`
   whose message holds the FlowRuleViolation text. Inside
   `jit_compile=True` nothing is checked in the compiled step; `Recorder.write`
@@ -34,7 +36,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope import format as fmt
-from tb_gradscope.record.emit import Emitter
+from tb_gradscope.record import rule_gate
+from tb_gradscope.record.emit import Emitter, recorded_only
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
 from tb_gradscope.rules.policy import LOG, POLICIES, RAISE
@@ -131,9 +134,14 @@ class RuleSteps:
                 self._write_now(events, int(step.numpy()), STEP_EVENTS)
                 apply_policy(events, self.on_violation)
             return
-        self._in_graph(check, step, record, tensors)
+        watched = rule_gate.watched_rows(self.checker.rules, names, scopes)
+        hit = tf.constant(True) if watched is None else rule_gate.any_hit(grads, watched)
+        if hit is not None:
+            recorded_only(tf.logical_and(record, hit), lambda: self._in_graph(check, step, tensors), lambda: tf.constant(False))
 
-    def _in_graph(self, check, step: tf.Tensor, record: tf.Tensor, tensors: list) -> None:
+    def _in_graph(self, check, step: tf.Tensor, tensors: list) -> tf.Tensor:
+        """The host check of a step whose tables may break a rule: writes the
+        violations and, under "raise", raises after writing and flushing them."""
         pending: list[fmt.Event] = []
 
         def host(step_value, *arrays):
@@ -143,12 +151,8 @@ class RuleSteps:
             pending[:] = events
             return np.asarray([fmt.encode_json(e.to_json()) for e in events], dtype=object)
 
-        def run_host():
-            out = tf.py_function(host, [step, *tensors], tf.string)
-            out.set_shape([None])
-            return out
-
-        blobs = tf.cond(record, run_host, lambda: tf.zeros([0], tf.string))
+        blobs = tf.py_function(host, [step, *tensors], tf.string)
+        blobs.set_shape([None])
         found = tf.size(blobs) > 0
         tag, meta = self.emitter.metadata(fmt.Kind.EVENTS, STEP_EVENTS, ())
         written = self.emitter.sink.write(tag, meta, blobs, step, found)
@@ -164,7 +168,8 @@ class RuleSteps:
                     return tf.py_function(stop, [step], tf.bool)
 
             with tf.control_dependencies([written]):
-                tf.cond(found, flush_then_stop, lambda: tf.constant(False))
+                written = tf.cond(found, flush_then_stop, lambda: tf.constant(False))
+        return tf.identity(written)
 
     # ----- internals -------------------------------------------------------
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tb_gradscope.record import losses as losses_lib
 from tb_gradscope.record import stats
+from tb_gradscope.record.emit import recorded_only
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.reductions import in_xla
@@ -81,7 +82,7 @@ def snapshot_if_recording(
         empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
     else:
         empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
-    copies = tf.cond(record, lambda: stats.snapshot(variables), empty) if variables else []
+    copies = recorded_only(record, lambda: stats.snapshot(variables), empty) if variables else []
     before: list[Any] = [None] * len(vlayout.variables)
     for i, copy in zip(handed, copies):
         before[i] = copy

@@ -56,7 +56,9 @@ class RecorderState:
         """(step value, is it a recorded step), read once per traced step.
 
         Inside a graph the pair is kept until `advance` (one read and one
-        floormod per step however many records the step writes).
+        floormod per step however many records the step writes). In a
+        `Recorder.function`'s recorded variant the predicate is the constant
+        True, so every gate on it folds away at trace time (`recorded_only`).
         """
         if tf.executing_eagerly():
             value = step.read_value()
@@ -64,7 +66,10 @@ class RecorderState:
         graph = tf.compat.v1.get_default_graph()
         if graph not in self._now:
             value = step.read_value()
-            self._now[graph] = (value, tf.equal(tf.math.floormod(value, self.every), 0))
+            if self.variants.recorded():  # run by the host at recorded steps only
+                self._now[graph] = (value, tf.constant(True))
+            else:
+                self._now[graph] = (value, tf.equal(tf.math.floormod(value, self.every), 0))
         return self._now[graph]
 
     def advanced(self) -> None:
@@ -74,6 +79,7 @@ class RecorderState:
             self.eager_moves += 1
         else:
             self._now.pop(tf.compat.v1.get_default_graph(), None)
+            self.variants.note_advance()
 
     def should_record(self, step: tf.Variable) -> tf.Tensor:
         return self.now(step)[1]

@@ -5,8 +5,9 @@ whether to record: a read of the step counter, a floormod and a branch op per
 recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step).
 `Recorder.function(fn)` traces `fn` up to four times instead:
 
-- `recorded`: the one-trace graph (recording gated in the graph, as always),
-  run at steps where something is due: gradient stats, or a pair's drift;
+- `recorded`: the one-trace graph, traced knowing that gradient stats are due
+  (no in-graph gate on them; a pair's drift after `apply` is still gated in
+  the graph), run at recorded steps;
 - `plain`: every recorder call passes through (`rec.gradients` is
   `tape.gradient` of the losses' sum, `rec.apply` is `apply_gradients` and the
   step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
@@ -16,13 +17,17 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
 - `snapshot`: `plain` whose `record_drift()` copies the pairs' variables, run at
   the step before a drift step (drift compares a step with the one before).
 
-The host knows the step without reading the counter: every variant returns the
-counter's value before and after the step, so the wrapper keeps count. The
-first call always runs `recorded` (it traces and analyzes the step, and checks
-the rules before any step runs). When the counter changed outside the wrapped
-step (an assign, a checkpoint restore), the next call sees it in the value it
-returns; the wrapper warns once if that call skipped a step that was due, and
-keeps count from the value read.
+The host knows the step without reading the counter at most steps: every
+variant returns the counter's value before and after the step, so the wrapper
+keeps count. `recorded` is traced knowing it runs at a recorded step: its
+recording has no in-graph gate (no step read, floormod or branch op per
+record), so the wrapper reads the counter on the host before running it (at
+recorded steps only, and at the first call, which traces `recorded` whatever
+it runs: that trace analyzes the step and checks the rules before any step
+runs). When the counter changed outside the wrapped step (an assign, a
+checkpoint restore), the next call sees it in the value it returns (or the
+read); the wrapper warns once if a step that was due ran unrecorded, and keeps
+count from the value read.
 
 The variant a recorder call belongs to is the graph being traced: its own, or a
 `tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
@@ -51,28 +56,60 @@ class Variants:
 
     def __init__(self) -> None:
         self._modes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._advances: int | None = None  # step advances traced so far in the variant being traced
+        self._offsets: set[int] = set()  # advances traced before `record_drift`, over every variant's trace
 
     @contextlib.contextmanager
     def tracing(self, mode: str) -> Iterator[None]:
         """Marks the graph being traced (the variant's FuncGraph) as `mode`."""
         graph = tf.compat.v1.get_default_graph()
         self._modes[graph] = mode
+        self._advances = 0
         try:
             yield
         finally:
             self._modes.pop(graph, None)
+            self._advances = None
+
+    def note_advance(self) -> None:
+        """The step's counter advance is being traced (by `apply`, `advance` or
+        a `training_step()` block's exit)."""
+        if self._advances is not None:
+            self._advances += 1
+
+    def note_drift(self) -> None:
+        """`record_drift` is being traced: it sees the counter after this many advances."""
+        if self._advances is not None:
+            self._offsets.add(self._advances)
+
+    def drift_offset(self) -> int | None:
+        """By how much the step `record_drift` sees exceeds the step a call
+        starts at (1 after `apply`, 0 inside a `training_step()` block), when
+        every traced variant agrees; None before any was traced."""
+        return next(iter(self._offsets)) if len(self._offsets) == 1 else None
 
     def mode(self) -> str | None:
         """PLAIN, SNAPSHOT or DRIFT inside such a variant's graph (or a
         control-flow branch of it); None everywhere else, where the recorder
         records."""
+        mode = self._traced_as()
+        return None if mode == RECORDED else mode
+
+    def recorded(self) -> bool:
+        """Whether the graph being traced is a `recorded` variant (or a
+        control-flow branch of it), which the host runs only at recorded steps:
+        its recording needs no in-graph gate. Not under tf.distribute, whose
+        replicas keep the one-trace gating."""
+        return self._traced_as() == RECORDED and not tf.distribute.has_strategy()
+
+    def _traced_as(self) -> str | None:
         if not self._modes or tf.executing_eagerly():
             return None
         graph = tf.compat.v1.get_default_graph()
         while graph is not None:
             mode = self._modes.get(graph)
             if mode is not None:
-                return None if mode == RECORDED else mode
+                return mode
             if not isinstance(graph, ControlFlowFuncGraph):
                 return None
             graph = getattr(graph, "outer_graph", None)
@@ -116,19 +153,24 @@ class StepFunction:
         return variant
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        state = self._recorder._s  # noqa: SLF001
+        recorder = self._recorder
+        state = recorder._s  # noqa: SLF001
         if state.eager_moves != self._moves:  # the recorder moved the step eagerly since
             self._moves, self._next = state.eager_moves, None
         expected = self._next
-        if expected is None:
-            mode = RECORDED
-        elif state.disabled:
-            mode = PLAIN
-        else:
-            mode = self._recorder.due_at(expected)
+        first = expected is None
+        if first or (not state.disabled and recorder.due_at(expected) == RECORDED):
+            # The recorded variant records without an in-graph gate: run it only
+            # at a step read on the host (a read at recorded steps only).
+            expected = int(recorder.step.numpy())
+        if first:
+            # The first call traces the recorded variant, which analyzes the
+            # step and checks the rules, even when it does not run it.
+            self._variants[RECORDED].get_concrete_function(*args, **kwargs)
+        mode = PLAIN if state.disabled else recorder.due_at(expected)
         out, before, after = self._variants[mode](*args, **kwargs)
         ran = int(before)
-        if expected is not None and ran != expected:
+        if ran != expected:
             self._moved_outside(expected, ran, mode)
         self._next = int(after)
         return out
