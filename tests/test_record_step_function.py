@@ -156,6 +156,19 @@ def test_host_picks_the_variant_by_step(tmp_path):
                       23: "snapshot", 24: "drift", 25: "drift"}
 
 
+def test_traced_step_tells_the_host_which_step_record_drift_sees(tmp_path):
+    """After `apply`, record_drift sees the next step; inside a training_step()
+    block, the call's own: no variant runs for a drift that cannot be due."""
+    dqn, _, _ = _dqn(str(tmp_path / "dqn"), wrap=True, steps=3)  # every 4, hard copy every 6
+    assert {s: dqn.due_at(s) for s in range(1, 12)} == {
+        1: "plain", 2: "snapshot", 3: "drift", 4: "recorded", 5: "drift", 6: "snapshot", 7: "drift",
+        8: "recorded", 9: "plain", 10: "snapshot", 11: "drift"}
+    ddpg, _, _ = _ddpg(str(tmp_path / "ddpg"), wrap=True, steps=3)  # every 5, Polyak pairs
+    assert {s: ddpg.due_at(s) for s in range(1, 11)} == {
+        1: "plain", 2: "plain", 3: "plain", 4: "snapshot", 5: "recorded", 6: "plain", 7: "plain", 8: "plain",
+        9: "snapshot", 10: "recorded"}
+
+
 def test_trace_time_rule_violation_raises_at_the_first_call(tmp_path):
     with pytest.raises(rules.FlowRuleViolation, match=r"never\(td, online/\*\)"):
         _dqn(str(tmp_path), wrap=True, steps=3, rule="never(td, online/*)", on_violation="raise")

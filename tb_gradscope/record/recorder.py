@@ -296,6 +296,7 @@ class Recorder(tf.Module):
             result = optimizer.apply_gradients(pairs)
             if block is None:
                 self.step.assign_add(1)
+                self._s.advanced()
             return result
         before = None
         if not self._s.disabled:
@@ -389,15 +390,24 @@ class Recorder(tf.Module):
 
     def due_at(self, step: int) -> str:
         """The variant a `Recorder.function` step starting at `step` runs:
-        "recorded" (gradient stats due), "drift" (a pair's drift due at this
-        step or, after `apply`, the next), "snapshot" (the step before that),
-        or "plain" (nothing due)."""
+        "recorded" (gradient stats due), "drift" (a pair's drift due at the
+        step `record_drift` sees), "snapshot" (due at the step after it), or
+        "plain" (nothing due). `record_drift` sees `step + 1` after `apply`,
+        `step` inside a `training_step()` block: known once the step was
+        traced; before, both are taken as due."""
         monitor = self._s.monitor
         if step % self._s.every == 0:
             return RECORDED
-        if monitor is not None and (monitor.due_at(step) or monitor.due_at(step + 1)):
+        if monitor is None:
+            return PLAIN
+        seen = self._s.variants.drift_offset()
+        if seen is not None:  # record_drift sees `step + seen` (learned when the step was traced)
+            if monitor.due_at(step + seen):
+                return DRIFT
+            return SNAPSHOT if monitor.due_at(step + seen + 1) else PLAIN
+        if monitor.due_at(step) or monitor.due_at(step + 1):
             return DRIFT
-        if monitor is not None and monitor.due_at(step + 2):
+        if monitor.due_at(step + 2):
             return SNAPSHOT
         return PLAIN
 
@@ -419,6 +429,7 @@ class Recorder(tf.Module):
         """Records the drift of `pairs` at `step`: call once per training step,
         after `apply` and after the target update (see the class docstring)."""
         mode = self._s.variants.mode()
+        self._s.variants.note_drift()
         if self._s.monitor is None or mode == PLAIN:
             return
         if mode == SNAPSHOT:
