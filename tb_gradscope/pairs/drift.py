@@ -102,7 +102,7 @@ def variable_sums(
     A handful of ops whatever the number of variables.
     """
     t, o, tp, op = (tf.cast(x, tf.float64) for x in (target, online, prev_target, prev_online))
-    ids = tf.repeat(tf.range(len(sizes)), tf.constant(list(sizes), tf.int32))
+    ids = tf.constant(np.repeat(np.arange(len(sizes), dtype=np.int32), list(sizes)))
     d, a, b, c, e = t - o, t - tp, o - tp, o - op, t - op
     products = (d * d, o * o, a * a, a * b, b * b, c * c, c * e, e * e)
     return tf.stack([tf.math.segment_sum(x, ids) for x in products], axis=1)

@@ -211,27 +211,37 @@ class DriftMonitor(tf.Module):
         return tf.reduce_any(tf.stack(due))
 
     def _work(self, step: tf.Tensor) -> tf.Tensor:
+        """Pairs sharing a schedule are recorded together: one branch and one
+        write for their tables (read before), one branch for their snapshots."""
+        groups: dict[int | None, list[_PairState]] = {}
         for state in self._states:
-            self._record_pair(state, step)
+            groups.setdefault(state.pair.every, []).append(state)
+        for states in groups.values():
+            pair = states[0].pair
+
+            def write(states=states) -> tf.Tensor:
+                records = [(s.tag, self._metadata_for(s), self._table(s, step), False) for s in states]
+                return self._sink.write_due(records, step)
+
+            def snapshot(states=states) -> tf.Tensor:
+                for state in states:
+                    self._snapshot(state, step)
+                return tf.constant(True)
+
+            done = recorded_only(self._due(step, pair), write, lambda: tf.constant(False))
+            with tf.control_dependencies([done]):
+                snapshot_due = self._due(step + 1, pair)
+            recorded_only(snapshot_due, snapshot, lambda: tf.constant(False))
         return tf.constant(True)
 
-    def _record_pair(self, state: _PairState, step: tf.Tensor) -> None:
-        pair = state.pair
-        written = [naming.variable_key(v) in self._written_set() for v in pair.target]
+    def _table(self, state: _PairState, step: tf.Tensor) -> tf.Tensor:
+        """The pair's DRIFT table at `step` (its snapshots are of `step - 1` or it has none)."""
+        written = [naming.variable_key(v) in self._written_set() for v in state.pair.target]
         counts = drift_lib.optimizer_var_counts(state.layout, written)
         have_previous = tf.equal(state.snap_step, step - 1)
-
-        def table() -> tf.Tensor:
-            return drift_lib.pair_table(
-                pair, state.rollup, state.prev_target, state.prev_online, have_previous, counts
-            )
-
-        done = self._sink.write(
-            state.tag, self._metadata_for(state), table, step, self._due(step, pair)
+        return drift_lib.pair_table(
+            state.pair, state.rollup, state.prev_target, state.prev_online, have_previous, counts
         )
-        with tf.control_dependencies([done]):
-            snapshot_due = self._due(step + 1, pair)
-        tf.cond(snapshot_due, lambda: self._snapshot(state, step), lambda: tf.constant(False))
 
     def _snapshot(self, state: _PairState, step: tf.Tensor) -> tf.Tensor:
         state.prev_target.assign(drift_lib.flatten(state.pair.target))

@@ -155,8 +155,13 @@ class RecorderState:
     def _snapshot_candidates(self) -> list[Any]:
         """The variables the loss recording branch copies: all recorded ones, inside
         a graph (a copy of a variable the optimizer does not write costs nothing:
-        it shares the buffer); none eagerly, under XLA or tf.distribute."""
+        it shares the buffer); none eagerly, under XLA or tf.distribute, nor
+        inside a `training_step()` block whose values before the step are
+        known (or taken at an eager block's entry): `apply` copies nothing there."""
         if tf.executing_eagerly() or in_xla() or tf.distribute.has_strategy():
+            return []
+        block = self.block
+        if block is not None and block.inside() and (block.eager or block.before is not None):
             return []
         return list(self.layout.vlayout.variables)
 
