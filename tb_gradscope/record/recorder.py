@@ -374,15 +374,16 @@ class Recorder(tf.Module):
               rec.apply(optimizer, rec.gradients(tape, losses, variables))
               rec.record_drift()
 
-        `fn` is traced up to four times: as a plain `tf.function` would be (run
-        at recorded steps, which record exactly as they do there), with every
+        `fn` is traced up to four times: as a plain `tf.function` would be, but
+        knowing the step is recorded (run at recorded steps, which record
+        exactly as they do there, without the in-graph gates), with every
         recorder call passing through (run at steps where nothing is due: no
         recording op at all, `gradients` is `tape.gradient` of the losses' sum,
         `apply` is `apply_gradients` and the step's advance), and that plain
         step plus drift's record, or plus the copy drift needs at the step
-        before a drift step. The
-        host picks by step, counted without reading `step` (see
-        `tb_gradscope.record.step_function`).
+        before a drift step. The host picks by step, counted from what the
+        step returns (`step` is read on the host only before a recorded step;
+        see `tb_gradscope.record.step_function`).
         """
         if fn is None:
             return lambda f: StepFunction(self, f, tf_function_kwargs)
