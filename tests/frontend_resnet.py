@@ -1,0 +1,111 @@
+"""A ResNet-50-sized run for the tab's scale tests (issue 23).
+
+A real `keras.applications.ResNet50(weights=None)` ("online", ~320 variables
+with its BatchNorm moving statistics) with an EMA twin ("target", updated by
+Polyak averaging of every weight, moving statistics included), a
+classification head and a BYOL-style predictor, trained on tiny random images
+under the real Recorder with two losses: `cls` (cross-entropy of the head) and
+`byol` (the predictor's output regressed onto the target's features, cut by
+`tf.stop_gradient`). The same losses go to a sibling run as plain scalars, so
+the Scalars tab has the same steps to draw. No leak: the target is cut and
+moves only by its average (random images and labels may still make the two
+losses pull some scopes apart, which `doctor` reports). Test modules load this file as a plugin
+(`pytest_plugins`) for its session fixture `resnet_tensorboard`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Iterator
+
+import pytest
+
+from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
+
+RUN = "resnet50/train"
+SCALARS_RUN = "resnet50/scalars"
+IMAGE = (32, 32, 3)
+BATCH = 4
+TAU = 0.01
+EVERY = 5
+STEPS = 21  # recorded at steps 0, 5, 10, 15, 20
+# Forward passes that settle the BatchNorm moving statistics before the EMA twin
+# is copied. From He-initialised weights they start far from the batch
+# statistics and move 1% a step (momentum 0.99) while the twin follows at
+# TAU of that: right after the copy the moving statistics alone would make the
+# twin drift ~0.8 from the online network.
+WARMUP = 200
+
+
+def train_resnet(logdir: pathlib.Path, steps: int = STEPS) -> None:
+    """Trains the online ResNet-50 and its EMA twin for `steps` steps into
+    logdir/RUN (gradscope records) and logdir/SCALARS_RUN (the losses)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tb_gradscope.pairs import pair_models
+    from tb_gradscope.record import Recorder
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    online = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg", input_shape=IMAGE, name="online")
+    target = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg", input_shape=IMAGE, name="target")
+    settle = tf.function(lambda x: online(x, training=True))
+    for _ in range(WARMUP):  # BatchNorm moving statistics near their steady state before the twin is copied
+        settle(rng.normal(size=(BATCH, *IMAGE)).astype("float32"))
+    target.set_weights(online.get_weights())
+    head = keras.Sequential([keras.Input((2048,)), keras.layers.Dense(10, name="logits")], name="head")
+    predictor = keras.Sequential([
+        keras.Input((2048,)), keras.layers.Dense(256, activation="relu", name="hidden"), keras.layers.Dense(2048, name="out"),
+    ], name="predictor")
+    optimizer = keras.optimizers.SGD(1e-3)
+    rec = Recorder(
+        logdir=str(logdir / RUN), every_n_steps=EVERY,
+        models={"online": online, "target": target, "head": head, "predictor": predictor},
+        pairs=[pair_models(target, online, tau=TAU)],
+        rules=["never(*, target/*)", f"tracks(target, online, tau={TAU})"],
+    )
+    variables = online.trainable_variables + head.trainable_variables + predictor.trainable_variables
+
+    @tf.function
+    def train_step(x, labels):
+        with rec.tape() as tape:
+            features = online(x, training=True)
+            logits = head(features)
+            cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+            anchor = tf.stop_gradient(tf.math.l2_normalize(target(x, training=False), axis=1))
+            guess = tf.math.l2_normalize(predictor(features), axis=1)
+            byol = tf.reduce_mean(tf.reduce_sum(tf.square(guess - anchor), axis=1))
+        grads_and_vars = rec.gradients(tape, {"cls": cls, "byol": byol}, variables)
+        rec.apply(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
+        for t, o in zip(target.weights, online.weights):
+            t.assign((1.0 - TAU) * t + TAU * o)
+        rec.record_drift()
+        return cls, byol
+
+    scalars = tf.summary.create_file_writer(str(logdir / SCALARS_RUN))
+    for step in range(steps):
+        x = rng.normal(size=(BATCH, *IMAGE)).astype("float32")
+        labels = rng.integers(0, 10, BATCH).astype("int32")
+        cls, byol = train_step(x, labels)
+        with scalars.as_default():
+            tf.summary.scalar("cls", cls, step=step)
+            tf.summary.scalar("byol", byol, step=step)
+    scalars.close()
+    rec.close()
+
+
+@pytest.fixture(scope="session")
+def resnet_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
+    """A TensorBoard of its own serving the ResNet-50 run and its scalars,
+    fully loaded (trains for a few minutes on two cores)."""
+    logdir = tmp_path_factory.mktemp("resnet50_logs")
+    train_resnet(logdir)
+    tb = start_tensorboard(logdir, tmp_path_factory.mktemp("tb_resnet50") / "stderr.txt")
+    try:
+        tb.wait_for_runs([RUN], timeout=120)
+        tb.wait_until_loaded([RUN])
+        yield tb
+    finally:
+        stop_tensorboard(tb.process)
