@@ -36,7 +36,7 @@ from tests import plugin_fixtures as pf
 from tests import providers
 
 PREFIX = "/data/plugin/gradscope/"
-ROUTES = ("runs", "run", "matrix", "series", "flowgraph", "drift", "events", "conflict")
+ROUTES = ("runs", "run", "matrix", "series", "flowgraph", "drift", "events", "conflict", "findings", "violations")
 STATIC = "static"  # the catch-all "/*" route
 MIN_REQUESTS = 500
 # Eight requests per example (generating an example costs more than a request): >= 520 per route.
@@ -52,6 +52,8 @@ VALID = {
     "drift": {"run": pf.MAIN_RUN},
     "events": {"run": pf.MAIN_RUN},
     "conflict": {"run": pf.MAIN_RUN},
+    "findings": {"run": pf.MAIN_RUN},
+    "violations": {"run": pf.MAIN_RUN},
 }
 SECRET = b"GRADSCOPE-SECRET-must-never-be-served\n"
 
