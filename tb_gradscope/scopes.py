@@ -160,3 +160,26 @@ def _leaf_for(name: str, spec: ScopeSpec) -> str:
 
 def _any_match(chain: Iterable[str], patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(s, p) for s in chain for p in patterns)
+
+
+# Words that mark a scope segment as a target/EMA copy or as the network it
+# follows (`target_net` / `eval_net`, `teacher` / `student`): shared by pair
+# detection on the write side and doctor's target scopes on the read side.
+TARGET_WORDS = frozenset(
+    {"target", "targets", "tgt", "targ", "tare", "ema", "avg", "average", "polyak",
+     "shadow", "slow", "teacher", "momentum"}
+)
+ONLINE_WORDS = frozenset(
+    {"online", "eval", "evaluate", "evaluation", "main", "behavior", "behaviour", "beh",
+     "local", "current", "student", "fast", "learner", "policy"}
+)
+_WORD = re.compile(r"[A-Za-z]+[0-9]*|[0-9]+")
+
+
+def segment_role(segment: str) -> tuple[str, str]:
+    """('target' | 'online' | '', the segment's words without role words) of a scope segment."""
+    tokens = [t.lower() for t in _WORD.findall(segment)]
+    kind = "target" if any(t in TARGET_WORDS for t in tokens) else (
+        "online" if any(t in ONLINE_WORDS for t in tokens) else "")
+    return kind, "_".join(t for t in tokens if t not in TARGET_WORDS and t not in ONLINE_WORDS)
+

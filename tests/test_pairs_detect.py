@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope.pairs import detect_pairs, pair_ema, pair_models, pair_prefixes
-from tb_gradscope.pairs.detect import role
+from tb_gradscope.scopes import segment_role as role
 
 
 def _tf1_net(scope: str, hidden: int = 5) -> list[tf.Variable]:

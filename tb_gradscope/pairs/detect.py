@@ -10,7 +10,6 @@ never considered.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 from tb_gradscope import scopes as scopes_lib
@@ -19,16 +18,6 @@ from tb_gradscope.pairs.pairs import EMA_ROOT, Pair, _common_root, _make_pair
 
 SEP = scopes_lib.SEPARATOR
 EMA_SUFFIX = "ExponentialMovingAverage"
-
-TARGET_WORDS = frozenset(
-    {"target", "targets", "tgt", "targ", "tare", "ema", "avg", "average", "polyak",
-     "shadow", "slow", "teacher", "momentum"}
-)
-ONLINE_WORDS = frozenset(
-    {"online", "eval", "evaluate", "evaluation", "main", "behavior", "behaviour", "beh",
-     "local", "current", "student", "fast", "learner", "policy"}
-)
-_TOKEN = re.compile(r"[A-Za-z]+[0-9]*|[0-9]+")
 
 
 def detect_pairs(
@@ -56,18 +45,6 @@ def detect_pairs(
     return found + ([ema] if ema is not None else [])
 
 
-def role(segment: str) -> tuple[str, str]:
-    """('target' | 'online' | '', base name without role words) of a scope segment."""
-    tokens = [t.lower() for t in _TOKEN.findall(segment)]
-    kind = ""
-    if any(t in TARGET_WORDS for t in tokens):
-        kind = "target"
-    elif any(t in ONLINE_WORDS for t in tokens):
-        kind = "online"
-    base = "_".join(t for t in tokens if t not in TARGET_WORDS and t not in ONLINE_WORDS)
-    return kind, base
-
-
 def _structure_pairs(named: Sequence[tuple[Any, str]]) -> list[Pair]:
     children: dict[str, dict[str, list[tuple[Any, str]]]] = {}
     for v, n in named:
@@ -82,7 +59,7 @@ def _structure_pairs(named: Sequence[tuple[Any, str]]) -> list[Pair]:
             continue
         kids = children[parent]
         for t_seg in sorted(kids):
-            t_kind, t_base = role(t_seg)
+            t_kind, t_base = scopes_lib.segment_role(t_seg)
             if t_kind != "target":
                 continue
             t_scope = f"{parent}{SEP}{t_seg}" if parent else t_seg
@@ -109,7 +86,7 @@ def _online_candidates(kids: dict[str, Any], t_seg: str, t_base: str) -> list[st
     """Siblings that could be `t_seg`'s online side, role-named ones first."""
     out = []
     for seg in sorted(kids):
-        kind, base = role(seg)
+        kind, base = scopes_lib.segment_role(seg)
         if seg != t_seg and kind != "target" and base == t_base:
             out.append((kind != "online", seg))
     return [seg for _, seg in sorted(out)]

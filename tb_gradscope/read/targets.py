@@ -12,22 +12,12 @@ these are; that module imports tensorflow, this one must not).
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Iterable, Sequence
 
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.read.records import RunRecords, within
 
 SEP = scopes_lib.SEPARATOR
-TARGET_WORDS = frozenset(
-    {"target", "targets", "tgt", "targ", "tare", "ema", "avg", "average", "polyak",
-     "shadow", "slow", "teacher", "momentum"}
-)
-ONLINE_WORDS = frozenset(
-    {"online", "eval", "evaluate", "evaluation", "main", "behavior", "behaviour", "beh",
-     "local", "current", "student", "fast", "learner", "policy"}
-)
-_TOKEN = re.compile(r"[A-Za-z]+[0-9]*|[0-9]+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +48,6 @@ def targets(records: RunRecords) -> list[Target]:
     return found
 
 
-def role(segment: str) -> tuple[str, str]:
-    """('target' | 'online' | '', the segment's words without role words)."""
-    tokens = [t.lower() for t in _TOKEN.findall(segment)]
-    kind = "target" if any(t in TARGET_WORDS for t in tokens) else (
-        "online" if any(t in ONLINE_WORDS for t in tokens) else "")
-    return kind, "_".join(t for t in tokens if t not in TARGET_WORDS and t not in ONLINE_WORDS)
-
-
 def by_name(scopes: Sequence[str]) -> list[Target]:
     """Target/online sibling scopes with the same sub-scopes, found by name."""
     children: dict[str, set[str]] = {}
@@ -79,7 +61,7 @@ def by_name(scopes: Sequence[str]) -> list[Target]:
             continue
         kids = sorted(children[parent])
         for seg in kids:
-            kind, base = role(seg)
+            kind, base = scopes_lib.segment_role(seg)
             if kind != "target":
                 continue
             root = _join(parent, seg)
@@ -94,7 +76,7 @@ def by_name(scopes: Sequence[str]) -> list[Target]:
 def _online_candidates(kids: Iterable[str], seg: str, base: str) -> list[str]:
     out = []
     for other in kids:
-        kind, other_base = role(other)
+        kind, other_base = scopes_lib.segment_role(other)
         if other != seg and kind != "target" and other_base == base:
             out.append((kind != "online", other))
     return [o for _, o in sorted(out)]
