@@ -49,6 +49,22 @@ class TensorGroup:
             parts = [tf.cast(self.tensors[i], dtype) for i in self.small]
             self.flat = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
             self.ids = tf.constant(np.repeat(np.arange(len(self.small), dtype=np.int32), [sizes[i] for i in self.small]))
+            # Sorted ids and no empty segment: TF's sorted segment kernels, ~3x
+            # faster than the unsorted ones on CPU, and bitwise the same sums
+            # (XLA has no kernel for them).
+            self._sorted = not in_xla() and all(sizes[i] > 0 for i in self.small)
+
+    def segment_sum(self, values: tf.Tensor) -> tf.Tensor:
+        """Per small tensor: the sum of `values` (aligned with `flat`)."""
+        if self._sorted:
+            return tf.math.segment_sum(values, self.ids)
+        return tf.math.unsorted_segment_sum(values, self.ids, len(self.small))
+
+    def segment_max(self, values: tf.Tensor) -> tf.Tensor:
+        """Per small tensor: the max of `values` (aligned with `flat`)."""
+        if self._sorted:
+            return tf.math.segment_max(values, self.ids)
+        return tf.math.unsorted_segment_max(values, self.ids, len(self.small))
 
     def reduce(
         self,
@@ -71,16 +87,16 @@ class TensorGroup:
         return tf.cast(tf.stack([tf.size(t, out_type=tf.int64) for t in self.tensors]), tf.float64)
 
     def sum_of_squares(self) -> tf.Tensor:
-        return self.reduce(sum_of_squares, lambda f, i, k: _segment_sum(tf.square(f), i, k))
+        return self.reduce(sum_of_squares, lambda f, i, k: self.segment_sum(tf.square(f)))
 
     def finite_stats(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """(max |v|, non-finite count, nonzero count) when every element is finite."""
         max_abs = self.reduce(
             lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
-            lambda f, i, k: tf.math.unsorted_segment_max(tf.abs(f), i, k),
+            lambda f, i, k: self.segment_max(tf.abs(f)),
         )
         nonzero = self.reduce(
-            _count_nonzero, lambda f, i, k: _segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype), i, k)
+            _count_nonzero, lambda f, i, k: self.segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype))
         )
         return tf.maximum(max_abs, 0), tf.zeros_like(max_abs), nonzero
 
@@ -92,14 +108,14 @@ class TensorGroup:
 
         max_abs = self.reduce(
             lambda t: tf.reduce_max(finite_abs(t)),
-            lambda f, i, k: tf.math.unsorted_segment_max(finite_abs(f), i, k),
+            lambda f, i, k: self.segment_max(finite_abs(f)),
         )
         nonfinite = self.reduce(
             lambda t: tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)),
-            lambda f, i, k: _segment_sum(tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype), i, k),
+            lambda f, i, k: self.segment_sum(tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype)),
         )
         nonzero = self.reduce(
-            _count_nonzero, lambda f, i, k: _segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype), i, k)
+            _count_nonzero, lambda f, i, k: self.segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype))
         )
         return tf.maximum(max_abs, 0), nonfinite, nonzero
 
@@ -123,7 +139,3 @@ def _count_nonzero(t: tf.Tensor) -> tf.Tensor:
     if size is not None and size < _FLOAT_COUNT_LIMIT:
         return tf.reduce_sum(tf.cast(tf.not_equal(t, 0), tf.float32))
     return tf.math.count_nonzero(t, dtype=tf.int64)
-
-
-def _segment_sum(values: tf.Tensor, ids: tf.Tensor, k: int) -> tf.Tensor:
-    return tf.math.unsorted_segment_sum(values, ids, k)

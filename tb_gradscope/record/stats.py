@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
-from tb_gradscope.record.reductions import TensorGroup
+from tb_gradscope.record.reductions import TensorGroup, is_big
 from tb_gradscope.scopes import ScopeLayout
 
 # These functions build their own control flow; autograph converting them when
@@ -173,6 +173,8 @@ def update_table(
     the optimizer): its update is 0 by construction, and it is not copied.
     """
     after = [_float_values(tf.convert_to_tensor(v)) for v in variables]
+    if after and not any(is_big(t) for t in after) and len({t.dtype for t in after}) == 1:
+        return _small_update_table(before, after, rollup)
     weight = TensorGroup(after).sum_of_squares() if after else tf.zeros([0], tf.float64)
     handed = [i for i, old in enumerate(before) if old is not None]
     step = tf.zeros_like(weight)
@@ -182,3 +184,17 @@ def update_table(
         step = tf.scatter_nd(positions, diffs.sum_of_squares(), [len(after)])
     per_var = tf.stack([step, weight], axis=1)
     return tf.cast(tf.sqrt(rollup.sum(per_var)), tf.float32)
+
+
+def _small_update_table(before: Sequence[tf.Tensor | None], after: Sequence[tf.Tensor], rollup: RollUp) -> tf.Tensor:
+    """`update_table` when every variable is small and of one dtype: one flat
+    difference instead of one per variable (the same values, a few ops
+    whatever the number of variables)."""
+    group = TensorGroup(after)
+    olds = [a if b is None else tf.cast(_float_values(b), a.dtype) for a, b in zip(after, before)]
+    flat_before = tf.concat(olds, 0) if len(olds) > 1 else olds[0]
+    step = tf.cast(group.segment_sum(tf.square(group.flat - flat_before)), tf.float64)
+    if any(b is None for b in before):  # not handed over: no update, even where a value is NaN
+        step = tf.where(np.asarray([b is not None for b in before]), step, tf.zeros_like(step))
+    weight = tf.cast(group.segment_sum(tf.square(group.flat)), tf.float64)
+    return tf.cast(tf.sqrt(rollup.sum(tf.stack([step, weight], axis=1))), tf.float32)
