@@ -60,9 +60,9 @@ class RecorderState:
         `Recorder.function`'s recorded variant the predicate is the constant
         True, so every gate on it folds away at trace time (`recorded_only`).
         """
-        if tf.executing_eagerly():
+        if tf.executing_eagerly():  # one op: the predicate is host arithmetic
             value = step.read_value()
-            return value, tf.equal(tf.math.floormod(value, self.every), 0)
+            return value, tf.constant(int(value) % self.every == 0)
         graph = tf.compat.v1.get_default_graph()
         if graph not in self._now:
             value = step.read_value()
@@ -134,14 +134,17 @@ class RecorderState:
             return None
         return Stats(parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()})
 
-    def snapshot(self, step: tf.Variable, pairs: Sequence[tuple[Any, Any]]) -> list[Any]:
+    def snapshot(self, step: tf.Variable, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
         """Layout-aligned copies of the variables handed to the optimizer, taken
-        only at recorded steps (None for variables the step cannot write).
+        only at recorded steps (None for variables the step cannot write;
+        None eagerly at an unrecorded step).
 
         Reuses the copies the step's loss recording branch took when nothing
         can have written the handed variables since (no op but a read takes
         them); otherwise copies them now, in a branch of their own.
         """
+        if tf.executing_eagerly() and not bool(self.should_record(step)):
+            return None  # nothing to copy, nor to record after the optimizer
         kept = self._snapshots.pop(tf.compat.v1.get_default_graph(), None) if not tf.executing_eagerly() else None
         vlayout = self.layout.vlayout
         handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
