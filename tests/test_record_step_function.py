@@ -198,3 +198,27 @@ def test_step_changed_between_calls_is_said_and_later_steps_are_recorded(tmp_pat
     rec.close()
     steps = sorted(_tables(str(tmp_path))[next(k for k in _tables(str(tmp_path)) if k[0].value == "grad_stats")])
     assert steps == [0, 25, 30]
+
+
+def test_a_resumed_run_records_only_at_its_recorded_steps(tmp_path):
+    """The recorded variant has no in-graph gate: a first call at a step that is
+    not due (a checkpoint restored at step 7) traces it but runs the plain step."""
+    online, _ = _nets()
+    opt = keras.optimizers.SGD(0.1)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
+    rec.step.assign(7)
+
+    @rec.function
+    def step(s):
+        with rec.tape() as tape:
+            loss = {"q": tf.reduce_mean(online(s) ** 2)}
+        rec.apply(opt, rec.gradients(tape, loss, online.trainable_variables))
+
+    x = _batches(1)[0][0]
+    for _ in range(9):  # steps 7..15
+        step(x)
+    rec.close()
+    tables = _tables(str(tmp_path))
+    grad_steps = sorted(tables[next(k for k in tables if k[0].value == "grad_stats")])
+    assert grad_steps == [10, 15]
+    assert rec.flowgraph is not None
