@@ -206,19 +206,11 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _findings_route(self, request: wrappers.Request) -> wrappers.Response:
-        if _format(request) != "json":
-            raise errors.InvalidArgumentError("the findings route only serves format=json")
-        ctx, experiment = _context(request)
-        data = self.findings_impl(ctx, experiment, _arg(request, "run"))
-        return _respond(request, data, "json", None, "findings")
+        return _json_only(request, "findings", self.findings_impl)
 
     @wrappers.Request.application
     def _violations_route(self, request: wrappers.Request) -> wrappers.Response:
-        if _format(request) != "json":
-            raise errors.InvalidArgumentError("the violations route only serves format=json")
-        ctx, experiment = _context(request)
-        data = self.violations_impl(ctx, experiment, _arg(request, "run"))
-        return _respond(request, data, "json", None, "violations")
+        return _json_only(request, "violations", self.violations_impl)
 
     @wrappers.Request.application
     def _static_route(self, request: wrappers.Request) -> wrappers.Response:
@@ -282,3 +274,11 @@ def _respond(
             headers=[("Content-Disposition", f'attachment; filename="gradscope-{route}.csv"')],
         )
     return http_util.Respond(request, dumps(data), "application/json")
+
+
+def _json_only(request: wrappers.Request, route: str, impl) -> wrappers.Response:
+    """A route whose data exist as JSON only (what `doctor` / `check` print)."""
+    if _format(request) != "json":
+        raise errors.InvalidArgumentError(f"the {route} route only serves format=json")
+    ctx, experiment = _context(request)
+    return _respond(request, impl(ctx, experiment, _arg(request, "run")), "json", None, route)
