@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from bench import harness, tf_steps
-from tb_gradscope.pairs import DriftMonitor, pair_models
+from tb_gradscope.pairs import pair_models
+from tb_gradscope.record import DriftMonitor
 
 TAU = 0.005
 SHAPES = {"dqn_mlp": ((32, 256, 256, 8), 64), "mlp1m": ((512, 1024, 512, 10), 256)}

@@ -2,8 +2,8 @@
 
 Importing this package is cheap and never imports tensorflow: TensorBoard loads
 `tb_gradscope.plugin` through it. Every public name of the training side is
-importable from here and imported from its module on first use: `Recorder`
-and `StartPoint` (`tb_gradscope.record`), the pair makers (`tb_gradscope.pairs`),
+importable from here and imported from its module on first use: `Recorder`,
+`StartPoint` and `DriftMonitor` (`tb_gradscope.record`), the pair makers (`tb_gradscope.pairs`),
 `GradscopeCallback` (Keras `fit`) and `GraphRecorder` / `pair_scopes` (TF1).
 """
 
@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Recorder": "tb_gradscope.record",
     "StartPoint": "tb_gradscope.record",
+    "DriftMonitor": "tb_gradscope.record",
     "pair_models": "tb_gradscope.pairs",
     "pair_prefixes": "tb_gradscope.pairs",
     "pair_ema": "tb_gradscope.pairs",

@@ -58,7 +58,7 @@ def trace_flow(
       losses: the loss names to analyse (default: all returned).
     """
     from tb_gradscope.analysis import analyze_function
-    from tb_gradscope.record import naming
+    from tb_gradscope import naming
 
     roots = naming.model_roots(models)
     named = [pair for root, model in roots for pair in naming.model_variables(root, model)]

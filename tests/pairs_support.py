@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorboard import context as tb_context
 
 from tb_gradscope import format as fmt
-from tb_gradscope.pairs import DriftMonitor
+from tb_gradscope.record import DriftMonitor
 from tests import providers
 
 TargetUpdate = Callable[[Any, Any, tf.Tensor], None]

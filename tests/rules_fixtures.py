@@ -161,7 +161,8 @@ def dqn_logdir(root) -> str:
 def write_drift_run(run_dir: str, tau_used: float, declared_tau: float, frozen: bool = False, steps: int = 40) -> None:
     """Two same-architecture models; the target follows the online one by an
     EMA of rate `tau_used` (or not at all), recorded by the real DriftMonitor."""
-    from tb_gradscope.pairs import DriftMonitor, pair_models
+    from tb_gradscope.pairs import pair_models
+    from tb_gradscope.record import DriftMonitor
 
     keras.utils.set_random_seed(0)
 

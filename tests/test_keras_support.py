@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorboard import context
 
 from tb_gradscope import format as fmt
-from tb_gradscope.record import naming
+from tb_gradscope import naming
 from tests.providers import EXPERIMENT, python_provider
 
 BATCH, N, EPOCHS = 16, 64, 2

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import tb_gradscope
 
 READ_SIDE = [
     "tb_gradscope",
@@ -29,3 +33,76 @@ def test_read_side_does_not_import_tensorflow():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "", f"imported: {result.stdout.strip()}"
+
+
+PACKAGE_DIR = Path(tb_gradscope.__file__).parent
+
+
+def _top_level(module: str) -> str | None:
+    """`tb_gradscope.record.stats` -> `record`; None outside the package or for its root."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "tb_gradscope" and len(parts) > 1 else None
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every tb_gradscope module a file imports, at the top or inside a function,
+    plus the modules named in lazy-import tables (`_LAZY = {"Name": "tb_gradscope.x"}`)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tb_gradscope."):
+            found.add(node.value)
+    return found
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Top-level package -> the other top-level packages it imports."""
+    edges: dict[str, set[str]] = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        source = _top_level("tb_gradscope." + ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts))
+        if source is None or source == "__init__":
+            continue
+        for module in _imported_modules(path):
+            target = _top_level(module)
+            if target and target != source and ((PACKAGE_DIR / target).is_dir() or (PACKAGE_DIR / f"{target}.py").exists()):
+                edges.setdefault(source, set()).add(target)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle of the import graph once, as the packages along it."""
+    cycles: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(edges.get(path[-1], ())):
+            if nxt == path[0]:
+                if frozenset(path) not in seen:
+                    seen.add(frozenset(path))
+                    cycles.append(path + [nxt])
+            elif nxt not in path and nxt > path[0]:
+                walk(path + [nxt])
+
+    for start in sorted(edges):
+        walk([start])
+    return cycles
+
+
+def test_the_import_graph_finds_a_planted_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_the_import_graph_sees_lazy_and_function_level_imports():
+    edges = _package_imports()
+    assert "pairs" in edges["record"]  # record/targets.py resolves pairs
+    assert "record" in edges["integrations"]
+
+
+def test_no_import_cycle_between_top_level_packages():
+    cycles = _cycles(_package_imports())
+    assert cycles == [], "import cycles between top-level packages: " + "; ".join(" -> ".join(c) for c in cycles)

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope import anomalies
-from tb_gradscope.pairs import DriftMonitor, pair_ema, pair_models
+from tb_gradscope.pairs import pair_ema, pair_models
+from tb_gradscope.record import DriftMonitor
 from tb_gradscope.pairs.series import update_mode
 from tests import pairs_support as ps
 

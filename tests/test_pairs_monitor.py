@@ -14,7 +14,8 @@ from tensorboard.backend.event_processing import event_file_loader
 
 from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
-from tb_gradscope.pairs import DriftMonitor, Pair, pair_prefixes
+from tb_gradscope.pairs import Pair, pair_prefixes
+from tb_gradscope.record import DriftMonitor
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.record.writing import NoWriterError, SummarySink
@@ -247,3 +248,10 @@ def test_variables_declared_written_by_an_optimizer_are_counted_per_scope(tmp_pa
     assert [(e.name, e.step, e.evidence["optimizer_scopes"]) for e in events] == [
         (anomalies.MOVED_BY_OPTIMIZER, 0, ["target/l1"])
     ]
+
+
+def test_the_old_drift_monitor_import_names_where_it_moved():
+    import tb_gradscope.pairs
+
+    with pytest.raises(AttributeError, match="from tb_gradscope import DriftMonitor"):
+        tb_gradscope.pairs.DriftMonitor  # noqa: B018

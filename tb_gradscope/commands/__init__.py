@@ -1,9 +1,11 @@
 """Read-side subcommands of `tb-gradscope`: `report`, `check` and `doctor`.
 
-Each module defines `HELP`, `add_arguments(parser)` and `run(args) -> int`,
-and imports TensorBoard only inside `run`, so `--help` is instant. None imports
-tensorflow. `python -m tb_gradscope.commands` runs them without the demos, with
-the same parser as the `tb-gradscope` dispatcher (`tb_gradscope.cli`).
+The terminal side only: each module parses its arguments, reads through
+`tb_gradscope.read` and prints. Each defines `HELP`, `add_arguments(parser)`
+and `run(args) -> int`, imports TensorBoard only inside `run` (so `--help` is
+instant) and never imports tensorflow. `python -m tb_gradscope.commands` runs
+them without the demos; `tb_gradscope.cli` adds the demos on top. Imported by
+`tb_gradscope.cli` only.
 """
 
 from __future__ import annotations
@@ -11,17 +13,21 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from tb_gradscope import cli
+from tb_gradscope.commands import dispatch
 
-READ_COMMANDS = {name: cli.COMMANDS[name] for name in ("report", "check", "doctor")}
+READ_COMMANDS = {
+    "report": "tb_gradscope.commands.report",
+    "check": "tb_gradscope.commands.check",
+    "doctor": "tb_gradscope.commands.doctor",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """A parser with the `report`, `check` and `doctor` subcommands."""
-    return cli.build_parser(READ_COMMANDS, "Read-side tools for gradscope logs.")
+    return dispatch.build_parser(READ_COMMANDS, "Read-side tools for gradscope logs.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses `argv` and runs `report`, `check` or `doctor`; returns the exit status."""
     args = build_parser().parse_args(argv)
-    return cli.run_command(args)
+    return dispatch.run_command(args)

@@ -1,18 +1,19 @@
-"""Target/online pairs: declare or detect them, and record their drift.
+"""Target/online pairs: declare them or detect them, as plain data.
 
-    from tb_gradscope.pairs import DriftMonitor, detect_pairs, pair_models
+    from tb_gradscope.pairs import detect_pairs, pair_models
 
-`pairs` builds `Pair`s (plain data), `detect` finds undeclared ones, `drift`
-is the in-graph kernel and `monitor` writes one DRIFT table per pair per
-recorded step. `series` is the read side (numpy only); importing this package
-is cheap and pulls in tensorflow only when a training-side name is used, so
-`tb_gradscope.anomalies` can run inside TensorBoard.
+`pairs` builds `Pair`s, `detect` finds undeclared ones, `naming` names paired
+variables. Recording a pair's drift is the recorder's job
+(`tb_gradscope.record.DriftMonitor`); the drift series are read by
+`tb_gradscope.pairs.series` (numpy only). This package never imports
+`tb_gradscope.record`; importing it is cheap and pulls in tensorflow only when
+a training-side name is used, so `tb_gradscope.anomalies` can run inside
+TensorBoard. Imported by the recorder, the integrations and users' scripts.
 """
 
 from typing import Any
 
 _LAZY = {
-    "DriftMonitor": "tb_gradscope.pairs.monitor",
     "Pair": "tb_gradscope.pairs.pairs",
     "detect_pairs": "tb_gradscope.pairs.detect",
     "pair_ema": "tb_gradscope.pairs.pairs",
@@ -28,4 +29,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "DriftMonitor":
+        raise AttributeError(
+            "tb_gradscope.pairs.DriftMonitor moved in 0.2: import it as "
+            "`from tb_gradscope import DriftMonitor` (or tb_gradscope.record.DriftMonitor)"
+        )
     raise AttributeError(f"module 'tb_gradscope.pairs' has no attribute '{name}'")

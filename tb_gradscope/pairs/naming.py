@@ -1,4 +1,4 @@
-"""Names of paired variables, shared with the recorder (`tb_gradscope.record.naming`).
+"""Names of paired variables, shared with the recorder (`tb_gradscope.naming`).
 
 Adds what pairing needs on top: naming a mixed variable list under model roots,
 and recognising optimizer slot variables, which are never scopes.
@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from tb_gradscope.record import naming as record_naming
+from tb_gradscope import naming as var_naming
 
-full_name = record_naming.full_name
-variable_key = record_naming.variable_key
-model_variables = record_naming.model_variables
+full_name = var_naming.full_name
+variable_key = var_naming.variable_key
+model_variables = var_naming.model_variables
 
 # TF1 slots (`w/Adam_1`, `beta1_power`) and Keras 3 optimizer variables
 # (`adam/dense_kernel_momentum`, `adam/iteration`).
@@ -31,7 +31,7 @@ def is_slot_name(name: str) -> bool:
 
 def model_name(model: Any) -> str:
     """A model's name, the root of its scopes."""
-    roots = record_naming.model_roots(model)
+    roots = var_naming.model_roots(model)
     return roots[0][0]
 
 
@@ -40,12 +40,12 @@ def named(variables: Sequence[Any], models: Any = None) -> list[tuple[Any, str]]
 
     Variables of the `models` themselves are used when `variables` is empty.
     """
-    roots = record_naming.model_roots(models)
+    roots = var_naming.model_roots(models)
     if not variables:
         out = [item for root, model in roots for item in model_variables(root, model)]
     else:
-        out = record_naming.name_variables(
-            [v for v in variables if record_naming.is_float_variable(v)], roots
+        out = var_naming.name_variables(
+            [v for v in variables if var_naming.is_float_variable(v)], roots
         )
     seen: set[int] = set()
     unique = []

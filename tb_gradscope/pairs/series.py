@@ -2,7 +2,7 @@
 
 Plain Python and numpy (never tensorflow): the TensorBoard plugin, the CLI and
 `tb_gradscope.anomalies` share it. What each column means is documented in
-`tb_gradscope.pairs.drift`, which writes them.
+`tb_gradscope.record.drift`, which writes them.
 """
 
 from __future__ import annotations

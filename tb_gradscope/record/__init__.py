@@ -3,11 +3,13 @@
     from tb_gradscope.record import Recorder, StartPoint
 
 See `Recorder` for the two ways in. `stats` holds the pure-TF kernel (also
-usable from TF1 graph mode); `naming` maps variables to scopes.
+usable from TF1 graph mode); `drift` and `drift_monitor` record target/online pairs' drift;
+variables are named as scopes by `tb_gradscope.naming`.
 """
 
+from tb_gradscope.record.drift_monitor import DriftMonitor
 from tb_gradscope.record.losses import StartPoint
-from tb_gradscope.record.naming import VariableLayout, build_variable_layout, full_name
+from tb_gradscope.naming import VariableLayout, build_variable_layout, full_name
 from tb_gradscope.record.emit import Stats
 from tb_gradscope.record.recorder import Recorder
 from tb_gradscope.record.stats import RollUp, grad_table, update_table, variable_grad_stats
@@ -15,6 +17,7 @@ from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.record.writing import NoWriterError
 
 __all__ = [
+    "DriftMonitor",
     "GradscopeWarning",
     "NoWriterError",
     "Recorder",

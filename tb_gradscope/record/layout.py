@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.record import naming, stats
+from tb_gradscope import naming
+from tb_gradscope.record import stats
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeSpec
 

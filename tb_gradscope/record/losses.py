@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.record.naming import full_name
+from tb_gradscope.naming import full_name
 
 
 @dataclasses.dataclass(frozen=True)

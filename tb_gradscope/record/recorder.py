@@ -34,7 +34,8 @@ import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import Kind
-from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, naming, stats
+from tb_gradscope import naming
+from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, stats
 from tb_gradscope.record import distribute, options, targets
 from tb_gradscope.record import loss_scale as loss_scale_lib
 from tb_gradscope.record.block import Block

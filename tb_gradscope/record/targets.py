@@ -5,32 +5,25 @@
 steps with the recorder's `step` and writes through the recorder's sink, so a
 run directory holds one event file (TensorBoard's Python loader misses records
 of two files written side by side in one directory).
-
-`tb_gradscope.pairs` builds on `tb_gradscope.record` (naming, stats, the sink),
-so it is imported when a recorder is built, not when this module is: importing
-either package first must work.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
+from tb_gradscope import naming
+from tb_gradscope.pairs.detect import detect_pairs
+from tb_gradscope.pairs.pairs import Pair
+from tb_gradscope.record.drift_monitor import DriftMonitor
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import SummarySink
-
-if TYPE_CHECKING:
-    from tb_gradscope.pairs.monitor import DriftMonitor
-    from tb_gradscope.pairs.pairs import Pair
 
 AUTO = "auto"
 
 
 def resolve_pairs(pairs: Any, models: Any, variables: Sequence[Any] | None, recorder: str) -> list[Pair]:
     """The Pairs to watch: given ones (checked), or those detected for "auto"."""
-    from tb_gradscope.pairs.detect import detect_pairs
-    from tb_gradscope.pairs.pairs import Pair
-
     if pairs is None:
         return []
     if isinstance(pairs, str):
@@ -59,8 +52,6 @@ def resolve_pairs(pairs: Any, models: Any, variables: Sequence[Any] | None, reco
 
 def _recorded_names(models: Any) -> dict[int, str]:
     """variable key -> its full name under the recorder's `models=` roots."""
-    from tb_gradscope.record import naming
-
     return {
         naming.variable_key(v): name
         for root, model in naming.model_roots(models)
@@ -72,8 +63,6 @@ def _named_as_recorded(pair: Pair, names: dict[int, str]) -> Pair:
     """The pair with the recorder's scope names: one naming rule for the matrix
     and the drift scopes (`models={"target": net}` names `net`'s variables
     `target/...` whatever the model's own name)."""
-    from tb_gradscope.record import naming
-
     def renamed(variables, old_names, old_root):
         new = [names.get(naming.variable_key(v), old) for v, old in zip(variables, old_names)]
         roots = {n[: len(n) - len(old[len(old_root):])] for n, old in zip(new, old_names) if old.startswith(old_root)}
@@ -95,8 +84,6 @@ def make_monitor(
     pairs: Sequence[Pair], sink: SummarySink, step: Any, every_n_steps: int, recorder: str
 ) -> DriftMonitor | None:
     """A DriftMonitor counting `step` and writing through `sink` (None without pairs)."""
-    from tb_gradscope.pairs.monitor import DriftMonitor
-
     if not pairs:
         return None
     return DriftMonitor(

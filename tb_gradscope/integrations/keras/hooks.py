@@ -14,9 +14,10 @@ from typing import Any, Sequence
 from tb_gradscope.integrations.keras.custom import overrides_train_step
 from tb_gradscope.integrations.keras.records import KerasRecords
 from tb_gradscope.integrations.keras.step import StepProbe
-from tb_gradscope.pairs.monitor import DriftMonitor
+from tb_gradscope.record.drift_monitor import DriftMonitor
 from tb_gradscope.pairs.pairs import Pair
-from tb_gradscope.record import naming, options
+from tb_gradscope import naming
+from tb_gradscope.record import options
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy

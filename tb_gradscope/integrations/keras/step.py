@@ -34,8 +34,9 @@ from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.integrations.keras import capture as capture
 from tb_gradscope.integrations.keras import custom as custom_lib
-from tb_gradscope.record import distribute, flow, loss_scale, naming, stats
-from tb_gradscope.record.naming import VariableLayout
+from tb_gradscope import naming
+from tb_gradscope.record import distribute, flow, loss_scale, stats
+from tb_gradscope.naming import VariableLayout
 from tb_gradscope.record.reductions import in_xla
 
 _no_autograph = tf.autograph.experimental.do_not_convert

@@ -1,6 +1,6 @@
 """Drift of target/online pairs in a TF1 graph (DRIFT records).
 
-Reuses the pairs package's in-graph kernel (`tb_gradscope.pairs.drift`); this
+Reuses the pairs package's in-graph kernel (`tb_gradscope.record.drift`); this
 module only builds its ops in the user's graph and decides, per step, which
 small run calls to make. A pair's step s is recorded when s % every_n_steps == 0
 or s % pair.every == 0 (so hard-copy steps are seen). Drift is read just before
@@ -22,7 +22,7 @@ import tensorflow as tf
 from tb_gradscope.format import Kind, RecordInfo, make_info
 from tb_gradscope.integrations.tf1.graph import scoped_variables, written_variables
 from tb_gradscope.integrations.tf1.ops import NAME_SCOPE, SNAPSHOT_COLLECTION
-from tb_gradscope.pairs import drift as drift_lib
+from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.pairs.pairs import Pair, pair_prefixes
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.record.stats import RollUp

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.format.metadata import Kind, create_summary_metadata, make_info, tag_for
-from tb_gradscope.pairs import drift as drift_lib
+from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.pairs import naming
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record import distribute
