@@ -238,7 +238,7 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
 def demo_runs(tensorboard: TensorBoard) -> TensorBoard:
     """The session's TensorBoard once it also serves demo runs recorded by the
     real Recorder: multihead/clean, multihead/leaky and ema_lstm/leaky (with
-    the anomalies tb_gradscope.anomalies derives from its drift)."""
+    the anomalies tb_gradscope.read.anomalies derives from its drift)."""
     runs = record_demo_runs(tensorboard.logdir)
     tensorboard.wait_for_runs(runs, timeout=120)
     for run in runs:

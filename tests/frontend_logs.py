@@ -446,7 +446,7 @@ def record_demo_runs(logdir: pathlib.Path) -> list[str]:
 
     The plugin's events route serves recorded events only, and the recorder
     writes no anomalies, so ema_lstm/leaky also gets an EVENTS record with the
-    anomalies that `tb_gradscope.anomalies` derives from its recorded drift
+    anomalies that `tb_gradscope.read.anomalies` derives from its recorded drift
     (what `tb-gradscope report` lists for the run).
     """
     from tb_gradscope.commands.logs import load_logdir

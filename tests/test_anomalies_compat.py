@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope import anomalies
+from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import pair_models
-from tb_gradscope.pairs.series import DRIFT_EXTRA_COLUMNS, update_mode
+from tb_gradscope.format import DRIFT_EXTRA_COLUMNS
+from tb_gradscope.read.drift import update_mode
 from tests import pairs_support as ps
 
 

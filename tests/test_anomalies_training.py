@@ -13,10 +13,10 @@ import keras
 import numpy as np
 import pytest
 
-from tb_gradscope import anomalies
+from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import detect_pairs, pair_models
-from tb_gradscope.pairs.series import scope_modes, update_mode
+from tb_gradscope.read.drift import scope_modes, update_mode
 from tests import pairs_support as ps
 from tests import providers
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
-from tb_gradscope.anomalies import NEVER_SYNCED, MOVED_BY_OPTIMIZER, find_anomalies
+from tb_gradscope.read.anomalies import NEVER_SYNCED, MOVED_BY_OPTIMIZER, find_anomalies
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.commands.logs import RunLogs, load_logdir
 from tb_gradscope.demos import spec as demo_spec
 
@@ -148,7 +149,7 @@ def test_clean_twin_keeps_its_rules_at_every_recorded_step(committed, name, twin
 @pytest.mark.parametrize("name, twin", KEEPERS)
 def test_clean_twin_keeps_its_tracks_rules(committed, name, twin):
     logs = committed[f"{name}/{twin}"]
-    assert rules_lib.check_drift(_rules(name, DRIFT_RULES), logs.drift, logs.last_step) == []
+    assert check_drift(_rules(name, DRIFT_RULES), logs.drift, logs.last_step) == []
 
 
 @pytest.mark.parametrize("name", FLOW_LEAKS)

@@ -19,8 +19,9 @@ READ_SIDE = [
     "tb_gradscope.read.flowstate",
     "tb_gradscope.commands.report",
     "tb_gradscope.commands.check",
-    "tb_gradscope.anomalies",
-    "tb_gradscope.pairs.series",
+    "tb_gradscope.read.anomalies",
+    "tb_gradscope.read.drift",
+    "tb_gradscope.read.tracks",
 ]
 
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope import anomalies
+from tb_gradscope.read import anomalies
 from tb_gradscope.pairs import pair_ema, pair_models
 from tb_gradscope.record import DriftMonitor
-from tb_gradscope.pairs.series import update_mode
+from tb_gradscope.read.drift import update_mode
 from tests import pairs_support as ps
 
 DECAY = 0.9

@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
-from tb_gradscope import anomalies
+from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import Pair, pair_prefixes
 from tb_gradscope.record import DriftMonitor
-from tb_gradscope.pairs.series import DRIFT_COLUMNS
+from tb_gradscope.format import DRIFT_COLUMNS
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.record.writing import NoWriterError, SummarySink
 from tests import pairs_support as ps
@@ -195,7 +195,7 @@ def test_default_writer_is_used_when_no_logdir(tmp_path):
 
 def test_read_side_never_imports_tensorflow():
     code = (
-        "import sys\nimport tb_gradscope.anomalies, tb_gradscope.pairs.series, tb_gradscope.pairs\n"
+        "import sys\nimport tb_gradscope.read.anomalies, tb_gradscope.read.drift, tb_gradscope.pairs\n"
         "print(','.join(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

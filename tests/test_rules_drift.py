@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tb_gradscope import rules
+from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.commands import logs as logs_lib
 from tests import rules_fixtures as rf
 
@@ -20,30 +21,30 @@ def drift(tmp_path_factory) -> dict:
 
 
 def test_ema_at_the_declared_tau_tracks(drift):
-    assert rules.check_drift([rules.tracks("target", "online", tau=0.1)], drift["ema"]) == []
-    assert rules.check_drift([rules.tracks("target", "online")], drift["ema"]) == []
+    assert check_drift([rules.tracks("target", "online", tau=0.1)], drift["ema"]) == []
+    assert check_drift([rules.tracks("target", "online")], drift["ema"]) == []
 
 
 def test_rule_tau_replaces_the_declared_one(drift):
-    (event,) = rules.check_drift([rules.tracks("target", "online", tau=0.3)], drift["ema"])
+    (event,) = check_drift([rules.tracks("target", "online", tau=0.3)], drift["ema"])
     assert event.evidence["anomaly"] == "tau_mismatch"
     assert event.evidence["declared_tau"] == 0.3
     assert event.evidence["effective_tau"] == pytest.approx(0.1, rel=1e-3)
 
 
 def test_ema_at_another_tau_breaks_the_rule_with_the_estimate(drift):
-    (event,) = rules.check_drift([rules.tracks("target", "online", tau=0.1)], drift["fast"])
+    (event,) = check_drift([rules.tracks("target", "online", tau=0.1)], drift["fast"])
     assert event.name == "tracks(target, online, tau=0.1)" and event.pair == "target<-online"
     assert event.evidence["effective_tau"] == pytest.approx(0.5, rel=1e-3)
 
 
 def test_frozen_target_breaks_tracks(drift):
-    (event,) = rules.check_drift([rules.tracks("target", "online")], drift["frozen"])
+    (event,) = check_drift([rules.tracks("target", "online")], drift["frozen"])
     assert event.evidence["anomaly"] == "target_frozen"
     assert "did not move" in event.message
 
 
 def test_undeclared_pair_is_a_violation_naming_the_recorded_pairs(drift):
-    (event,) = rules.check_drift([rules.tracks("ema", "online")], drift["ema"], step=35)
+    (event,) = check_drift([rules.tracks("ema", "online")], drift["ema"], step=35)
     assert "no drift is recorded for target 'ema'" in event.message
     assert event.evidence["pairs"] == ["target<-online"] and event.step == 35

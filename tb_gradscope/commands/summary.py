@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tb_gradscope import anomalies
+from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
@@ -60,7 +60,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
 
 
 def run_anomalies(logs: RunLogs) -> list[fmt.Event]:
-    """Anomalies the run recorded, plus those `tb_gradscope.anomalies` derives
+    """Anomalies the run recorded, plus those `tb_gradscope.read.anomalies` derives
     from its drift series (as the tab does), each once, by step."""
     found = [e for e in logs.events if e.type == fmt.ANOMALY]
     seen = {(e.name, e.pair, e.scope, e.step) for e in found}

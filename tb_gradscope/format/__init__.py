@@ -22,6 +22,8 @@ from tb_gradscope.format.flowgraph import (
     SourceLine,
 )
 from tb_gradscope.format.metadata import (
+    DRIFT_COLUMNS,
+    DRIFT_EXTRA_COLUMNS,
     FORMAT_VERSION,
     KIND_SPECS,
     PLUGIN_NAME,

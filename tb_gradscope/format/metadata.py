@@ -76,6 +76,12 @@ KIND_SPECS: Mapping[Kind, KindSpec] = {
     Kind.EVENTS: KindSpec(summary_pb2.DATA_CLASS_BLOB_SEQUENCE),
 }
 
+# Columns the DRIFT writers (`record/drift.py`, the TF1 recorder) add after the
+# format's required ones (meanings in `record/drift.py`). Readers look columns
+# up by name, so records without them still decode.
+DRIFT_EXTRA_COLUMNS = ("online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars")
+DRIFT_COLUMNS = KIND_SPECS[Kind.DRIFT].columns + DRIFT_EXTRA_COLUMNS
+
 
 class FormatError(ValueError):
     """A gradscope record that cannot be read."""

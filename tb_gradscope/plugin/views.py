@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from tensorboard import errors
 
-from tb_gradscope import anomalies
+from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.read import flowstate
@@ -51,7 +51,7 @@ class RunView:
         )
 
     def _derived_anomalies(self, recorded: list) -> list:
-        """[(step, wall_time, event)] of the anomalies `tb_gradscope.anomalies`
+        """[(step, wall_time, event)] of the anomalies `tb_gradscope.read.anomalies`
         finds in each pair's DRIFT series (the same the CLI reports), minus
         those the run recorded itself."""
         seen = {(e.name, e.pair, e.scope, e.step) for _, _, e in recorded}

@@ -17,9 +17,9 @@ from __future__ import annotations
 import statistics
 from typing import Iterable
 
-from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.rules.model import loss_matches
 
 RECORDED, EVALUATED = "recorded", "evaluated"
@@ -154,7 +155,7 @@ def evaluate(run: RunEvidence, rules: Sequence[rules_lib.Rule]) -> list[fmt.Even
         events += rules_lib.check_stats(
             rules, step, run.grads[step], run.updates.get(step), flowgraph_at(run, step)
         )
-    events += rules_lib.check_drift(rules, run.drift, last)
+    events += check_drift(rules, run.drift, last)
     if not run.flowgraphs and not run.grads:
         for rule in rules:
             if not isinstance(rule, rules_lib.Tracks):

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.pairs.series import DRIFT_COLUMNS
+from tb_gradscope.format.metadata import DRIFT_COLUMNS
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record.stats import RollUp
 

@@ -19,8 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.pairs.series import DRIFT_COLUMNS
-from tb_gradscope.format.metadata import Kind, create_summary_metadata, make_info, tag_for
+from tb_gradscope.format.metadata import DRIFT_COLUMNS, Kind, create_summary_metadata, make_info, tag_for
 from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.pairs import naming
 from tb_gradscope.pairs.pairs import Pair

@@ -7,7 +7,6 @@ describes the semantics.
 """
 
 from tb_gradscope.rules.check import check_flowgraph, check_stats
-from tb_gradscope.rules.drift import check_drift
 from tb_gradscope.rules.model import (
     Blocked,
     Never,
@@ -41,7 +40,6 @@ __all__ = [
     "Tracks",
     "apply_policy",
     "blocked",
-    "check_drift",
     "check_flowgraph",
     "check_stats",
     "gradient_path",

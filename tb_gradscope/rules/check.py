@@ -16,7 +16,7 @@ Semantics (docs/RULES.md):
   a typo must not pass CI silently.
 
 Evidence always holds `at`: "trace" or "step". Tracks rules are checked on
-drift series by `tb_gradscope.rules.drift`.
+drift series by `tb_gradscope.read.tracks`.
 """
 
 from __future__ import annotations

@@ -19,12 +19,11 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.format import Kind, RecordInfo, make_info
+from tb_gradscope.format import DRIFT_COLUMNS, Kind, RecordInfo, make_info
 from tb_gradscope.integrations.tf1.graph import scoped_variables, written_variables
 from tb_gradscope.integrations.tf1.ops import NAME_SCOPE, SNAPSHOT_COLLECTION
 from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.pairs.pairs import Pair, pair_prefixes
-from tb_gradscope.pairs.series import DRIFT_COLUMNS
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.scopes import variable_name
 

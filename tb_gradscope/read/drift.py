@@ -1,8 +1,8 @@
-"""A pair's DRIFT series, read side: columns, pooling, update mode.
+"""A pair's DRIFT series, read side: pooling scopes, the update mode a target shows.
 
-Plain Python and numpy (never tensorflow): the TensorBoard plugin, the CLI and
-`tb_gradscope.anomalies` share it. What each column means is documented in
-`tb_gradscope.record.drift`, which writes them.
+Plain Python and numpy (never tensorflow), for `read.anomalies`, the plugin and
+the CLI alike. The columns are the format's (`format.DRIFT_COLUMNS`); what each
+one means is documented in `tb_gradscope.record.drift`, which writes them.
 """
 
 from __future__ import annotations
@@ -12,13 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.format.records import Table
-
-# Columns the DRIFT writer adds after the format's required ones. Readers look
-# columns up by name, so records without them still decode.
-DRIFT_EXTRA_COLUMNS = ("online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars")
-DRIFT_COLUMNS = tuple(KIND_SPECS[Kind.DRIFT].columns) + DRIFT_EXTRA_COLUMNS
 
 
 @dataclasses.dataclass(frozen=True)

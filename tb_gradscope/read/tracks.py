@@ -1,9 +1,8 @@
-"""Checks `tracks(target, online, tau=, every=)` rules on a run's drift series.
+"""Evaluates `tracks(target, online, tau=, every=)` rules over a run's drift series.
 
 A drift series is the DRIFT table of one target/online pair over its recorded
 steps (rows = target scopes; `attrs` name `target` and `online`). The numbers
-come from `tb_gradscope.anomalies`, the same read-side analysis the Gradscope
-tab shows, with the rule's `tau` / `every` taking the place of what the pair
+come from `read.anomalies`, the same analysis the Gradscope tab shows, with the rule's `tau` / `every` taking the place of what the pair
 declared. A tracks rule breaks when:
 - no drift is recorded for its pair (the pair was never declared);
 - drift is NaN/Inf at a step;
@@ -17,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping, Sequence
 
-from tb_gradscope import anomalies
 from tb_gradscope import format as fmt
+from tb_gradscope.read import anomalies
 from tb_gradscope.rules.model import Rule, Tracks, scope_matches
 
 DriftSeries = Sequence[tuple[int, fmt.Table]]

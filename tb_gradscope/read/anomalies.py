@@ -31,8 +31,7 @@ import numpy as np
 
 from tb_gradscope.format.events import ANOMALY, Event
 from tb_gradscope.format.records import Table
-from tb_gradscope.pairs.series import (
-    DRIFT_COLUMNS,
+from tb_gradscope.read.drift import (
     Mode,
     Series,
     Thresholds,
@@ -40,10 +39,10 @@ from tb_gradscope.pairs.series import (
     scope_modes,
     update_mode,
 )
-from tb_gradscope.pairs.series import within as _within
+from tb_gradscope.read.drift import within as _within
 
 __all__ = [
-    "DRIFT_COLUMNS", "EVERY_MISMATCH", "MOVED_BY_OPTIMIZER", "MOVING_STATS_NOT_TRACKED",
+    "EVERY_MISMATCH", "MOVED_BY_OPTIMIZER", "MOVING_STATS_NOT_TRACKED",
     "Mode", "NEVER_SYNCED", "Series", "TARGET_FROZEN", "TAU_MISMATCH", "Thresholds",
     "WRONG_DIRECTION", "find_anomalies", "pair_series", "scope_modes", "update_mode",
 ]
