@@ -26,10 +26,6 @@ from tests.test_doctor import _findings, _names_a_broken_rule
 pytestmark = pytest.mark.slow
 
 UNFINDABLE = {
-    "ddpg_leaky": (
-        "the backup inside the critic tape reaches the targets as `ignored` (thrown away), exactly as in "
-        "tf1_ddpg's correct trainable=False targets; logs do not record which variables are trainable"
-    ),
     "fit_multi_output_leaky": (
         "an aux head training the shared trunk is the same flow as actor_critic's correct shared trunk "
         "(two heads, one optimizer, both train the trunk); only a rule can say the aux head should not"

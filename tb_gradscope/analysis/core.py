@@ -28,9 +28,12 @@ from tb_gradscope.format.flowgraph import (
     CAUSE_TAPE_BOUNDARY,
     IGNORED,
     INDEPENDENT,
+    MIXED,
     NODE_INPUT,
     NODE_LOSS,
     NODE_SCOPE,
+    NOT_TRAINABLE,
+    TRAINABLE,
     UPDATES,
     BlockedEdge,
     FlowGraph,
@@ -158,7 +161,34 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
         applied=applied_scopes,
         warnings=warnings,
         source="tf2" if hasattr(graph, "captures") else "tf1",
+        trainable=_trainability(graph, variable_scopes, scope_list),
     )
+
+
+def _trainability(graph, variable_scopes, scope_list) -> dict[str, str] | None:
+    """Scope -> TRAINABLE / NOT_TRAINABLE / MIXED over the variables it holds;
+    None when any variable's trainability is unknown. A TF1 graph's variables
+    are trainable when in its TRAINABLE_VARIABLES collection (what `minimize`
+    without var_list trains); a TF2 variable by its `trainable` attribute."""
+    collected: dict[int, bool] = {}
+    if not hasattr(graph, "captures"):
+        keys = tf.compat.v1.GraphKeys
+        collected = {id(v): False for v in graph.get_collection(keys.GLOBAL_VARIABLES)}
+        collected.update({id(v): True for v in graph.get_collection(keys.TRAINABLE_VARIABLES)})
+    flags = [collected.get(id(v), _attribute(v)) for v, _ in variable_scopes]
+    if any(f is None for f in flags):
+        return None
+    seen: dict[str, set[bool]] = {}
+    for flag, (_, leaf) in zip(flags, variable_scopes):
+        for scope in scopes_lib.ancestors(leaf):
+            seen.setdefault(scope, set()).add(flag)
+    words = {frozenset({True}): TRAINABLE, frozenset({False}): NOT_TRAINABLE}
+    return {s: words.get(frozenset(seen[s]), MIXED) for s in scope_list if s in seen}
+
+
+def _attribute(variable) -> bool | None:
+    flag = getattr(variable, "trainable", None)
+    return flag if isinstance(flag, bool) else None
 
 
 def _or(a: bytearray, b: bytearray) -> bytearray:

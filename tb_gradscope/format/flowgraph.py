@@ -42,6 +42,13 @@ CAUSES = (
     CAUSE_TAPE_BOUNDARY,
 )
 
+# Whether a scope's variables are trainable (TF2 `Variable.trainable`, TF1
+# membership in the graph's TRAINABLE_VARIABLES collection): all, none, or some.
+TRAINABLE = "trainable"
+NOT_TRAINABLE = "not_trainable"
+MIXED = "mixed"
+TRAINABILITY = (TRAINABLE, NOT_TRAINABLE, MIXED)
+
 # Node kinds of the scope-level dataflow graph.
 NODE_SCOPE = "scope"
 NODE_INPUT = "input"
@@ -114,6 +121,8 @@ class FlowGraph:
     tree (leaves and roll-ups). `applied` lists the scopes whose variables the
     traced step writes with an optimizer (None when the step was traced without
     its optimizer, so "applied" is unknown until updates are recorded).
+    `trainable[scope]` is one of TRAINABILITY for every scope holding a
+    variable (None: not known, a log written before the field existed).
     """
 
     losses: list[LossInfo]
@@ -125,9 +134,14 @@ class FlowGraph:
     applied: list[str] | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
     source: str = ""  # "tf2", "tf1" or "keras": what was traced
+    trainable: dict[str, str] | None = None
 
     def state(self, loss: str, scope: str) -> str:
         return self.cells[loss][scope]
+
+    def trainability(self, scope: str) -> str | None:
+        """TRAINABLE, NOT_TRAINABLE or MIXED for `scope`; None when not known."""
+        return None if self.trainable is None else self.trainable.get(scope)
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON holds it (lists, not tuples), so `from_json`
@@ -159,11 +173,15 @@ class FlowGraph:
             applied=doc.get("applied"),
             warnings=list(doc.get("warnings", [])),
             source=doc.get("source", ""),
+            trainable=dict(doc["trainable"]) if doc.get("trainable") is not None else None,
         )
         for loss, row in graph.cells.items():
             bad = sorted({st for st in row.values() if st not in FLOW_STATES})
             if bad:
                 raise FormatError(f"FlowGraph loss '{loss}' has unknown flow states {bad}")
+        bad = sorted({t for t in (graph.trainable or {}).values() if t not in TRAINABILITY})
+        if bad:
+            raise FormatError(f"FlowGraph 'trainable' holds unknown values {bad}; expected one of {list(TRAINABILITY)}")
         return graph
 
 
@@ -184,6 +202,10 @@ _DOCUMENT = {
     "applied": (schema.optional(schema.is_str_list), "null or a list of scope names"),
     "warnings": _TEXTS,
     "source": _TEXT,
+    "trainable": (
+        lambda v: v is None or (schema.is_object(v) and all(isinstance(t, str) for t in v.values())),
+        "null or an object of {scope: trainability} strings",
+    ),
 }
 _LOSS = {"name": _TEXT, "kind": _TEXT, "tensor": _TEXT, "optimizer": _TEXT}
 _SOURCE = {"file": _TEXT, "line": (schema.is_int, "an integer"), "function": _TEXT}

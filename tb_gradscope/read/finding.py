@@ -14,6 +14,7 @@ from typing import Any, Mapping
 # Finding kinds, most specific first (a (loss, scope) named by two kinds is
 # reported once, under the first).
 TARGET_TRAINED = "target_trained"
+TARGET_NOT_CUT = "target_not_cut"
 JUDGE_TRAINED = "judge_trained"
 SHARED_BY_OPTIMIZERS = "shared_by_optimizers"
 VALUE_NOT_CUT = "value_not_cut"
@@ -21,7 +22,7 @@ LOSSES_FIGHTING = "losses_fighting"
 PAIR_ANOMALY = "pair_anomaly"
 NONFINITE = "nonfinite_gradient"
 VANISHING = "vanishing_gradient"
-KINDS = (TARGET_TRAINED, JUDGE_TRAINED, SHARED_BY_OPTIMIZERS, VALUE_NOT_CUT, LOSSES_FIGHTING,
+KINDS = (TARGET_TRAINED, TARGET_NOT_CUT, JUDGE_TRAINED, SHARED_BY_OPTIMIZERS, VALUE_NOT_CUT, LOSSES_FIGHTING,
          PAIR_ANOMALY, NONFINITE, VANISHING)
 
 

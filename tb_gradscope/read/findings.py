@@ -30,7 +30,7 @@ def diagnose(records: RunRecords) -> list[Finding]:
     """Every finding of one run, leaks first, then by step, loss and scope."""
     found_targets = targets(records)
     flow = Flow(records, [t.root for t in found_targets])
-    leaked = leaks.target_trained(flow, found_targets)
+    leaked = leaks.target_trained(flow, found_targets) + leaks.target_not_cut(flow, found_targets)
     leaked += leaks.cross_loss(flow, exclude=[t.root for t in found_targets])
     taken = [(f.loss, f.scope) for f in leaked]
     found = leaked + health.losses_fighting(flow, taken)

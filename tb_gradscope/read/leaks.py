@@ -6,6 +6,11 @@ bug; docs/CORRECTNESS.md shows which corpus shapes each one fires on:
 
 - target_trained: a loss updates a target/EMA scope (declared pair or a
   target found by name): the TD target or teacher learns from the loss.
+- target_not_cut: a loss's gradient reaches a target scope whose variables
+  are trainable, though no optimizer step fed by the loss writes it: the
+  target side was computed inside the tape without stop_gradient, one
+  var_list away from training the target. A target created trainable=False
+  (the TF1 idiom, left out of every `minimize`) reached so is not a finding.
 - judge_trained: a loss updates a scope another loss also updates, and that
   scope reads the output of a scope only this loss updates: the actor trains
   the critic that scores it, the generator the discriminator.
@@ -28,6 +33,7 @@ from typing import Iterable, Sequence
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
+from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
 from tb_gradscope.read.flow import Flow
 from tb_gradscope.read.records import cover
 from tb_gradscope.read.targets import Target
@@ -58,6 +64,44 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
                     f"the target side of '{loss}' under tf.stop_gradient (or before the tape opens)",
                 rule=str(rules_lib.Never(loss, f"{scope}/*")),
+                **_span(steps),
+            ))
+    return found
+
+
+def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
+    """A loss whose gradient reaches a trainable target scope that it does not update."""
+    graph = flow.graph
+    if graph is None or graph.trainable is None:
+        return []  # a log without trainability cannot tell this from a trainable=False target
+    found = []
+    for loss in flow.losses:
+        flagged = [
+            h for h in flow.holders
+            if h in flow.reached[loss] and h not in flow.updated[loss]
+            and graph.trainability(h) in (TRAINABLE, MIXED) and any(t.holds(h) for t in targets)
+        ]
+        for scope in cover(flagged, flow.holders):
+            inside = [t for t in targets if t.holds(scope) or _within(t.root, scope)]
+            target = inside[0]
+            steps = _steps(flow.reached[loss], flagged, scope)
+            found.append(Finding(
+                kind=F.TARGET_NOT_CUT,
+                what=f"the gradient of loss '{loss}' reaches target scope '{scope}', whose variables are "
+                     f"trainable: no cut stands between them (no optimizer step fed by '{loss}' writes it today)",
+                loss=loss, scope=scope, pair=target.pair if len(inside) == 1 else "",
+                edge=flow.edge_into(loss, scope),
+                evidence={"targets": [t.root for t in inside], "online": [t.online for t in inside],
+                          "pairs_declared": all(t.pair for t in inside),
+                          "trainable": sorted({graph.trainability(h) for h in flagged if _within(h, scope)}),
+                          **_optimizer(flow, loss), **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+                why=f"'{target.root}' is the target of '{target.online}' and must move only by its sync; "
+                    f"its trainable variables in the gradient path of '{loss}' are trained by any tape.gradient "
+                    f"over trainable_variables or any optimizer without var_list, toward the prediction they "
+                    f"should anchor",
+                fix=f"compute the target side of '{loss}' under tf.stop_gradient (or before the tape opens); "
+                    f"if '{target.root}' never trains, create it with trainable=False",
+                rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
                 **_span(steps),
             ))
     return found
