@@ -1,8 +1,9 @@
 """Findings from the numbers a run recorded: fighting losses, pair anomalies,
 gradients that vanish or stop being finite and stay so.
 
-- losses_fighting: two losses that both update a scope pull it in opposite
-  directions (gradient cosine at or below FIGHT_COSINE) at most recorded steps.
+- losses_fighting: two losses pull the region they both update (their shared
+  trunk, judged as a whole) in opposite directions: gradient cosine at or
+  below FIGHT_COSINE at most recorded steps.
 - pair_anomaly: the pair anomalies of `tb_gradscope.anomalies` (never synced,
   frozen, moved by an optimizer, wrong direction, tau or period mismatch,
   moving statistics not tracked), with their fix and rule.
@@ -33,24 +34,26 @@ NONFINITE_STEPS = 2
 
 
 def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = ()) -> list[Finding]:
-    """Losses whose gradients on a scope both update stay strongly opposed.
-    `taken` (loss, scope) cells already named by a leak are not repeated."""
+    """Losses whose gradients stay strongly opposed over the region both update.
+
+    A region is a highest scope all of whose variable holders both losses
+    update (their shared trunk), judged by its own cosine: two legitimate
+    losses often disagree on a few layers of a shared network (a BatchNorm
+    scale here and there) while agreeing on it as a whole; only a region they
+    pull apart as a whole learns neither. `taken` (loss, scope) cells already
+    named by a leak are not repeated."""
     records = flow.records
     found = []
     for (a, b), series in sorted(records.conflict.items()):
-        flagged = {}
-        for scope in sorted({s for _, cos in series for s in cos}):
+        shared = [h for h in flow.holders if h in flow.updated.get(a, {}) and h in flow.updated.get(b, {})]
+        for scope in cover(shared, flow.holders):
             by_step = {s: cos[scope] for s, cos in series if scope in cos and cos[scope] == cos[scope]}
             values = list(by_step.values())
             steps = [s for s, value in by_step.items() if value <= FIGHT_COSINE]
-            both = all(fmt.UPDATES in records.states(loss, scope).values() for loss in (a, b))
-            if both and len(values) >= FIGHT_MIN_STEPS and len(steps) >= FIGHT_SHARE * len(values):
-                flagged[scope] = (by_step, steps)
-        for scope in _outermost(flagged):
+            if len(values) < FIGHT_MIN_STEPS or len(steps) < FIGHT_SHARE * len(values):
+                continue
             if any(within(scope, s) or within(s, scope) for loss, s in taken if loss in (a, b)):
                 continue
-            by_step, steps = flagged[scope]
-            values = list(by_step.values())
             loss, other = (b, a) if flow.losses.index(b) > flow.losses.index(a) else (a, b)
             found.append(Finding(
                 kind=F.LOSSES_FIGHTING,
@@ -166,7 +169,3 @@ def _numeric_finding(kind: str, loss: str, scope: str, steps: list[int], recorde
                    evidence={"steps_seen": len(steps), "loss_recorded_steps": recorded, "at_steps": steps[:20]},
                    why=why, fix=fix, rule="", first_step=steps[0], last_step=steps[-1], steps=len(steps))
 
-
-def _outermost(scopes: Iterable[str]) -> list[str]:
-    chosen = list(scopes)
-    return [s for s in chosen if not any(o != s and within(s, o) for o in chosen)]
