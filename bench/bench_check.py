@@ -27,7 +27,7 @@ from tensorboard.util import tensor_util
 from bench import harness
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read import logdir as logs_lib
 from tb_gradscope.read.violations import evaluate
 
 SCOPES = tuple(s for i in range(8) for s in (f"net{i}", *(f"net{i}/layer{j}" for j in range(7))))

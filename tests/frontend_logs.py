@@ -449,8 +449,8 @@ def record_demo_runs(logdir: pathlib.Path) -> list[str]:
     anomalies that `tb_gradscope.read.anomalies` derives from its recorded drift
     (what `tb-gradscope report` lists for the run).
     """
-    from tb_gradscope.commands.logs import load_logdir
-    from tb_gradscope.commands.summary import run_anomalies
+    from tb_gradscope.read.logdir import load_logdir
+    from tb_gradscope.read.summary import run_anomalies
     from tb_gradscope.demos import spec as demo_spec
 
     runs = []
@@ -459,7 +459,7 @@ def record_demo_runs(logdir: pathlib.Path) -> list[str]:
         demo_spec.load_demo(demo).train(demo_spec.RunSpec(twin=twin, run_dir=str(run_dir), steps=DEMO_STEPS))
         runs.append(f"{demo}/{twin}")
     (logs,) = load_logdir(str(logdir / "ema_lstm"), run="leaky")
-    write_events(logdir / "ema_lstm" / "leaky", run_anomalies(logs))
+    write_events(logdir / "ema_lstm" / "leaky", run_anomalies(logs)[0])
     return runs
 
 

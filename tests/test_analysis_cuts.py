@@ -10,9 +10,9 @@ import keras
 
 from tb_gradscope import Recorder
 from tb_gradscope import format as fmt
-from tb_gradscope.commands.logs import load_logdir
+from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.format.flowgraph import CAUSE_TAPE_BOUNDARY
-from tb_gradscope.commands.summary import run_summary
+from tb_gradscope.read.summary import run_summary
 
 
 def _mlp(name: str, inputs: int, outputs: int = 2) -> keras.Model:

@@ -166,8 +166,8 @@ def test_run_holding_only_update_stats_still_reports_them(tmp_path):
     import tensorflow as tf
 
     from tb_gradscope import Recorder
-    from tb_gradscope.commands.logs import load_logdir
-    from tb_gradscope.commands.summary import run_summary
+    from tb_gradscope.read.logdir import load_logdir
+    from tb_gradscope.read.summary import run_summary
 
     net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="l1")], name="net")
     opt = keras.optimizers.SGD(0.1)

@@ -125,12 +125,12 @@ def test_check_still_exits_1_when_another_run_breaks_a_rule(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
-    from tb_gradscope.commands import logs
+    from tb_gradscope.read import logdir
 
     def explode(*_args, **_kwargs):
         raise MemoryError("\x1b[2Jout of memory reading a record")
 
-    monkeypatch.setattr(logs, "load_logdir", explode)
+    monkeypatch.setattr(logdir, "load_logdir", explode)
     assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

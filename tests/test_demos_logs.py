@@ -19,7 +19,8 @@ from tb_gradscope import format as fmt
 from tb_gradscope.read.anomalies import NEVER_SYNCED, MOVED_BY_OPTIMIZER, find_anomalies
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.read.tracks import check_drift
-from tb_gradscope.commands.logs import RunLogs, load_logdir
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.demos import spec as demo_spec
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -27,7 +27,7 @@ from werkzeug import test as werkzeug_test
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.commands import doctor
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
@@ -77,7 +77,7 @@ def _names_a_broken_rule(finding: dict, rules: list) -> bool:
 
 
 def _violations(logdir, run, rule_text: str) -> list:
-    (logs,) = logs_lib.load_logdir(str(logdir), run)
+    (logs,) = load_logdir(str(logdir), run)
     return evaluate(logs, [rules_lib.parse_rule(rule_text)])
 
 

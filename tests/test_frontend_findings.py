@@ -21,7 +21,8 @@ from playwright.sync_api import Browser, Page
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
 
 from tb_gradscope.commands import check, doctor
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import run_records
 from tb_gradscope.read import violations as violations_lib
 from tb_gradscope.read.findings import diagnose
 from tests.frontend_fixtures import DEMO_LOGS, TensorBoard, demo_log_runs
@@ -83,8 +84,8 @@ def command_line() -> dict[str, dict[str, Any]]:
     check.run(argparse.Namespace(logdir=str(DEMO_LOGS), rules=None, run_name=None, format="json"), out=out, err=err)
     checked_json = {entry["run"]: entry for entry in json.loads(out.getvalue())["runs"]}
     answers = {}
-    for logs in logs_lib.load_logdir(str(DEMO_LOGS)):
-        found = diagnose(doctor.records_of(logs))
+    for logs in load_logdir(str(DEMO_LOGS)):
+        found = diagnose(run_records(logs))
         lines = [check.format_violation(v) for v in violations_lib.check_run(logs).violations]
         answers[logs.run] = {
             "findings": found_json[logs.run], "doctor_text": _doctor_text(logs.run, found),

@@ -12,8 +12,8 @@ import keras
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tb_gradscope.commands.logs import load_logdir
-from tb_gradscope.commands.summary import run_summary
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.summary import run_summary
 from tb_gradscope.integrations.keras import GradscopeCallback
 
 LATENT, BATCHES, EVERY = 4, 24, 5

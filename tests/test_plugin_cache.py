@@ -13,7 +13,9 @@ from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 
 from tb_gradscope import format as fmt
-from tb_gradscope.plugin import reader, views
+from tb_gradscope.plugin import views
+from tb_gradscope.read import reader
+from tb_gradscope.read.logdir import local_data_provider
 from tb_gradscope.plugin.cache import RunCache
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tests import plugin_fixtures as pf
@@ -130,7 +132,7 @@ def _check_kept_steps(data_provider, written: range) -> None:
 
 def test_local_data_provider_serves_the_command_line(tmp_path):
     logdir = pf.write_standard_logdir(str(tmp_path))
-    read = reader.Reader(reader.local_data_provider(logdir))
+    read = reader.Reader(local_data_provider(logdir))
     assert sorted(read.list_runs(CTX, "")) == sorted([pf.MAIN_RUN, pf.HOSTILE_RUN, "broken"])
     listing = read.list_run(CTX, "", pf.MAIN_RUN)
     tables, warnings = read.read_tables(CTX, "", pf.MAIN_RUN, listing.of_kind(fmt.Kind.GRAD_STATS))

@@ -54,16 +54,16 @@ def test_every_demo_run_is_served_without_warnings(client):
 
 @pytest.mark.slow
 def test_events_route_derives_the_pair_anomalies_the_cli_reports(client):
-    from tb_gradscope.commands import logs as cli_logs
-    from tb_gradscope.commands import summary
+    from tb_gradscope.read import summary
+    from tb_gradscope.read.logdir import load_logdir
 
     leaky = get(client, "events", run="ema_lstm/leaky")["events"]
     names = {(e["type"], e["name"], e["step"]) for e in leaky}
     assert ("anomaly", "never_synced", min(s for _, _, s in names)) in names
     clean = get(client, "events", run="ema_lstm/clean")["events"]
     assert [e for e in clean if e["type"] == "anomaly"] == []
-    (run_logs,) = cli_logs.load_logdir(str(DEMO_LOGS), run="ema_lstm/leaky")
-    cli = summary.run_anomalies(run_logs)
+    (run_logs,) = load_logdir(str(DEMO_LOGS), run="ema_lstm/leaky")
+    cli, _ = summary.run_anomalies(run_logs)
     assert {(e.name, e.pair, e.scope, e.step) for e in cli} == {
         (e["name"], e["pair"], e["scope"], e["step"]) for e in leaky if e["type"] == "anomaly"
     }

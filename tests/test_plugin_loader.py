@@ -16,7 +16,7 @@ from tensorboard.plugins import base_plugin
 from tensorboard.plugins.core import core_plugin
 
 from tb_gradscope import format as fmt
-from tb_gradscope.plugin import reader
+from tb_gradscope.read import reader
 from tb_gradscope.plugin.loader import GradscopeLoader
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tests import plugin_fixtures as pf
@@ -87,8 +87,8 @@ def test_fixed_flags_keep_every_step_in_the_python_backend(tmp_path):
 _NO_TF_SCRIPT = """
 import json, sys
 import tb_gradscope.plugin
-from tb_gradscope.plugin import cache, encoding, export, loader, plugin, reader, static, timeseries, views
-from tb_gradscope.read import flowstate
+from tb_gradscope.plugin import cache, encoding, export, loader, plugin, static, timeseries, views
+from tb_gradscope.read import flowstate, reader
 from tensorboard.plugins import base_plugin
 p = loader.GradscopeLoader().load(base_plugin.TBContext(data_provider=None, sampling_hints={}))
 p.get_plugin_apps()

@@ -22,6 +22,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.commands import check
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import violations
+from tb_gradscope.read.runs import RunLogs
 from tests import providers
 from tests.frontend_logs import EAGER_RULES, eager_spec, write_run
 
@@ -108,7 +109,7 @@ def test_violations_route_names_a_missing_run_and_serves_only_json(demo_client):
 
 
 def test_recorded_run_without_grads_or_flowgraph_cannot_be_checked():
-    run = violations.RecordedRun("empty", recorded_rules=["never(td, target/*)"])
+    run = RunLogs("empty", recorded_rules=["never(td, target/*)"])
     checked = violations.check_run(run)
     (only,) = checked.violations
     assert only.source == violations.EVALUATED and "cannot be checked" in only.event.message

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from tb_gradscope import format as fmt
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import RunLogs
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"<!-- quickstart: (\w+) -->\n```python\n(.*?)\n```", re.S)
@@ -25,17 +26,17 @@ def _quickstarts() -> dict[str, str]:
     return dict(BLOCK.findall(README.read_text(encoding="utf-8")))
 
 
-def _run(name: str, tmp_path: pathlib.Path) -> list[logs_lib.RunLogs]:
+def _run(name: str, tmp_path: pathlib.Path) -> list[RunLogs]:
     script = tmp_path / f"{name}.py"
     script.write_text(_quickstarts()[name], encoding="utf-8")
     result = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return logs_lib.load_logdir(str(tmp_path / "logs"))
+    return load_logdir(str(tmp_path / "logs"))
 
 
-def _final_flowgraph(run: logs_lib.RunLogs) -> fmt.FlowGraph:
+def _final_flowgraph(run: RunLogs) -> fmt.FlowGraph:
     assert run.flowgraphs, f"run {run.run} has no FlowGraph"
     return run.flowgraphs[-1][1]
 

@@ -26,8 +26,9 @@ import pytest
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tb_gradscope.commands.logs import RunLogs, load_logdir
-from tb_gradscope.commands.summary import run_summary
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import RunLogs
+from tb_gradscope.read.summary import run_summary
 from tb_gradscope.read.flowstate import NO_GRADIENT
 
 RECIPES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recipes"

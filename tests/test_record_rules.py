@@ -17,7 +17,8 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope import rules
 from tb_gradscope.commands import check as check_cmd
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.record import Recorder
 from tests import rules_fixtures as rf
 
@@ -51,8 +52,8 @@ def _train(run_dir, leaky, in_function=True, record=True, autograph=True, **kwar
     return rec, [v.numpy() for v in model.trainable_variables]
 
 
-def _load(run_dir) -> logs_lib.RunLogs:
-    (logs,) = logs_lib.load_logdir(run_dir)
+def _load(run_dir) -> RunLogs:
+    (logs,) = load_logdir(run_dir)
     return logs
 
 

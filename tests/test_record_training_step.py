@@ -17,8 +17,8 @@ import keras
 from tb_gradscope import Recorder
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tb_gradscope.commands.logs import load_logdir
-from tb_gradscope.commands.summary import run_summary
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.summary import run_summary
 from tb_gradscope.pairs import pair_models
 
 STEPS, EVERY = 25, 10

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from tb_gradscope.commands.logs import load_logdir
+from tb_gradscope.read.logdir import load_logdir
 
 STEPS, FAULT_AT, HEAL_AT = 24, 8, 14
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope.commands.logs import load_logdir
+from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.record import Recorder

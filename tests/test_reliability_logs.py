@@ -154,7 +154,7 @@ def test_cli_on_only_unreadable_files_exits_2_with_a_reason(tmp_path):
 
 
 def test_damage_scan_finds_nothing_in_a_clean_file(damaged):
-    from tb_gradscope.commands.logs import damaged_event_files
+    from tb_gradscope.read.eventfiles import damaged_event_files
 
     root, _ = damaged
     assert damaged_event_files(root, rl.CLEAN) == []

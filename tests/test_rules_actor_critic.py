@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import RunLogs
 from tests import rules_fixtures as rf
 
 pytestmark = pytest.mark.slow  # trains two runs with the real Recorder (~8 s)
@@ -23,8 +24,8 @@ BLOCKED = rules.parse_rule("blocked(actor, ac/critic_head)")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, logs_lib.RunLogs]:
-    return {r.run: r for r in logs_lib.load_logdir(rf.actor_critic_logdir(tmp_path_factory))}
+def runs(tmp_path_factory) -> dict[str, RunLogs]:
+    return {r.run: r for r in load_logdir(rf.actor_critic_logdir(tmp_path_factory))}
 
 
 def test_leak_breaks_never_at_trace_time_with_the_missing_cut(runs):

@@ -7,7 +7,7 @@ import pytest
 
 from tb_gradscope import rules
 from tb_gradscope.read.tracks import check_drift
-from tb_gradscope.commands import logs as logs_lib
+from tb_gradscope.read.logdir import load_logdir
 from tests import rules_fixtures as rf
 
 
@@ -17,7 +17,7 @@ def drift(tmp_path_factory) -> dict:
     rf.write_drift_run(str(root / "ema"), tau_used=0.1, declared_tau=0.1)
     rf.write_drift_run(str(root / "fast"), tau_used=0.5, declared_tau=0.1)
     rf.write_drift_run(str(root / "frozen"), tau_used=0.1, declared_tau=0.1, frozen=True)
-    return {logs.run: logs.drift for logs in logs_lib.load_logdir(str(root))}
+    return {logs.run: logs.drift for logs in load_logdir(str(root))}
 
 
 def test_ema_at_the_declared_tau_tracks(drift):

@@ -92,10 +92,10 @@ def test_ddpg_targets_are_paired_ignored_and_drift_with_their_tau(ran):
 
 @pytest.mark.slow
 def test_check_evaluates_the_ddpg_runs_recorded_rules_and_passes(ran):
-    from tb_gradscope.commands import logs as logs_lib
+    from tb_gradscope.read.logdir import load_logdir
 
     where, results = ran
-    (run,) = logs_lib.load_logdir(str(where / "logs" / "ddpg"))
+    (run,) = load_logdir(str(where / "logs" / "ddpg"))
     assert run.recorded_rules == ["never(critic, Actor/*)", "only(actor, [Actor/eval])", "never(*, */target/*)"]
     done = results["check"]
     assert done.returncode == 0, done.stdout + done.stderr

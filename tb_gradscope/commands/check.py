@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     from tb_gradscope import rules as rules_lib
-    from tb_gradscope.commands import logs as logs_lib
+    from tb_gradscope.read import logdir
     from tb_gradscope.read import violations
 
     given: list = []
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"tb-gradscope check: {safe(e)}", file=err)
             return USAGE
     try:
-        runs = logs_lib.load_logdir(args.logdir, args.run_name)
-    except logs_lib.LogdirError as e:
+        runs = logdir.load_logdir(args.logdir, args.run_name)
+    except logdir.LogdirError as e:
         print(f"tb-gradscope check: {safe(e)}", file=err)
         return USAGE
     checked_runs = {}

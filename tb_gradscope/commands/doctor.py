@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from tb_gradscope.commands.text import evidence, safe
 
 if TYPE_CHECKING:
-    from tb_gradscope.commands.logs import RunLogs
     from tb_gradscope.read.finding import Finding
-    from tb_gradscope.read.records import RunRecords
 
 HELP = "find what is probably a bug in each run (leaks, fighting losses, broken targets), no rules needed"
 
@@ -51,15 +49,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     """Prints each run's findings; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from tb_gradscope.commands import logs as logs_lib
+    from tb_gradscope.read import logdir
     from tb_gradscope.read.findings import diagnose
+    from tb_gradscope.read.runs import run_records
 
     try:
-        runs = logs_lib.load_logdir(args.logdir, args.run_name)
-    except logs_lib.LogdirError as e:
+        runs = logdir.load_logdir(args.logdir, args.run_name)
+    except logdir.LogdirError as e:
         print(f"tb-gradscope doctor: {safe(e)}", file=err)
         return UNREADABLE
-    per_run = {logs.run: diagnose(records_of(logs)) for logs in runs}
+    per_run = {logs.run: diagnose(run_records(logs)) for logs in runs}
     for logs in runs:
         for warning in logs.warnings:
             print(f"warning: {safe(warning)}", file=err)
@@ -80,31 +79,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if unreadable and not total:
         return UNREADABLE
     return FOUND if total else CLEAN
-
-
-def records_of(logs: RunLogs) -> RunRecords:
-    """A `RunLogs` (the command line's loaded run) as the diagnosis reads it."""
-    from tb_gradscope.read.records import PairSeries, RunRecords, thin
-
-    grads = {
-        step: {loss: {s: table.row(s) for s in table.info.scopes} for loss, table in logs.grads[step].items()}
-        for step in thin(logs.grads)
-    }
-    conflict = {}
-    for name, series in logs.conflict.items():
-        if not series:
-            continue
-        losses = series[-1][1].info.attrs.get("losses")
-        if not (isinstance(losses, list) and len(losses) == 2):
-            losses = name.partition("|")[::2]
-        conflict[(str(losses[0]), str(losses[1]))] = [
-            (step, dict(zip(t.info.scopes, t.column("cosine").tolist()))) for step, t in series
-        ]
-    pairs = [
-        PairSeries(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
-        for name, series in sorted(logs.drift.items()) if series
-    ]
-    return RunRecords(logs.run, list(logs.flowgraphs), grads, conflict, pairs, list(logs.events))
 
 
 def render_run(run: str, found: list[Finding]) -> str:

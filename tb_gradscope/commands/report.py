@@ -41,15 +41,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     from tb_gradscope import rules as rules_lib
-    from tb_gradscope.commands import logs as logs_lib, summary
+    from tb_gradscope.read import logdir, summary
 
     given: list = []
     try:
         if args.rules:
             given = list(rules_lib.parse_rules_file(args.rules).rules)
-        runs = logs_lib.load_logdir(args.logdir, args.run_name)
+        runs = logdir.load_logdir(args.logdir, args.run_name)
         reports = [summary.run_summary(logs, args.step, given) for logs in runs]
-    except (rules_lib.RulesFileError, logs_lib.LogdirError, summary.StepError) as e:
+    except (rules_lib.RulesFileError, logdir.LogdirError, summary.StepError) as e:
         print(f"tb-gradscope report: {safe(e)}", file=err)
         return USAGE
     if args.format == "json":

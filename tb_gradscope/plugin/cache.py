@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from tb_gradscope import format as fmt
-from tb_gradscope.plugin.reader import BlobStep, Reader, Record, RunListing, TableSeries
+from tb_gradscope.read.reader import BlobStep, Reader, Record, RunListing, TableSeries
 
 # Runs whose decoded data stay in memory (least recently used dropped first).
 DEFAULT_MAX_RUNS = 16

@@ -13,7 +13,7 @@ import argparse
 from tensorboard.plugins import base_plugin
 
 from tb_gradscope.format import PLUGIN_NAME
-from tb_gradscope.plugin.reader import DEFAULT_SAMPLES
+from tb_gradscope.read.reader import DEFAULT_SAMPLES
 
 FLAG = "gradscope_samples"
 

@@ -18,12 +18,13 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_gradscope import format as fmt
-from tb_gradscope.plugin import evidence, export, timeseries, views
+from tb_gradscope.plugin import export, timeseries, views
 from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache, RunData
 from tb_gradscope.plugin.encoding import dumps, jsonable
-from tb_gradscope.plugin.reader import DEFAULT_SAMPLES, Reader
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
 from tb_gradscope.read.findings import diagnose
+from tb_gradscope.read.reader import DEFAULT_SAMPLES, Reader
+from tb_gradscope.read.runs import RunLogs, decode_run, run_records
 from tb_gradscope.read.violations import check_run
 
 _ROUTE_PREFIX = f"/data/plugin/{fmt.PLUGIN_NAME}/"
@@ -114,7 +115,7 @@ class GradscopePlugin(base_plugin.TBPlugin):
         data = self._data(ctx, experiment, run)
         found = data.derived.get("findings")
         if found is None:
-            found = data.derived["findings"] = diagnose(evidence.run_records(views.get_view(data)))
+            found = data.derived["findings"] = diagnose(run_records(_decoded(data)))
         return {"run": run, "findings": [jsonable(f.to_json()) for f in found]}
 
     def violations_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
@@ -124,7 +125,7 @@ class GradscopePlugin(base_plugin.TBPlugin):
         data = self._data(ctx, experiment, run)
         checked = data.derived.get("violations")
         if checked is None:
-            checked = data.derived["violations"] = check_run(evidence.recorded_run(views.get_view(data)))
+            checked = data.derived["violations"] = check_run(_decoded(data))
         return {
             "run": run,
             "rules": [str(r) for r in checked.rules],
@@ -220,6 +221,15 @@ class GradscopePlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"no such gradscope file or route: {name!r}")
         content, content_type = found
         return http_util.Respond(request, content, content_type)
+
+
+def _decoded(data: RunData) -> RunLogs:
+    """The run decoded as `tb-gradscope` decodes it (once per RunData), so
+    the findings and violations routes conclude what doctor and check do."""
+    logs = data.derived.get("logs")
+    if logs is None:
+        logs = data.derived["logs"] = decode_run(data.listing, data.tables, data.blobs, data.read_warnings)
+    return logs
 
 
 def _context(request: wrappers.Request) -> tuple[Any, str]:

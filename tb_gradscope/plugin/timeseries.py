@@ -15,7 +15,7 @@ from tensorboard import errors
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.plugin.encoding import jsonable, nums
-from tb_gradscope.plugin.reader import TableSeries
+from tb_gradscope.read.reader import TableSeries
 from tb_gradscope.plugin.views import RunView, conflict_losses
 
 DEFAULT_POINTS = 1000

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 from tensorboard import errors
 
-from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
-from tb_gradscope.read import flowstate
 from tb_gradscope.plugin.cache import RunData
 from tb_gradscope.plugin.encoding import jsonable, num
-from tb_gradscope.plugin.reader import TableSeries
+from tb_gradscope.read import flowstate, runs
+from tb_gradscope.read.anomalies import derived_anomalies
+from tb_gradscope.read.reader import TableSeries
 
 LOSS_KINDS = ("loss", "start_point")
 
@@ -41,56 +41,25 @@ class RunView:
         self.steps = (
             np.unique(np.concatenate([s.steps for s in grad])) if grad else np.zeros(0, np.int64)
         )
-        self.flowgraphs = self._parse_blobs(data, fmt.Kind.FLOWGRAPH, fmt.FlowGraph.from_json)
-        recorded = self._parse_blobs(data, fmt.Kind.EVENTS, fmt.Event.from_json, every=True)
-        self.recorded_events = [e for _, _, e in recorded]
-        self.recorded_rules = _recorded_rules(data)
+        self.flowgraphs, graph_warnings = runs.flowgraphs(data.listing, data.blobs)
+        recorded, event_warnings = runs.recorded_events(data.listing, data.blobs)
+        self.warnings += graph_warnings + event_warnings
         self.events = sorted(
-            recorded + self._derived_anomalies(recorded),
+            recorded + self._derived_anomalies(data, [e for _, _, e in recorded]),
             key=lambda item: (item[2].step, item[2].type, item[2].name),
         )
 
-    def _derived_anomalies(self, recorded: list) -> list:
-        """[(step, wall_time, event)] of the anomalies `tb_gradscope.read.anomalies`
-        finds in each pair's DRIFT series (the same the CLI reports), minus
-        those the run recorded itself."""
-        seen = {(e.name, e.pair, e.scope, e.step) for _, _, e in recorded}
-        out = []
-        for (kind, name), group in sorted(self.groups.items()):
-            if kind != fmt.Kind.DRIFT or not group:
-                continue
-            series = group[0]
-            tables = [fmt.Table(series.record.info, v.astype(np.float64)) for v in series.values]
-            try:
-                found = anomalies.find_anomalies(name, series.record.info.attrs, series.steps.tolist(), tables)
-            except (KeyError, ValueError, IndexError) as e:
-                self.warnings.append(f"run {self.run!r} pair {name!r}: anomalies not derived: {e}")
-                continue
-            wall_of = dict(zip(series.steps.tolist(), series.wall_times.tolist()))
-            out += [
-                (e.step, wall_of.get(e.step, 0.0), e)
-                for e in found
-                if (e.name, e.pair, e.scope, e.step) not in seen
-            ]
-        return out
-
-    def _parse_blobs(self, data: RunData, kind: fmt.Kind, parse, every: bool = False) -> list:
-        """[(step, wall_time, parsed)] of a blob kind; unreadable documents
-        become warnings. For FlowGraphs only a step's last document counts."""
-        out = []
-        for record in data.listing.of_kind(kind):
-            for blob_step in data.blobs.get(record.tag, []):
-                documents = blob_step.documents if every else blob_step.documents[-1:]
-                for document in documents:
-                    try:
-                        out.append((blob_step.step, blob_step.wall_time, parse(document)))
-                    except (fmt.FormatError, TypeError, AttributeError) as e:
-                        self.warnings.append(
-                            f"run {self.run!r} tag {record.tag!r}: skipped a {kind.value} "
-                            f"document at step {blob_step.step}: {e}"
-                        )
-        out.sort(key=lambda item: item[0])
-        return out
+    def _derived_anomalies(self, data: RunData, recorded: list[fmt.Event]) -> list:
+        """[(step, wall_time, event)] of the anomalies `read.anomalies` derives
+        from each pair's DRIFT series (the same the CLI reports), minus those
+        the run recorded itself."""
+        drift = [s for (kind, _), group in self.groups.items() if kind == fmt.Kind.DRIFT for s in group]
+        found, warnings = derived_anomalies(self.run, runs.drift_series(drift), recorded)
+        self.warnings += warnings
+        wall_of = {}
+        for series in sorted(drift, key=lambda s: s.record.tag):
+            wall_of.update(zip(series.steps.tolist(), series.wall_times.tolist()))
+        return [(e.step, wall_of.get(e.step, 0.0), e) for e in found]
 
     def names(self, kind: fmt.Kind) -> list[str]:
         return sorted(name for k, name in self.groups if k == kind)
@@ -126,23 +95,6 @@ class RunView:
         if not len(self.steps):
             raise errors.NotFoundError(f"run {self.run!r} has no readable grad_stats steps")
         return self.steps
-
-
-# Key of the FLOWGRAPH (and an eager run's GRAD_STATS) record attrs listing the
-# rules a run was trained with (compact strings, e.g. "never(td, target/*)").
-RULES_ATTR = "rules"
-
-
-def _recorded_rules(data: RunData) -> list[str]:
-    """The rules the run recorded, each once, in the order `tb-gradscope
-    check` reads them: gradient tables by tag, then FlowGraphs by tag."""
-    found: list[str] = []
-    for kind in (fmt.Kind.GRAD_STATS, fmt.Kind.FLOWGRAPH):
-        for record in sorted(data.listing.of_kind(kind), key=lambda r: r.tag):
-            rules = record.info.attrs.get(RULES_ATTR, [])
-            if isinstance(rules, list):
-                found += [r for r in rules if isinstance(r, str) and r not in found]
-    return found
 
 
 def get_view(data: RunData) -> RunView:

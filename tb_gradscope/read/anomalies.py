@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from tb_gradscope.read.drift import within as _within
 __all__ = [
     "EVERY_MISMATCH", "MOVED_BY_OPTIMIZER", "MOVING_STATS_NOT_TRACKED",
     "Mode", "NEVER_SYNCED", "Series", "TARGET_FROZEN", "TAU_MISMATCH", "Thresholds",
-    "WRONG_DIRECTION", "find_anomalies", "pair_series", "scope_modes", "update_mode",
+    "WRONG_DIRECTION", "derived_anomalies", "find_anomalies", "pair_series", "scope_modes", "update_mode",
 ]
 
 NEVER_SYNCED = "never_synced"
@@ -115,6 +115,26 @@ def find_anomalies(
     events += _moving_stats(p, steps, tables, state)
     return sorted(events, key=lambda e: (e.step, e.name))
 
+
+def derived_anomalies(
+    run: str, drift: Mapping[str, Sequence[tuple[int, Table]]], recorded: Iterable[Event]
+) -> tuple[list[Event], list[str]]:
+    """The anomalies each pair's DRIFT series ({pair: [(step, table)]}) shows
+    that the run did not record itself, and a warning per pair whose series
+    cannot be judged. The tab's events route and `tb-gradscope report` list
+    these beside the recorded ones."""
+    seen = {(e.name, e.pair, e.scope, e.step) for e in recorded}
+    found, warnings = [], []
+    for name, series in sorted(drift.items()):
+        if not series:
+            continue
+        try:
+            events = find_anomalies(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
+        except (KeyError, ValueError, IndexError) as e:
+            warnings.append(f"run {run!r} pair {name!r}: anomalies not derived: {e}")
+            continue
+        found += [e for e in events if (e.name, e.pair, e.scope, e.step) not in seen]
+    return found, warnings
 
 def _never_synced(p: _Pair) -> list[Event]:
     drift = p.series.drift[0]

@@ -1,11 +1,12 @@
-"""The read side of gradscope logs, over any TensorBoard DataProvider.
+"""Gradscope records read through any TensorBoard DataProvider.
 
 Lists a run's gradscope records (identified by their metadata content, never by
 their tag), decodes tables into numpy arrays and blobs into JSON documents with
 `tb_gradscope.format`, and skips what it cannot read (a newer format version,
 malformed metadata or payload) with a warning naming the run, tag and reason.
-Shared by the TensorBoard plugin and the command line (`local_data_provider`).
-Never imports tensorflow.
+The plugin reads `context.data_provider` with it, the command line a provider
+over TensorBoard's Python ingestion (`read.logdir`); `read.runs` turns what it
+returns into Python objects. Never imports tensorflow.
 """
 
 from __future__ import annotations
@@ -357,23 +358,3 @@ def _clip(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
-
-def local_data_provider(
-    logdir: str, samples: int = DEFAULT_SAMPLES
-) -> provider.DataProvider:
-    """A data provider over `logdir` through TensorBoard's own Python
-    ingestion, loaded once, keeping `samples` points per gradscope series
-    (0 = all). For the command line (`tb-gradscope report/check`).
-
-    TensorBoard's Python ingestion reads files through tensorflow's gfile
-    when tensorflow is installed (as `tensorboard --load_fast=false` does), so
-    calling this may import tensorflow; importing this module does not."""
-    from tensorboard.backend.event_processing import data_provider as mux_provider
-    from tensorboard.backend.event_processing import plugin_event_multiplexer
-
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(
-        tensor_size_guidance={fmt.PLUGIN_NAME: samples}
-    )
-    multiplexer.AddRunsFromDirectory(logdir)
-    multiplexer.Reload()
-    return mux_provider.MultiplexerDataProvider(multiplexer, logdir)

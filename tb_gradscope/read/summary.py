@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.commands.logs import RunLogs
 from tb_gradscope.format.records import float_or_none
+from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
+from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.violations import check_run, json_safe
 
 
@@ -42,6 +42,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
     chosen = step if step is not None else (steps[-1] if steps else None)
     flowgraph = logs.flowgraph_at(chosen if chosen is not None else logs.last_step)
     checked = check_run(logs, rules)
+    anomalies, anomaly_warnings = run_anomalies(logs)
     return {
         "run": logs.run,
         "step": chosen,
@@ -51,25 +52,21 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         "blocked_edges": [_blocked_edge(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
         "drift": [_latest_drift(name, series) for name, series in sorted(logs.drift.items()) if series],
         "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
-        "anomalies": [_json_event(e) for e in run_anomalies(logs)],
+        "anomalies": [_json_event(e) for e in anomalies],
         "skipped_steps": [_json_event(e) for e in sorted(logs.events, key=lambda e: e.step) if e.type == fmt.SKIPPED],
         "rules": [str(r) for r in checked.rules],
         "violations": [v.to_json() for v in checked.violations],
-        "warnings": logs.warnings + checked.warnings,
+        "warnings": logs.warnings + anomaly_warnings + checked.warnings,
     }
 
 
-def run_anomalies(logs: RunLogs) -> list[fmt.Event]:
-    """Anomalies the run recorded, plus those `tb_gradscope.read.anomalies` derives
-    from its drift series (as the tab does), each once, by step."""
-    found = [e for e in logs.events if e.type == fmt.ANOMALY]
-    seen = {(e.name, e.pair, e.scope, e.step) for e in found}
-    for name, series in sorted(logs.drift.items()):
-        if not series:
-            continue
-        derived = anomalies.find_anomalies(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
-        found += [e for e in derived if (e.name, e.pair, e.scope, e.step) not in seen]
-    return sorted(found, key=lambda e: (e.step, e.pair, e.name))
+def run_anomalies(logs: RunLogs) -> tuple[list[fmt.Event], list[str]]:
+    """Anomalies the run recorded, plus those `read.anomalies` derives from
+    its drift series (as the tab does), each once, by step; and warnings for
+    pairs whose series could not be judged."""
+    derived, warnings = derived_anomalies(logs.run, logs.drift, logs.events)
+    found = [e for e in logs.events if e.type == fmt.ANOMALY] + derived
+    return sorted(found, key=lambda e: (e.step, e.pair, e.name)), warnings
 
 
 def _nearest(steps: list[int], step: int) -> list[int]:

@@ -7,9 +7,9 @@ rules it was trained with, listed in its FLOWGRAPH and GRAD_STATS records).
 Each is checked against every FlowGraph the run wrote (trace time), every
 recorded step's gradient tables (run time) and its drift series (tracks
 rules). An evaluated violation that the run already recorded at the same step
-is not repeated. `tb-gradscope check` and `report` (over `commands.logs.RunLogs`)
-and the plugin's violations route (over `RecordedRun`) all call `check_run`,
-so the tab's Violations panel and `check` list the same violations in the same
+is not repeated. `tb-gradscope check` and `report` and the plugin's violations
+route all call `check_run` on the same `read.runs.RunLogs` decoding, so the
+tab's Violations panel and `check` list the same violations in the same
 words. Never imports tensorflow.
 """
 
@@ -37,8 +37,7 @@ NO_FLOWGRAPH = (
 
 
 class RunEvidence(Protocol):
-    """What rule evaluation reads of one run (`commands.logs.RunLogs` and
-    `RecordedRun` both have it).
+    """What rule evaluation reads of one run (`read.runs.RunLogs` has it).
 
     Attributes:
       run: the run name.
@@ -57,19 +56,6 @@ class RunEvidence(Protocol):
     flowgraphs: Sequence[tuple[int, fmt.FlowGraph]]
     recorded_rules: Sequence[str]
     events: Sequence[fmt.Event]
-
-
-@dataclasses.dataclass
-class RecordedRun:
-    """A `RunEvidence` built by whoever read the records (the plugin)."""
-
-    run: str
-    grads: dict[int, dict[str, fmt.Table]] = dataclasses.field(default_factory=dict)
-    updates: dict[int, fmt.Table] = dataclasses.field(default_factory=dict)
-    drift: dict[str, list[tuple[int, fmt.Table]]] = dataclasses.field(default_factory=dict)
-    flowgraphs: list[tuple[int, fmt.FlowGraph]] = dataclasses.field(default_factory=list)
-    recorded_rules: list[str] = dataclasses.field(default_factory=list)
-    events: list[fmt.Event] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
