@@ -1,11 +1,15 @@
 """tb_gradscope: see which subgraphs each loss updates.
 
-Importing this package is cheap and never imports tensorflow: TensorBoard loads
-`tb_gradscope.plugin` through it. Every public name of the training side is
-importable from here and imported from its module on first use: `Recorder`,
-`StartPoint` and `DriftMonitor` (`tb_gradscope.record`), the pair makers (`tb_gradscope.pairs`),
-`GradscopeCallback` (Keras `fit`) and `GraphRecorder` / `pair_scopes` (TF1).
+The root holds what both sides share (`scopes`: variable names -> the scope
+tree) and the entry points: `cli` (`tb-gradscope`), `testing` (pytest helpers)
+and, imported lazily, every public name of the training side: `Recorder`,
+`StartPoint` and `DriftMonitor` (`tb_gradscope.record`), the pair makers
+(`tb_gradscope.pairs`), `GradscopeCallback` (Keras `fit`) and `GraphRecorder` /
+`pair_scopes` (TF1). Importing it is cheap and never imports tensorflow:
+TensorBoard loads `tb_gradscope.plugin` through it. Imported by users and by
+every package below it (docs/ARCHITECTURE.md draws the arrows).
 """
+
 
 from typing import Any
 

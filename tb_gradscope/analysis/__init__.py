@@ -2,7 +2,10 @@
 
 `analyze_graph` takes a FuncGraph or TF1 graph, `analyze_function` traces a
 Python step function first. Never writes summaries: the recorder does.
+Imports only `format` and `scopes` (and tensorflow); imported by `record`,
+`integrations` and `tb_gradscope.testing`.
 """
+
 
 from tb_gradscope.analysis.core import analyze_graph
 from tb_gradscope.analysis.fingerprint import fingerprint

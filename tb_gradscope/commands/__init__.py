@@ -1,7 +1,8 @@
 """Read-side subcommands of `tb-gradscope`: `report`, `check` and `doctor`.
 
-The terminal side only: each module parses its arguments, reads through
-`tb_gradscope.read` and prints. Each defines `HELP`, `add_arguments(parser)`
+The terminal side only: each module parses its arguments, loads and
+concludes through `tb_gradscope.read` (and reads rules files with
+`tb_gradscope.rules`) and prints. Each defines `HELP`, `add_arguments(parser)`
 and `run(args) -> int`, imports TensorBoard only inside `run` (so `--help` is
 instant) and never imports tensorflow. `python -m tb_gradscope.commands` runs
 them without the demos; `tb_gradscope.cli` adds the demos on top. Imported by

@@ -1,8 +1,12 @@
-"""The on-disk contract between the recorder and the readers (plugin, CLI).
+"""The on-disk contract between the recorder and the readers: kinds, tags, metadata, codecs.
 
-Plain Python, numpy and TensorBoard's protos only: never tensorflow.
-See docs/FORMAT.md.
+Plugin name, record kinds and their registry (`KIND_SPECS`, `DRIFT_COLUMNS`),
+versioned metadata, table and JSON-blob codecs, the FlowGraph and Event
+documents and the schema a record is checked against before it is read. Plain
+Python, numpy and TensorBoard's protos only: never tensorflow. Imports no other
+tb_gradscope package; every package may import it. See docs/FORMAT.md.
 """
+
 
 from tb_gradscope.format.events import ANOMALY, DROPPED, SKIPPED, VIOLATION, Event
 from tb_gradscope.format.flowgraph import (

@@ -4,12 +4,13 @@
 
 `pairs` builds `Pair`s, `detect` finds undeclared ones, `naming` names paired
 variables. Recording a pair's drift is the recorder's job
-(`tb_gradscope.record.DriftMonitor`); the drift series are read by
-`tb_gradscope.pairs.series` (numpy only). This package never imports
-`tb_gradscope.record`; importing it is cheap and pulls in tensorflow only when
-a training-side name is used, so `tb_gradscope.anomalies` can run inside
-TensorBoard. Imported by the recorder, the integrations and users' scripts.
+(`tb_gradscope.record.DriftMonitor`); reading drift series is the read side's
+(`tb_gradscope.read.drift`, `read.anomalies`). Imports only `naming` and
+`scopes`, never `record`; importing it is cheap and pulls in tensorflow only
+when a training-side name is used. Imported by the recorder, the
+integrations, the demos and users' scripts.
 """
+
 
 from typing import Any
 

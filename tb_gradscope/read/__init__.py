@@ -1,7 +1,13 @@
-"""The read side's conclusions: what a decoded log says about gradient flow.
+"""The read side: decoded logs -> the conclusions a user acts on, for the tab and the CLI alike.
 
-Turns records decoded by `tb_gradscope.format` into the states, verdicts and
-figures a user acts on, for the plugin (`tb_gradscope.plugin`) and the command
-line (`tb_gradscope.commands`) alike, so the tab and the CLI cannot disagree.
-Never imports tensorflow; imports only `format`, `scopes` and `rules`.
+Loads a run (`reader`: through any TensorBoard data provider; `logdir`: a
+logdir through TensorBoard's ingestion, checked first by `eventfiles`), decodes
+it into Python objects (`runs`), and concludes: the flow state of a cell
+(`flowstate`), pair anomalies from drift series (`drift`, `anomalies`), rules
+evaluated over the logs (`violations`, `tracks`), `doctor`'s findings
+(`findings` over `records`, `flow`, `targets`, `leaks`, `health`) and
+`report`'s data (`summary`). Imports only `format`, `scopes` and `rules` (and
+TensorBoard's data API), never tensorflow; imported by `plugin` and `commands`
+only, so the tab and `tb-gradscope` cannot disagree.
 """
+

@@ -1,10 +1,15 @@
 """Flow rules: `never`, `only`, `blocked`, `tracks`, and the violations that break them.
 
-Plain Python over `tb_gradscope.format` (never tensorflow): the recorder checks
-rules while training, `tb-gradscope check` checks them over logs, and
-`tb_gradscope.testing` checks them in users' pytest suites. docs/RULES.md
-describes the semantics.
+Rule objects and their parsing (`model`, `rulesfile`), checks of a FlowGraph
+and of one step's gradient tables (`check`), and the `RuleChecker` a recorder
+holds (`runner`, `policy`). Plain Python over `tb_gradscope.format` (never
+tensorflow); imports only `format` and `scopes`. Imported by the recorder and
+the integrations (rules checked while training), by `read` (rules evaluated
+over logs: `read.violations`, and `tracks` rules over drift series in
+`read.tracks`) and by `tb_gradscope.testing`. docs/RULES.md describes the
+semantics.
 """
+
 
 from tb_gradscope.rules.check import check_flowgraph, check_stats
 from tb_gradscope.rules.model import (

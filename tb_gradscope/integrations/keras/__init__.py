@@ -9,7 +9,8 @@ refused with a clear error). `LegacyGradscopeCallback`: tf_keras
 This module's names are the package's public API; the modules beside it are
 its private parts: `hooks` (the callback's hooks), `step` (the instrumented
 train step), `capture` (compiled losses), `custom` (a custom train_step's
-losses), `records` (writing), `legacy` (tf_keras).
+losses), `records` (writing), `legacy` (tf_keras). Imported by users (and
+the root's lazy `GradscopeCallback`) and `demos`; builds on `tb_gradscope.record`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ when rules are checked, docs/TF1.md for the guide.
 This module's names are the package's public API; the modules beside it are
 its private parts: `args` (argument checks), `graph` (graph surgery), `ops`
 and `flat_stats` (the stats ops), `pairs`, `rules`, `session` (the wrapped
-session), `static` (the analysis), `steps`, `writer`.
+session), `static` (the analysis), `steps`, `writer`. Imported by users (and
+the root's lazy `GraphRecorder`) and `demos`; builds on `tb_gradscope.record`'s
+kernels and `analysis`.
 """
 
 from __future__ import annotations
