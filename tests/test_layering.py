@@ -1,4 +1,5 @@
-"""The readers' side never pulls in tensorflow (TensorBoard must start fast)."""
+"""The readers' side never pulls in tensorflow (TensorBoard must start fast), and
+imports run one way: no cycle between packages; format <- read <- plugin, commands."""
 
 from __future__ import annotations
 
@@ -9,20 +10,31 @@ from pathlib import Path
 
 import tb_gradscope
 
+PACKAGE_DIR = Path(tb_gradscope.__file__).parent
+
+# Every module of the read package, so a new one is guarded the day it lands.
+READ_PACKAGE = sorted(
+    "tb_gradscope.read." + path.stem for path in (PACKAGE_DIR / "read").glob("*.py") if path.stem != "__init__"
+)
+
 READ_SIDE = [
     "tb_gradscope",
     "tb_gradscope.format",
     "tb_gradscope.scopes",
+    "tb_gradscope.rules",
+    "tb_gradscope.read",
+    *READ_PACKAGE,
     "tb_gradscope.plugin.plugin",
     "tb_gradscope.plugin.loader",
-    "tb_gradscope.rules",
-    "tb_gradscope.read.flowstate",
     "tb_gradscope.commands.report",
     "tb_gradscope.commands.check",
-    "tb_gradscope.read.anomalies",
-    "tb_gradscope.read.drift",
-    "tb_gradscope.read.tracks",
+    "tb_gradscope.commands.doctor",
 ]
+
+
+def test_the_read_package_lists_what_turns_logs_into_conclusions():
+    for module in ("flowstate", "anomalies", "drift", "tracks", "violations", "findings", "runs", "reader", "logdir"):
+        assert f"tb_gradscope.read.{module}" in READ_PACKAGE
 
 
 def test_read_side_does_not_import_tensorflow():
@@ -35,8 +47,6 @@ def test_read_side_does_not_import_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "", f"imported: {result.stdout.strip()}"
 
-
-PACKAGE_DIR = Path(tb_gradscope.__file__).parent
 
 
 def _top_level(module: str) -> str | None:
@@ -107,3 +117,13 @@ def test_the_import_graph_sees_lazy_and_function_level_imports():
 def test_no_import_cycle_between_top_level_packages():
     cycles = _cycles(_package_imports())
     assert cycles == [], "import cycles between top-level packages: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_arrows_run_format_then_read_then_plugin_and_commands():
+    edges = _package_imports()
+    assert "format" not in edges, f"format imports {sorted(edges.get('format', ()))}"
+    assert not {"plugin", "commands", "cli"} & edges["read"], f"read imports {sorted(edges['read'])}"
+    assert "read" in edges["plugin"] and "read" in edges["commands"]
+    importers = sorted(source for source, targets in edges.items() if "read" in targets)
+    assert importers == ["commands", "plugin"], f"read is imported by {importers}"
+    assert "plugin" not in edges["commands"] and "commands" not in edges["plugin"]
