@@ -166,3 +166,74 @@ def test_losses_opposed_over_their_whole_shared_trunk_are_fighting():
     (f,) = diagnose(records)
     assert (f.kind, f.loss, f.scope) == (F.LOSSES_FIGHTING, "b", "net/trunk")
     assert (f.steps, f.first_step, f.last_step) == (3, 1, 3)
+
+
+# ----- a correct conv + BatchNorm model with an EMA twin and two losses -------------------
+
+
+def _train_bn_twin(logdir: str, steps: int = 6) -> None:
+    """Three conv+BatchNorm layers ("online") and an EMA twin copied from it
+    ("target", every weight averaged, moving statistics included), a head and a
+    predictor, two losses (cls, and byol regressed onto the cut target), on
+    random inputs far from BatchNorm's initial statistics (mean 50, std 100):
+    the moving statistics move fast while the twin follows at tau."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tb_gradscope.pairs import pair_models
+    from tb_gradscope.record import Recorder
+
+    def net(name):
+        x = keras.Input((8, 8, 3))
+        h = x
+        for i in range(3):
+            h = keras.layers.Conv2D(8, 3, padding="same", name=f"conv{i}")(h)
+            h = keras.layers.ReLU()(keras.layers.BatchNormalization(name=f"bn{i}")(h))
+        return keras.Model(x, keras.layers.GlobalAveragePooling2D()(h), name=name)
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    online, target = net("online"), net("target")
+    target.set_weights(online.get_weights())
+    head = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="logits")], name="head")
+    predictor = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, name="out")], name="predictor")
+    optimizer = keras.optimizers.SGD(0.01)
+    rec = Recorder(logdir, every_n_steps=1, pairs=[pair_models(target, online, tau=0.01)],
+                   models={"online": online, "target": target, "head": head, "predictor": predictor})
+    variables = online.trainable_variables + head.trainable_variables + predictor.trainable_variables
+
+    @tf.function
+    def train_step(x, labels):
+        with rec.tape() as tape:
+            features = online(x, training=True)
+            cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, head(features), from_logits=True))
+            anchor = tf.stop_gradient(tf.math.l2_normalize(target(x, training=False), axis=1))
+            guess = tf.math.l2_normalize(predictor(features), axis=1)
+            byol = tf.reduce_mean(tf.reduce_sum(tf.square(guess - anchor), axis=1))
+        grads_and_vars = rec.gradients(tape, {"cls": cls, "byol": byol}, variables)
+        rec.apply(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
+        for t, o in zip(target.weights, online.weights):
+            t.assign(0.99 * t + 0.01 * o)
+        rec.record_drift()
+
+    for _ in range(steps):
+        x = (rng.normal(size=(4, 8, 8, 3)) * 100 + 50).astype("float32")
+        train_step(x, rng.integers(0, 4, 4).astype("int32"))
+    rec.close()
+
+
+@pytest.mark.slow
+def test_a_correct_batchnorm_twin_with_two_losses_has_no_finding(tmp_path):
+    from tests.test_doctor import _findings
+    from tb_gradscope.read.logdir import load_logdir
+
+    _train_bn_twin(str(tmp_path / "run"))
+    (logs,) = load_logdir(str(tmp_path), "run")
+    (series,) = logs.drift.values()
+    first = series[0][1]
+    # The whole twin is far from online at once (moving variances), its trainable weights are not.
+    assert first.row("target")["drift"] > 0.5 and first.row("target/conv0")["drift"] < 0.05
+    assert logs.flowgraphs[-1][1].trainability("online/bn0") == MIXED
+    code, found, _ = _findings(tmp_path, "run")
+    assert found == [] and code == 0, [(f["kind"], f["loss"], f["scope"], f["what"]) for f in found]
