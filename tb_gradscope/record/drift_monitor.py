@@ -4,17 +4,20 @@ Call `record()` once per training step, after the user's target update, eagerly
 or inside `tf.function`. A step s is recorded when s % every_n_steps == 0, or
 s % every == 0 for a pair declaring a hard-copy period (so copy steps are seen).
 
-Transient state, per pair: one snapshot of the target and online variables
-(2x the pair's size, allocated once), written only at the step before a
-recorded step, plus the step it was taken at. So every recorded step s is
-compared with s - 1, which makes tau exact for an EMA and shows a hard copy as
-tau = 1 with drift exactly 0 at the copy step.
+Transient state, per group of pairs sharing a schedule: one snapshot of their
+target and online variables (2x the pairs' size, allocated once), written only
+at the step before a recorded step, plus the step it was taken at. So every
+recorded step s is compared with s - 1, which makes tau exact for an EMA and
+shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A group's
+tables come from one kernel (`drift.variable_sums` over all its pairs), split
+per pair.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Sequence
+import math
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -35,15 +38,31 @@ _NEVER = -(2**62)
 
 @dataclasses.dataclass
 class _PairState:
-    """What the monitor keeps per pair (never checkpointed)."""
+    """What the monitor keeps per pair."""
 
     pair: Pair
     layout: Any
-    rollup: RollUp
     tag: str
-    prev_target: tf.Variable
-    prev_online: tf.Variable
+
+
+@dataclasses.dataclass
+class _Group:
+    """Pairs recorded at the same steps, and their snapshot (never checkpointed)."""
+
+    states: list[_PairState]
+    rows: drift_lib.RowLayout  # every target variable of the group, in order
+    rollup: RollUp  # the pairs' scopes one after another
+    dtype: tf.DType
+    previous: tf.Variable  # [target; online] one step earlier, padded by `rows`
     snap_step: tf.Variable
+
+    @property
+    def targets(self) -> list[Any]:
+        return [v for s in self.states for v in s.pair.target]
+
+    @property
+    def onlines(self) -> list[Any]:
+        return [v for s in self.states for v in s.pair.online]
 
 
 class DriftMonitor(tf.Module):
@@ -114,6 +133,7 @@ class DriftMonitor(tf.Module):
             self.step = step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
             self._sink = sink if sink is not None else SummarySink(logdir, name)
             self._states = [self._make_state(p) for p in pairs]
+            self._groups = self._make_groups(self._states)
         # A call that is never inlined: an unrecorded step then skips one op
         # instead of pushing "not taken" through every op of the record.
         self._work_fn = tf.function(
@@ -129,15 +149,22 @@ class DriftMonitor(tf.Module):
         self._written |= {naming.variable_key(v) for v in variables}
 
     @_no_autograph
-    def record(self, step: Any = None) -> None:
+    def record(self, step: Any = None, seen: tuple[int, int] | None = None) -> None:
         """Records every pair due at `step` (default: the monitor's step).
 
         With an own counter and no `step`, advances the counter afterwards.
+        `seen`: (modulus, residue) when the host runs this code only at steps
+        congruent to residue (for a `Recorder.function` variant picked by
+        step): a group of pairs due at every such step is recorded without an
+        in-graph gate, one due at none is not built.
         """
         if not self._disabled:
             try:
                 current = tf.cast(self.step if step is None else step, tf.int64)
-                recorded_only(self._any_due(current), lambda: self._work_fn(current), lambda: tf.constant(False))
+                if seen is not None:
+                    self._work(current, seen)
+                else:
+                    recorded_only(self._any_due(current), lambda: self._work_fn(current), lambda: tf.constant(False))
             except NoWriterError:
                 raise
             except Exception as e:  # monitoring must never break the training loop
@@ -164,8 +191,8 @@ class DriftMonitor(tf.Module):
             return
         try:
             current = tf.cast(self.step.read_value(), tf.int64)
-            for state in self._states:
-                self._snapshot(state, current)
+            for group in self._groups:
+                self._snapshot(group, current)
         except Exception as e:  # monitoring must never break the training loop
             self._disabled = True
             warn_once(
@@ -181,71 +208,88 @@ class DriftMonitor(tf.Module):
         self._sink.close()
 
     def _make_state(self, pair: Pair) -> _PairState:
-        layout = drift_lib.pair_layout(pair)
+        return _PairState(pair=pair, layout=drift_lib.pair_layout(pair), tag=tag_for(Kind.DRIFT, pair.name))
 
-        def copies(variables: Sequence[Any]) -> tf.Variable:
-            size = sum(int(np.prod(v.shape)) for v in variables)
+    @staticmethod
+    def _make_groups(states: Sequence[_PairState]) -> list[_Group]:
+        """Pairs sharing a schedule (`Pair.every`), each group with one snapshot."""
+        by_every: dict[int | None, list[_PairState]] = {}
+        for state in states:
+            by_every.setdefault(state.pair.every, []).append(state)
+        groups = []
+        for members in by_every.values():
+            variables = [v for s in members for v in (*s.pair.target, *s.pair.online)]
+            rows = drift_lib.RowLayout.of([v for s in members for v in s.pair.target])
             dtype = drift_lib.flat_dtype(variables)
-            return distribute.local_variable(lambda: tf.zeros([size], dtype), trainable=False)
+            groups.append(_Group(
+                states=members,
+                rows=rows,
+                rollup=RollUp.concatenate([RollUp.from_layout(s.layout) for s in members]),
+                dtype=dtype,
+                previous=distribute.local_variable(lambda n=2 * rows.length, d=dtype: tf.zeros([n], d), trainable=False),
+                snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+            ))
+        return groups
 
-        return _PairState(
-            pair=pair,
-            layout=layout,
-            rollup=RollUp.from_layout(layout),
-            tag=tag_for(Kind.DRIFT, pair.name),
-            prev_target=copies(pair.target),
-            prev_online=copies(pair.online),
-            snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
-        )
+    def _due(self, step: tf.Tensor, pair: Pair) -> Callable[[], tf.Tensor]:
+        def due() -> tf.Tensor:
+            out = tf.equal(tf.math.floormod(step, self.every_n_steps), 0)
+            if pair.every:
+                out = tf.logical_or(out, tf.equal(tf.math.floormod(step, pair.every), 0))
+            return tf.logical_and(out, step >= 0)
 
-    def _due(self, step: tf.Tensor, pair: Pair) -> tf.Tensor:
-        due = tf.equal(tf.math.floormod(step, self.every_n_steps), 0)
-        if pair.every:
-            due = tf.logical_or(due, tf.equal(tf.math.floormod(step, pair.every), 0))
-        return tf.logical_and(due, step >= 0)
+        return due
 
     def _any_due(self, step: tf.Tensor) -> tf.Tensor:
         """One predicate for the whole call, so unrecorded steps cost one cond."""
-        due = [self._due(s, st.pair) for st in self._states for s in (step, step + 1)]
+        due = [self._due(s, st.pair)() for st in self._states for s in (step, step + 1)]
         return tf.reduce_any(tf.stack(due))
 
-    def _work(self, step: tf.Tensor) -> tf.Tensor:
-        """Pairs sharing a schedule are recorded together: one branch and one
-        write for their tables (read before), one branch for their snapshots."""
-        groups: dict[int | None, list[_PairState]] = {}
-        for state in self._states:
-            groups.setdefault(state.pair.every, []).append(state)
-        for states in groups.values():
-            pair = states[0].pair
+    def _work(self, step: tf.Tensor, seen: tuple[int, int] | None = None) -> tf.Tensor:
+        """Each group of pairs sharing a schedule is recorded together: one
+        branch, one kernel and one write for their tables, one branch for
+        their snapshot (no branch when `seen` says the step is always or
+        never due)."""
+        for group in self._groups:
+            pair = group.states[0].pair
 
-            def write(states=states) -> tf.Tensor:
-                records = [(s.tag, self._metadata_for(s), self._table(s, step), False) for s in states]
+            def write(group=group) -> tf.Tensor:
+                tables = self._tables(group, step)
+                records = [(s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)]
                 return self._sink.write_due(records, step)
 
-            def snapshot(states=states) -> tf.Tensor:
-                for state in states:
-                    self._snapshot(state, step)
-                return tf.constant(True)
-
-            done = recorded_only(self._due(step, pair), write, lambda: tf.constant(False))
+            done = self._when(self._due(step, pair), write, pair, seen, 0)
             with tf.control_dependencies([done]):
-                snapshot_due = self._due(step + 1, pair)
-            recorded_only(snapshot_due, snapshot, lambda: tf.constant(False))
+                self._when(self._due(step + 1, pair), lambda group=group: self._snapshot(group, step), pair, seen, 1)
         return tf.constant(True)
 
-    def _table(self, state: _PairState, step: tf.Tensor) -> tf.Tensor:
-        """The pair's DRIFT table at `step` (its snapshots are of `step - 1` or it has none)."""
-        written = [naming.variable_key(v) in self._written_set() for v in state.pair.target]
-        counts = drift_lib.optimizer_var_counts(state.layout, written)
-        have_previous = tf.equal(state.snap_step, step - 1)
-        return drift_lib.pair_table(
-            state.pair, state.rollup, state.prev_target, state.prev_online, have_previous, counts
-        )
+    def _when(self, due: Callable[[], tf.Tensor], work: Callable[[], tf.Tensor], pair: Pair,
+              seen: tuple[int, int] | None, ahead: int) -> tf.Tensor:
+        """`work()` when `pair` is due `ahead` steps after the step seen: gated
+        in the graph, or decided here when `seen` tells it for every step."""
+        always = None if seen is None else _always_due(self.every_n_steps, pair.every, seen, ahead)
+        if always is None:
+            return recorded_only(due(), work, lambda: tf.constant(False))
+        return work() if always else tf.constant(False)
 
-    def _snapshot(self, state: _PairState, step: tf.Tensor) -> tf.Tensor:
-        state.prev_target.assign(drift_lib.flatten(state.pair.target))
-        state.prev_online.assign(drift_lib.flatten(state.pair.online))
-        state.snap_step.assign(step)
+    def _tables(self, group: _Group, step: tf.Tensor) -> list[tf.Tensor]:
+        """The DRIFT table of each pair of `group` at `step` (its snapshot is
+        of `step - 1` or it has none)."""
+        written = self._written_set()
+        counts = np.concatenate([
+            drift_lib.optimizer_var_counts(s.layout, [naming.variable_key(v) in written for v in s.pair.target])
+            for s in group.states
+        ])
+        now = drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
+        sums = group.rollup.sum(drift_lib.variable_sums(now, group.previous.read_value(), group.rows))
+        table = drift_lib.drift_table(sums, tf.equal(group.snap_step, step - 1), counts)
+        if len(group.states) == 1:
+            return [table]
+        return tf.split(table, [len(s.layout.scopes) for s in group.states])
+
+    def _snapshot(self, group: _Group, step: tf.Tensor) -> tf.Tensor:
+        group.previous.assign(drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype))
+        group.snap_step.assign(step)
         return tf.constant(True)
 
     def _written_set(self) -> set[int]:
@@ -261,3 +305,22 @@ class DriftMonitor(tf.Module):
             info = dataclasses.replace(info, columns=DRIFT_COLUMNS)
             self._metadata[state.tag] = create_summary_metadata(info).SerializeToString()
         return self._metadata[state.tag]
+
+
+# Beyond this many steps in one period of the schedules, `seen` is not used.
+_MAX_PERIOD = 100_000
+
+
+def _always_due(every: int, pair_every: int | None, seen: tuple[int, int], ahead: int) -> bool | None:
+    """Whether a pair is due `ahead` steps after every step x = residue (mod
+    modulus), for `seen` = (modulus, residue): True (at all of them), False
+    (at none) or None (at some; or the period is too long to tell)."""
+    modulus, residue = seen
+    period = math.lcm(modulus, every, pair_every or 1)
+    if period // modulus > _MAX_PERIOD:
+        return None
+    found = {
+        (x + ahead) % every == 0 or bool(pair_every and (x + ahead) % pair_every == 0)
+        for x in range(residue % modulus, period, modulus)
+    }
+    return found.pop() if len(found) == 1 else None

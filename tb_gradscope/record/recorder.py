@@ -431,7 +431,7 @@ class Recorder(tf.Module):
         """Records the drift of `pairs` at `step`: call once per training step,
         after `apply` and after the target update (see the class docstring)."""
         mode = self._s.variants.mode()
-        self._s.variants.note_drift()
+        advances = self._s.variants.note_drift()
         if self._s.monitor is None or mode == PLAIN:
             return
         if mode == SNAPSHOT:
@@ -442,7 +442,9 @@ class Recorder(tf.Module):
                 "Recorder.record_drift cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); call it after the compiled step"
             )
-        distribute.once(self._s.monitor.record, on_error=self._step_aside)
+        # A recorded variant runs at steps s = 0 (mod every) and sees s + advances.
+        seen = (self._s.every, advances) if self._s.variants.recorded() and advances is not None else None
+        distribute.once(lambda: self._s.monitor.record(seen=seen), on_error=self._step_aside)
 
     # ----- XLA: compute inside, write outside ------------------------------
 

@@ -56,6 +56,20 @@ class RollUp:
             pair_variable=np.asarray(var_ids, dtype=np.int32),
         )
 
+    @classmethod
+    def concatenate(cls, parts: Sequence["RollUp"]) -> "RollUp":
+        """Roll-ups side by side: each part's variables and scopes after the previous parts'."""
+        if len(parts) == 1:
+            return parts[0]
+        scope_offsets = np.cumsum([0] + [p.n_scopes for p in parts])
+        variable_offsets = np.cumsum([0] + [p.n_variables for p in parts])
+        return cls(
+            n_scopes=int(scope_offsets[-1]),
+            n_variables=int(variable_offsets[-1]),
+            pair_scope=np.concatenate([p.pair_scope + s for p, s in zip(parts, scope_offsets)]).astype(np.int32),
+            pair_variable=np.concatenate([p.pair_variable + v for p, v in zip(parts, variable_offsets)]).astype(np.int32),
+        )
+
     def sum(self, per_variable: tf.Tensor) -> tf.Tensor:
         """[n_vars, k] -> [n_scopes, k]: sums over each scope's variables."""
         rows = tf.gather(per_variable, self.pair_variable)

@@ -77,10 +77,12 @@ class Variants:
         if self._advances is not None:
             self._advances += 1
 
-    def note_drift(self) -> None:
-        """`record_drift` is being traced: it sees the counter after this many advances."""
+    def note_drift(self) -> int | None:
+        """`record_drift` is being traced: it sees the counter after this many
+        advances (returned; None outside a variant)."""
         if self._advances is not None:
             self._offsets.add(self._advances)
+        return self._advances
 
     def drift_offset(self) -> int | None:
         """By how much the step `record_drift` sees exceeds the step a call
