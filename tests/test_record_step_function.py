@@ -222,3 +222,15 @@ def test_a_resumed_run_records_only_at_its_recorded_steps(tmp_path):
     grad_steps = sorted(tables[next(k for k in tables if k[0].value == "grad_stats")])
     assert grad_steps == [10, 15]
     assert rec.flowgraph is not None
+
+
+def test_recorded_variant_records_drift_without_a_gate_where_every_recorded_step_is_due(tmp_path):
+    """In a training_step() block drift is due at every recorded step: the
+    recorded variant writes it with no step test (no floormod; the records are
+    those of one trace, test above)."""
+    _, step, _ = _ddpg(str(tmp_path), wrap=True, steps=6)
+    args = [tf.zeros(shape) for shape in ((8, 4), (8, 2), (8,), (8, 4))]
+    recorded = _ops(step._variants["recorded"].get_concrete_function(*args))  # noqa: SLF001
+    plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
+    assert recorded.count("FloorMod") == plain.count("FloorMod")  # the tape's own (concat's gradient)
+    assert "WriteSummary" in recorded
