@@ -12,6 +12,7 @@ import itertools
 from typing import Any, Sequence
 
 from tb_gradscope.integrations.keras.custom import overrides_train_step
+from tb_gradscope.integrations.keras.functions import TrainFunctions
 from tb_gradscope.integrations.keras.records import KerasRecords
 from tb_gradscope.integrations.keras.step import StepProbe
 from tb_gradscope.record.drift_monitor import DriftMonitor
@@ -61,6 +62,7 @@ class GradscopeHooks:
         self.disabled = False
         self._serial = next(_SERIALS)
         self._probe: StepProbe | None = None
+        self._functions: TrainFunctions | None = None
         self._records: KerasRecords | None = None
         self._drift: DriftMonitor | None = None
         self._epoch_base = 0
@@ -87,14 +89,17 @@ class GradscopeHooks:
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if not self._active():
+            if self._functions is not None:  # stopped after an error: run the model's own step
+                self._functions.release()
             return
         current = self._epoch_base + batch
         if self._drift is not None and batch > 0:
             self._guard(lambda: self._record_drift(current - 1))
-        every = self.every_n_batches
-        if -(-self._drained_to // every) * every < current:  # a recorded step ran
-            self._guard(self._drain)
+        if self._recorded_since_drain(current):
+            self._guard(lambda: self._drain(expected=current))
             self._drained_to = current
+        if self._functions is not None:
+            self._functions.choose(current)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._active():
@@ -104,9 +109,11 @@ class GradscopeHooks:
         if self._probe is None:
             return
         if not self.disabled and self._records is not None:
-            self._guard(lambda: self._drain(final=True))
+            self._guard(self._final_drain)
             self._guard(self._records.flush)
         self._probe.switch(False)
+        if self._functions is not None:
+            self._functions.release()
 
     def detach(self) -> None:
         """Gives the model back its own train_step (the next fit retraces)."""
@@ -138,8 +145,14 @@ class GradscopeHooks:
             model, vlayout, self.every_n_batches, slots, model.name, self._fail,
             custom=overrides_train_step(model, self.model_types),
         )
-        model.train_step = self._probe.wrap(model.train_step)
+        own_step = model.train_step
+        model.train_step = self._probe.wrap(own_step)
         model.train_function = None  # compile the instrumented step
+        self._functions = (
+            TrainFunctions(model, self._probe.plain(own_step), self.every_n_batches)
+            if TrainFunctions.supported(model)
+            else None
+        )
 
     def _attrs(self, **extra: Any) -> dict[str, Any]:
         return {"every_n_steps": self.every_n_batches, "recorder": "keras", **extra}
@@ -151,7 +164,8 @@ class GradscopeHooks:
             if self.pairs:
                 self._drift = self._drift_monitor(sink)
         self._probe.switch(True)
-        self._read_step()
+        if self._functions is not None:
+            self._functions.install(steps_per_execution(self.model))
 
     def _drift_monitor(self, sink: SummarySink) -> DriftMonitor:
         spe = steps_per_execution(self.model)
@@ -175,20 +189,35 @@ class GradscopeHooks:
         self._epoch_base = self._drained_to = step
 
     def _end_epoch(self) -> None:
-        self._drain()
+        current = self._probe.current_step()
+        if self._recorded_since_drain(current):
+            self._drain()
+            self._drained_to = current
         if self._drift is not None:
-            self._record_drift(self._probe.current_step() - 1)
+            self._record_drift(current - 1)
         self._records.flush()
 
+    def _final_drain(self) -> None:
+        if self._probe.scaled or self._recorded_since_drain(self._probe.current_step()):
+            self._drain(final=True)
+
+    def _recorded_since_drain(self, current: int) -> bool:
+        """Whether a step in [drained_to, current) was due (the ring may hold it)."""
+        every = self.every_n_batches
+        return -(-self._drained_to // every) * every < current
+
     def _record_drift(self, step: int) -> None:
-        """Drift after `step` (and after other callbacks' target updates)."""
-        self._drift.record(step)
+        """Drift after `step` (and after other callbacks' target updates); a
+        step that neither records drift nor precedes one that does costs nothing."""
+        if self._drift.due_at(step) or self._drift.due_at(step + 1):
+            self._drift.record(step)
         if step % self.every_n_batches == 0:
             self._records.dirty = True
 
-    def _drain(self, final: bool = False) -> None:
+    def _drain(self, final: bool = False, expected: int | None = None) -> None:
         """Writes every recorded step the probe holds that was not written yet
-        (`final`: training is over, so every skipped step is complete too)."""
+        (`final`: training is over, so every skipped step is complete too).
+        `expected`: the step the host counted, checked against the optimizer's."""
         probe = self._probe
         if not probe.captured and probe.traces:
             warn_once(
@@ -197,7 +226,9 @@ class GradscopeHooks:
                 "none of its compiled losses through Keras's CompileLoss and took no "
                 "GradientTape.gradient of a scalar loss; only applied updates are recorded",
             )
-        self._records.drain(probe, final)
+        current = self._records.drain(probe, final)
+        if expected is not None and self._functions is not None:
+            self._functions.check(expected, current)
 
     def _guard(self, action: Any) -> Any:
         try:

@@ -124,6 +124,20 @@ class StepProbe:
         instrumented_train_step.gradscope_probe = self
         return instrumented_train_step
 
+    def plain(self, train_step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """`train_step` as it runs at batches the host knows are not recorded:
+        nothing added (but a custom step's batch counter, which counts them)."""
+        if self.batches is None:
+            return train_step
+
+        @_no_autograph
+        def counted_train_step(data: Any) -> Any:
+            logs = train_step(data)
+            self.batches.assign_add(1)
+            return logs
+
+        return counted_train_step
+
     @property
     def step_variable(self) -> tf.Variable:
         """What counts the recorded steps: the optimizer's iterations, or the
@@ -132,6 +146,11 @@ class StepProbe:
 
     def current_step(self) -> int:
         return int(self.step_variable.numpy())
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the step runs under a loss scaler (which may skip batches)."""
+        return loss_scale.is_loss_scale_optimizer(self.model.optimizer)
 
     def switch(self, on: bool) -> None:
         """Turns recording on or off (eagerly, also when called while tracing)."""
