@@ -177,6 +177,7 @@ class GraphRecorder:
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
         self._train_op_names = {op: op.name for op in trained}
+        self._called_by_key: dict[Any, frozenset[str]] = {}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._offset_read = False
         self._first_step = 0
@@ -233,14 +234,27 @@ class GraphRecorder:
     # of the user's run call. Failures are reported once and switch recording off.
 
     def _before(self, run: Run, fetches: Any, feed_dict: Any) -> _Pending | None:
-        self._settle()  # violations of a call that failed before its _after
+        """What the call records, or None when it records nothing and needs no
+        `_after` (most calls: this path is kept to a few dict lookups)."""
+        if self._unsettled:
+            self._settle()  # violations of a call that failed before its _after
         if self.disabled:
             return None
         called = self._guard(lambda: self._called(run, fetches))
-        self._settle()  # the FlowGraph's violations: before the first step runs
+        if self._unsettled:
+            self._settle()  # the FlowGraph's violations: before the first step runs
         if not called or self.disabled:
             return None
-        return self._guard(lambda: self._plan_call(run, called, feed_dict))
+        step = self._clock.quiet(called)
+        if step is not None and (self._pairs is None or self._pairs.idle_at(step)):
+            self._clock.skip(called)
+            return None
+        pending = self._guard(lambda: self._plan_call(run, called, feed_dict))
+        if pending is None or (
+            not pending.fetches and pending.plan.close_after is None and not self._unsettled
+        ):
+            return None
+        return pending
 
     def _after(self, run: Run, pending: _Pending, results: Mapping[str, Any]) -> None:
         if not self.disabled:
@@ -299,10 +313,15 @@ class GraphRecorder:
             self._disable(f"{type(e).__name__}: {text}")
             return None
 
-    def _called(self, run: Run, fetches: Any) -> set[str]:
+    def _called(self, run: Run, fetches: Any) -> frozenset[str]:
         """The train ops a call runs; the first such call writes the FlowGraph."""
-        named = self._train_op_names  # {op: name}; op.name is a C call, avoid it per run
-        called = {named[op] for op in graphs.fetched_ops(self.graph, fetches) if op in named}
+        key = _fetch_key(fetches)
+        called = self._called_by_key.get(key) if key is not None else None
+        if called is None:
+            named = self._train_op_names  # {op: name}; op.name is a C call, avoid it per run
+            called = frozenset(named[op] for op in graphs.fetched_ops(self.graph, fetches) if op in named)
+            if key is not None and len(self._called_by_key) < _MAX_FETCH_KEYS:
+                self._called_by_key[key] = called
         if called and not self._offset_read:
             self._read_offset(run)
             self._write_flowgraph(self._first_step)
@@ -366,6 +385,21 @@ class GraphRecorder:
         self._writer.write_blobs(info, [self._flowgraph.to_json()], step)
         events = self._rules.trace_events_at(step)
         self._write_violations({step: events} if events else {}, TRACE_EVENTS)
+
+
+_MAX_FETCH_KEYS = 256  # fetch structures remembered (a loop uses a handful)
+
+
+def _fetch_key(fetches: Any) -> Any:
+    """A hashable key for a fetch structure made of ops, tensors and names
+    (alone, or in a flat list or tuple), or None for anything else."""
+    if isinstance(fetches, (tf.Operation, tf.Tensor, str)):
+        return fetches
+    if isinstance(fetches, (list, tuple)) and all(
+        isinstance(item, (tf.Operation, tf.Tensor, str)) for item in fetches
+    ):
+        return (type(fetches), tuple(fetches))
+    return None
 
 
 def _error_text(error: tf.errors.OpError) -> str:

@@ -215,6 +215,12 @@ class PairRecorder:
         copy_step = bool(pair.every) and step % pair.every == 0
         return step >= 0 and (step % self._every == 0 or copy_step)
 
+    def idle_at(self, step: int) -> bool:
+        """Whether `before_step(step)` has nothing to do (no table or snapshot due)."""
+        return step == self._last_step or not any(
+            self._due(step, ops.pair) or self._due(step + 1, ops.pair) for ops in self._ops
+        )
+
     def before_step(self, run: Callable[..., Any], step: int,
                     write: Callable[[RecordInfo, Any, int], None]) -> None:
         """At the first train call of `step`: writes due tables, takes due snapshots."""

@@ -39,8 +39,9 @@ class RecordingSession(tf_session.SessionInterface):
             if pending is not None:
                 self._recorder._after(run, pending, {})
             return result
-        try:
-            result, extra = run((fetches, dict(pending.fetches)), feed_dict,
+        names = list(pending.fetches)
+        try:  # a list, not a dict: Session.run handles nested dicts slowly (~0.1 ms)
+            result, extra = run((fetches, [pending.fetches[n] for n in names]), feed_dict,
                                 options, run_metadata)
         except tf.errors.OpError as e:
             if not self._recorder._owns(e):
@@ -49,7 +50,7 @@ class RecordingSession(tf_session.SessionInterface):
             if replacement is not None:
                 fetches = replace_ops(self.graph, fetches, pending.called, replacement)
             return run(fetches, feed_dict, options, run_metadata)
-        self._recorder._after(run, pending, extra)
+        self._recorder._after(run, pending, dict(zip(names, extra)))
         return result
 
     @property
@@ -108,12 +109,13 @@ class GradscopeHook(tf.compat.v1.train.SessionRunHook):
         )
         if self._pending is None:
             return None
-        return tf.compat.v1.train.SessionRunArgs(dict(self._pending.fetches))
+        return tf.compat.v1.train.SessionRunArgs(list(self._pending.fetches.values()))
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
-            self._recorder._after(run_context.session.run, pending, run_values.results or {})
+            results = dict(zip(pending.fetches, run_values.results or ()))
+            self._recorder._after(run_context.session.run, pending, results)
 
     def end(self, session: Any) -> None:
         self._recorder.close(session)

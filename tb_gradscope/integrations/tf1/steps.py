@@ -68,6 +68,21 @@ class StepClock:
         """Starts numbering at `offset` (the global step of a resumed run)."""
         self._offset = int(offset)
 
+    def quiet(self, called: Collection[str]) -> int | None:
+        """The step of a call that records nothing (no window open, none of
+        its train ops at a recorded step), else None. Changes nothing: then
+        either `skip` the call or `plan` it."""
+        if self._window is not None:
+            return None
+        every, offset, count = self._every, self._offset, self._count
+        steps = [offset + count[key] for key in called]
+        return None if any(step % every == 0 for step in steps) else min(steps)
+
+    def skip(self, called: Collection[str]) -> None:
+        """Advances the counters of a call `quiet` found recording nothing."""
+        for key in called:
+            self._count[key] += 1
+
     def plan(
         self, called: Collection[str], can_record: Callable[[str], bool]
     ) -> CallPlan | None:
