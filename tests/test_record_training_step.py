@@ -19,6 +19,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.summary import run_summary
+from tb_gradscope.format.flowgraph import TRAINABLE
 from tb_gradscope.pairs import pair_models
 
 STEPS, EVERY = 25, 10
@@ -141,6 +142,17 @@ def test_flow_states_attribute_each_loss_to_its_own_optimizer(trained):
         assert table["actor"]["critic"]["state"] == fmt.IGNORED
         assert table["critic"]["actor"]["state"] == fmt.INDEPENDENT
         assert table["critic"]["critic_t"]["state"] == fmt.BLOCKED
+
+
+def test_the_flowgraph_says_which_scopes_are_trainable_however_the_step_is_traced(trained):
+    shape, logdir, _ = trained
+    (logs,) = load_logdir(logdir)
+    if shape == "eager":  # never traced: no FlowGraph, so nothing to say about trainability
+        assert logs.flowgraphs == []
+        return
+    graph = logs.flowgraphs[-1][1]
+    for scope in ("actor", "critic", "actor_t/l1", "critic_t/l2"):
+        assert graph.trainability(scope) == TRAINABLE, (scope, graph.trainable)
 
 
 def test_correct_two_optimizer_step_breaks_no_rule(trained):

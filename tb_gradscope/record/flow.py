@@ -62,7 +62,7 @@ def analyze_step(
 def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
     """One FlowGraph for a step traced as several functions (one per optimizer):
     `more`'s losses added to `known` (same scope list; a loss already known is
-    kept as it was), the scope graphs united."""
+    kept as it was), the scope graphs and what each knows of trainability united."""
     new = [info for info in more.losses if info.name not in known.cells]
     names = {info.name for info in new}
     nodes = {node.id: node for node in known.nodes}
@@ -78,6 +78,9 @@ def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
     if known.applied is not None or more.applied is not None:
         hit = set(known.applied or ()) | set(more.applied or ())
         applied = [s for s in known.scopes if s in hit]
+    trainable = None
+    if known.trainable is not None or more.trainable is not None:
+        trainable = {**(more.trainable or {}), **(known.trainable or {})}
     return FlowGraph(
         losses=list(known.losses) + new,
         scopes=list(known.scopes),
@@ -86,6 +89,7 @@ def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
         nodes=list(nodes.values()),
         edges=[edges[k] for k in sorted(edges)],
         applied=applied,
+        trainable=trainable,
         warnings=list(dict.fromkeys(known.warnings + more.warnings)),
         source=known.source,
     )
