@@ -44,18 +44,27 @@ def segment_ids(tensors: Sequence[Any]) -> tf.Tensor:
     return tf.repeat(tf.range(len(tensors), dtype=tf.int32), sizes)
 
 
-def _segment_sum(values: tf.Tensor, ids: tf.Tensor, n: int) -> tf.Tensor:
+def _segment_sum(values: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
     """Sums over the sorted segments `ids` (0..n-1), as float64 [n].
 
     One column at a time: the sorted kernel over a 1-D vector is several times
     faster on CPU than unsorted_segment_sum over stacked columns.
     """
-    return _pad_to(tf.cast(tf.math.segment_sum(values, ids), tf.float64), n)
+    sums = tf.cast(tf.math.segment_sum(values, ids), tf.float64)
+    return _pad_to(sums, n) if pad else sums
 
 
 def _pad_to(per_segment: tf.Tensor, n: int) -> tf.Tensor:
     """Rows for trailing empty segments (zero-size variables), which segment ops omit."""
     return tf.pad(per_segment, [[0, n - tf.shape(per_segment)[0]]])
+
+
+def may_be_empty(tensors: Sequence[Any]) -> bool:
+    """Whether a tensor may have no elements (then its segment is missing and
+    the sums need padding); False when every shape is known and non-empty,
+    which saves each sum the five ops of a pad."""
+    shapes = [tf.TensorShape(t.shape) for t in tensors]
+    return not all(s.is_fully_defined() and s.num_elements() > 0 for s in shapes)
 
 
 def _sizes(tensors: Sequence[Any]) -> tf.Tensor:
@@ -78,16 +87,18 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
         values = flatten(dense, flat_dtype(dense))
         ids = segment_ids(dense)
         k = len(present)
+        pad = may_be_empty(dense)
         finite = tf.math.is_finite(values)
         abs_finite = tf.where(finite, tf.abs(values), tf.zeros_like(values))
         max_abs = tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64)
-        max_abs = tf.maximum(_pad_to(max_abs, k), 0)  # empty segments hold the lowest float
+        if pad:  # empty segments hold the lowest float
+            max_abs = tf.maximum(_pad_to(max_abs, k), 0)
         columns = [
             tf.ones([k], tf.float64),
-            _segment_sum(tf.square(values), ids, k),
+            _segment_sum(tf.square(values), ids, k, pad),
             max_abs,
-            _segment_sum(tf.cast(tf.logical_not(finite), values.dtype), ids, k),
-            _segment_sum(tf.cast(tf.equal(values, 0), values.dtype), ids, k),
+            _segment_sum(tf.cast(tf.logical_not(finite), values.dtype), ids, k, pad),
+            _segment_sum(tf.cast(tf.equal(values, 0), values.dtype), ids, k, pad),
             _sizes(dense),
         ]  # present, sumsq, max_abs, nonfinite, zeros, count
         rows = tf.stack(columns, axis=1)
@@ -108,17 +119,18 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
     return tf.cast(table, tf.float32)
 
 
-def update_sums(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int) -> tf.Tensor:
-    """Per variable [n, 2] float64: sum of (now - before)^2 and of now^2."""
+def update_sums(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
+    """Per variable [n, 2] float64: sum of (now - before)^2 and of now^2
+    (`pad`: some variable may be empty, see `may_be_empty`)."""
     return tf.stack(
-        [_segment_sum(tf.square(now - before), ids, n), _segment_sum(tf.square(now), ids, n)],
+        [_segment_sum(tf.square(now - before), ids, n, pad), _segment_sum(tf.square(now), ids, n, pad)],
         axis=1,
     )
 
 
-def changed_counts(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int) -> tf.Tensor:
+def changed_counts(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
     """Per variable [n] float64: how many elements differ (NaN counts as changed)."""
-    return _segment_sum(tf.cast(tf.not_equal(now, before), now.dtype), ids, n)
+    return _segment_sum(tf.cast(tf.not_equal(now, before), now.dtype), ids, n, pad)
 
 
 def update_table(per_var: tf.Tensor, rollup: RollUp) -> tf.Tensor:

@@ -98,10 +98,11 @@ def build_update_ops(
         values = flat.flatten(variables, dtype)
         snapshot = snap.assign(values, read_value=False)
         ids = flat.segment_ids(variables)
+        pad = flat.may_be_empty(variables)
         table = flat.update_table(
-            flat.update_sums(values, snap.value(), ids, len(variables)), rollup
+            flat.update_sums(values, snap.value(), ids, len(variables), pad), rollup
         )
-        changed_elements = flat.changed_counts(values, snap.value(), ids, len(variables))
+        changed_elements = flat.changed_counts(values, snap.value(), ids, len(variables), pad)
         index = {v.op: i for i, v in enumerate(variables)}
         changed = {}
         for op in train_ops:

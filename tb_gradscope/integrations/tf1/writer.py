@@ -13,7 +13,7 @@ import time
 from typing import Any, Iterable
 
 import numpy as np
-from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
@@ -49,7 +49,7 @@ class RecordWriter:
 
     def write_table(self, info: RecordInfo, values: Any, step: int) -> None:
         """Writes one step of a table record (rows: info.scopes)."""
-        self._write(info, encode_table(info, values), step)
+        self._write(info, encode_table(info, values), step, tensor=table_proto)
 
     def write_blobs(self, info: RecordInfo, documents: Iterable[Any], step: int) -> None:
         """Writes one step of a blob-sequence record (one JSON blob per document)."""
@@ -62,7 +62,8 @@ class RecordWriter:
     def close(self) -> None:
         self._writer.close()
 
-    def _write(self, info: RecordInfo, array: np.ndarray, step: int) -> None:
+    def _write(self, info: RecordInfo, array: np.ndarray, step: int,
+               tensor: Any = tensor_util.make_tensor_proto) -> None:
         if not os.path.exists(self.path):
             warn_once(
                 ("event_file_gone", self.path),
@@ -73,7 +74,7 @@ class RecordWriter:
             )
         tag = tag_for(info.kind, info.name)
         value = summary_pb2.Summary.Value(
-            tag=tag, tensor=tensor_util.make_tensor_proto(array)
+            tag=tag, tensor=tensor(array)
         )
         if tag not in self._tags_with_metadata:
             value.metadata.CopyFrom(create_summary_metadata(info))
@@ -84,3 +85,14 @@ class RecordWriter:
             summary=summary_pb2.Summary(value=[value]),
         )
         self._writer.add_event(event)
+
+
+def table_proto(array: np.ndarray) -> tensor_pb2.TensorProto:
+    """`tensor_util.make_tensor_proto(array)` for a float32 table, the same
+    bytes at a fraction of the cost (a recorded step writes one per loss)."""
+    if array.dtype != np.float32 or array.size < 2:
+        return tensor_util.make_tensor_proto(array)
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_content=array.tobytes())
+    for size in array.shape:
+        proto.tensor_shape.dim.add(size=size)
+    return proto
