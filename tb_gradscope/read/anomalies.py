@@ -8,7 +8,9 @@ and the CLI derive the same events from the same records:
 Each event is an ANOMALY `tb_gradscope.format.Event` naming the pair and a
 target scope, with the numbers that prove it in `evidence`:
 
-- never_synced: drift at the first recorded step above 0.5 (seed 03 "Change0");
+- never_synced: drift at the first recorded step above 0.5 and a target
+  farther from online than online's path since step 0 (seed 03 "Change0"; see
+  `read.online_path`: a copy that online ran away from is not one);
 - target_frozen: the target does not move for several recorded steps (or two
   hard-copy periods) while online trains;
 - moved_by_optimizer: an optimizer writes target variables, or the target
@@ -40,6 +42,7 @@ from tb_gradscope.read.drift import (
     update_mode,
 )
 from tb_gradscope.read.drift import within as _within
+from tb_gradscope.read.online_path import online_moves, path_estimate
 
 __all__ = [
     "EVERY_MISMATCH", "MOVED_BY_OPTIMIZER", "MOVING_STATS_NOT_TRACKED",
@@ -90,12 +93,16 @@ def find_anomalies(
     steps: Sequence[int],
     table_per_step: Sequence[Table],
     thresholds: Thresholds | None = None,
+    moves: Mapping[int, float] | None = None,
 ) -> list[Event]:
     """Every anomaly of one pair's DRIFT series, as ANOMALY events by step.
 
     `attrs` is the record's metadata attrs (target, online, declared tau/every,
     state_scopes); `table_per_step` the decoded tables, index-aligned with
-    `steps`. Each event names the pair and a target scope and carries evidence.
+    `steps`; `moves` the online network's single optimizer steps the run
+    recorded elsewhere (step -> norm, `read.online_path.online_moves`), which
+    tell a target online ran away from after the copy from one never copied.
+    Each event names the pair and a target scope and carries evidence.
     """
     th = thresholds or Thresholds()
     if not len(steps):
@@ -107,7 +114,7 @@ def find_anomalies(
     mode = update_mode(series, th)
     online = attrs.get("online")
     p = _Pair(pair_name, root, online if isinstance(online, str) else "", attrs, series, mode, th)
-    events = _never_synced(p)
+    events = _never_synced(p, moves or {})
     wrong = _wrong_direction(p)
     events += wrong or _target_frozen(p)
     events += _moved_by_optimizer(p, tables)
@@ -117,37 +124,57 @@ def find_anomalies(
 
 
 def derived_anomalies(
-    run: str, drift: Mapping[str, Sequence[tuple[int, Table]]], recorded: Iterable[Event]
+    run: str,
+    drift: Mapping[str, Sequence[tuple[int, Table]]],
+    recorded: Iterable[Event],
+    updates: Mapping[int, Table] | None = None,
 ) -> tuple[list[Event], list[str]]:
     """The anomalies each pair's DRIFT series ({pair: [(step, table)]}) shows
     that the run did not record itself, and a warning per pair whose series
-    cannot be judged. The tab's events route and `tb-gradscope report` list
-    these beside the recorded ones."""
+    cannot be judged. `updates`: the run's UPDATE tables by step (the online
+    network's recorded moves). The tab's events route and `tb-gradscope
+    report` list these beside the recorded ones."""
     seen = {(e.name, e.pair, e.scope, e.step) for e in recorded}
     found, warnings = [], []
     for name, series in sorted(drift.items()):
         if not series:
             continue
+        attrs = series[0][1].info.attrs
         try:
-            events = find_anomalies(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
+            moves = online_moves(updates, attrs.get("online"), min(s for s, _ in series))
+            events = find_anomalies(name, attrs, [s for s, _ in series], [t for _, t in series], moves=moves)
         except (KeyError, ValueError, IndexError) as e:
             warnings.append(f"run {run!r} pair {name!r}: anomalies not derived: {e}")
             continue
         found += [e for e in events if (e.name, e.pair, e.scope, e.step) not in seen]
     return found, warnings
 
-def _never_synced(p: _Pair) -> list[Event]:
-    drift = p.series.drift[0]
+def _never_synced(p: _Pair, moves: Mapping[int, float]) -> list[Event]:
+    """Far from online at the first recorded step, and farther than online
+    moved since step 0: a copy that online ran away from (large first steps)
+    is as far in drift but within online's path (`read.online_path`). Without
+    any recorded move before the first drift record, drift alone decides."""
+    s = p.series
+    drift, distance, first = s.drift[0], s.distance[0], int(s.steps[0])
     if not drift > p.th.never_synced_drift:
         return []
+    seen = {step: move for step, move in moves.items() if step <= first and math.isfinite(move)}
+    if math.isfinite(s.online_step[0]):
+        seen[first] = max(seen.get(first, 0.0), float(s.online_step[0]))
+    path = path_estimate(first, seen)
+    if not distance > path:
+        return []
+    moved = (f"online moved about {path:.3g} over steps 0..{first} ({len(seen)} recorded)"
+             if seen else "no move of online was recorded before it")
     return [p.event(
         NEVER_SYNCED, 0,
         f"pair '{p.name}': target '{p.root}' starts {drift:.3g} away from online "
         f"'{p.online}' (drift > {p.th.never_synced_drift:g}) at the first recorded "
-        "step: it was never initialised from the online weights; copy them once "
-        "before training",
+        f"step, {distance:.3g} apart while {moved}: it was never initialised from "
+        "the online weights; copy them once before training",
         drift=drift, threshold=p.th.never_synced_drift,
-        distance=p.series.distance[0], online_norm=p.series.online_norm[0],
+        distance=distance, online_norm=s.online_norm[0],
+        online_path=path, online_moves_recorded=len(seen),
     )]
 
 

@@ -4,7 +4,7 @@ gradients that vanish or stop being finite and stay so.
 - losses_fighting: two losses pull the region they both update (their shared
   trunk, judged as a whole) in opposite directions: gradient cosine at or
   below FIGHT_COSINE at most recorded steps.
-- pair_anomaly: the pair anomalies of `tb_gradscope.anomalies` (never synced,
+- pair_anomaly: the pair anomalies of `read.anomalies` (never synced,
   frozen, moved by an optimizer, wrong direction, tau or period mismatch,
   moving statistics not tracked), with their fix and rule.
 - vanishing_gradient / nonfinite_gradient: a scope a loss updates gets a zero
@@ -91,7 +91,8 @@ def pair_anomalies(records: RunRecords) -> list[Finding]:
     """One finding per pair anomaly (recorded or derived from DRIFT), first step first."""
     events = [e for e in records.events if e.type == fmt.ANOMALY]
     for pair in records.pairs:
-        events += anomalies.find_anomalies(pair.name, pair.attrs, list(pair.steps), list(pair.tables))
+        events += anomalies.find_anomalies(pair.name, pair.attrs, list(pair.steps), list(pair.tables),
+                                           moves=pair.online_moves)
     attrs = {p.name: p.attrs for p in records.pairs}
     groups: dict[tuple[str, str, str], list[fmt.Event]] = {}
     for event in events:

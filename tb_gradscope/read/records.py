@@ -1,11 +1,11 @@
 """One run's records as the diagnosis reads them, whoever loaded them.
 
-The command line (`commands.logs.RunLogs`) and the plugin (`plugin.views.RunView`)
-hold a run's decoded records in different shapes; each converts them into one
-`RunRecords`, so `tb-gradscope doctor` and the tab's Findings panel diagnose the
-same data the same way. `RunRecords` also answers the questions every finding
-asks: the flow state of a cell at each recorded step, which scopes hold
-variables, the scope graph's paths. Never imports tensorflow.
+The command line and the plugin both decode a run into one `read.runs.RunLogs`
+and convert it with `read.runs.run_records`, so `tb-gradscope doctor` and the
+tab's Findings panel diagnose the same data the same way. `RunRecords` also
+answers the questions every finding asks: the flow state of a cell at each
+recorded step, which scopes hold variables, the scope graph's paths. Never
+imports tensorflow.
 """
 
 from __future__ import annotations
@@ -29,12 +29,15 @@ KEEP_LAST_STEPS = 10
 
 @dataclasses.dataclass(frozen=True)
 class PairSeries:
-    """One target/online pair's DRIFT series: its record attrs, steps and tables."""
+    """One target/online pair's DRIFT series: its record attrs, steps and
+    tables, and its online network's single optimizer steps recorded up to
+    the first of them (step -> norm, `read.online_path.online_moves`)."""
 
     name: str
     attrs: Mapping
     steps: Sequence[int]
     tables: Sequence[fmt.Table]
+    online_moves: Mapping[int, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
 from tb_gradscope import format as fmt
+from tb_gradscope.read.online_path import online_moves
 from tb_gradscope.read.reader import BlobStep, RunListing, TableSeries
 from tb_gradscope.read.records import PairSeries, RunRecords, thin
 
@@ -122,6 +123,17 @@ def drift_series(tables: Iterable[TableSeries]) -> dict[str, list[tuple[int, fmt
     return found
 
 
+def update_tables(tables: Iterable[TableSeries]) -> dict[int, fmt.Table]:
+    """step -> UPDATE table among `tables` (a step written under two layouts
+    keeps the later tag's, as `decode_run` builds `RunLogs.updates`)."""
+    found: dict[int, fmt.Table] = {}
+    for series in sorted(tables, key=lambda s: s.record.tag):
+        info = series.record.info
+        if info.kind == fmt.Kind.UPDATE_STATS:
+            found.update((step, fmt.decode_table(info, values)) for step, values in zip(series.steps.tolist(), series.values))
+    return found
+
+
 def recorded_rules(listing: RunListing) -> list[str]:
     """The rules the run was trained with, each once: gradient tables' attrs
     by tag (an eager run writes no FlowGraph), then FlowGraphs' by tag."""
@@ -186,7 +198,8 @@ def run_records(logs: RunLogs) -> RunRecords:
             (step, dict(zip(t.info.scopes, t.column("cosine").tolist()))) for step, t in series
         ]
     pairs = [
-        PairSeries(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series])
+        PairSeries(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series],
+                   online_moves(logs.updates, series[0][1].info.attrs.get("online"), series[0][0]))
         for name, series in sorted(logs.drift.items()) if series
     ]
     return RunRecords(logs.run, list(logs.flowgraphs), grads, conflict, pairs, list(logs.events))

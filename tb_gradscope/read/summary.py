@@ -64,7 +64,7 @@ def run_anomalies(logs: RunLogs) -> tuple[list[fmt.Event], list[str]]:
     """Anomalies the run recorded, plus those `read.anomalies` derives from
     its drift series (as the tab does), each once, by step; and warnings for
     pairs whose series could not be judged."""
-    derived, warnings = derived_anomalies(logs.run, logs.drift, logs.events)
+    derived, warnings = derived_anomalies(logs.run, logs.drift, logs.events, logs.updates)
     found = [e for e in logs.events if e.type == fmt.ANOMALY] + derived
     return sorted(found, key=lambda e: (e.step, e.pair, e.name)), warnings
 

@@ -18,18 +18,26 @@ from typing import Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope.read import anomalies
+from tb_gradscope.read.online_path import online_moves
 from tb_gradscope.rules.model import Rule, Tracks, scope_matches
 
 DriftSeries = Sequence[tuple[int, fmt.Table]]
 
 
-def check_drift(rules: Iterable[Rule], drift: Mapping[str, DriftSeries], step: int = 0) -> list[fmt.Event]:
+def check_drift(
+    rules: Iterable[Rule],
+    drift: Mapping[str, DriftSeries],
+    step: int = 0,
+    updates: Mapping[int, fmt.Table] | None = None,
+) -> list[fmt.Event]:
     """Violations of the tracks rules among `rules`.
 
     Args:
       rules: any rules; only Tracks rules are checked.
       drift: {pair name: [(step, drift table)]}.
       step: the step to report "pair not recorded" at (the run's last step).
+      updates: the run's UPDATE tables by step (the online network's recorded
+        moves, which never_synced weighs).
     """
     events: list[fmt.Event] = []
     for rule in rules:
@@ -43,7 +51,7 @@ def check_drift(rules: Iterable[Rule], drift: Mapping[str, DriftSeries], step: i
                 f"(recorded pairs: {known or 'none'}); declare the pair to the Recorder"
             ), {"unmatched": "pair", "pairs": known}))
             continue
-        events.extend(_check_series(rule, pair, sorted(drift[pair], key=lambda item: item[0])))
+        events.extend(_check_series(rule, pair, sorted(drift[pair], key=lambda item: item[0]), updates))
     return events
 
 
@@ -58,7 +66,7 @@ def _find_pair(rule: Tracks, drift: Mapping[str, DriftSeries]) -> str | None:
     return None
 
 
-def _check_series(rule: Tracks, pair: str, series: DriftSeries) -> list[fmt.Event]:
+def _check_series(rule: Tracks, pair: str, series: DriftSeries, updates: Mapping[int, fmt.Table] | None) -> list[fmt.Event]:
     events = []
     first_table = series[0][1]
     root = str(first_table.info.attrs.get("target", ""))
@@ -73,7 +81,8 @@ def _check_series(rule: Tracks, pair: str, series: DriftSeries) -> list[fmt.Even
     for key in ("tau", "every"):
         if getattr(rule, key) is not None:
             attrs[key] = getattr(rule, key)
-    found = anomalies.find_anomalies(pair, attrs, [s for s, _ in series], [t for _, t in series])
+    moves = online_moves(updates, attrs.get("online"), series[0][0])
+    found = anomalies.find_anomalies(pair, attrs, [s for s, _ in series], [t for _, t in series], moves=moves)
     for anomaly in found:
         events.append(_event(rule, anomaly.step, pair, anomaly.scope, anomaly.message,
                              {"anomaly": anomaly.name, **anomaly.evidence}))

@@ -141,7 +141,7 @@ def evaluate(run: RunEvidence, rules: Sequence[rules_lib.Rule]) -> list[fmt.Even
         events += rules_lib.check_stats(
             rules, step, run.grads[step], run.updates.get(step), flowgraph_at(run, step)
         )
-    events += check_drift(rules, run.drift, last)
+    events += check_drift(rules, run.drift, last, run.updates)
     if not run.flowgraphs and not run.grads:
         for rule in rules:
             if not isinstance(rule, rules_lib.Tracks):
