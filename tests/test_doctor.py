@@ -109,7 +109,6 @@ def test_finding_rule_fails_on_the_leaky_twin_and_holds_on_the_clean_one(demo):
         assert not _violations(DEMO_LOGS / demo, "clean", f["rule"]), f"{f['rule']} fails on the clean twin"
 
 
-@pytest.mark.slow
 # ----- the command line ---------------------------------------------------------------
 
 
