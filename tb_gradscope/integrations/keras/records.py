@@ -55,13 +55,12 @@ class KerasRecords:
         Not flushed here (a flush per recorded batch costs more than the
         batch): the callback calls `flush` at the end of each epoch and of fit.
         """
-        steps, grads, updates = probe.read()
+        steps, grads, updates, current = probe.read()
         for slot in np.argsort(steps):
             step = int(steps[slot])
             if step > self.written_step:
                 self._write_step(probe, step, grads, updates, slot)
                 self.written_step = step
-        current = probe.current_step()
         if probe.scaled:  # only a loss scaler skips batches
             self._write_skips(probe, None if final else current)
         return current

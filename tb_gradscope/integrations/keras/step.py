@@ -85,6 +85,7 @@ class StepProbe:
         self.captured: set[str] = set()
         self.grad_tables: tf.Variable | None = None
         self.traces = 0
+        self._reader: tuple[bool, Any] | None = None  # (has grad tables, concrete read function)
         n_scopes = len(vlayout.layout.scopes)
         self.enabled = distribute.local_variable(False, trainable=False, name="gradscope_enabled")
         self.slot_step = distribute.local_variable(
@@ -157,10 +158,23 @@ class StepProbe:
         with tf.init_scope():
             self.enabled.assign(on)
 
-    def read(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """(slot steps, grad tables [slot, loss, scope, col] or None, update tables)."""
-        grads = None if self.grad_tables is None else self.grad_tables.numpy()
-        return self.slot_step.numpy(), grads, self.update_tables.numpy()
+    def read(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+        """(slot steps, grad tables [slot, loss, scope, col] or None, update
+        tables, current step), in one call of a concrete function (four eager
+        reads cost ~3x more)."""
+        key = self.grad_tables is not None
+        if self._reader is None or self._reader[0] != key:
+            self._reader = (key, tf.function(self._read_all, autograph=False).get_concrete_function())
+        values = [v.numpy() for v in self._reader[1]()]
+        grads = values[3] if key else None
+        return values[0], grads, values[1], int(values[2])
+
+    def _read_all(self) -> list[tf.Tensor]:
+        values = [tf.identity(self.slot_step), tf.identity(self.update_tables),
+                  tf.cast(tf.convert_to_tensor(self.step_variable), tf.int64)]
+        if self.grad_tables is not None:
+            values.append(tf.identity(self.grad_tables))
+        return values
 
     def read_skips(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, skipped batches, loss scale) of the skip ring's slots (step -1: empty)."""
