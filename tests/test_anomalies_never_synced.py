@@ -26,8 +26,10 @@ from tb_gradscope import rules as rules_lib
 from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
+from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.online_path import online_moves, path_estimate
-from tb_gradscope.read.runs import RunLogs, run_records
+from tb_gradscope.read.reader import Record, RunListing, TableSeries
+from tb_gradscope.read.runs import RunLogs, decode_run, drift_series, run_records, update_tables
 from tb_gradscope.read.summary import run_anomalies
 from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.read.violations import evaluate
@@ -163,3 +165,23 @@ def test_tracks_rules_read_the_moves_only_when_given_the_update_tables():
     assert check_drift([rule], logs.drift, 15, logs.updates) == []
     (event,) = check_drift([rule], logs.drift, 15)  # the drift record alone: online_step 0.05 over steps 0..5
     assert event.evidence["anomaly"] == anomalies.NEVER_SYNCED
+
+
+def test_update_tables_of_a_run_listing_are_the_updates_decode_run_builds():
+    """What the tab's events route can hand `derived_anomalies` from its table series."""
+    logs = _logs(6.0)
+    series = []
+    for kind, name, by_step in ((fmt.Kind.UPDATE_STATS, "", sorted(logs.updates.items())),
+                                (fmt.Kind.DRIFT, PAIR, logs.drift[PAIR])):
+        info = by_step[0][1].info
+        record = Record(fmt.tag_for(kind, name), info, (0,))
+        series.append(TableSeries(record, np.asarray([s for s, _ in by_step]), np.zeros(len(by_step)),
+                                  np.stack([t.values for _, t in by_step]).astype(np.float32)))
+    listing = RunListing("r", {s.record.tag: s.record for s in series})
+    decoded = decode_run(listing, {s.record.tag: s for s in series}, {}, {})
+    updates = update_tables(series)
+    assert sorted(updates) == sorted(decoded.updates) == [0, 5, 10, 15]
+    assert all(np.array_equal(updates[s].values, decoded.updates[s].values) for s in updates)
+    assert derived_anomalies("r", drift_series(series), [], updates) == run_anomalies(decoded) == ([], [])
+    (event,), _ = derived_anomalies("r", drift_series(series), [])
+    assert event.name == anomalies.NEVER_SYNCED  # the drift series alone cannot see online's first step

@@ -22,7 +22,8 @@ class Thresholds:
     Attributes:
       never_synced_drift: drift at the first recorded step above which the
         target was never initialised from the online network (random twins
-        sit near sqrt(2)).
+        sit near sqrt(2)), if it is also farther than online moved since
+        step 0 (`read.online_path`).
       frozen_points: recorded step pairs in a row without target movement, while
         the online network moves, that make a target frozen.
       tau_tolerance: relative difference between declared and effective tau.
