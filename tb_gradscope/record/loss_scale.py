@@ -22,6 +22,7 @@ from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import tables as tables_lib
 from tb_gradscope.record.emit import graph_key
+from tb_gradscope.record.warn import warn_once
 
 OVERFLOW = "loss_scale_overflow"  # the SKIPPED event's name
 SKIPPED_RECORD = "skipped"  # the EVENTS record that holds SKIPPED events
@@ -36,6 +37,27 @@ def is_loss_scale_optimizer(optimizer: Any) -> bool:
     keras3 = hasattr(optimizer, "scale_loss") and hasattr(optimizer, "initial_scale")
     legacy = hasattr(optimizer, "get_scaled_loss") and hasattr(optimizer, "loss_scale")
     return keras3 or legacy
+
+
+def check_loss_scale(loss_scale: Any) -> None:
+    """`Recorder(loss_scale=...)` is None or a LossScaleOptimizer."""
+    if loss_scale is not None and not is_loss_scale_optimizer(loss_scale):
+        raise ValueError(
+            f"loss_scale must be the LossScaleOptimizer whose scale_loss scales the "
+            f"recorded losses, got {type(loss_scale).__name__}"
+        )
+
+
+def warn_if_unscaled(optimizer: Any, key: Any, recorder: str) -> None:
+    """Warns once (under `key`) when a recorder not given `loss_scale` applies
+    through a LossScaleOptimizer."""
+    if is_loss_scale_optimizer(optimizer):
+        warn_once(
+            key,
+            f"Recorder '{recorder}' applies through a LossScaleOptimizer but was "
+            "not given loss_scale: recorded norms are of the scaled gradients and "
+            "skipped steps are not marked; pass Recorder(loss_scale=optimizer)",
+        )
 
 
 def current_scale(optimizer: Any) -> tf.Tensor:

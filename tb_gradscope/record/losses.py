@@ -128,6 +128,36 @@ def check_variables(variables: Any, what: str) -> list[Any]:
     return list(variables)
 
 
+def check_given(grads_by_loss: Mapping[str, Any], losses: Mapping[str, Any] | None) -> dict[str, list]:
+    """`record_gradients`' arguments checked: {loss: grads_and_vars as a list}."""
+    check_loss_names(grads_by_loss, "record_gradients")
+    pairs_by_loss = {name: check_pairs(name, gv) for name, gv in grads_by_loss.items()}
+    if losses is not None:
+        check_loss_names(losses, "record_gradients(losses=...)")
+        for name, value in losses.items():
+            check_loss(name, value)
+    return pairs_by_loss
+
+
+def check_gradients_call(tape: Any, losses: Mapping[str, Any], variables: Any) -> list[Any]:
+    """`Recorder.gradients`' arguments checked; returns the variables as a list."""
+    check_loss_names(losses, "gradients")
+    for name, value in losses.items():
+        check_loss(name, value)
+    variables = check_variables(variables, "gradients")
+    if not variables:
+        raise ValueError(
+            "gradients: variables is empty; pass the variables to differentiate, "
+            "e.g. model.trainable_variables"
+        )
+    if len(losses) > 1 and not getattr(tape, "_persistent", True):
+        raise ValueError(
+            "gradients needs a persistent tape to compute each loss's gradients: "
+            "use `with rec.tape() as tape:` or tf.GradientTape(persistent=True)"
+        )
+    return variables
+
+
 def _grad_shape(grad: Any) -> tf.TensorShape:
     if isinstance(grad, tf.IndexedSlices):
         if grad.dense_shape is not None:

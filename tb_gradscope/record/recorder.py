@@ -19,10 +19,12 @@ Recording is gated in-graph every `every_n_steps` steps, so one trace serves
 every step. Bad arguments raise ValueError at trace time; failures of recording
 itself warn once and the recorder steps aside, never the training loop.
 
-The recorder composes the other pieces onto its step counter and its one event
-file: target/online pairs (`pairs=`, a DriftMonitor: `targets`), flow rules
-(`rules=`: `checks`) and gradient conflict between losses (`conflict=`:
-`conflict`, computed with the per-loss tables in `tables`).
+This module is the public API: arguments, checks and documentation. The work
+behind each call is `recording.Recording`'s. The recorder composes the other
+pieces onto its step counter and its one event file: target/online pairs
+(`pairs=`, a DriftMonitor: `targets`), flow rules (`rules=`: `checks`) and
+gradient conflict between losses (`conflict=`: `conflict`, computed with the
+per-loss tables in `tables`).
 """
 
 from __future__ import annotations
@@ -33,28 +35,25 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
-from tb_gradscope.format.metadata import Kind
 from tb_gradscope import naming
-from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib, stats
-from tb_gradscope.record import distribute, options, targets
+from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib
+from tb_gradscope.record import options, targets
 from tb_gradscope.record import loss_scale as loss_scale_lib
 from tb_gradscope.record.block import Block
 from tb_gradscope.record.optimizer_state import build_outside_trace
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
+from tb_gradscope.record.recording import Recording
 from tb_gradscope.record.state import RecorderState
-from tb_gradscope.record.step_function import DRIFT, PLAIN, RECORDED, SNAPSHOT, StepFunction
+from tb_gradscope.record.step_function import StepFunction, variant_due
 from tb_gradscope.record.emit import Emitter, Stats
 from tb_gradscope.record.layout import LayoutResolver
-from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.warn import warn_once
-from tb_gradscope.record.writing import NoWriterError, SummarySink
-from tb_gradscope.rules.policy import FlowRuleViolation
+from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.scopes import ScopeSpec
 
 # Our code builds its own control flow (tf.cond); autograph must not rewrite it
 # when a user's tf.function calls into the recorder.
 _no_autograph = tf.autograph.experimental.do_not_convert
-_in_xla = in_xla
 
 
 class Recorder(tf.Module):
@@ -161,11 +160,7 @@ class Recorder(tf.Module):
         options.check_name(name)
         options.check_logdir(logdir)
         super().__init__(name=name)
-        if loss_scale is not None and not loss_scale_lib.is_loss_scale_optimizer(loss_scale):
-            raise ValueError(
-                f"loss_scale must be the LossScaleOptimizer whose scale_loss scales the "
-                f"recorded losses, got {type(loss_scale).__name__}"
-            )
+        loss_scale_lib.check_loss_scale(loss_scale)
         self._loss_scale = loss_scale
         options.check_every(every_n_steps, "every_n_steps", "steps")
         options.check_scopes(scopes)
@@ -188,6 +183,7 @@ class Recorder(tf.Module):
         self._s.monitor = targets.make_monitor(
             found_pairs, self._s.emitter.sink, self.step, every_n_steps, name
         )
+        self._r = Recording(self._s, self.step, name, loss_scale)
 
     # ----- the two ways in -------------------------------------------------
 
@@ -207,24 +203,7 @@ class Recorder(tf.Module):
         `jit_compile=True` returns the Stats to hand to `write` outside;
         otherwise writes and returns None.
         """
-        losses_lib.check_loss_names(grads_by_loss, "record_gradients")
-        pairs_by_loss = {
-            name: losses_lib.check_pairs(name, gv) for name, gv in grads_by_loss.items()
-        }
-        if losses is not None:
-            losses_lib.check_loss_names(losses, "record_gradients(losses=...)")
-            for name, value in losses.items():
-                losses_lib.check_loss(name, value)
-        if self._s.disabled or self._s.variants.mode() is not None:
-            return None
-        with self._guard():
-            seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
-            if not self._s.layout.ensure(seen):
-                return None
-            if distribute.is_first_replica():
-                self._s.stash_losses(losses or {}, tape)
-            return self._record_losses(gradients_lib.given(self._s.layout, pairs_by_loss))
-        return None
+        return self._r.given(losses_lib.check_given(grads_by_loss, losses), losses, tape)
 
     def tape(self) -> tf.GradientTape:
         """A persistent GradientTape for `gradients`."""
@@ -243,35 +222,9 @@ class Recorder(tf.Module):
         output_gradients). Costs one backward pass on steps that are not
         recorded; on recorded steps, one more per loss (if more than one).
         """
-        losses_lib.check_loss_names(losses, "gradients")
-        for name, value in losses.items():
-            losses_lib.check_loss(name, value)
-        variables = losses_lib.check_variables(variables, "gradients")
-        if not variables:
-            raise ValueError(
-                "gradients: variables is empty; pass the variables to differentiate, "
-                "e.g. model.trainable_variables"
-            )
-        if len(losses) > 1 and not getattr(tape, "_persistent", True):
-            raise ValueError(
-                "gradients needs a persistent tape to compute each loss's gradients: "
-                "use `with rec.tape() as tape:` or tf.GradientTape(persistent=True)"
-            )
+        variables = losses_lib.check_gradients_call(tape, losses, variables)
         grads = gradients_lib.total_gradients(tape, losses, variables)
-        if variables and all(g is None for g in grads):
-            warn_once(
-                (id(self), "no_gradient", tuple(losses)),
-                f"Recorder '{self.name}': no variable gets a gradient from losses "
-                f"{sorted(losses)}; compute them inside `with rec.tape() as tape:` "
-                "(ops after the block are not recorded) from the variables passed",
-            )
-        if not self._s.disabled and self._s.variants.mode() is None:
-            with self._guard():
-                if self._s.layout.ensure(variables):
-                    if distribute.is_first_replica():
-                        self._s.stash_losses(losses, tape)
-                    makers = gradients_lib.per_loss(self._s.layout, tape, losses, variables, grads)
-                    self._record_losses(makers)
+        self._r.per_loss(tape, losses, variables, grads)
         return list(zip(grads, variables))
 
     @_no_autograph
@@ -284,42 +237,10 @@ class Recorder(tf.Module):
         Returns what apply_gradients returns.
         """
         pairs = losses_lib.check_pairs("apply", grads_and_vars)
-        if self._loss_scale is None and loss_scale_lib.is_loss_scale_optimizer(optimizer):
-            warn_once(
-                (id(self), "loss_scale"),
-                f"Recorder '{self.name}' applies through a LossScaleOptimizer but was "
-                "not given loss_scale: recorded norms are of the scaled gradients and "
-                "skipped steps are not marked; pass Recorder(loss_scale=optimizer)",
-            )
+        if self._loss_scale is None:
+            loss_scale_lib.warn_if_unscaled(optimizer, (id(self), "loss_scale"), self.name)
         build_outside_trace(getattr(optimizer, "inner_optimizer", optimizer), [v for _, v in pairs])
-        block = self._s.block if self._s.block is not None and self._s.block.inside() else None
-        if self._s.variants.mode() is not None:  # a step traced to run unrecorded
-            result = optimizer.apply_gradients(pairs)
-            if block is None:
-                self.step.assign_add(1)
-                self._s.advanced()
-            return result
-        before = None
-        if not self._s.disabled:
-            with self._guard():
-                if self._s.layout.ensure([v for _, v in pairs]) and block is None:
-                    before = self._s.snapshot(self.step, pairs)
-        # After this step's recording branches (see Emitter.take_recorded): an
-        # ordering only, the values applied are the same.
-        recorded = [] if tf.distribute.has_strategy() else self._s.emitter.take_recorded()
-        with tf.control_dependencies(recorded):
-            result = optimizer.apply_gradients(pairs)
-        if self._s.monitor is not None:
-            self._s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
-        if block is not None:
-            if block.eager and not tf.executing_eagerly():
-                self._finish_traced_in_block(block)
-            return result
-        if before is not None and not self._s.disabled:
-            with self._guard():
-                distribute.once(self._record_update, before, on_error=self._step_aside)
-        self.advance()
-        return result
+        return self._r.apply(optimizer, pairs)
 
     @contextlib.contextmanager
     def training_step(self) -> Iterator[None]:
@@ -355,13 +276,11 @@ class Recorder(tf.Module):
         block = Block.open()
         self._s.block = block
         try:
-            if block.eager and not self._s.disabled:
-                with self._guard():
-                    block.before = self._s.eager_block_snapshot(self.step)
+            self._r.enter_block(block)
             yield
         finally:
             self._s.block = None
-        self._end_block(block)
+        self._r.end_block(block)
 
     def function(self, fn: Callable[..., Any] | None = None, **tf_function_kwargs: Any) -> Any:
         """`tf.function(fn)` whose unrecorded steps run the plain step (recommended).
@@ -397,21 +316,7 @@ class Recorder(tf.Module):
         "plain" (nothing due). `record_drift` sees `step + 1` after `apply`,
         `step` inside a `training_step()` block: known once the step was
         traced; before, both are taken as due."""
-        monitor = self._s.monitor
-        if step % self._s.every == 0:
-            return RECORDED
-        if monitor is None:
-            return PLAIN
-        seen = self._s.variants.drift_offset()
-        if seen is not None:  # record_drift sees `step + seen` (learned when the step was traced)
-            if monitor.due_at(step + seen):
-                return DRIFT
-            return SNAPSHOT if monitor.due_at(step + seen + 1) else PLAIN
-        if monitor.due_at(step) or monitor.due_at(step + 1):
-            return DRIFT
-        if monitor.due_at(step + 2):
-            return SNAPSHOT
-        return PLAIN
+        return variant_due(self._s, step)
 
     @_no_autograph
     def advance(self) -> None:
@@ -420,31 +325,13 @@ class Recorder(tf.Module):
         Traced after the user's own optimizer step, it is also where that step's
         graph is analyzed (as `apply` does).
         """
-        if not self._s.disabled and self._s.layout.vlayout is not None and self._s.variants.mode() is None:
-            with self._guard():
-                distribute.once(self._finish_step, on_error=self._step_aside)
-        self.step.assign_add(1)
-        self._s.advanced()
+        self._r.advance()
 
     @_no_autograph
     def record_drift(self) -> None:
         """Records the drift of `pairs` at `step`: call once per training step,
         after `apply` and after the target update (see the class docstring)."""
-        mode = self._s.variants.mode()
-        advances = self._s.variants.note_drift()
-        if self._s.monitor is None or mode == PLAIN:
-            return
-        if mode == SNAPSHOT:
-            distribute.once(self._s.monitor.snapshot, on_error=self._step_aside)
-            return
-        if _in_xla():
-            raise ValueError(
-                "Recorder.record_drift cannot run inside a jit_compile=True function "
-                "(summaries are unsupported on XLA); call it after the compiled step"
-            )
-        # A recorded variant runs at steps s = 0 (mod every) and sees s + advances.
-        seen = (self._s.every, advances) if self._s.variants.recorded() and advances is not None else None
-        distribute.once(lambda: self._s.monitor.record(seen=seen), on_error=self._step_aside)
+        self._r.record_drift()
 
     # ----- XLA: compute inside, write outside ------------------------------
 
@@ -456,23 +343,7 @@ class Recorder(tf.Module):
     @_no_autograph
     def write(self, *all_stats: Stats | None) -> None:
         """Writes Stats returned from a `jit_compile=True` step (outside XLA)."""
-        if _in_xla():
-            raise ValueError(
-                "Recorder.write cannot run inside a jit_compile=True function "
-                "(summaries are unsupported on XLA); return rec.stats() from the "
-                "compiled step and call rec.write(...) on its result outside it"
-            )
-        for item in all_stats:
-            if item is not None and not isinstance(item, Stats):
-                raise ValueError(
-                    f"Recorder.write takes what rec.stats() returned from the jit_compile=True "
-                    f"step, got {type(item).__name__} {item!r}"
-                )
-        for item in all_stats:
-            if item is not None and not self._s.disabled:
-                with self._guard():
-                    self._s.emitter.write(item)
-                    self._s.check_written(item)
+        self._r.write(all_stats)
 
     # ----- static analysis -------------------------------------------------
 
@@ -520,114 +391,9 @@ class Recorder(tf.Module):
 
     def flush(self) -> None:
         """Flushes the writer; warns if the event file vanished or stats went unwritten."""
-        emitter = self._s.emitter
-        if emitter.deferred_made and not emitter.deferred_written:
-            warn_once(
-                (id(self), "unwritten"),
-                f"Recorder '{self.name}' computed stats inside a jit_compile=True "
-                "step but nothing wrote them: return rec.stats() from the step and "
-                "call rec.write(result) after it",
-            )
-        emitter.sink.flush()
+        self._r.flush()
 
     def close(self) -> None:
         """Flushes and closes the recorder's own writer."""
         self.flush()
         self._s.emitter.sink.close()
-
-    # ----- internals -------------------------------------------------------
-
-    def _record_update(self, before: list[Any]) -> None:
-        """After the optimizer: analyzes the traced step, records ||delta theta||."""
-        self._s.analyze_traced_step(self.step, self.name)
-        variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
-        maker = lambda: stats.update_table(before, variables, rollup)  # noqa: E731
-        if self._s.checks is None or _in_xla():
-            self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
-        else:
-            self._s.check_step(self.step, self._s.record_updates(self.step, maker))
-
-    def _end_block(self, block: Block) -> None:
-        """Leaving `training_step()`: analysis, ||delta theta|| over the block,
-        rules, then the step advances once."""
-        if not self._s.disabled and self._s.layout.vlayout is not None and self._s.variants.mode() is None:
-            with self._guard():
-                distribute.once(self._close_block, block, on_error=self._step_aside)
-        self.step.assign_add(1)
-        self._s.advanced()
-
-    def _close_block(self, block: Block) -> None:
-        if block.eager:
-            if block.analyzed:
-                self._s.write_flowgraph_now(self.step)
-        elif self._s.analyze_traced_step(self.step, self.name) and not _in_xla():
-            self._s.emitter.write_flowgraph(*self._s.now(self.step))
-        updates = None
-        if block.before is not None:
-            variables, rollup = self._s.layout.vlayout.variables, self._s.layout.rollup
-            maker = lambda: stats.update_table(block.before, variables, rollup)  # noqa: E731
-            if self._s.checks is None or _in_xla():
-                self._s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
-            else:
-                updates = self._s.record_updates(self.step, maker)
-        self._s.check_step(self.step, updates)
-
-    def _finish_traced_in_block(self, block: Block) -> None:
-        """A function traced inside an eager block: its graph's analysis (merged
-        into the run's FlowGraph, written at the block's exit) and rules."""
-        if self._s.disabled or self._s.layout.vlayout is None:
-            return
-        with self._guard():
-            block.analyzed |= bool(distribute.once(
-                lambda: self._s.analyze_traced_step(self.step, self.name, defer_write=True),
-                on_error=self._step_aside,
-            ))
-            distribute.once(self._s.check_step, self.step, None, on_error=self._step_aside)
-
-    def _finish_step(self) -> None:
-        """Before `step` advances: analysis (if `apply` did not run it) and rules."""
-        if self._s.analyze_traced_step(self.step, self.name) and not _in_xla():
-            self._s.emitter.write_flowgraph(*self._s.now(self.step))
-        self._s.check_step(self.step, None)
-
-    def _record_losses(self, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
-        """Records each loss's gradients; under tf.distribute, the global (summed)
-        ones; with a loss scale, unscaled (read now, before the optimizer changes it)."""
-        if self._loss_scale is None:
-            record = lambda given: self._s.record_losses(self.step, given)  # noqa: E731
-        elif _in_xla():
-            raise ValueError(
-                f"Recorder '{self.name}' with loss_scale cannot record inside a "
-                "jit_compile=True step; compile the step without XLA"
-            )
-        else:
-            scale = loss_scale_lib.current_scale(self._loss_scale)
-            record = lambda given: loss_scale_lib.record_scaled_losses(self._s, self.step, given, scale)  # noqa: E731
-        if distribute.replicas_in_sync() > 1:
-            return distribute.record_global(
-                self._s.should_record(self.step),
-                lambda: {name: make() for name, make in makers.items()},
-                record,
-                self._step_aside,
-            )
-        return record(makers)
-
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Turns an unexpected failure of recording into one warning, then steps aside."""
-        try:
-            yield
-        except Exception as e:  # recording must never break the training loop
-            self._step_aside(e)
-
-    def _step_aside(self, error: Exception) -> None:
-        """Stops recording after `error`, with one warning; re-raises the errors
-        meant for the user (no writer, a rule violation) and tf.distribute's own."""
-        if isinstance(error, (NoWriterError, FlowRuleViolation)) or distribute.is_coordination(error):
-            raise error
-        self._s.disabled = True
-        warn_once(
-            (id(self), "internal"),
-            f"Recorder '{self.name}' stopped recording after an error "
-            f"({type(error).__name__}: {error}); training continues unaffected",
-        )

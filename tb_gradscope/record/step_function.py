@@ -118,6 +118,25 @@ class Variants:
         return None
 
 
+def variant_due(state: Any, step: int) -> str:
+    """The variant a step starting at `step` runs (see `Recorder.due_at`)."""
+    monitor = state.monitor
+    if step % state.every == 0:
+        return RECORDED
+    if monitor is None:
+        return PLAIN
+    seen = state.variants.drift_offset()
+    if seen is not None:  # record_drift sees `step + seen` (learned when the step was traced)
+        if monitor.due_at(step + seen):
+            return DRIFT
+        return SNAPSHOT if monitor.due_at(step + seen + 1) else PLAIN
+    if monitor.due_at(step) or monitor.due_at(step + 1):
+        return DRIFT
+    if monitor.due_at(step + 2):
+        return SNAPSHOT
+    return PLAIN
+
+
 class StepFunction:
     """A training step whose unrecorded steps run the user's plain graph.
 

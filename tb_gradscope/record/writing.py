@@ -8,59 +8,35 @@ trace serves every step; it is
 deliberately kept out of checkpoints, since a resumed run starts a new event
 file that needs the metadata again.
 
-Faults. TF's writer says nothing when its event file is deleted, and when the
-disk is full its flush fails *inside the training step* (the step raises
+Flushing. TF's writer says nothing when its event file is deleted, and when
+the disk is full its flush fails *inside the training step* (the step raises
 OutOfRangeError: "File too large"), which would let the recorder kill
 training. So the sink's own writer never flushes by itself (huge queue and
 interval): its records wait in the writer's queue, in memory, until a host
 callback (`tf.py_function`, at recorded steps only, gated in-graph so it runs
-only when a flush is due) flushes them every FLUSH_SECS or FLUSH_RECORDS.
-Before flushing, the callback checks the event file can take them (it exists
-and is writable, the disk and RLIMIT_FSIZE leave room): if not, it warns once
-and holds them, checking again at every recorded step, and flushes them once
-the fault heals. Held records are bounded (MAX_HELD_RECORDS): beyond that,
-and when the file itself is gone (a deleted logdir), the queued steps are
-dropped, recording goes on in a new event file, and an EVENTS record
-(`dropped`) there says which steps are missing and why. No event file is left
-empty.
+only when a flush is due) flushes them every FLUSH_SECS or FLUSH_RECORDS,
+through `event_file.EventFile`, which checks first that the file can take
+them and holds, drops or moves them when it cannot.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import itertools
-import os
-import re
-import resource
-import shutil
-import tempfile
-import time
 from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config  # no public API for these
-from tensorflow.python.ops import gen_summary_ops, summary_ops_v2
+from tensorflow.python.ops import summary_ops_v2
 
-
-from tb_gradscope import format as fmt
 from tb_gradscope.record import distribute
-from tb_gradscope.record.warn import warn_once
+from tb_gradscope.record.event_file import EventFile
 
 
 # The own writer flushes from the host callback only: every FLUSH_SECS, or when
 # FLUSH_RECORDS records are queued.
 FLUSH_SECS = 2.0
 FLUSH_RECORDS = 200
-# Records held in memory while the event file cannot take them; beyond this
-# the held steps are dropped (and the drop recorded once writing works again).
-MAX_HELD_RECORDS = 20_000
-# Room the disk (and RLIMIT_FSIZE) must leave beyond the queued records'
-# estimated size before a flush is tried: a flush that fails midway leaves a
-# record cut short, past which TensorBoard reads nothing in that file.
-HEADROOM_BYTES = 1 << 20
-_NEVER = 2**31 - 1
-DROPPED_TAG = fmt.tag_for(fmt.Kind.EVENTS, "dropped")
 
 
 class NoWriterError(RuntimeError):
@@ -90,28 +66,30 @@ class SummarySink:
             trainable=False,
             name="written_tags",
         )
+        self._file: EventFile | None = None
         if logdir is not None and self.chief:
-            before = set(_event_files(logdir))
-            self._writer = _create_writer(logdir, name)
-            self._file = _newest(set(_event_files(logdir)) - before)
-            self._size = _size(self._file)
-            self._queued = 0
-            self._last_flush = time.monotonic()
+            self._file = EventFile(logdir, name, lambda: self._written.assign(tf.constant([], tf.string)))
+            self._writer = self._file.writer
             # The in-graph gate of the host callback (`_tick`); one device, never
             # mirrored (only the chief has them).
             self._unticked = distribute.local_variable(0, dtype=tf.int64, trainable=False, name="unticked")
             self._tick_after = distribute.local_variable(0.0, dtype=tf.float64, trainable=False, name="tick_after")
             self._first_step = distribute.local_variable(0, dtype=tf.int64, trainable=False, name="first_unticked_step")
-            self.losses = 0  # faults seen (event file gone, not writable, no room, not growing)
-            self.reopened = 0
-            self.dropped: list[tuple[int, int, int]] = []  # (first step, last step, records) never written
-            self._pending: list[tuple[int, int, int]] = []  # the same, of the records queued since the last flush
-            self._unreported: list[tuple[int, int, int]] = []  # dropped, not yet written as an event
-            self._fault: str | None = None  # why records are held, while they are
-            self._reason = ""  # the first problem of the latest fault
-            self._bytes_per_record = 4096.0
-            self._scratch: str | None = None  # where records go while detached from the logdir
-            self._detached_records = 0
+
+    @property
+    def losses(self) -> int:
+        """Faults of the own event file seen so far (gone, not writable, no room, not growing)."""
+        return self._file.losses if self._file is not None else 0
+
+    @property
+    def reopened(self) -> int:
+        """How often the own writer went on in a new event file."""
+        return self._file.reopened if self._file is not None else 0
+
+    @property
+    def dropped(self) -> list[tuple[int, int, int]]:
+        """(first step, last step, records) never written, of the own writer."""
+        return list(self._file.dropped) if self._file is not None else []
 
     @contextlib.contextmanager
     def as_default(self) -> Iterator[None]:
@@ -228,155 +206,11 @@ class SummarySink:
         """Counts the records written at steps first..step; flushes when due.
         Returns the seconds until the next callback is due (0 while records
         are held, so a heal is seen at the next recorded step)."""
-        self._queued += int(records)
-        if int(records):
-            self._pending.append((int(first), int(step), int(records)))
-        if self._fault or self._queued >= FLUSH_RECORDS or time.monotonic() - self._last_flush >= FLUSH_SECS:
-            self._flush_and_check(int(step))
-        return 0.0 if self._fault else FLUSH_SECS
-
-    def _flush_and_check(self, step: int | None = None) -> None:
-        """Flushes the queued records if the event file can take them; else
-        holds them (or drops them, past MAX_HELD_RECORDS or with the file gone)."""
-        if self._file is None:  # detached: the records went to a scratch file
-            self._detached_records += self._queued
-            self._drop()
-            if not self._open_in_logdir(step):
-                return
-        problem = self._cannot_take()
-        if problem is not None:
-            gone = not os.path.exists(self._file)
-            self._note_fault(problem, held=not gone)
-            if gone or self._queued > MAX_HELD_RECORDS:
-                self._drop()
-                self._open_in_logdir(step)
-            return
-        queued, before = self._queued, self._size
-        try:
-            self._writer.flush()
-            failure = None
-        except tf.errors.OpError as e:
-            text = (getattr(e, "message", "") or str(e)).strip().splitlines()[0]
-            failure = re.sub(r"\{\{[^}]*\}\}\s*", "", text)  # TF's op prefix
-        size = _size(self._file)
-        if failure is not None or size is None or (queued and size <= before):
-            # Written nowhere, or cut short midway (TensorBoard would read
-            # nothing after it): those steps are lost, a new file goes on.
-            self._note_fault(f"its event file stopped growing ({failure or 'no error'}; disk full?)", held=False)
-            self._drop()
-            self._open_in_logdir(step)
-            return
-        if queued:
-            self._bytes_per_record = max(64.0, (size - before) / queued)
-        self._size, self._queued, self._last_flush = size, 0, time.monotonic()
-        self._pending.clear()
-        self._fault = None
-        if self._unreported and step is not None:
-            self._write_dropped(step)
-
-    def _cannot_take(self) -> str | None:
-        """Why the event file cannot take the queued records now, or None."""
-        if not os.path.exists(self._file):
-            return f"no event file left in '{self.logdir}' (deleted or moved?)"
-        if not os.access(self._file, os.W_OK):
-            return f"its event file in '{self.logdir}' is read-only"
-        return _no_room(self._file, self._size or 0, HEADROOM_BYTES + self._queued * self._bytes_per_record)
-
-    def _note_fault(self, problem: str, held: bool = True) -> None:
-        """Warns once about a fault; `held`: the queued records can wait for it
-        to heal (else they are lost with the file)."""
-        if self._fault is None:
-            self.losses += 1
-            self._reason = problem
-        self._fault = problem
-        then = (
-            f"the recorder keeps up to {MAX_HELD_RECORDS} records in memory and writes them when it can"
-            if held else
-            "records written since are lost (since the last flush); the recorder goes on in a new event file"
-        )
-        warn_once(
-            ("event_file_fault", self.logdir),
-            f"Recorder '{self.name}': {problem}. Training goes on; {then}, and records "
-            "which steps it had to drop.",
-        )
-
-    def _drop(self) -> None:
-        """Counts the queued records' steps as dropped: they are lost with the
-        writer's queue when it is closed, or flushed into a scratch file."""
-        self.dropped += self._pending
-        self._unreported += self._pending
-        self._pending.clear()
-        self._queued = 0
-
-    def _open_in_logdir(self, step: int | None) -> bool:
-        """Closes the current file and opens a new one on the same writer
-        resource (traced steps keep it): in the logdir when it can take one,
-        else in a scratch directory (records there are dropped). True when
-        the new file is in the logdir. The resource exists after this, or the
-        step's next write would fail."""
-        abandoned = self._file
-        logdir_ok = self._logdir_can_take_a_file()
-        if self._file is None and not logdir_ok and self._detached_records <= MAX_HELD_RECORDS:
-            return False  # already detached: keep the scratch file
-        self._detached_records = 0
-        with contextlib.suppress(tf.errors.OpError):
-            gen_summary_ops.close_summary_writer(self._writer._resource)  # noqa: SLF001
-        before = set(_event_files(self.logdir)) if logdir_ok else set()
-        opened = False
-        if logdir_ok:
-            with contextlib.suppress(tf.errors.OpError):
-                _open_file(self._writer, self.logdir)
-                opened = True
-        scratch, self._scratch = self._scratch, None
-        if not opened:
-            self._scratch = tempfile.mkdtemp(prefix="gradscope_held_")
-            _open_file(self._writer, self._scratch)
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-        self._written.assign(tf.constant([], tf.string))  # metadata again in the new file
-        self._file = _newest(set(_event_files(self.logdir)) - before) if opened else None
-        self._size = _size(self._file) or 0
-        if abandoned and abandoned != self._file and _size(abandoned) == 0:
-            with contextlib.suppress(OSError):
-                os.remove(abandoned)
-        if opened:
-            self._fault = None
-            self.reopened += 1
-            if step is not None and self._unreported:
-                self._write_dropped(step)
-        return opened
-
-    def _logdir_can_take_a_file(self) -> bool:
-        try:
-            os.makedirs(self.logdir, exist_ok=True)
-        except OSError:
-            return False
-        if not os.access(self.logdir, os.W_OK | os.X_OK):
-            return False
-        return _no_room(self.logdir, 0, HEADROOM_BYTES) is None
-
-    def _write_dropped(self, step: int) -> None:
-        """An EVENTS record at `step` saying which recorded steps are missing."""
-        first = min(f for f, _, _ in self._unreported)
-        last = max(s for _, s, _ in self._unreported)
-        records = sum(n for _, _, n in self._unreported)
-        event = fmt.Event(
-            type=fmt.DROPPED,
-            name="records_not_written",
-            step=step,
-            message=(
-                f"{records} record(s) of the recorded steps {first}..{last} could not be "
-                f"written ({self._reason}); those steps are missing from this run"
-            ),
-            evidence={"records": records, "first_step": first, "last_step": last},
-        )
-        info = fmt.make_info(fmt.Kind.EVENTS, "dropped", attrs={"recorder": self.name})
-        with self.as_default():
-            tf.summary.write(
-                DROPPED_TAG, tf.constant(fmt.encode_blobs(info, [event.to_json()])), step=step,
-                metadata=fmt.create_summary_metadata(info).SerializeToString(),
-            )
-        self._unreported.clear()
+        file = self._file
+        file.queue(int(first), int(step), int(records))
+        if file.fault or file.queued >= FLUSH_RECORDS or file.since_flush() >= FLUSH_SECS:
+            file.flush(int(step))
+        return 0.0 if file.fault else FLUSH_SECS
 
     def _mark(self, key: str) -> tf.Tensor:
         self._written.assign(tf.concat([self._written, [key]], 0))
@@ -385,30 +219,15 @@ class SummarySink:
     def flush(self) -> None:
         """Flushes the writer if its event file can take the records (else
         they are held, as at a recorded step)."""
-        if self._writer is not None:
-            self._flush_and_check()
+        if self._file is not None:
+            self._file.flush()
         elif self.chief and summary_ops_v2.has_default_writer():
             tf.summary.flush()
 
     def close(self) -> None:
-        if self._writer is None:
-            return
-        self._flush_and_check()
-        if self._fault and self._file is not None and self._queued:
-            warn_once(("close_failed", self.logdir),
-                      f"Recorder '{self.name}': closing while {self._fault}; the "
-                      f"{self._queued} records held in memory are lost")
-        try:
-            self._writer.close()
-        except tf.errors.OpError as e:
-            warn_once(("close_failed", self.logdir),
-                      f"Recorder '{self.name}': closing the event file failed ({e}); "
-                      "its last records are lost")
-        if self._file and _size(self._file) == 0:
-            with contextlib.suppress(OSError):
-                os.remove(self._file)
-        if self._scratch:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+        """Flushes and closes the own writer (the user's default one is theirs)."""
+        if self._file is not None:
+            self._file.close()
 
 
 def _compute_only(value: Any, record: tf.Tensor) -> tf.Tensor:
@@ -442,54 +261,3 @@ def _writer_token(writer: Any) -> int:
         token = next(_tokens)
         writer._gradscope_token = token
     return token
-
-
-def _event_files(logdir: str) -> list[str]:
-    return glob.glob(os.path.join(glob.escape(logdir), "*tfevents*"))
-
-
-def _newest(paths: set[str]) -> str | None:
-    return max(paths, default=None)
-
-
-def _no_room(path: str, size: int, need: float) -> str | None:
-    """Why `need` more bytes would not fit a file of `size` bytes at `path`
-    (disk space, RLIMIT_FSIZE), or None."""
-    try:
-        disk = os.statvfs(path)
-    except OSError:
-        return None
-    free = disk.f_bavail * disk.f_frsize
-    if free < need:
-        return f"the disk of '{path}' is full ({free} bytes free)"
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit != resource.RLIM_INFINITY and size + need > limit:
-        return f"its event file reached the file size limit (RLIMIT_FSIZE {limit} bytes; disk full?)"
-    return None
-
-
-def _size(path: str | None) -> int | None:
-    try:
-        return os.path.getsize(path) if path else None
-    except OSError:
-        return None
-
-
-def _open_file(writer: Any, logdir: str) -> None:
-    """(Re)creates the file writer behind `writer`'s resource: a new event file."""
-    gen_summary_ops.create_summary_file_writer(
-        writer._resource, logdir=logdir, max_queue=_NEVER, flush_millis=_NEVER,  # noqa: SLF001
-        filename_suffix=".v2",
-    )
-
-
-def _create_writer(logdir: str, name: str) -> Any:
-    try:
-        with tf.init_scope():
-            return tf.summary.create_file_writer(logdir, max_queue=_NEVER, flush_millis=_NEVER)
-    except (tf.errors.OpError, OSError) as e:
-        message = getattr(e, "message", str(e))
-        raise ValueError(
-            f"Recorder '{name}' cannot write to logdir '{logdir}' ({message.strip()}); "
-            "pass a directory you can create and write to"
-        ) from None
