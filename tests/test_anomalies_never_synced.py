@@ -182,6 +182,7 @@ def test_update_tables_of_a_run_listing_are_the_updates_decode_run_builds():
     updates = update_tables(series)
     assert sorted(updates) == sorted(decoded.updates) == [0, 5, 10, 15]
     assert all(np.array_equal(updates[s].values, decoded.updates[s].values) for s in updates)
+    assert sorted(update_tables(series, until=5)) == [0, 5]  # what the first drift record (step 5) needs
     assert derived_anomalies("r", drift_series(series), [], updates) == run_anomalies(decoded) == ([], [])
     (event,), _ = derived_anomalies("r", drift_series(series), [])
     assert event.name == anomalies.NEVER_SYNCED  # the drift series alone cannot see online's first step

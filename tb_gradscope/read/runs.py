@@ -123,14 +123,17 @@ def drift_series(tables: Iterable[TableSeries]) -> dict[str, list[tuple[int, fmt
     return found
 
 
-def update_tables(tables: Iterable[TableSeries]) -> dict[int, fmt.Table]:
+def update_tables(tables: Iterable[TableSeries], until: int | None = None) -> dict[int, fmt.Table]:
     """step -> UPDATE table among `tables` (a step written under two layouts
-    keeps the later tag's, as `decode_run` builds `RunLogs.updates`)."""
+    keeps the later tag's, as `decode_run` builds `RunLogs.updates`), only
+    steps up to `until` if given (never_synced reads those before a pair's
+    first drift record: a long run's other steps are not decoded)."""
     found: dict[int, fmt.Table] = {}
     for series in sorted(tables, key=lambda s: s.record.tag):
         info = series.record.info
         if info.kind == fmt.Kind.UPDATE_STATS:
-            found.update((step, fmt.decode_table(info, values)) for step, values in zip(series.steps.tolist(), series.values))
+            found.update((step, fmt.decode_table(info, values)) for step, values in zip(series.steps.tolist(), series.values)
+                         if until is None or step <= until)
     return found
 
 
