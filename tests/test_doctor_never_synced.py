@@ -88,3 +88,30 @@ def test_a_twin_never_copied_is_still_never_synced(tmp_path):
     (violation,) = _violations(tmp_path / "run", None, RULE)
     assert violation.evidence["anomaly"] == NEVER_SYNCED
 
+
+
+def test_the_tabs_drift_markers_agree_with_doctor(tmp_path):
+    """The events route (the drift chart's markers) reads online's moves too."""
+    import json
+
+    from tensorboard.backend import application
+    from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+
+    from tb_gradscope.plugin.plugin import GradscopePlugin
+    from tests import providers
+
+    _train(str(tmp_path / "copied"), copied=True, first_lr=0.1)
+    _train(str(tmp_path / "stranger"), copied=False, first_lr=0.001)
+    plugin = GradscopePlugin(
+        base_plugin.TBContext(data_provider=providers.python_provider(str(tmp_path)), sampling_hints={})
+    )
+    client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+
+    def anomalies(run):
+        response = client.get("/data/plugin/gradscope/events", query_string={"run": run})
+        assert response.status_code == 200
+        return [e["name"] for e in json.loads(response.get_data(as_text=True))["events"] if e["type"] == "anomaly"]
+
+    assert NEVER_SYNCED not in anomalies("copied")
+    assert NEVER_SYNCED in anomalies("stranger")

@@ -51,10 +51,16 @@ class RunView:
 
     def _derived_anomalies(self, data: RunData, recorded: list[fmt.Event]) -> list:
         """[(step, wall_time, event)] of the anomalies `read.anomalies` derives
-        from each pair's DRIFT series (the same the CLI reports), minus those
-        the run recorded itself."""
+        from each pair's DRIFT series and the online network's recorded moves
+        (UPDATE tables up to the last pair's first drift record: what
+        never_synced reads), the same the CLI reports, minus those the run
+        recorded itself."""
         drift = [s for (kind, _), group in self.groups.items() if kind == fmt.Kind.DRIFT for s in group]
-        found, warnings = derived_anomalies(self.run, runs.drift_series(drift), recorded)
+        updates = [s for (kind, _), group in self.groups.items() if kind == fmt.Kind.UPDATE_STATS for s in group]
+        last_first = max((int(s.steps[0]) for s in drift if len(s.steps)), default=0)
+        found, warnings = derived_anomalies(
+            self.run, runs.drift_series(drift), recorded, runs.update_tables(updates, until=last_first)
+        )
         self.warnings += warnings
         wall_of = {}
         for series in sorted(drift, key=lambda s: s.record.tag):
