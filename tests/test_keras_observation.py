@@ -2,7 +2,9 @@
 
 Determinism is switched on process-wide (`enable_op_determinism`), so the
 comparison runs in a child process and leaves the test session alone. Every
-step is recorded (every_n_batches=1), the most the callback ever adds.
+step is recorded (every_n_batches=1), the most the callback ever adds; in
+`every_3_batches` the model's own compiled step and the instrumented one take
+turns (the host picks one per call), which must not change a bit either.
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ CHILD = textwrap.dedent(
         "graph": dict(jit_compile=False, steps_per_execution=1),
         "jit": dict(jit_compile=True, steps_per_execution=1),
         "steps_per_execution_4": dict(jit_compile=False, steps_per_execution=4),
+        "every_3_batches": dict(jit_compile=False, steps_per_execution=1),
     }
     for name, mode in modes.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            callback = GradscopeCallback(tempfile.mkdtemp(), every_n_batches=1)
+            every = 3 if name == "every_3_batches" else 1
+            callback = GradscopeCallback(tempfile.mkdtemp(), every_n_batches=every)
             observed = weights(mode, [callback])
         plain = weights(mode, [])
         out[name] = {
@@ -77,7 +81,7 @@ def results() -> dict:
     return json.loads(lines[-1][len("RESULT"):])
 
 
-@pytest.mark.parametrize("mode", ["graph", "jit", "steps_per_execution_4"])
+@pytest.mark.parametrize("mode", ["graph", "jit", "steps_per_execution_4", "every_3_batches"])
 def test_weights_are_bitwise_identical_with_and_without_the_callback(results, mode):
     assert results[mode]["recording"], results[mode]
     assert results[mode]["gradscope_warnings"] == []

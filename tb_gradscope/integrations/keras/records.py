@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.format import Kind, create_summary_metadata, encode_blobs, encode_table, make_info, tag_for
+from tb_gradscope.format import KIND_SPECS, Kind, create_summary_metadata, encode_blobs, encode_table, make_info, tag_for
 from tb_gradscope.integrations.keras.capture import OutputLoss
 from tb_gradscope.integrations.keras.step import StepProbe
 from tb_gradscope.record import loss_scale
@@ -44,6 +44,7 @@ class KerasRecords:
         self.skips_written_step = -1
         self._metadata: dict[str, tuple[Any, bytes]] = {}
         self._table_writers: dict[tuple[str, ...], Any] = {}
+        self._drainers: dict[tuple[Any, ...], Any] = {}
 
     def drain(self, probe: StepProbe, final: bool = False) -> int:
         """Writes every recorded step the ring holds that is not written yet;
@@ -55,12 +56,15 @@ class KerasRecords:
         Not flushed here (a flush per recorded batch costs more than the
         batch): the callback calls `flush` at the end of each epoch and of fit.
         """
-        steps, grads, updates, current = probe.read()
-        for slot in np.argsort(steps):
-            step = int(steps[slot])
-            if step > self.written_step:
-                self._write_step(probe, step, grads, updates, slot)
-                self.written_step = step
+        if probe.slots == 1:
+            current = self._drain_in_one_call(probe)
+        else:
+            steps, grads, updates, current = probe.read()
+            for slot in np.argsort(steps):
+                step = int(steps[slot])
+                if step > self.written_step:
+                    self._write_step(probe, step, grads, updates, slot)
+                    self.written_step = step
         if probe.scaled:  # only a loss scaler skips batches
             self._write_skips(probe, None if final else current)
         return current
@@ -91,7 +95,47 @@ class KerasRecords:
             self.dirty = False
             self.sink.flush()
 
-    def _write_step(self, probe: StepProbe, step: int, grads, updates, slot: int) -> None:
+    def _drain_in_one_call(self, probe: StepProbe) -> int:
+        """A one-slot ring (one batch per call): reads it and the step, and
+        writes the slot's tables if they are new, in one concrete-function call
+        (a read call and a write call cost about twice as much); returns the
+        current step. The FlowGraph, rules and their events follow on the host."""
+        names = tuple(loss.name for loss in probe.losses if probe.grad_tables is not None and loss.name in probe.captured)
+        key = (names, probe.grad_tables is not None)
+        drainer = self._drainers.get(key)
+        if drainer is None:
+            drainer = self._drainers[key] = self._drainer(probe, names)
+        steps, updates, current, grads = [v.numpy() for v in drainer(tf.constant(self.written_step, tf.int64))]
+        step = int(steps[0])
+        if step > self.written_step:
+            self.dirty = True
+            self._write_step(probe, step, grads if names else None, updates, 0, tables_written=True)
+            self.written_step = step
+        return int(current)
+
+    def _drainer(self, probe: StepProbe, names: tuple[str, ...]) -> Any:
+        scopes = probe.vlayout.layout.scopes
+        zeros = lambda kind: np.zeros([len(scopes), len(KIND_SPECS[kind].columns)], np.float32)  # noqa: E731
+        heads = [self._table(Kind.GRAD_STATS, loss, scopes, zeros(Kind.GRAD_STATS))[:2]
+                 for loss in probe.losses if loss.name in names]
+        update_head = self._table(Kind.UPDATE_STATS, None, scopes, zeros(Kind.UPDATE_STATS))[:2]
+        rows = [i for i, loss in enumerate(probe.losses) if loss.name in names]
+
+        def drain(written: tf.Tensor) -> list[tf.Tensor]:
+            steps, updates, current, grads = probe.read_tensors()
+            step = steps[0]
+
+            def write() -> tf.Tensor:
+                records = [(tag, meta, grads[0, i], False) for (tag, meta), i in zip(heads, rows)]
+                return self.sink.write_due(records + [(*update_head, updates[0], False)], step)
+
+            with tf.control_dependencies([tf.cond(step > written, write, lambda: tf.constant(False))]):
+                return [tf.identity(steps), tf.identity(updates), tf.identity(current),
+                        tf.identity(grads) if grads is not None else tf.zeros([0])]
+
+        return tf.function(drain, autograph=False).get_concrete_function(tf.TensorSpec([], tf.int64))
+
+    def _write_step(self, probe: StepProbe, step: int, grads, updates, slot: int, tables_written: bool = False) -> None:
         events = []
         if probe.flowgraph is not None and not self._flowgraph_written:
             self._flowgraph_written = True
@@ -107,7 +151,8 @@ class KerasRecords:
                 tables[loss.name] = grads[slot, i]
                 records.append(self._table(Kind.GRAD_STATS, loss, scopes, grads[slot, i]))
         records.append(self._table(Kind.UPDATE_STATS, None, scopes, updates[slot]))
-        self._write_tables(records, step)
+        if not tables_written:
+            self._write_tables(records, step)
         if self.checker is not None:
             events += self.checker.at_step(step, tables, scopes, updates[slot])
         if events:

@@ -170,11 +170,15 @@ class StepProbe:
         return values[0], grads, values[1], int(values[2])
 
     def _read_all(self) -> list[tf.Tensor]:
-        values = [tf.identity(self.slot_step), tf.identity(self.update_tables),
-                  tf.cast(tf.convert_to_tensor(self.step_variable), tf.int64)]
-        if self.grad_tables is not None:
-            values.append(tf.identity(self.grad_tables))
-        return values
+        steps, updates, current, grads = self.read_tensors()
+        return [steps, updates, current] + ([grads] if grads is not None else [])
+
+    def read_tensors(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor | None]:
+        """In a traced function: (slot steps, update tables, current step,
+        grad tables or None), read when it runs."""
+        grads = tf.identity(self.grad_tables) if self.grad_tables is not None else None
+        return (tf.identity(self.slot_step), tf.identity(self.update_tables),
+                tf.cast(tf.convert_to_tensor(self.step_variable), tf.int64), grads)
 
     def read_skips(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, skipped batches, loss scale) of the skip ring's slots (step -1: empty)."""
