@@ -27,6 +27,17 @@ MAX_EXAMINED_STEPS = 1000
 KEEP_LAST_STEPS = 10
 
 
+def flowgraph_in_force(flowgraphs: Sequence[tuple[int, fmt.FlowGraph]], step: int) -> fmt.FlowGraph | None:
+    """The FlowGraph in force at `step` among (step written, FlowGraph) by step:
+    the latest written at or before it (or the first one, for steps recorded
+    before any trace was written)."""
+    chosen = None
+    for written, graph in flowgraphs:
+        if written <= step or chosen is None:
+            chosen = graph
+    return chosen
+
+
 @dataclasses.dataclass(frozen=True)
 class PairSeries:
     """One target/online pair's DRIFT series: its record attrs, steps and
@@ -73,12 +84,8 @@ class RunRecords:
         return self.flowgraphs[-1][1] if self.flowgraphs else None
 
     def flowgraph_at(self, step: int) -> fmt.FlowGraph | None:
-        """The latest FlowGraph written at or before `step` (else the first)."""
-        chosen = None
-        for written, graph in self.flowgraphs:
-            if written <= step or chosen is None:
-                chosen = graph
-        return chosen
+        """The FlowGraph in force at `step` (`flowgraph_in_force`)."""
+        return flowgraph_in_force(self.flowgraphs, step)
 
     @property
     def losses(self) -> list[str]:

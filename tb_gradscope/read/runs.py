@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 from tb_gradscope import format as fmt
 from tb_gradscope.read.online_path import online_moves
 from tb_gradscope.read.reader import BlobStep, RunListing, TableSeries
-from tb_gradscope.read.records import PairSeries, RunRecords, thin
+from tb_gradscope.read.records import PairSeries, RunRecords, flowgraph_in_force, thin
 
 # Key of the FLOWGRAPH (and an eager run's GRAD_STATS) record attrs listing the
 # rules a run was trained with (compact strings, e.g. "never(td, target/*)").
@@ -53,18 +53,14 @@ class RunLogs:
 
     @property
     def last_step(self) -> int:
+        """The last step the run wrote anything at (0 when none)."""
         candidates = self.steps + [s for s, _ in self.flowgraphs] + [e.step for e in self.events]
         candidates += [s for series in self.drift.values() for s, _ in series]
         return max(candidates, default=0)
 
     def flowgraph_at(self, step: int) -> fmt.FlowGraph | None:
-        """The FlowGraph in force at `step`: the latest written at or before it
-        (or the first one, for steps recorded before any trace was written)."""
-        chosen = None
-        for written, graph in self.flowgraphs:
-            if written <= step or chosen is None:
-                chosen = graph
-        return chosen
+        """The FlowGraph in force at `step` (`read.records.flowgraph_in_force`)."""
+        return flowgraph_in_force(self.flowgraphs, step)
 
 
 def decode_run(

@@ -1,6 +1,6 @@
 """Violations of a run: those it recorded, plus rules evaluated over its logs.
 
-    checked = check_run(run)   # run: anything shaped like `RunEvidence`
+    checked = check_run(run)   # run: a `read.runs.RunLogs` (`decode_run`)
 
 Rules come from the caller (`check --rules FILE`) and from the run itself (the
 rules it was trained with, listed in its FLOWGRAPH and GRAD_STATS records).
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.rules.model import loss_matches
 
@@ -34,28 +35,6 @@ NO_FLOWGRAPH = (
     "from one it updates; trace the step once with rec.analyze(step_fn, *example_args), or run "
     "it in tf.function"
 )
-
-
-class RunEvidence(Protocol):
-    """What rule evaluation reads of one run (`read.runs.RunLogs` has it).
-
-    Attributes:
-      run: the run name.
-      grads: step -> loss -> grad_stats table.
-      updates: step -> update_stats table.
-      drift: pair name -> [(step, drift table)], by step.
-      flowgraphs: (step written, FlowGraph), by step.
-      recorded_rules: the rules the run was trained with, as written.
-      events: the events the run recorded (violations among them).
-    """
-
-    run: str
-    grads: Mapping[int, Mapping[str, fmt.Table]]
-    updates: Mapping[int, fmt.Table]
-    drift: Mapping[str, Sequence[tuple[int, fmt.Table]]]
-    flowgraphs: Sequence[tuple[int, fmt.FlowGraph]]
-    recorded_rules: Sequence[str]
-    events: Sequence[fmt.Event]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +65,7 @@ class RunCheck:
     warnings: list[str]
 
 
-def check_run(run: RunEvidence, given: Sequence[rules_lib.Rule] = ()) -> RunCheck:
+def check_run(run: RunLogs, given: Sequence[rules_lib.Rule] = ()) -> RunCheck:
     """The run's recorded violations plus `given` and its recorded rules
     evaluated over its logs, grouped (what `tb-gradscope check` prints)."""
     chosen, warnings = run_rules(run, given)
@@ -94,7 +73,7 @@ def check_run(run: RunEvidence, given: Sequence[rules_lib.Rule] = ()) -> RunChec
     return RunCheck(chosen, found, warnings)
 
 
-def run_rules(run: RunEvidence, given: Sequence[rules_lib.Rule]) -> tuple[list[rules_lib.Rule], list[str]]:
+def run_rules(run: RunLogs, given: Sequence[rules_lib.Rule]) -> tuple[list[rules_lib.Rule], list[str]]:
     """The rules to evaluate on a run: `given` plus those it recorded, and
     warnings for recorded rules that cannot be read and for evidence missing."""
     chosen = list(given)
@@ -112,34 +91,17 @@ def run_rules(run: RunEvidence, given: Sequence[rules_lib.Rule]) -> tuple[list[r
     return chosen, warnings
 
 
-def last_step(run: RunEvidence) -> int:
-    """The last step the run wrote anything at (0 when none)."""
-    candidates = list(run.grads) + list(run.updates) + [s for s, _ in run.flowgraphs]
-    candidates += [e.step for e in run.events] + [s for series in run.drift.values() for s, _ in series]
-    return max(candidates, default=0)
-
-
-def flowgraph_at(run: RunEvidence, step: int) -> fmt.FlowGraph | None:
-    """The FlowGraph in force at `step`: the latest written at or before it
-    (or the first one, for steps recorded before any trace was written)."""
-    chosen = None
-    for written, graph in run.flowgraphs:
-        if written <= step or chosen is None:
-            chosen = graph
-    return chosen
-
-
-def evaluate(run: RunEvidence, rules: Sequence[rules_lib.Rule]) -> list[fmt.Event]:
+def evaluate(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> list[fmt.Event]:
     """Violations of `rules` over everything the run recorded, by step."""
     events: list[fmt.Event] = []
     if not rules:
         return events
-    last = last_step(run)
+    last = run.last_step
     for step, graph in run.flowgraphs:
         events += rules_lib.check_flowgraph(rules, graph, step)
     for step in sorted(run.grads):
         events += rules_lib.check_stats(
-            rules, step, run.grads[step], run.updates.get(step), flowgraph_at(run, step)
+            rules, step, run.grads[step], run.updates.get(step), run.flowgraph_at(step)
         )
     events += check_drift(rules, run.drift, last, run.updates)
     if not run.flowgraphs and not run.grads:
@@ -154,7 +116,7 @@ def evaluate(run: RunEvidence, rules: Sequence[rules_lib.Rule]) -> list[fmt.Even
     return [e for e in events if e.evidence.get("unmatched") not in ("loss", "scope") or e.name not in matched]
 
 
-def _matched_in_run(run: RunEvidence, rules: Sequence[rules_lib.Rule]) -> set[str]:
+def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
     """Rules whose loss and scope patterns match somewhere in the run: a step
     recorded before a scope existed (its layout lacked it) is no typo."""
     losses = {l for _, g in run.flowgraphs for l in g.cells} | {l for t in run.grads.values() for l in t}
