@@ -20,6 +20,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.byol_step import byol_step
 from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
 
 RUN = "resnet50/train"
@@ -66,23 +67,7 @@ def train_resnet(logdir: pathlib.Path, steps: int = STEPS) -> None:
         pairs=[pair_models(target, online, tau=TAU)],
         rules=["never(*, target/*)", f"tracks(target, online, tau={TAU})"],
     )
-    variables = online.trainable_variables + head.trainable_variables + predictor.trainable_variables
-
-    @tf.function
-    def train_step(x, labels):
-        with rec.tape() as tape:
-            features = online(x, training=True)
-            logits = head(features)
-            cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
-            anchor = tf.stop_gradient(tf.math.l2_normalize(target(x, training=False), axis=1))
-            guess = tf.math.l2_normalize(predictor(features), axis=1)
-            byol = tf.reduce_mean(tf.reduce_sum(tf.square(guess - anchor), axis=1))
-        grads_and_vars = rec.gradients(tape, {"cls": cls, "byol": byol}, variables)
-        rec.apply(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
-        for t, o in zip(target.weights, online.weights):
-            t.assign((1.0 - TAU) * t + TAU * o)
-        rec.record_drift()
-        return cls, byol
+    train_step = byol_step(rec, online, target, head, predictor, optimizer, TAU)
 
     scalars = tf.summary.create_file_writer(str(logdir / SCALARS_RUN))
     for step in range(steps):

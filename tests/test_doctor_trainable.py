@@ -179,10 +179,10 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
     the moving statistics move fast while the twin follows at tau."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from tb_gradscope.pairs import pair_models
     from tb_gradscope.record import Recorder
+    from tests.byol_step import byol_step
 
     def net(name):
         x = keras.Input((8, 8, 3))
@@ -201,21 +201,7 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
     optimizer = keras.optimizers.SGD(0.01)
     rec = Recorder(logdir, every_n_steps=1, pairs=[pair_models(target, online, tau=0.01)],
                    models={"online": online, "target": target, "head": head, "predictor": predictor})
-    variables = online.trainable_variables + head.trainable_variables + predictor.trainable_variables
-
-    @tf.function
-    def train_step(x, labels):
-        with rec.tape() as tape:
-            features = online(x, training=True)
-            cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, head(features), from_logits=True))
-            anchor = tf.stop_gradient(tf.math.l2_normalize(target(x, training=False), axis=1))
-            guess = tf.math.l2_normalize(predictor(features), axis=1)
-            byol = tf.reduce_mean(tf.reduce_sum(tf.square(guess - anchor), axis=1))
-        grads_and_vars = rec.gradients(tape, {"cls": cls, "byol": byol}, variables)
-        rec.apply(optimizer, [(g, v) for g, v in grads_and_vars if g is not None])
-        for t, o in zip(target.weights, online.weights):
-            t.assign(0.99 * t + 0.01 * o)
-        rec.record_drift()
+    train_step = byol_step(rec, online, target, head, predictor, optimizer, 0.01)
 
     for _ in range(steps):
         x = (rng.normal(size=(4, 8, 8, 3)) * 100 + 50).astype("float32")
