@@ -81,13 +81,23 @@ class RollUp:
         return tf.math.unsorted_segment_max(rows, self.pair_scope, self.n_scopes)
 
 
-def _float_values(values: tf.Tensor) -> tf.Tensor:
-    """Flat values in a float type wide enough to sum squares (f16/bf16 -> f32)."""
-    flat = tf.reshape(values, [-1])
+def _float_values(values: tf.Tensor, minus_one: tf.Tensor | None = None) -> tf.Tensor:
+    """Flat values in a float type wide enough to sum squares (f16/bf16 -> f32).
+
+    A rank-1 tensor is taken as it is; others are reshaped by `minus_one` when
+    given (one shape constant shared by many reshapes: one op per tensor, not two).
+    """
+    flat = values if values.shape.rank == 1 else tf.reshape(values, [-1] if minus_one is None else minus_one)
     return flat if flat.dtype in (tf.float32, tf.float64) else tf.cast(flat, tf.float32)
 
 
-def _dense_values(grad: Any) -> tuple[tf.Tensor, tf.Tensor | int]:
+def float_values(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """`_float_values` of many tensors, sharing one reshape shape constant."""
+    minus_one = tf.constant([-1]) if any(t.shape.rank != 1 for t in tensors) else None
+    return [_float_values(t, minus_one) for t in tensors]
+
+
+def _dense_values(grad: Any, minus_one: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor | int]:
     """(flat values that are not implicit zeros, element count of the dense gradient).
 
     The count is a Python int when known statically (one constant for all).
@@ -95,14 +105,14 @@ def _dense_values(grad: Any) -> tuple[tf.Tensor, tf.Tensor | int]:
     if isinstance(grad, tf.IndexedSlices):
         unique, position = tf.unique(grad.indices)
         summed = tf.math.unsorted_segment_sum(grad.values, position, tf.size(unique))
-        values = _float_values(summed)
+        values = _float_values(summed, minus_one)
         if grad.dense_shape is not None:
             total = tf.reduce_prod(tf.cast(grad.dense_shape, tf.int64))
         else:
             row = tf.reduce_prod(tf.cast(tf.shape(grad.values)[1:], tf.int64))
             total = tf.cast(tf.size(unique), tf.int64) * row
         return values, total
-    values = _float_values(tf.convert_to_tensor(grad))
+    values = _float_values(tf.convert_to_tensor(grad), minus_one)
     size = values.shape.num_elements()
     return values, size if size is not None else tf.size(values, out_type=tf.int64)
 
@@ -121,7 +131,8 @@ def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
         return tf.zeros([len(grads), _N_VAR_GRAD], tf.float64)
-    dense = [_dense_values(grads[i]) for i in present]
+    minus_one = tf.constant([-1])
+    dense = [_dense_values(grads[i], minus_one) for i in present]
     group = TensorGroup([values for values, _ in dense])
     counts = [total for _, total in dense]
     if all(isinstance(c, int) for c in counts):
@@ -172,8 +183,14 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
 
 @_no_autograph
 def snapshot(variables: Sequence[Any]) -> list[tf.Tensor]:
-    """Values of variables, read now (a transient copy for ||delta theta||)."""
-    return [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+    """Values of variables, read now (a transient copy for ||delta theta||).
+
+    One read op each: a read shares the variable's buffer, and TF copies the
+    buffer before an update writes to a variable whose value is still held, so
+    the copy keeps the values before the step (an identity would add an op per
+    variable and change nothing).
+    """
+    return [tf.convert_to_tensor(v) for v in variables]
 
 
 @_no_autograph
@@ -186,7 +203,7 @@ def update_table(
     A None in `before` marks a variable the step could not write (not handed to
     the optimizer): its update is 0 by construction, and it is not copied.
     """
-    after = [_float_values(tf.convert_to_tensor(v)) for v in variables]
+    after = float_values([tf.convert_to_tensor(v) for v in variables])
     if after and not any(is_big(t) for t in after) and len({t.dtype for t in after}) == 1:
         return _small_update_table(before, after, rollup)
     weight = TensorGroup(after).sum_of_squares() if after else tf.zeros([0], tf.float64)
@@ -205,7 +222,8 @@ def _small_update_table(before: Sequence[tf.Tensor | None], after: Sequence[tf.T
     difference instead of one per variable (the same values, a few ops
     whatever the number of variables)."""
     group = TensorGroup(after)
-    olds = [a if b is None else tf.cast(_float_values(b), a.dtype) for a, b in zip(after, before)]
+    minus_one = tf.constant([-1]) if any(b is not None and b.shape.rank != 1 for b in before) else None
+    olds = [a if b is None else tf.cast(_float_values(b, minus_one), a.dtype) for a, b in zip(after, before)]
     flat_before = tf.concat(olds, 0) if len(olds) > 1 else olds[0]
     step = tf.cast(group.segment_sum(tf.square(group.flat - flat_before)), tf.float64)
     if any(b is None for b in before):  # not handed over: no update, even where a value is NaN

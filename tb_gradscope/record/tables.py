@@ -81,7 +81,11 @@ def recorded_tables(
             (kind.value, name): tf.zeros([len(scopes), len(KIND_SPECS[kind].columns)], tf.float32)
             for (kind, name), (scopes, _) in shapes.items()
         }
-        return tables, [tf.zeros([0], v.dtype) for v in snapshot]
+        empty: dict[tf.DType, tf.Tensor] = {}  # one empty tensor per dtype, not one per variable
+        for v in snapshot:
+            if v.dtype not in empty:
+                empty[v.dtype] = tf.zeros([0], v.dtype)
+        return tables, [empty[v.dtype] for v in snapshot]
 
     if tf.executing_eagerly():
         if not bool(record):
