@@ -125,9 +125,22 @@ class ScopeGraph:
 
 
 def _union(sets) -> frozenset[str]:
+    """The union of `sets`, sharing the object when only one is non-empty.
+
+    Several distinct sets are merged into one mutable set, frozen once: an op
+    fed by k scopes (an add_n over k variables) costs O(total size), not the
+    O(k^2) of growing a frozenset one union at a time.
+    """
     result = _EMPTY
+    grown: set[str] | None = None
     for s in sets:
         if not s or s is result:
             continue
-        result = s if not result else result | s
-    return result
+        if not result:
+            result = s
+        elif grown is None:
+            grown = set(result)
+            grown.update(s)
+        else:
+            grown.update(s)
+    return result if grown is None else frozenset(grown)
