@@ -146,9 +146,11 @@ def test_findings_and_violations_agree_with_the_command_line(resnet_tab, resnet_
     shown = frame.locator(".gs-finding").evaluate_all(
         "ls => ls.map(l => [l.dataset.kind, l.dataset.loss, l.dataset.scope, l.dataset.rule])")
     assert shown == [[f["kind"], f["loss"], f["scope"], f["rule"]] for f in found["findings"]]
+    assert found["findings"] == [], [(f["kind"], f["loss"], f["scope"]) for f in found["findings"]]  # a correct run
     panel = frame.locator(f'#gs-violations[data-run="{RUN}"]')
     rows = panel.locator("tbody tr").evaluate_all("rs => rs.map(r => [r.dataset.name, Number(r.dataset.step), r.dataset.source])")
     assert rows == [[v["name"], v["step"], v["source"]] for v in checked["violations"]]
+    assert checked["violations"] == [], checked["violations"]
     assert panel.locator("#gs-violations-rules code").all_text_contents() == checked["rules"]
     assert problems == [], problems
 
