@@ -5,19 +5,25 @@ under a root `m`, in groups of 10: `m/g<k>/v<i>`) is trained by a
 tf.function step; the recorded step (way 2, every step, so the cost is the
 recorded cost) runs round-robin against the same step without the recorder
 (CPU time, TF on one thread, medians of rotated repetitions; see
-bench_overhead). Trace time (first call) is measured apart from step time.
+bench_overhead). Trace time (first call) is measured apart from step time, in
+two parts: building the graph in Python (`get_concrete_function`) and the
+first run (TF instantiates the function: grappler, then the executor).
 
-  - variables: N = 10, 100, 1000 (--quick) and 10000 (full), one loss;
+  - variables: N = 10, 100, 1000 (--quick), 3000 and 10000 (full), one loss;
   - losses: 1, 2, 4, 8 over 100 variables (20 in --quick; each loss reaches
     every variable);
   - scope depth: 1, 4, 8 levels above the same variables.
 
 Per axis: the extra CPU ms per step (recorded - baseline), the extra per
 unit, and the log-log slope of the extra cost against the axis (1 = linear,
-2 = quadratic); `<axis>_quadratic` is 1 if the slope exceeds 1.5.
+2 = quadratic); `<axis>_quadratic` is 1 if the slope exceeds 1.5. For the
+variables axis also the traces' log-log slopes and
+`recorded_trace_over_plain_<N>` (recorded trace CPU / plain trace CPU, first
+call) at 1000 and 10000 variables.
 
     python -m bench.bench_scaling --quick   # < 60 s
-    python -m bench.bench_scaling           # full (10k variables traces for minutes)
+    python -m bench.bench_scaling           # full: ~25 min of CPU, most of it the 10,000-variable
+                                            # point (TF's first run of a 10k-variable step)
 
 Headline: variables_loglog_slope.
 """
@@ -25,6 +31,7 @@ Headline: variables_loglog_slope.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -92,9 +99,11 @@ def steps_for(variables, losses, logdir):
 def point(label, variables, n_losses, steps, repetitions, logdir):
     """Extra recorded CPU ms per step at one point; reports trace times too."""
     baseline, recorded, rec = steps_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label))
-    traces, trace_cpu = {}, {}
+    traces, trace_cpu, build_cpu = {}, {}, {}
     for name, fn in (("baseline", baseline), ("recorded", recorded)):
         start, start_cpu = time.perf_counter(), time.process_time()
+        fn.get_concrete_function()
+        build_cpu[name] = time.process_time() - start_cpu
         fn().numpy()
         traces[name] = time.perf_counter() - start
         trace_cpu[name] = time.process_time() - start_cpu
@@ -116,10 +125,14 @@ def point(label, variables, n_losses, steps, repetitions, logdir):
     report(f"{label}_trace_recorded_s", traces["recorded"])
     report(f"{label}_trace_baseline_cpu_s", trace_cpu["baseline"])
     report(f"{label}_trace_recorded_cpu_s", trace_cpu["recorded"])
+    for name in ("baseline", "recorded"):  # Python graph building, then TF's first run
+        report(f"{label}_trace_{name}_build_cpu_s", build_cpu[name])
+        report(f"{label}_trace_{name}_first_run_cpu_s", trace_cpu[name] - build_cpu[name])
+    report(f"{label}_max_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     report(f"{label}_baseline_cpu_ms", base_ms)
     report(f"{label}_extra_cpu_ms", rec_ms - base_ms)
     report(f"{label}_ratio", rec_ms / base_ms)
-    return max(rec_ms - base_ms, 1e-3), trace_cpu["recorded"]
+    return max(rec_ms - base_ms, 1e-3), trace_cpu["recorded"], trace_cpu["baseline"]
 
 
 def slope(xs, ys) -> float:
@@ -137,23 +150,27 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     single_thread()
     report("load_average_1m", os.getloadavg()[0])
-    sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 10000)
+    sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 3000, 10000)
     reps = 5 if args.quick else 11
     base_vars = 20 if args.quick else 100  # for the losses and depth axes
     with tempfile.TemporaryDirectory() as logdir:
-        # --quick: tracing dominates (1000 recorded variables alone trace for ~30 s
-        # of CPU), so the loss and depth axes keep three and two points.
+        # --quick: tracing dominates (the 1000-variable point's two traces take
+        # ~10 s of CPU each), so the loss and depth axes keep three and two points.
         loss_counts = (1, 2, 4) if args.quick else (1, 2, 4, 8)
         extras = [point(f"losses{k}", make_variables(base_vars), k, 5, reps, logdir)[0] for k in loss_counts]
         axis("losses", loss_counts, extras, "loss")
         depths = (1, 8) if args.quick else (1, 4, 8)
         extras = [point(f"depth{d}", make_variables(base_vars, d), 1, 5, reps, logdir)[0] for d in depths]
         axis("depth", depths, extras, "level")
-        found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 10000 else 3, logdir)
+        found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 3000 else 3, logdir)
                  for n in sizes]
-        report("vars_trace_recorded_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t in found]))
+        report("vars_trace_recorded_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t, _ in found]))
+        report("vars_trace_baseline_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, _, t in found]))
+        for n, (_, recorded_trace, plain_trace) in zip(sizes, found):
+            if n in (1000, 10000):
+                report(f"recorded_trace_over_plain_{n}", recorded_trace / plain_trace)
     report("load_average_1m_end", os.getloadavg()[0])
-    axis("variables", sizes, [e for e, _ in found], "variable")
+    axis("variables", sizes, [e for e, _, _ in found], "variable")
 
 
 if __name__ == "__main__":
