@@ -174,7 +174,10 @@ def test_trace_time_rule_violation_raises_at_the_first_call(tmp_path):
         _dqn(str(tmp_path), wrap=True, steps=3, rule="never(td, online/*)", on_violation="raise")
 
 
-def test_step_changed_between_calls_is_said_and_later_steps_are_recorded(tmp_path):
+def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_recorded(tmp_path):
+    """The host counts the step: an assign behind its back (as a checkpoint
+    restore would) is found at the next call the count says is recorded, at
+    most every_n_steps calls later, and said if a due step ran unrecorded."""
     online, _ = _nets()
     opt = keras.optimizers.SGD(0.1)
     rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
@@ -191,9 +194,11 @@ def test_step_changed_between_calls_is_said_and_later_steps_are_recorded(tmp_pat
     rec.step.assign(20)  # as a checkpoint restore would
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step(x)  # ran at step 20, as the host's step 3 (plain)
-    assert any("ran unrecorded" in str(w.message) for w in caught if issubclass(w.category, GradscopeWarning))
-    for _ in range(11):
+        for _ in range(5):  # step 20 runs as the host's step 3 (plain); its step 5 reads the counter
+            step(x)
+    said = [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)]
+    assert len(said) == 1 and "counted 5, read 22" in said[0] and "ran unrecorded" in said[0], said
+    for _ in range(7):
         step(x)
     rec.close()
     steps = sorted(_tables(str(tmp_path))[next(k for k in _tables(str(tmp_path)) if k[0].value == "grad_stats")])
@@ -234,3 +239,75 @@ def test_recorded_variant_records_drift_without_a_gate_where_every_recorded_step
     plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
     assert recorded.count("FloorMod") == plain.count("FloorMod")  # the tape's own (concat's gradient)
     assert "WriteSummary" in recorded
+
+
+def _reads_of(variable, monkeypatch) -> list:
+    """Counts host reads (`.numpy()`) of `variable`."""
+    reads, numpy = [], type(variable).numpy
+
+    def counted(self):
+        if self is variable:
+            reads.append(1)
+        return numpy(self)
+
+    monkeypatch.setattr(type(variable), "numpy", counted)
+    return reads
+
+
+def test_host_counts_the_step_and_reads_it_only_before_a_recorded_call(tmp_path, monkeypatch):
+    online, _ = _nets()
+    opt = keras.optimizers.SGD(0.1)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
+
+    @rec.function
+    def step(s):
+        with rec.tape() as tape:
+            loss = {"q": tf.reduce_mean(online(s) ** 2)}
+        rec.apply(opt, rec.gradients(tape, loss, online.trainable_variables))
+
+    reads = _reads_of(rec.step, monkeypatch)
+    x = _batches(1)[0][0]
+    for _ in range(12):  # steps 0..11: reads at the first call (0), then before 5 and 10
+        step(x)
+    assert len(reads) == 3
+    assert rec._s.host_step == int(rec.step.numpy()) == 12  # noqa: SLF001
+    rec.advance()  # an eager move outside the wrapper: the next call reads again
+    step(x)
+    assert len(reads) == 5 and rec._s.host_step == 14  # noqa: SLF001
+    rec.close()
+    tables = _tables(str(tmp_path))
+    assert sorted(tables[next(k for k in tables if k[0].value == "grad_stats")]) == [0, 5, 10]
+
+
+def test_an_advance_under_a_cond_makes_the_host_read_the_step_at_every_call(tmp_path, monkeypatch):
+    """The host cannot count an advance that depends on data: it reads the
+    counter before every call, and records exactly at the recorded steps."""
+    online, _ = _nets()
+    opt = keras.optimizers.SGD(0.1)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=3, models={"online": online})
+
+    @rec.function
+    def step(s, extra):
+        with rec.tape() as tape:
+            loss = {"q": tf.reduce_mean(online(s) ** 2)}
+        opt.apply_gradients(rec.gradients(tape, loss, online.trainable_variables))
+        rec.advance()
+
+        def once_more():
+            rec.advance()
+            return tf.constant(True)
+
+        tf.cond(extra, once_more, lambda: tf.constant(False))
+
+    reads = _reads_of(rec.step, monkeypatch)
+    x = _batches(1)[0][0]
+    ran = []
+    for i in range(8):
+        ran.append(int(rec.step.numpy()))
+        step(x, tf.constant(i % 3 == 0))
+    assert len(reads) == 8 + 8  # the loop's own reads, and the wrapper's before every call
+    assert rec._s.host_step is None  # noqa: SLF001
+    rec.close()
+    tables = _tables(str(tmp_path))
+    grad_steps = sorted(tables[next(k for k in tables if k[0].value == "grad_stats")])
+    assert grad_steps == [s for s in ran if s % 3 == 0]

@@ -301,9 +301,10 @@ class Recorder(tf.Module):
         recording op at all, `gradients` is `tape.gradient` of the losses' sum,
         `apply` is `apply_gradients` and the step's advance), and that plain
         step plus drift's record, or plus the copy drift needs at the step
-        before a drift step. The host picks by step, counted from what the
-        step returns (`step` is read on the host only before a recorded step;
-        see `tb_gradscope.record.step_function`).
+        before a drift step. The host picks by step, counted on the host from
+        the advances each variant's trace saw (`step` is read only before a
+        call that records something, or when the count may be wrong: see
+        `tb_gradscope.record.step_function`).
         """
         if fn is None:
             return lambda f: StepFunction(self, f, tf_function_kwargs)

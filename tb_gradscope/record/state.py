@@ -47,7 +47,7 @@ class RecorderState:
         self.block: Block | None = None  # the open `training_step()` block
         self.conflict = True
         self.variants = Variants()  # graphs traced by `Recorder.function` as unrecorded variants
-        self.eager_moves = 0  # how often the step counter moved eagerly
+        self.host_step: int | None = None  # the counter as `Recorder.function` wrappers count it on the host
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
         self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
         self._branch_start: int | None = None  # op count where the last loss recording branch began
@@ -74,9 +74,10 @@ class RecorderState:
 
     def advanced(self) -> None:
         """The step counter moves on: the next step reads it again (and a
-        `Recorder.function` wrapper counting steps on the host reads it anew)."""
+        `Recorder.function` wrapper counting steps on the host reads it anew
+        after an eager move)."""
         if tf.executing_eagerly():
-            self.eager_moves += 1
+            self.host_step = None  # moved outside the wrappers: read it again
         else:
             self._now.pop(tf.compat.v1.get_default_graph(), None)
             self.variants.note_advance()

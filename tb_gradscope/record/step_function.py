@@ -17,17 +17,29 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
 - `snapshot`: `plain` whose `record_drift()` copies the pairs' variables, run at
   the step before a drift step (drift compares a step with the one before).
 
-The host knows the step without reading the counter at most steps: every
-variant returns the counter's value before and after the step, so the wrapper
-keeps count. `recorded` is traced knowing it runs at a recorded step: its
-recording has no in-graph gate (no step read, floormod or branch op per
-record), so the wrapper reads the counter on the host before running it (at
-recorded steps only, and at the first call, which traces `recorded` whatever
-it runs: that trace analyzes the step and checks the rules before any step
-runs). When the counter changed outside the wrapped step (an assign, a
-checkpoint restore), the next call sees it in the value it returns (or the
-read); the wrapper warns once if a step that was due ran unrecorded, and keeps
-count from the value read.
+The host knows the step without reading the counter at most steps: it keeps
+a Python int (`RecorderState.host_step`), advanced after each call by the
+number of counter advances the variant's trace saw (the variants return only
+what `fn` returns). It reads the counter instead (one host read) at the first
+call, which traces `recorded` whatever it runs (that trace analyzes the step
+and checks the rules before any step runs), before every call that records
+something (`recorded` has no in-graph gate, and `drift` and `snapshot` must
+run at the step they were picked for), and whenever the count may be wrong:
+
+- the recorder moved the step eagerly (`apply`, `advance` or a block outside
+  the wrapper): `RecorderState.advanced` forgets the count;
+- a trace saw an advance the host cannot count: under a `tf.cond` or a
+  `tf.while_loop`, inside a nested `tf.function`, under tf.distribute, or a
+  variant traced twice with different counts; or any traced function that is
+  not a wrapper's variant advances the step (its calls are not the host's to
+  see): the wrapper then reads the counter at every call;
+- the call raised: the step may or may not have moved.
+
+What the host cannot see is a change made behind the recorder's back between
+calls: an assign to `rec.step` or a checkpoint restore. Such a change is found
+at the next call the count says records something (at most `every_n_steps`
+calls later); the calls before it ran as picked for the old count, and the
+wrapper warns once if one of them was due to record.
 
 The variant a recorder call belongs to is the graph being traced: its own, or a
 `tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
@@ -38,6 +50,7 @@ it always record as the one-trace path does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import weakref
@@ -51,38 +64,57 @@ from tb_gradscope.record.warn import warn_once
 PLAIN, SNAPSHOT, DRIFT, RECORDED = "plain", "snapshot", "drift", "recorded"
 
 
+@dataclasses.dataclass
+class Trace:
+    """What one trace of a variant saw: how many counter advances, and whether
+    the host can count them (every one in the variant's own graph, none under
+    control flow, in a nested function or under tf.distribute)."""
+
+    advances: int = 0
+    countable: bool = True
+
+
 class Variants:
     """Which graphs are being traced as which variant (per recorder)."""
 
     def __init__(self) -> None:
         self._modes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._advances: int | None = None  # step advances traced so far in the variant being traced
+        self._trace: Trace | None = None  # the variant being traced
         self._offsets: set[int] = set()  # advances traced before `record_drift`, over every variant's trace
+        self.foreign = False  # a traced function that is not a variant advances the step
 
     @contextlib.contextmanager
-    def tracing(self, mode: str) -> Iterator[None]:
-        """Marks the graph being traced (the variant's FuncGraph) as `mode`."""
+    def tracing(self, mode: str) -> Iterator[Trace]:
+        """Marks the graph being traced (the variant's FuncGraph) as `mode`;
+        yields what the trace sees of the step's advances."""
         graph = tf.compat.v1.get_default_graph()
         self._modes[graph] = mode
-        self._advances = 0
+        self._trace = trace = Trace()
         try:
-            yield
+            yield trace
         finally:
             self._modes.pop(graph, None)
-            self._advances = None
+            self._trace = None
 
     def note_advance(self) -> None:
         """The step's counter advance is being traced (by `apply`, `advance` or
         a `training_step()` block's exit)."""
-        if self._advances is not None:
-            self._advances += 1
+        trace = self._trace
+        if trace is None:
+            self.foreign = True
+            return
+        trace.advances += 1
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._modes or tf.distribute.has_strategy():
+            trace.countable = False  # a branch, a nested function: not one advance per call
 
     def note_drift(self) -> int | None:
         """`record_drift` is being traced: it sees the counter after this many
         advances (returned; None outside a variant)."""
-        if self._advances is not None:
-            self._offsets.add(self._advances)
-        return self._advances
+        if self._trace is not None:
+            self._offsets.add(self._trace.advances)
+            return self._trace.advances
+        return None
 
     def drift_offset(self) -> int | None:
         """By how much the step `record_drift` sees exceeds the step a call
@@ -149,18 +181,20 @@ class StepFunction:
         self._variants = {
             mode: tf.function(self._traced(mode), **tf_function_kwargs) for mode in (PLAIN, SNAPSHOT, DRIFT, RECORDED)
         }
-        self._next: int | None = None  # the step the next call runs at, as far as the host knows
-        self._moves = recorder._s.eager_moves  # noqa: SLF001 - the recorder's own count of eager step moves
+        self._advances: dict[str, int] = {}  # counter advances per call of each variant, learned when traced
+        self._countable = True  # whether every trace's advances can be counted on the host
+        self._traced_first = False
+        self._unread = 0  # calls run on the host's count since the counter was last read
         functools.update_wrapper(self, fn)
 
     def _traced(self, mode: str) -> Callable[..., Any]:
         recorder, fn = self._recorder, self._fn
 
-        def variant(*args: Any, **kwargs: Any) -> tuple[Any, tf.Tensor, tf.Tensor]:
-            with recorder._s.variants.tracing(mode):  # noqa: SLF001
-                before = recorder.step.read_value()
+        def variant(*args: Any, **kwargs: Any) -> Any:
+            with recorder._s.variants.tracing(mode) as trace:  # noqa: SLF001
                 out = fn(*args, **kwargs)
-                return out, before, recorder.step.read_value()
+            self._learn(mode, trace)
+            return out
 
         # fn's signature, so the graph's inputs keep the user's argument names
         # (the FlowGraph shows them); no __wrapped__, through which TF would
@@ -173,38 +207,50 @@ class StepFunction:
         variant.__code__ = variant.__code__.replace(co_name=variant.__name__)
         return variant
 
+    def _learn(self, mode: str, trace: Trace) -> None:
+        """Keeps what a trace of `mode` saw of the step's advances."""
+        known = self._advances.setdefault(mode, trace.advances)
+        if not trace.countable or known != trace.advances:
+            self._countable = False
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         recorder = self._recorder
         state = recorder._s  # noqa: SLF001
-        if state.eager_moves != self._moves:  # the recorder moved the step eagerly since
-            self._moves, self._next = state.eager_moves, None
-        expected = self._next
-        first = expected is None
-        if first or (not state.disabled and recorder.due_at(expected) == RECORDED):
-            # The recorded variant records without an in-graph gate: run it only
-            # at a step read on the host (a read at recorded steps only).
-            expected = int(recorder.step.numpy())
-        if first:
+        if not self._traced_first:
             # The first call traces the recorded variant, which analyzes the
             # step and checks the rules, even when it does not run it.
             self._variants[RECORDED].get_concrete_function(*args, **kwargs)
-        mode = PLAIN if state.disabled else recorder.due_at(expected)
-        out, before, after = self._variants[mode](*args, **kwargs)
-        ran = int(before)
-        if ran != expected:
-            self._moved_outside(expected, ran, mode)
-        self._next = int(after)
+            self._traced_first = True
+        step = state.host_step
+        counting = self._countable and not state.variants.foreign
+        mode = None
+        if step is not None and counting:
+            mode = PLAIN if state.disabled else recorder.due_at(step)
+        if mode != PLAIN:  # records something, or the count is unknown: read the counter
+            read = int(recorder.step.numpy())
+            if step is not None and read != step and not state.disabled:
+                self._moved_outside(step, read)
+            if mode is None or read != step:
+                mode = PLAIN if state.disabled else recorder.due_at(read)
+            step, self._unread = read, 0
+        state.host_step = None  # unknown until the call returns
+        out = self._variants[mode](*args, **kwargs)
+        if counting and self._countable:  # (a trace in this call may have said otherwise)
+            state.host_step = step + self._advances[mode]
+            self._unread += 1
         return out
 
-    def _moved_outside(self, expected: int, ran: int, mode: str) -> None:
-        """The step counter changed between calls: this call ran as `mode`
-        chose for `expected`; say so if `ran` was due for more."""
-        order = (PLAIN, SNAPSHOT, DRIFT, RECORDED)
-        if order.index(mode) >= order.index(self._recorder.due_at(ran)):
+    def _moved_outside(self, counted: int, read: int) -> None:
+        """The step counter changed behind the recorder's back: the calls since
+        it was last read ran as picked for the host's count; say so if one of
+        them, taken as the steps just before `read`, was due to record."""
+        ran = range(read - min(self._unread, self._recorder._s.every), read)  # noqa: SLF001
+        if all(self._recorder.due_at(s) == PLAIN for s in ran):
             return
         warn_once(
             (id(self._recorder), "step_moved"),
             f"Recorder '{self._recorder.name}': its step changed outside the wrapped step "
-            f"(expected {expected}, ran {ran}: a checkpoint restore or an assign between calls); "
-            f"step {ran} ran unrecorded. Later steps are recorded as usual",
+            f"(counted {counted}, read {read}: a checkpoint restore or an assign between calls); "
+            f"the {len(ran)} call(s) before ran as picked for the old count, so a due step "
+            f"ran unrecorded. Later steps are recorded as usual",
         )
