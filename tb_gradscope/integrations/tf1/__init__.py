@@ -14,7 +14,8 @@ gets no summary ops. See `steps.py` for what a step is, `rules.py` for
 when rules are checked, docs/TF1.md for the guide.
 
 This module's names are the package's public API; the modules beside it are
-its private parts: `args` (argument checks), `graph` (graph surgery), `ops`
+its private parts: `args` (argument checks), `calls` (memos that keep each
+run call cheap), `graph` (graph surgery), `ops`
 and `flat_stats` (the stats ops), `pairs`, `rules`, `session` (the wrapped
 session), `static` (the analysis), `steps`, `writer`. Imported by users (and
 the root's lazy `GraphRecorder`) and `demos`; builds on `tb_gradscope.record`'s
@@ -26,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
@@ -34,6 +34,7 @@ import tensorflow as tf
 from tb_gradscope.format import Event, Kind, make_info
 from tb_gradscope.integrations.tf1 import args as args
 from tb_gradscope.integrations.tf1 import graph as graphs
+from tb_gradscope.integrations.tf1.calls import CalledOps, FixedCalls
 from tb_gradscope.integrations.tf1.steps import CallPlan, StepClock
 from tb_gradscope.integrations.tf1.ops import (
     NAME_SCOPE,
@@ -177,9 +178,8 @@ class GraphRecorder:
         )
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
-        self._train_op_names = {op: op.name for op in trained}
-        self._called_by_key: dict[Any, frozenset[str]] = {}
-        self._callables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._called_ops = CalledOps(graph, {op: op.name for op in trained})
+        self._fixed = FixedCalls()
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._offset_read = False
         self._first_step = 0
@@ -317,13 +317,7 @@ class GraphRecorder:
 
     def _called(self, run: Run, fetches: Any) -> frozenset[str]:
         """The train ops a call runs; the first such call writes the FlowGraph."""
-        key = _fetch_key(fetches)
-        called = self._called_by_key.get(key) if key is not None else None
-        if called is None:
-            named = self._train_op_names  # {op: name}; op.name is a C call, avoid it per run
-            called = frozenset(named[op] for op in graphs.fetched_ops(self.graph, fetches) if op in named)
-            if key is not None and len(self._called_by_key) < _MAX_FETCH_KEYS:
-                self._called_by_key[key] = called
+        called = self._called_ops(fetches)
         if called and not self._offset_read:
             self._read_offset(run)
             self._write_flowgraph(self._first_step)
@@ -344,7 +338,7 @@ class GraphRecorder:
         if self._pairs is not None:
             self._pairs.before_step(run, plan.step, self._writer.write_table)
         if plan.open_step is not None:
-            self._run_fixed(run, self._update_ops.snapshot)
+            self._fixed.run(run, self._update_ops.snapshot)
         fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
         return _Pending(plan, fetches, frozenset(called))
 
@@ -355,23 +349,8 @@ class GraphRecorder:
         if pending.plan.close_after is not None:
             self._close_window(run, pending.plan.close_after)
 
-    def _run_fixed(self, run: Run, fetch: Any) -> Any:
-        """`run(fetch)` through a callable the session makes once per fetch
-        (`Session.make_callable`: a third of `run`'s host cost on small ops)."""
-        session = getattr(run, "__self__", None)
-        if not hasattr(session, "make_callable"):
-            return run(fetch)
-        try:
-            made = self._callables.setdefault(session, {})
-        except TypeError:  # a session that cannot be weakly referenced
-            return run(fetch)
-        call = made.get(fetch)
-        if call is None:
-            call = made[fetch] = session.make_callable(fetch)
-        return call()
-
     def _close_window(self, run: Run, step: int) -> None:
-        table = self._run_fixed(run, self._update_ops.table)
+        table = self._fixed.run(run, self._update_ops.table)
         self._writer.write_table(self._update_info, table, step)
         self._write_violations(self._rules.at_step(step, table))
         self._writer.flush()  # a recorded step is on disk when training moves on
@@ -402,21 +381,6 @@ class GraphRecorder:
         self._writer.write_blobs(info, [self._flowgraph.to_json()], step)
         events = self._rules.trace_events_at(step)
         self._write_violations({step: events} if events else {}, TRACE_EVENTS)
-
-
-_MAX_FETCH_KEYS = 256  # fetch structures remembered (a loop uses a handful)
-
-
-def _fetch_key(fetches: Any) -> Any:
-    """A hashable key for a fetch structure made of ops, tensors and names
-    (alone, or in a flat list or tuple), or None for anything else."""
-    if isinstance(fetches, (tf.Operation, tf.Tensor, str)):
-        return fetches
-    if isinstance(fetches, (list, tuple)) and all(
-        isinstance(item, (tf.Operation, tf.Tensor, str)) for item in fetches
-    ):
-        return (type(fetches), tuple(fetches))
-    return None
 
 
 def _error_text(error: tf.errors.OpError) -> str:
