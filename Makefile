@@ -42,7 +42,7 @@ demo-logs: setup
 	$(VENV)/bin/tb-gradscope demo demo_logs --env builtin
 
 test: setup browser
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=15
 
 test-fast: setup
 	$(PY) -m pytest tests -m "not slow and not browser"
