@@ -174,10 +174,8 @@ def test_trace_time_rule_violation_raises_at_the_first_call(tmp_path):
         _dqn(str(tmp_path), wrap=True, steps=3, rule="never(td, online/*)", on_violation="raise")
 
 
-def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_recorded(tmp_path):
-    """The host counts the step: an assign behind its back (as a checkpoint
-    restore would) is found at the next call the count says is recorded, at
-    most every_n_steps calls later, and said if a due step ran unrecorded."""
+def _regression(tmp_path):
+    """A Recorder (every 5 steps) and a `rec.function` step regressing one net's output to 0."""
     online, _ = _nets()
     opt = keras.optimizers.SGD(0.1)
     rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
@@ -187,6 +185,15 @@ def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_
         with rec.tape() as tape:
             loss = {"q": tf.reduce_mean(online(s) ** 2)}
         rec.apply(opt, rec.gradients(tape, loss, online.trainable_variables))
+
+    return rec, step
+
+
+def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_recorded(tmp_path):
+    """The host counts the step: an assign behind its back (as a checkpoint
+    restore would) is found at the next call the count says is recorded, at
+    most every_n_steps calls later, and said if a due step ran unrecorded."""
+    rec, step = _regression(tmp_path)
 
     x = _batches(1)[0][0]
     for _ in range(3):
@@ -208,16 +215,8 @@ def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_
 def test_a_resumed_run_records_only_at_its_recorded_steps(tmp_path):
     """The recorded variant has no in-graph gate: a first call at a step that is
     not due (a checkpoint restored at step 7) traces it but runs the plain step."""
-    online, _ = _nets()
-    opt = keras.optimizers.SGD(0.1)
-    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
+    rec, step = _regression(tmp_path)
     rec.step.assign(7)
-
-    @rec.function
-    def step(s):
-        with rec.tape() as tape:
-            loss = {"q": tf.reduce_mean(online(s) ** 2)}
-        rec.apply(opt, rec.gradients(tape, loss, online.trainable_variables))
 
     x = _batches(1)[0][0]
     for _ in range(9):  # steps 7..15
@@ -255,15 +254,7 @@ def _reads_of(variable, monkeypatch) -> list:
 
 
 def test_host_counts_the_step_and_reads_it_only_before_a_recorded_call(tmp_path, monkeypatch):
-    online, _ = _nets()
-    opt = keras.optimizers.SGD(0.1)
-    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models={"online": online})
-
-    @rec.function
-    def step(s):
-        with rec.tape() as tape:
-            loss = {"q": tf.reduce_mean(online(s) ** 2)}
-        rec.apply(opt, rec.gradients(tape, loss, online.trainable_variables))
+    rec, step = _regression(tmp_path)
 
     reads = _reads_of(rec.step, monkeypatch)
     x = _batches(1)[0][0]

@@ -168,12 +168,7 @@ class DriftMonitor(tf.Module):
             except NoWriterError:
                 raise
             except Exception as e:  # monitoring must never break the training loop
-                self._disabled = True
-                warn_once(
-                    (id(self), "internal"),
-                    f"DriftMonitor '{self.name}' stopped recording after an error "
-                    f"({type(e).__name__}: {e}); training continues unaffected",
-                )
+                self._step_aside(e)
         if self._own_step and step is None:
             self.step.assign_add(1)
 
@@ -194,12 +189,16 @@ class DriftMonitor(tf.Module):
             for group in self._groups:
                 self._snapshot(group, current)
         except Exception as e:  # monitoring must never break the training loop
-            self._disabled = True
-            warn_once(
-                (id(self), "internal"),
-                f"DriftMonitor '{self.name}' stopped recording after an error "
-                f"({type(e).__name__}: {e}); training continues unaffected",
-            )
+            self._step_aside(e)
+
+    def _step_aside(self, error: Exception) -> None:
+        """Stops recording for good after an internal error, said once."""
+        self._disabled = True
+        warn_once(
+            (id(self), "internal"),
+            f"DriftMonitor '{self.name}' stopped recording after an error "
+            f"({type(error).__name__}: {error}); training continues unaffected",
+        )
 
     def flush(self) -> None:
         self._sink.flush()
