@@ -28,7 +28,7 @@ predictions: a loss reaching one is not a leak.
 from __future__ import annotations
 
 import statistics
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.read import finding as F
@@ -45,7 +45,7 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
     for loss in flow.losses:
         flagged = [h for h in flow.holders if h in flow.updated[loss] and any(t.holds(h) for t in targets)]
         for scope in cover(flagged, flow.holders):
-            inside = [t for t in targets if t.holds(scope) or _within(t.root, scope)]
+            inside = _targets_at(scope, targets)
             target = inside[0]
             steps = _steps(flow.updated[loss], flagged, scope)
             online = [h for h in flow.updated[loss] if any(_within(h, t.online) for t in inside)]
@@ -56,9 +56,7 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                      f"target and an optimizer step fed by it writes the target's variables",
                 loss=loss, scope=scope, pair=target.pair if len(inside) == 1 else "",
                 edge=flow.edge_into(loss, scope),
-                evidence={"targets": [t.root for t in inside], "online": [t.online for t in inside],
-                          "pairs_declared": all(t.pair for t in inside), "online_updated_by_loss": bool(online),
-                          **_optimizer(flow, loss), **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+                evidence=_target_evidence(flow, loss, scope, inside, steps, online_updated_by_loss=bool(online)),
                 why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
                     f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
                 fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
@@ -82,7 +80,7 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
             and graph.trainability(h) in (TRAINABLE, MIXED) and any(t.holds(h) for t in targets)
         ]
         for scope in cover(flagged, flow.holders):
-            inside = [t for t in targets if t.holds(scope) or _within(t.root, scope)]
+            inside = _targets_at(scope, targets)
             target = inside[0]
             steps = _steps(flow.reached[loss], flagged, scope)
             found.append(Finding(
@@ -91,10 +89,10 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                      f"trainable: no cut stands between them (no optimizer step fed by '{loss}' writes it today)",
                 loss=loss, scope=scope, pair=target.pair if len(inside) == 1 else "",
                 edge=flow.edge_into(loss, scope),
-                evidence={"targets": [t.root for t in inside], "online": [t.online for t in inside],
-                          "pairs_declared": all(t.pair for t in inside),
-                          "trainable": sorted({graph.trainability(h) for h in flagged if _within(h, scope)}),
-                          **_optimizer(flow, loss), **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+                evidence=_target_evidence(
+                    flow, loss, scope, inside, steps,
+                    trainable=sorted({graph.trainability(h) for h in flagged if _within(h, scope)}),
+                ),
                 why=f"'{target.root}' is the target of '{target.online}' and must move only by its sync; "
                     f"its trainable variables in the gradient path of '{loss}' are trained by any tape.gradient "
                     f"over trainable_variables or any optimizer without var_list, toward the prediction they "
@@ -105,6 +103,21 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 **_span(steps),
             ))
     return found
+
+
+def _targets_at(scope: str, targets: Sequence[Target]) -> list[Target]:
+    """The targets holding `scope` or held by it."""
+    return [t for t in targets if t.holds(scope) or _within(t.root, scope)]
+
+
+def _target_evidence(
+    flow: Flow, loss: str, scope: str, inside: Sequence[Target], steps: list[int], **extra: Any
+) -> dict[str, Any]:
+    """Evidence of a finding about `loss` reaching target scope `scope`: the
+    targets and their online sides, `extra`, then the optimizer, steps and norms."""
+    return {"targets": [t.root for t in inside], "online": [t.online for t in inside],
+            "pairs_declared": all(t.pair for t in inside), **extra,
+            **_optimizer(flow, loss), **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)}
 
 
 def cross_loss(flow: Flow, exclude: Iterable[str] = ()) -> list[Finding]:
