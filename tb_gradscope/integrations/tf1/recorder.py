@@ -4,8 +4,8 @@ It adds stats ops to the user's graph (per loss: `tf.gradients` of the loss
 with respect to the scoped variables, rolled up to a GRAD_STATS table; they run
 only when fetched) and runs the static analysis once. At a recorded step the
 gradient tables are fetched in the user's own run call (no second forward
-pass) and written with TensorBoard's event writer; the graph gets no summary
-ops. See `steps.py` for what a step is, `rules.py` for when rules are checked,
+pass) and written into an event file from the host (`writer.py`); the graph
+gets no summary ops. See `steps.py` for what a step is, `rules.py` for when rules are checked,
 docs/TF1.md for the guide.
 """
 
@@ -322,6 +322,8 @@ class GraphRecorder:
             self._close_window(run, plan.close_before)
         if self._pairs is not None:
             self._pairs.before_step(run, plan.step, self._writer.write_table)
+            if self._clock.open_window is None and plan.close_after is None:
+                self._writer.flush()  # a pair's table at a step no window closes
         if plan.open_step is not None:
             self._fixed.run(run, self._update_ops.snapshot)
         fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
@@ -366,6 +368,7 @@ class GraphRecorder:
         self._writer.write_blobs(info, [self._flowgraph.to_json()], step)
         events = self._rules.trace_events_at(step)
         self._write_violations({step: events} if events else {}, TRACE_EVENTS)
+        self._writer.flush()
 
 
 def _error_text(error: tf.errors.OpError) -> str:
