@@ -39,7 +39,7 @@ def written_variables(
             continue
         seen.add(op)
         if is_apply_op(op):
-            source = _variable_op(op.inputs[0])
+            source = variable_op(op.inputs[0])
             if source in wanted:
                 written[source] = wanted[source]
         stack.extend(t.op for t in op.inputs)
@@ -58,7 +58,7 @@ def slot_variable_ops(graph: tf.Graph) -> set[tf.Operation]:
     for op in graph.get_operations():
         if is_apply_op(op):
             for tensor in list(op.inputs)[1:]:
-                source = _variable_op(tensor, through_reads=True)
+                source = variable_op(tensor, through_reads=True)
                 if source is not None:
                     slots.add(source)
     return slots
@@ -205,7 +205,7 @@ def required_placeholders(tensors: Iterable[tf.Tensor]) -> frozenset[tf.Operatio
     return frozenset(needed)
 
 
-def _variable_op(tensor: tf.Tensor, through_reads: bool = False) -> tf.Operation | None:
+def variable_op(tensor: tf.Tensor, through_reads: bool = False) -> tf.Operation | None:
     """The variable op a tensor is (or, with `through_reads`, reads), else None."""
     passes = ("Identity", "ReadVariableOp") if through_reads else ("Identity",)
     op = tensor.op

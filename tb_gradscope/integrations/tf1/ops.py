@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
 from tb_gradscope.integrations.tf1 import flat_stats as flat
+from tb_gradscope.integrations.tf1 import reuse
 from tb_gradscope.record.stats import RollUp
 
 NAME_SCOPE = "tb_gradscope"
@@ -26,10 +27,15 @@ SNAPSHOT_COLLECTION = "tb_gradscope_snapshots"
 
 @dataclasses.dataclass(frozen=True)
 class LossOps:
-    """The gradient table of one loss and the placeholders it needs fed."""
+    """The gradient table of one loss and the placeholders it needs fed.
+
+    `reused` names the variables whose gradient is the one the loss's train op
+    applies (proved equal to the recorder's own, see `reuse.py`).
+    """
 
     table: tf.Tensor
     placeholders: frozenset
+    reused: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +57,16 @@ def build_loss_ops(
     starts: Mapping[str, tuple[tf.Tensor, tf.Tensor | None]],
     variables: Sequence[tf.Variable],
     rollup: RollUp,
+    train_ops: Mapping[str, tf.Operation | None],
 ) -> dict[str, LossOps]:
     """Per loss, the GRAD_STATS table of d(loss)/d(variables).
 
     `starts` maps a loss name to (tensor, grad_ys): a scalar loss has grad_ys
     None; a gradient start point (DQN 3.0, DDPG actor) passes the output
     gradients it is differentiated with, exactly as `tf.gradients` takes them.
+    Where the loss's train op (`train_ops[name]`) provably applies that very
+    gradient, the table reads the train op's tensor instead of computing it
+    again (`reuse.py`); the own gradient ops stay in the graph, unfetched.
     """
     ops = {}
     with graph.as_default():
@@ -67,8 +77,15 @@ def build_loss_ops(
                     if variables
                     else []
                 )
-                table = flat.grad_table(grads, rollup)
-            ops[name] = LossOps(table, required_placeholders([table]))
+                train_op = train_ops.get(name)
+                used = (
+                    reuse.reusable(grads, variables, reuse.applied_gradients(train_op))
+                    if train_op is not None
+                    else grads
+                )
+                table = flat.grad_table(used, rollup)
+            reused = frozenset(v.name for v, own, g in zip(variables, grads, used) if g is not own)
+            ops[name] = LossOps(table, required_placeholders([table]), reused)
     return ops
 
 

@@ -156,7 +156,7 @@ class GraphRecorder:
         self._rules.at_build(self._flowgraph)
         self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)
-        self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup)
+        self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup, self._train_ops)
         self._update_ops = build_update_ops(graph, self.variables, rollup, trained)
         self._pairs = (
             PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
