@@ -105,14 +105,16 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
         per_var = tf.scatter_nd(np.asarray(present, np.int32)[:, None], rows, [n, 6])
     else:
         per_var = tf.zeros([n, 6], tf.float64)
-    sums = rollup.sum(per_var)
+    # Columns by one Unpack each, not six strided slices (each with three
+    # constant inputs): a table is fetched in the user's own call.
+    sums = tf.unstack(rollup.sum(per_var), num=6, axis=1)
     table = tf.stack(
         [
-            sums[:, 0],
-            tf.sqrt(sums[:, 1]),
-            rollup.max(per_var[:, 2]),
-            sums[:, 3],
-            tf.math.divide_no_nan(sums[:, 4], sums[:, 5]),
+            sums[0],
+            tf.sqrt(sums[1]),
+            rollup.max(tf.unstack(per_var, num=6, axis=1)[2]),
+            sums[3],
+            tf.math.divide_no_nan(sums[4], sums[5]),
         ],
         axis=1,
     )
