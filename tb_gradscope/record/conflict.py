@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.record.reductions import in_xla, is_big, sum_of_squares
+from tb_gradscope.record.reductions import concat, in_xla, is_big, sum_of_squares
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.scopes import ScopeLayout
 
@@ -98,8 +98,7 @@ def scope_grams(aligned: Mapping[str, Sequence[Any]], rollup: RollUp) -> tf.Tens
     if not parts:
         per_variable = tf.zeros([n, k * k], tf.float64)
     else:
-        joined = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
-        per_variable = tf.scatter_nd(np.asarray(order, np.int32)[:, None], joined, [n, k * k])
+        per_variable = tf.scatter_nd(np.asarray(order, np.int32)[:, None], concat(parts), [n, k * k])
     return tf.reshape(rollup.sum(per_variable), [rollup.n_scopes, k, k])
 
 
@@ -143,7 +142,7 @@ def _small_grams(
             tf.cast(flats[(i, j)], dtype) if (i, j) in flats else tf.zeros([size], dtype)
             for i, size in zip(small, sizes)
         ]
-        rows.append(tf.concat(pieces, 0) if len(pieces) > 1 else pieces[0])
+        rows.append(concat(pieces))
     matrix = tf.stack(rows)  # [k, elements]
     upper = [(a, b) for a in range(k) for b in range(a, k)]
     products = tf.transpose(tf.gather(matrix, [a for a, _ in upper]) * tf.gather(matrix, [b for _, b in upper]))

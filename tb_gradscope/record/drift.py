@@ -31,6 +31,7 @@ import tensorflow as tf
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format.metadata import DRIFT_COLUMNS
 from tb_gradscope.pairs.pairs import Pair
+from tb_gradscope.record.reductions import concat
 from tb_gradscope.record.stats import RollUp
 
 # Columns of the per-variable sums.
@@ -82,10 +83,9 @@ def flat_dtype(variables: Sequence[Any]) -> tf.DType:
 
 
 def flatten(variables: Sequence[Any]) -> tf.Tensor:
-    """All values of a side as one flat vector (one concat, not one op chain per variable)."""
+    """All values of a side as one flat vector (a concat, not one op chain per variable)."""
     dtype = flat_dtype(variables)
-    parts = [tf.reshape(tf.cast(tf.convert_to_tensor(v), dtype), [-1]) for v in variables]
-    return tf.concat(parts, 0)
+    return concat([tf.reshape(tf.cast(tf.convert_to_tensor(v), dtype), [-1]) for v in variables])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +128,14 @@ class RowLayout:
         return parts
 
     def pad(self, flat: tf.Tensor) -> tf.Tensor:
-        """A flat side as `flatten` gives it -> the padded side."""
-        return tf.concat(self.padded(tf.split(flat, list(self.sizes)), flat.dtype), 0)
+        """A flat side as `flatten` gives it -> the padded side: one gather from
+        `flat` and a trailing zero (not a split with one output per variable)."""
+        starts = np.cumsum([0, *self.sizes[:-1]], dtype=np.int64)
+        row_starts = np.cumsum(self.rows * CHUNK) - self.rows * CHUNK
+        source = np.full(self.length, sum(self.sizes), np.int64)  # the zero after `flat`
+        for start, row_start, size in zip(starts, row_starts, self.sizes):
+            source[row_start:row_start + size] = np.arange(start, start + size)
+        return tf.gather(tf.concat([flat, tf.zeros([1], flat.dtype)], 0), source)
 
 
 # Values per row of a RowLayout.
@@ -137,10 +143,10 @@ CHUNK = 32
 
 
 def sides_now(targets: Sequence[Any], onlines: Sequence[Any], layout: RowLayout, dtype: tf.DType) -> tf.Tensor:
-    """Targets then onlines, padded, as one flat vector of `dtype` (one concat)."""
+    """Targets then onlines, padded, as one flat vector of `dtype` (a concat)."""
     values = [tf.convert_to_tensor(v) for v in (*targets, *onlines)]
     n = len(targets)
-    return tf.concat(layout.padded(values[:n], dtype) + layout.padded(values[n:], dtype), 0)
+    return concat(layout.padded(values[:n], dtype) + layout.padded(values[n:], dtype))
 
 
 def variable_sums(now: tf.Tensor, previous: tf.Tensor, layout: RowLayout) -> tf.Tensor:

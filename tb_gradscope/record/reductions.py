@@ -6,6 +6,11 @@ Small tensors are concatenated into one flat vector and reduced by segment ops
 (a constant number of ops); big ones are reduced one by one with the fused
 single-pass kernels, which avoids copying them. Results come back in the
 caller's order as float64 vectors.
+
+Ops with one input per variable are built as trees of bounded fan-in
+(`concat`): TF's graph optimizer (grappler's shape inference) takes time
+superlinear in one op's number of inputs, and one ConcatV2 of 10,000 inputs
+kept a 10,000-variable step's first run busy for half an hour.
 """
 
 from __future__ import annotations
@@ -20,6 +25,36 @@ from tensorflow.python.ops import control_flow_util  # XLA context: no public AP
 BIG = 1 << 16
 # Above this many elements a float32 count may be inexact.
 _FLOAT_COUNT_LIMIT = 1 << 24
+# Most inputs of one concat built by `concat`: more parts are joined as a tree.
+FAN_IN = 256
+
+
+def concat(parts: Sequence[tf.Tensor], axis: int = 0, fan_in: int | None = None) -> tf.Tensor:
+    """`parts` joined along `axis`, in order: the same values as one tf.concat.
+
+    At most `fan_in` (default FAN_IN) parts go into one op; more are joined in
+    consecutive groups, then the groups, and so on (order and values
+    unchanged, a few extra ops per FAN_IN parts). One part is returned as it is.
+    """
+    fan_in = FAN_IN if fan_in is None else fan_in
+    if fan_in < 2:
+        raise ValueError(f"concat: fan_in must be at least 2, got {fan_in}")
+    parts = list(parts)
+    if not parts:
+        raise ValueError("concat: no parts to join; pass at least one tensor")
+    while len(parts) > 1:
+        groups = [parts[i:i + fan_in] for i in range(0, len(parts), fan_in)]
+        parts = [group[0] if len(group) == 1 else tf.concat(group, axis) for group in groups]
+    return parts[0]
+
+
+def stack(parts: Sequence[tf.Tensor], fan_in: int | None = None) -> tf.Tensor:
+    """tf.stack(parts) (axis 0) with at most `fan_in` (default FAN_IN) inputs per op."""
+    fan_in = FAN_IN if fan_in is None else fan_in
+    parts = list(parts)
+    if len(parts) <= fan_in:
+        return tf.stack(parts)
+    return concat([tf.stack(parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)], 0, fan_in)
 
 
 def in_xla() -> bool:
@@ -47,7 +82,7 @@ class TensorGroup:
         if self.small:
             dtype = tf.float64 if any(self.tensors[i].dtype == tf.float64 for i in self.small) else tf.float32
             parts = [tf.cast(self.tensors[i], dtype) for i in self.small]
-            self.flat = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+            self.flat = concat(parts)
             self.ids = tf.constant(np.repeat(np.arange(len(self.small), dtype=np.int32), [sizes[i] for i in self.small]))
             # Sorted ids and no empty segment: TF's sorted segment kernels, ~3x
             # faster than the unsorted ones on CPU, and bitwise the same sums
@@ -74,17 +109,12 @@ class TensorGroup:
         """float64 [len(tensors)]: `one(t)` for big tensors, `segments(flat, ids, k)` for small."""
         parts = []
         if self.big:
-            parts.append(tf.cast(tf.stack([one(self.tensors[i]) for i in self.big]), tf.float64))
+            parts.append(tf.cast(stack([one(self.tensors[i]) for i in self.big]), tf.float64))
         if self.small:
             parts.append(tf.cast(segments(self.flat, self.ids, len(self.small)), tf.float64))
         if not parts:
             return tf.zeros([0], tf.float64)
-        joined = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
-        return tf.gather(joined, self._inverse)
-
-    def sizes(self) -> tf.Tensor:
-        """float64 [len(tensors)]: element counts."""
-        return tf.cast(tf.stack([tf.size(t, out_type=tf.int64) for t in self.tensors]), tf.float64)
+        return tf.gather(concat(parts), self._inverse)
 
     def sum_of_squares(self) -> tf.Tensor:
         return self.reduce(sum_of_squares, lambda f, i, k: self.segment_sum(tf.square(f)))

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
-from tb_gradscope.record.reductions import TensorGroup, is_big
+from tb_gradscope.record.reductions import TensorGroup, concat, is_big, stack
 from tb_gradscope.scopes import ScopeLayout
 
 # These functions build their own control flow; autograph converting them when
@@ -138,7 +138,7 @@ def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
     if all(isinstance(c, int) for c in counts):
         totals = tf.constant(np.asarray(counts, np.float64))
     else:
-        totals = tf.stack([tf.cast(c, tf.float64) for c in counts])
+        totals = stack([tf.cast(c, tf.float64) for c in counts])
     sumsq = group.sum_of_squares()
     max_abs, nonfinite, nonzero = tf.cond(
         tf.math.is_finite(tf.reduce_sum(sumsq)), group.finite_stats, group.any_stats
@@ -224,7 +224,7 @@ def _small_update_table(before: Sequence[tf.Tensor | None], after: Sequence[tf.T
     group = TensorGroup(after)
     minus_one = tf.constant([-1]) if any(b is not None and b.shape.rank != 1 for b in before) else None
     olds = [a if b is None else tf.cast(_float_values(b, minus_one), a.dtype) for a, b in zip(after, before)]
-    flat_before = tf.concat(olds, 0) if len(olds) > 1 else olds[0]
+    flat_before = concat(olds)
     step = tf.cast(group.segment_sum(tf.square(group.flat - flat_before)), tf.float64)
     if any(b is None for b in before):  # not handed over: no update, even where a value is NaN
         step = tf.where(np.asarray([b is not None for b in before]), step, tf.zeros_like(step))
