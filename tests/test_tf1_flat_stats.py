@@ -59,6 +59,34 @@ def test_zero_size_variable_at_the_end_keeps_its_row():
     assert ours[layout.index("net")][1] == 5.0
 
 
+def test_a_table_where_every_variable_has_a_gradient_is_bitwise_the_scattered_one():
+    rng = np.random.default_rng(2)
+    names = ["net/a/w", "net/a/b", "net/b/w"]
+    values = [rng.normal(size=s).astype(np.float32) for s in ((4, 3), (3,), (3, 2))]
+    full, holed = build_layout(names), build_layout(names + ["zzz/none"])
+    g = tf.Graph()
+    with g.as_default():
+        grads = [tf.constant(v) for v in values]
+        dense = flat.grad_table(grads, record_stats.RollUp.from_layout(full))
+        scattered = flat.grad_table(grads + [None], record_stats.RollUp.from_layout(holed))
+        assert "ScatterNd" not in {op.type for op in _ops_of(dense)}
+        assert "ScatterNd" in {op.type for op in _ops_of(scattered)}
+        with tf.Session(graph=g) as sess:
+            dense, scattered = sess.run([dense, scattered])
+    for scope in full.scopes:
+        assert dense[full.index(scope)].tobytes() == scattered[holed.index(scope)].tobytes()
+
+
+def _ops_of(tensor) -> set:
+    seen, stack = set(), [tensor.op]
+    while stack:
+        op = stack.pop()
+        if op not in seen:
+            seen.add(op)
+            stack.extend(t.op for t in op.inputs)
+    return seen
+
+
 def test_flat_update_table_matches_record_kernel():
     rng = np.random.default_rng(1)
     names = ["online/l1/w", "online/l1/b", "online/l2/w"]

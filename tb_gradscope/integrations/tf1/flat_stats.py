@@ -102,7 +102,11 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
             _sizes(dense),
         ]  # present, sumsq, max_abs, nonfinite, zeros, count
         rows = tf.stack(columns, axis=1)
-        per_var = tf.scatter_nd(np.asarray(present, np.int32)[:, None], rows, [n, 6])
+        per_var = (
+            rows  # every variable has a gradient: the scatter would copy the rows
+            if k == n
+            else tf.scatter_nd(np.asarray(present, np.int32)[:, None], rows, [n, 6])
+        )
     else:
         per_var = tf.zeros([n, 6], tf.float64)
     # Columns by one Unpack each, not six strided slices (each with three
