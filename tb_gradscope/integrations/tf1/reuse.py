@@ -62,28 +62,36 @@ def reusable(
     """`own` (the recorder's gradients, index-aligned with `variables`) with each
     gradient replaced by the applied one where `same_value` proves them equal."""
     out = list(own)
+    proven: set[tuple[tf.Tensor, tf.Tensor]] = set()  # shared: the walks overlap
     for i, (grad, var) in enumerate(zip(own, variables)):
         theirs = applied.get(var.op)
-        if isinstance(grad, tf.Tensor) and theirs is not None and same_value(grad, theirs):
+        if isinstance(grad, tf.Tensor) and theirs is not None and same_value(grad, theirs, proven):
             out[i] = theirs
     return out
 
 
-def same_value(a: tf.Tensor, b: tf.Tensor) -> bool:
+def same_value(a: tf.Tensor, b: tf.Tensor,
+               proven: set[tuple[tf.Tensor, tf.Tensor]] | None = None) -> bool:
     """True when `a` and `b` provably compute the same value in one run call
-    (see the module docstring); False when that cannot be shown."""
+    (see the module docstring); False when that cannot be shown.
+
+    `proven` holds pairs earlier calls proved equal (skipped here); this
+    call's pairs are added to it when it returns True.
+    """
+    known = proven if proven is not None else set()
     seen: set[tuple[tf.Tensor, tf.Tensor]] = set()
     stack = [(a, b)]
     while stack:
         x, y = (_through_identity(t) for t in stack.pop())
         if x is y and _reads_ref(x.op):
             return False  # aliases a ref variable: what it holds depends on when it is read
-        if x is y or (x, y) in seen:
+        if x is y or (x, y) in seen or (x, y) in known:
             continue
         seen.add((x, y))
         if x.value_index != y.value_index or not _same_stateless_op(x.op, y.op):
             return False
         stack.extend(zip(x.op.inputs, y.op.inputs))
+    known |= seen
     return True
 
 
