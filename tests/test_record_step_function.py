@@ -191,8 +191,9 @@ def _regression(tmp_path):
 
 def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_recorded(tmp_path):
     """The host counts the step: an assign behind its back (as a checkpoint
-    restore would) is found at the next call the count says is recorded, at
-    most every_n_steps calls later, and said if a due step ran unrecorded."""
+    restore would) is found after the next call the count says is recorded, at
+    most every_n_steps calls later, and said: a due step ran unrecorded, and
+    that call recorded at the step it really ran (off schedule)."""
     rec, step = _regression(tmp_path)
 
     x = _batches(1)[0][0]
@@ -201,15 +202,16 @@ def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_
     rec.step.assign(20)  # as a checkpoint restore would
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _ in range(5):  # step 20 runs as the host's step 3 (plain); its step 5 reads the counter
+        for _ in range(5):  # step 20 runs as the host's step 3 (plain); its step 5 (recorded) is 22
             step(x)
     said = [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)]
     assert len(said) == 1 and "counted 5, read 22" in said[0] and "ran unrecorded" in said[0], said
+    assert "(recorded) at step 22" in said[0], said
     for _ in range(7):
         step(x)
     rec.close()
     steps = sorted(_tables(str(tmp_path))[next(k for k in _tables(str(tmp_path)) if k[0].value == "grad_stats")])
-    assert steps == [0, 25, 30]
+    assert steps == [0, 22, 25, 30]
 
 
 def test_a_resumed_run_records_only_at_its_recorded_steps(tmp_path):
@@ -240,6 +242,20 @@ def test_recorded_variant_records_drift_without_a_gate_where_every_recorded_step
     assert "WriteSummary" in recorded
 
 
+def test_drift_variant_records_without_a_gate_where_every_step_it_runs_at_is_due(tmp_path):
+    """The README loop (every 4, hard copy every 6): the host runs the drift
+    variant only where record_drift sees a drift step, and never the step
+    before another: its write has no step test and its snapshot is not built
+    (the records are those of one trace, test above)."""
+    rec, step, _ = _dqn(str(tmp_path), wrap=True, steps=6)
+    args = [b for b in _batches(1)[0]]
+    drift = _ops(step._variants["drift"].get_concrete_function(*args))  # noqa: SLF001
+    plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
+    assert drift.count("FloorMod") == plain.count("FloorMod")  # the loop's own copy test
+    assert drift.count("If") == plain.count("If") + 1  # the writer's flush gate (a clock, not the step)
+    assert drift.count("WriteSummary") == 1
+
+
 def _reads_of(variable, monkeypatch) -> list:
     """Counts host reads (`.numpy()`) of `variable`."""
     reads, numpy = [], type(variable).numpy
@@ -253,18 +269,20 @@ def _reads_of(variable, monkeypatch) -> list:
     return reads
 
 
-def test_host_counts_the_step_and_reads_it_only_before_a_recorded_call(tmp_path, monkeypatch):
+def test_host_counts_the_step_and_reads_it_only_when_its_count_is_unknown(tmp_path, monkeypatch):
+    """The counter is read before the first call only; a recorded call returns
+    the step it began at, checked against the count after the call."""
     rec, step = _regression(tmp_path)
 
     reads = _reads_of(rec.step, monkeypatch)
     x = _batches(1)[0][0]
-    for _ in range(12):  # steps 0..11: reads at the first call (0), then before 5 and 10
+    for _ in range(12):  # steps 0..11, recorded at 0, 5 and 10
         step(x)
-    assert len(reads) == 3
+    assert len(reads) == 1
     assert rec._s.host_step == int(rec.step.numpy()) == 12  # noqa: SLF001
     rec.advance()  # an eager move outside the wrapper: the next call reads again
     step(x)
-    assert len(reads) == 5 and rec._s.host_step == 14  # noqa: SLF001
+    assert len(reads) == 3 and rec._s.host_step == 14  # noqa: SLF001
     rec.close()
     tables = _tables(str(tmp_path))
     assert sorted(tables[next(k for k in tables if k[0].value == "grad_stats")]) == [0, 5, 10]

@@ -34,6 +34,8 @@ from tb_gradscope.record.writing import NoWriterError, SummarySink
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _NEVER = -(2**62)
+# (period, residues): the steps, mod period, at which a recording call runs.
+Steps = tuple[int, frozenset[int]]
 
 
 @dataclasses.dataclass
@@ -149,14 +151,15 @@ class DriftMonitor(tf.Module):
         self._written |= {naming.variable_key(v) for v in variables}
 
     @_no_autograph
-    def record(self, step: Any = None, seen: tuple[int, int] | None = None) -> None:
+    def record(self, step: Any = None, seen: Steps | None = None) -> None:
         """Records every pair due at `step` (default: the monitor's step).
 
         With an own counter and no `step`, advances the counter afterwards.
-        `seen`: (modulus, residue) when the host runs this code only at steps
-        congruent to residue (for a `Recorder.function` variant picked by
-        step): a group of pairs due at every such step is recorded without an
-        in-graph gate, one due at none is not built.
+        `seen`: (period, residues) when the host runs this code only at steps
+        whose residue mod period is one of `residues` (for a
+        `Recorder.function` variant picked by step): a group of pairs due at
+        every such step is recorded without an in-graph gate, one due at none
+        is not built.
         """
         if not self._disabled:
             try:
@@ -244,7 +247,7 @@ class DriftMonitor(tf.Module):
         due = [self._due(s, st.pair)() for st in self._states for s in (step, step + 1)]
         return tf.reduce_any(tf.stack(due))
 
-    def _work(self, step: tf.Tensor, seen: tuple[int, int] | None = None) -> tf.Tensor:
+    def _work(self, step: tf.Tensor, seen: Steps | None = None) -> tf.Tensor:
         """Each group of pairs sharing a schedule is recorded together: one
         branch, one kernel and one write for their tables, one branch for
         their snapshot (no branch when `seen` says the step is always or
@@ -263,7 +266,7 @@ class DriftMonitor(tf.Module):
         return tf.constant(True)
 
     def _when(self, due: Callable[[], tf.Tensor], work: Callable[[], tf.Tensor], pair: Pair,
-              seen: tuple[int, int] | None, ahead: int) -> tf.Tensor:
+              seen: Steps | None, ahead: int) -> tf.Tensor:
         """`work()` when `pair` is due `ahead` steps after the step seen: gated
         in the graph, or decided here when `seen` tells it for every step."""
         always = None if seen is None else _always_due(self.every_n_steps, pair.every, seen, ahead)
@@ -310,16 +313,18 @@ class DriftMonitor(tf.Module):
 _MAX_PERIOD = 100_000
 
 
-def _always_due(every: int, pair_every: int | None, seen: tuple[int, int], ahead: int) -> bool | None:
-    """Whether a pair is due `ahead` steps after every step x = residue (mod
-    modulus), for `seen` = (modulus, residue): True (at all of them), False
-    (at none) or None (at some; or the period is too long to tell)."""
-    modulus, residue = seen
+def _always_due(every: int, pair_every: int | None, seen: Steps, ahead: int) -> bool | None:
+    """Whether a pair is due `ahead` steps after every step x whose residue
+    mod period is in residues, for `seen` = (period, residues): True (at all
+    of them), False (at none) or None (at some; or the period is too long to
+    tell)."""
+    modulus, residues = seen
     period = math.lcm(modulus, every, pair_every or 1)
-    if period // modulus > _MAX_PERIOD:
+    if period // modulus > _MAX_PERIOD or not residues:
         return None
     found = {
         (x + ahead) % every == 0 or bool(pair_every and (x + ahead) % pair_every == 0)
+        for residue in residues
         for x in range(residue % modulus, period, modulus)
     }
     return found.pop() if len(found) == 1 else None

@@ -24,7 +24,7 @@ from tb_gradscope.record.block import Block
 from tb_gradscope.record.emit import Stats
 from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.state import RecorderState
-from tb_gradscope.record.step_function import PLAIN, SNAPSHOT
+from tb_gradscope.record.step_function import PLAIN, RECORDED, SNAPSHOT
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError
 from tb_gradscope.rules.policy import FlowRuleViolation
@@ -208,7 +208,7 @@ class Recording:
         """`record_drift`: the pairs' drift, their copy, or nothing, by variant."""
         s = self.s
         mode = s.variants.mode()
-        advances = s.variants.note_drift()
+        s.variants.note_drift()
         if s.monitor is None or mode == PLAIN:
             return
         if mode == SNAPSHOT:
@@ -219,8 +219,8 @@ class Recording:
                 "Recorder.record_drift cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); call it after the compiled step"
             )
-        # A recorded variant runs at steps s = 0 (mod every) and sees s + advances.
-        seen = (s.every, advances) if s.variants.recorded() and advances is not None else None
+        # A variant runs at steps the host picked it for: record_drift sees those + advances.
+        seen = s.variants.drift_steps(s, RECORDED if s.variants.recorded() else mode)
         distribute.once(lambda: s.monitor.record(seen=seen), on_error=self.step_aside)
 
     # ----- XLA: stats written outside ----------------------------------------

@@ -6,8 +6,7 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
 `Recorder.function(fn)` traces `fn` up to four times instead:
 
 - `recorded`: the one-trace graph, traced knowing that gradient stats are due
-  (no in-graph gate on them; a pair's drift after `apply` is still gated in
-  the graph), run at recorded steps;
+  (no in-graph gate on them), run at recorded steps;
 - `plain`: every recorder call passes through (`rec.gradients` is
   `tape.gradient` of the losses' sum, `rec.apply` is `apply_gradients` and the
   step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
@@ -17,14 +16,20 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
 - `snapshot`: `plain` whose `record_drift()` copies the pairs' variables, run at
   the step before a drift step (drift compares a step with the one before).
 
-The host knows the step without reading the counter at most steps: it keeps
-a Python int (`RecorderState.host_step`), advanced after each call by the
-number of counter advances the variant's trace saw (the variants return only
-what `fn` returns). It reads the counter instead (one host read) at the first
-call, which traces `recorded` whatever it runs (that trace analyzes the step
-and checks the rules before any step runs), before every call that records
-something (`recorded` has no in-graph gate, and `drift` and `snapshot` must
-run at the step they were picked for), and whenever the count may be wrong:
+Since the host picks them by step, a variant's trace knows at which steps it
+runs: `record_drift` there gates a group of pairs in the graph only when the
+group is due at some of those steps and not at others (`Variants.drift_steps`).
+
+The host knows the step without reading the counter: it keeps a Python int
+(`RecorderState.host_step`), advanced after each call by the number of counter
+advances the variant's trace saw, and picks the variant from a table of one
+period of the schedules. A variant that records returns, beside what `fn`
+returns, the step it began at, which the host checks against its count after
+the call (reading the counter before a call costs more than a small step's
+recording: an eager op right after a function call, ~0.2 ms of CPU). It reads
+the counter before a call at the first call, which traces `recorded` whatever
+it runs (that trace analyzes the step and checks the rules before any step
+runs), and whenever the count may be wrong:
 
 - the recorder moved the step eagerly (`apply`, `advance` or a block outside
   the wrapper): `RecorderState.advanced` forgets the count;
@@ -37,9 +42,11 @@ run at the step they were picked for), and whenever the count may be wrong:
 
 What the host cannot see is a change made behind the recorder's back between
 calls: an assign to `rec.step` or a checkpoint restore. Such a change is found
-at the next call the count says records something (at most `every_n_steps`
-calls later); the calls before it ran as picked for the old count, and the
-wrapper warns once if one of them was due to record.
+after the next call the count says records something (at most `every_n_steps`
+calls later); the calls until then ran as picked for the old count (that one
+too: it may record at a step off the schedule, under the step's true number),
+and the wrapper warns once if that left a due step unrecorded or recorded one
+off schedule.
 
 The variant a recorder call belongs to is the graph being traced: its own, or a
 `tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
@@ -53,13 +60,17 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import math
 import weakref
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import tensorflow as tf
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 from tb_gradscope.record.warn import warn_once
+
+if TYPE_CHECKING:
+    from tb_gradscope.record.drift_monitor import Steps
 
 PLAIN, SNAPSHOT, DRIFT, RECORDED = "plain", "snapshot", "drift", "recorded"
 
@@ -72,6 +83,7 @@ class Trace:
 
     advances: int = 0
     countable: bool = True
+    offset_known: int | None = None  # `Variants.drift_offset()` when the trace began
 
 
 class Variants:
@@ -89,7 +101,7 @@ class Variants:
         yields what the trace sees of the step's advances."""
         graph = tf.compat.v1.get_default_graph()
         self._modes[graph] = mode
-        self._trace = trace = Trace()
+        self._trace = trace = Trace(offset_known=self.drift_offset())
         try:
             yield trace
         finally:
@@ -115,6 +127,26 @@ class Variants:
             self._offsets.add(self._trace.advances)
             return self._trace.advances
         return None
+
+    def drift_steps(self, state: Any, mode: str) -> Steps | None:
+        """The steps `record_drift`, being traced in a `mode` variant, sees at
+        the calls that run it, as (period, residues): the host picks the variant
+        by step, so they are known when traced. None when they are not: the
+        advances before it cannot be counted, under tf.distribute, or (for
+        DRIFT, which the host picks by the offset) when the host picked it
+        before this offset was known."""
+        trace = self._trace
+        if trace is None or not trace.countable or tf.distribute.has_strategy():
+            return None
+        offset = trace.advances
+        if mode == RECORDED:
+            return state.every, frozenset({offset % state.every})
+        if mode != DRIFT or trace.offset_known != offset:
+            return None
+        period = schedule_period(state)
+        if period > _MAX_SCHEDULE:
+            return None
+        return period, frozenset((x + offset) % period for x in range(period) if variant_due(state, x) == DRIFT)
 
     def drift_offset(self) -> int | None:
         """By how much the step `record_drift` sees exceeds the step a call
@@ -148,6 +180,19 @@ class Variants:
                 return None
             graph = getattr(graph, "outer_graph", None)
         return None
+
+
+# Longest period of the schedules the host tabulates (beyond it, `variant_due` per call).
+_MAX_SCHEDULE = 10_000
+
+
+def schedule_period(state: Any) -> int:
+    """The period of `variant_due` over steps >= 0: of the gradient schedule
+    and of every pair's drift schedule."""
+    monitor = state.monitor
+    if monitor is None:
+        return state.every
+    return math.lcm(state.every, monitor.every_n_steps, *(p.every or 1 for p in monitor.pairs))
 
 
 def variant_due(state: Any, step: int) -> str:
@@ -184,7 +229,8 @@ class StepFunction:
         self._advances: dict[str, int] = {}  # counter advances per call of each variant, learned when traced
         self._countable = True  # whether every trace's advances can be counted on the host
         self._traced_first = False
-        self._unread = 0  # calls run on the host's count since the counter was last read
+        self._unread = 0  # calls run on the host's count since it was last checked
+        self._schedule: tuple[int | None, list[str]] | None = None  # (drift offset, variant per step mod period)
         functools.update_wrapper(self, fn)
 
     def _traced(self, mode: str) -> Callable[..., Any]:
@@ -192,9 +238,10 @@ class StepFunction:
 
         def variant(*args: Any, **kwargs: Any) -> Any:
             with recorder._s.variants.tracing(mode) as trace:  # noqa: SLF001
+                started = None if mode == PLAIN else recorder.step.read_value()
                 out = fn(*args, **kwargs)
             self._learn(mode, trace)
-            return out
+            return out if started is None else (out, started)
 
         # fn's signature, so the graph's inputs keep the user's argument names
         # (the FlowGraph shows them); no __wrapped__, through which TF would
@@ -213,6 +260,18 @@ class StepFunction:
         if not trace.countable or known != trace.advances:
             self._countable = False
 
+    def _due(self, step: int) -> str:
+        """`Recorder.due_at(step)`, looked up in a table of one period of the
+        schedules (made again when the drift offset is learned)."""
+        state = self._recorder._s  # noqa: SLF001
+        offset = state.variants.drift_offset()
+        if self._schedule is None or self._schedule[0] != offset:
+            period = schedule_period(state)
+            table = [variant_due(state, x) for x in range(period)] if period <= _MAX_SCHEDULE else []
+            self._schedule = (offset, table)
+        table = self._schedule[1]
+        return table[step % len(table)] if table and step >= 0 else variant_due(state, step)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         recorder = self._recorder
         state = recorder._s  # noqa: SLF001
@@ -223,34 +282,43 @@ class StepFunction:
             self._traced_first = True
         step = state.host_step
         counting = self._countable and not state.variants.foreign
-        mode = None
-        if step is not None and counting:
-            mode = PLAIN if state.disabled else recorder.due_at(step)
-        if mode != PLAIN:  # records something, or the count is unknown: read the counter
-            read = int(recorder.step.numpy())
-            if step is not None and read != step and not state.disabled:
-                self._moved_outside(step, read)
-            if mode is None or read != step:
-                mode = PLAIN if state.disabled else recorder.due_at(read)
-            step, self._unread = read, 0
+        if step is None or not counting:  # the count is unknown: read the counter
+            step, self._unread = int(recorder.step.numpy()), 0
+        mode = PLAIN if state.disabled else self._due(step)
         state.host_step = None  # unknown until the call returns
         out = self._variants[mode](*args, **kwargs)
+        if mode != PLAIN:  # a variant that records returns the step it began at
+            out, started = out
+            started = int(started)
+            if started != step:
+                self._moved_outside(step, started, mode)
+                step = started
+            self._unread = 0
         if counting and self._countable:  # (a trace in this call may have said otherwise)
             state.host_step = step + self._advances[mode]
             self._unread += 1
         return out
 
-    def _moved_outside(self, counted: int, read: int) -> None:
-        """The step counter changed behind the recorder's back: the calls since
-        it was last read ran as picked for the host's count; say so if one of
-        them, taken as the steps just before `read`, was due to record."""
-        ran = range(read - min(self._unread, self._recorder._s.every), read)  # noqa: SLF001
-        if all(self._recorder.due_at(s) == PLAIN for s in ran):
+    def _moved_outside(self, counted: int, read: int, ran_as: str) -> None:
+        """The step counter changed behind the recorder's back: this call ran
+        `ran_as`, picked for the host's count, at step `read`, and the calls
+        since the count was last checked ran as picked for the old count; say
+        so if that left a due step unrecorded or recorded one off schedule."""
+        earlier = range(read - min(self._unread, self._recorder._s.every), read)  # noqa: SLF001
+        missed = any(self._due(s) != PLAIN for s in earlier)
+        off = self._due(read) != ran_as
+        if not (missed or off):
             return
+        what = " and ".join(
+            part for part, said in (
+                (f"{len(earlier)} call(s) before it ran as picked for the old count, so a due step ran unrecorded",
+                 missed),
+                (f"the call that found it ran what step {counted} runs ({ran_as}) at step {read}", off),
+            ) if said
+        )
         warn_once(
             (id(self._recorder), "step_moved"),
             f"Recorder '{self._recorder.name}': its step changed outside the wrapped step "
             f"(counted {counted}, read {read}: a checkpoint restore or an assign between calls); "
-            f"the {len(ran)} call(s) before ran as picked for the old count, so a due step "
-            f"ran unrecorded. Later steps are recorded as usual",
+            f"{what}. Later steps are recorded as usual",
         )
