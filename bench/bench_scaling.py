@@ -24,12 +24,17 @@ call) at 1000 and 10000 variables.
     python -m bench.bench_scaling --quick   # < 60 s
     python -m bench.bench_scaling           # full: ~25 min of CPU, most of it the 10,000-variable
                                             # point (TF's first run of a 10k-variable step)
+    python -m bench.bench_scaling --variables 10000   # that point alone (~20 min of CPU)
+
+Each trace is reported as soon as it ends, so a run stopped by a timeout
+still says how long the plain trace took.
 
 Headline: variables_loglog_slope.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import sys
@@ -45,7 +50,7 @@ import tensorflow as tf  # noqa: E402
 
 from bench.harness import rotated_medians  # noqa: E402
 from bench.tf_steps import single_thread  # noqa: E402
-from bench.harness import parse_args, report  # noqa: E402
+from bench.harness import report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
 WIDTH = 16
@@ -107,6 +112,11 @@ def point(label, variables, n_losses, steps, repetitions, logdir):
         fn().numpy()
         traces[name] = time.perf_counter() - start
         trace_cpu[name] = time.process_time() - start_cpu
+        report(f"{label}_trace_{name}_s", traces[name])
+        report(f"{label}_trace_{name}_cpu_s", trace_cpu[name])
+        # Python graph building, then TF's first run
+        report(f"{label}_trace_{name}_build_cpu_s", build_cpu[name])
+        report(f"{label}_trace_{name}_first_run_cpu_s", trace_cpu[name] - build_cpu[name])
 
     def loop(fn):
         def run():
@@ -121,13 +131,7 @@ def point(label, variables, n_losses, steps, repetitions, logdir):
     rec.close()
     base_ms, rec_ms = 1000 * cpu["baseline"] / steps, 1000 * cpu["recorded"] / steps
     report(f"{label}_scopes", scopes)
-    report(f"{label}_trace_baseline_s", traces["baseline"])
-    report(f"{label}_trace_recorded_s", traces["recorded"])
-    report(f"{label}_trace_baseline_cpu_s", trace_cpu["baseline"])
-    report(f"{label}_trace_recorded_cpu_s", trace_cpu["recorded"])
-    for name in ("baseline", "recorded"):  # Python graph building, then TF's first run
-        report(f"{label}_trace_{name}_build_cpu_s", build_cpu[name])
-        report(f"{label}_trace_{name}_first_run_cpu_s", trace_cpu[name] - build_cpu[name])
+    report(f"{label}_trace_recorded_over_plain", trace_cpu["recorded"] / trace_cpu["baseline"])
     report(f"{label}_max_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     report(f"{label}_baseline_cpu_ms", base_ms)
     report(f"{label}_extra_cpu_ms", rec_ms - base_ms)
@@ -146,10 +150,26 @@ def axis(name, xs, extras, unit):
     report(f"{name}_loglog_slope", slope(xs, extras))
 
 
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (< 60 s)")
+    parser.add_argument("--variables", type=int, metavar="N",
+                        help="only the variables axis' point at N variables (traces and steps)")
+    return parser.parse_args()
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args()
     single_thread()
     report("load_average_1m", os.getloadavg()[0])
+    if args.variables is not None:
+        if args.variables < 1:
+            raise SystemExit(f"--variables must be at least 1, got {args.variables}")
+        with tempfile.TemporaryDirectory() as logdir:
+            n = args.variables
+            point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, 3 if n >= 3000 else 11, logdir)
+        report("load_average_1m_end", os.getloadavg()[0])
+        return
     sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 3000, 10000)
     reps = 5 if args.quick else 11
     base_vars = 20 if args.quick else 100  # for the losses and depth axes
