@@ -89,7 +89,7 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
         k = len(present)
         pad = may_be_empty(dense)
         finite = tf.math.is_finite(values)
-        abs_finite = tf.where(finite, tf.abs(values), tf.zeros_like(values))
+        abs_finite = tf.where(finite, tf.abs(values), tf.constant(0, values.dtype))  # no zeros pass
         max_abs = tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64)
         if pad:  # empty segments hold the lowest float
             max_abs = tf.maximum(_pad_to(max_abs, k), 0)
