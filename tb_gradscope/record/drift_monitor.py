@@ -163,7 +163,8 @@ class DriftMonitor(tf.Module):
         """
         if not self._disabled:
             try:
-                current = tf.cast(self.step if step is None else step, tf.int64)
+                # Read now (a cast of an int64 variable is the variable, read where used).
+                current = tf.cast(tf.convert_to_tensor(self.step if step is None else step), tf.int64)
                 if seen is not None:
                     self._work(current, seen)
                 else:

@@ -237,7 +237,10 @@ class StepFunction:
         recorder, fn = self._recorder, self._fn
 
         def variant(*args: Any, **kwargs: Any) -> Any:
-            with recorder._s.variants.tracing(mode) as trace:  # noqa: SLF001
+            state = recorder._s  # noqa: SLF001
+            # A variant that records writes its records with one write at its end.
+            batched = contextlib.nullcontext() if mode == PLAIN else state.emitter.sink.batched()
+            with state.variants.tracing(mode) as trace, batched:
                 started = None if mode == PLAIN else recorder.step.read_value()
                 out = fn(*args, **kwargs)
             self._learn(mode, trace)

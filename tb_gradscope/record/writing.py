@@ -67,6 +67,7 @@ class SummarySink:
             name="written_tags",
         )
         self._file: EventFile | None = None
+        self._held: tuple[Any, list] | None = None  # (graph, records) while `batched`
         if logdir is not None and self.chief:
             self._file = EventFile(logdir, name, lambda: self._written.assign(tf.constant([], tf.string)))
             self._writer = self._file.writer
@@ -149,18 +150,51 @@ class SummarySink:
         For use inside the recorded-step branch, where a per-record predicate
         and `record_if` would only cost ops: the written-tags list is read once,
         updated once, and the host callback runs once for all the records.
-        Returns True.
+        Inside `batched`, held for its one write instead. Returns True (once
+        the records' values are computed).
         """
         if not records:
             return tf.constant(True)
-        if not self.chief:  # computes what the chief writes (see `_compute_only`)
+        held = self._held
+        if held is not None and held[0] is tf.compat.v1.get_default_graph() and not tf.distribute.has_strategy():
+            held[1].extend((*record, step) for record in records)
             with tf.control_dependencies([value for _, _, value, _ in records]):
                 return tf.constant(True)
+        return self._write_records([(*record, step) for record in records])
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Holds the `write_due` calls made in the graph being traced and
+        writes them with one call at exit: one read and one update of the
+        written-tags list, one host tick and one write of a record written once
+        (the FlowGraph) for a whole traced step. For a step that runs only when
+        its records are due (a `Recorder.function` variant): writes from
+        control-flow branches, eagerly or under tf.distribute are not held."""
+        if tf.executing_eagerly() or tf.distribute.has_strategy() or self._held is not None:
+            yield
+            return
+        self._held = (tf.compat.v1.get_default_graph(), [])
+        try:
+            yield
+            held = self._held[1]
+        finally:
+            self._held = None
+        self._write_records(held)
+
+    def _write_records(self, items: Sequence[tuple[str, bytes, Any, bool, tf.Tensor]]) -> tf.Tensor:
+        """Writes (tag, metadata, value, once, step) items in order; a record
+        written once appears once. Returns True."""
+        if not items:
+            return tf.constant(True)
+        if not self.chief:  # computes what the chief writes (see `_compute_only`)
+            with tf.control_dependencies([value for _, _, value, _, _ in items]):
+                return tf.constant(True)
+        items = _once_each(items)
         with self.as_default():
             token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
             seen = self._written.read_value()
             keys, firsts = [], []
-            for tag, metadata, value, once in records:
+            for tag, metadata, value, once, step in items:
                 key = f"{token}:{tag}"
                 first = tf.logical_not(tf.reduce_any(tf.equal(seen, key)))
                 with tf.summary.record_if(first if once else True):
@@ -171,19 +205,20 @@ class SummarySink:
             new = tf.boolean_mask(tf.constant(keys), tf.stack(firsts))
             self._written.assign(tf.concat([seen, new], 0))
             if self._writer is not None:
-                self._tick(len(records), step)
+                self._tick(len(items), items[-1][4], first=items[0][4])
         return tf.constant(True)
 
-    def _tick(self, records: int, step: tf.Tensor) -> tf.Tensor:
-        """In-graph: counts `records` written records and, when a flush is due
-        (FLUSH_SECS since the last callback, or FLUSH_RECORDS records, or every
-        recorded step while records are held), runs the host callback; returns
-        True. The gate keeps the callback, which costs more than a small step,
-        off most recorded steps. TF refuses its clock op under op determinism:
-        there every call runs the callback."""
+    def _tick(self, records: int, step: tf.Tensor, first: tf.Tensor | None = None) -> tf.Tensor:
+        """In-graph: counts `records` written records (at steps `first`..`step`)
+        and, when a flush is due (FLUSH_SECS since the last callback, or
+        FLUSH_RECORDS records, or every recorded step while records are held),
+        runs the host callback; returns True. The gate keeps the callback,
+        which costs more than a small step, off most recorded steps. TF refuses
+        its clock op under op determinism: there every call runs the callback."""
         step = tf.cast(step, tf.int64)
+        first = step if first is None else tf.cast(first, tf.int64)
         queued = self._unticked.assign_add(records)
-        self._first_step.assign(tf.where(tf.equal(queued, records), step, self._first_step))
+        self._first_step.assign(tf.where(tf.equal(queued, records), first, self._first_step))
         if tf_config.is_op_determinism_enabled():
             return self._host_tick_op(step)
         due = tf.logical_or(tf.timestamp() >= self._tick_after, queued >= FLUSH_RECORDS)
@@ -249,6 +284,19 @@ def _compute_only(value: Any, record: tf.Tensor) -> tf.Tensor:
             return tf.constant(False)
 
     return tf.cond(record, compute, lambda: tf.constant(False))
+
+
+def _once_each(items: Sequence[tuple[str, bytes, Any, bool, Any]]) -> list:
+    """`items` without the repeats of a record written once (same tag)."""
+    kept, once_tags = [], set()
+    for item in items:
+        tag, once = item[0], item[3]
+        if once and tag in once_tags:
+            continue
+        if once:
+            once_tags.add(tag)
+        kept.append(item)
+    return kept
 
 
 _tokens = itertools.count()
