@@ -242,6 +242,17 @@ def test_recorded_variant_records_drift_without_a_gate_where_every_recorded_step
     assert "WriteSummary" in recorded
 
 
+def test_recorded_variant_writes_all_its_records_with_one_write(tmp_path):
+    """Two losses' tables, the update table, two pairs' drift and the FlowGraph:
+    one read of the written-tags list and one flush gate for all of them."""
+    _, step, _ = _ddpg(str(tmp_path), wrap=True, steps=6)
+    args = [tf.zeros(shape) for shape in ((8, 4), (8, 2), (8,), (8, 4))]
+    recorded = _ops(step._variants["recorded"].get_concrete_function(*args))  # noqa: SLF001
+    assert recorded.count("WriteSummary") >= 5
+    assert recorded.count("Timestamp") == 2  # the flush gate's clock, and its next due time
+    assert recorded.count("EagerPyFunc") == 1  # the flush callback
+
+
 def test_drift_variant_records_without_a_gate_where_every_step_it_runs_at_is_due(tmp_path):
     """The README loop (every 4, hard copy every 6): the host runs the drift
     variant only where record_drift sees a drift step, and never the step
