@@ -113,3 +113,17 @@ def test_a_variable_updated_by_two_apply_ops_is_not_reused():
                          tf.train.GradientDescentOptimizer(0.2).minimize(loss))
         assert w.op not in applied_gradients(twice)
         assert w.op in applied_gradients(tf.train.GradientDescentOptimizer(0.1).minimize(loss))
+
+
+def test_a_sparse_update_is_not_reused(tmp_path):
+    graph = tf.Graph()
+    with graph.as_default():
+        emb = tf.get_variable("emb", [10, 3])
+        w = tf.get_variable("w", [3, 1])
+        rows = tf.nn.embedding_lookup(emb, tf.constant([1, 4, 4]))
+        loss = tf.reduce_mean(tf.square(tf.matmul(rows, w)))
+        train = tf.train.AdagradOptimizer(0.1).minimize(loss)  # a ResourceSparseApplyAdagrad
+        assert any(op.type.startswith("ResourceSparseApply") for op in graph.get_operations())
+        gs = GraphRecorder(str(tmp_path), losses={"fit": loss}, train_ops={"fit": train})
+        assert gs._loss_ops["fit"].reused == _names([w])
+        gs.close()
