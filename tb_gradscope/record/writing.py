@@ -68,6 +68,7 @@ class SummarySink:
         )
         self._file: EventFile | None = None
         self._held: tuple[Any, list] | None = None  # (graph, records) while `batched`
+        self._compiled: dict[tuple, Callable] = {}  # eager writes, per writer and set of records
         if logdir is not None and self.chief:
             self._file = EventFile(logdir, name, lambda: self._written.assign(tf.constant([], tf.string)))
             self._writer = self._file.writer
@@ -190,6 +191,8 @@ class SummarySink:
             with tf.control_dependencies([value for _, _, value, _, _ in items]):
                 return tf.constant(True)
         items = _once_each(items)
+        if tf.executing_eagerly():
+            return self._write_compiled(items)
         with self.as_default():
             token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
             seen = self._written.read_value()
@@ -207,6 +210,28 @@ class SummarySink:
             if self._writer is not None:
                 self._tick(len(items), items[-1][4], first=items[0][4])
         return tf.constant(True)
+
+    def _write_compiled(self, items: Sequence[tuple[str, bytes, Any, bool, Any]]) -> tf.Tensor:
+        """An eager write as one call of a function traced once per writer and
+        set of records: written op by op it is ~40 eager ops, ~6 ms of CPU."""
+        with self.as_default():
+            token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
+        key = (token, tuple((tag, metadata, once) for tag, metadata, _, once, _ in items))
+        write = self._compiled.get(key)
+        if write is None:
+            records = key[1]
+
+            def write_values(values: list[tf.Tensor], steps: list[tf.Tensor]) -> tf.Tensor:
+                return self._write_records([
+                    (tag, metadata, value, once, step)
+                    for (tag, metadata, once), value, step in zip(records, values, steps)
+                ])
+
+            write = self._compiled[key] = tf.function(write_values, autograph=False)
+        return write(
+            [tf.convert_to_tensor(value) for _, _, value, _, _ in items],
+            [tf.cast(tf.convert_to_tensor(step), tf.int64) for *_, step in items],
+        )
 
     def _tick(self, records: int, step: tf.Tensor, first: tf.Tensor | None = None) -> tf.Tensor:
         """In-graph: counts `records` written records (at steps `first`..`step`)
