@@ -19,7 +19,11 @@ unit, and the log-log slope of the extra cost against the axis (1 = linear,
 2 = quadratic); `<axis>_quadratic` is 1 if the slope exceeds 1.5. For the
 variables axis also the traces' log-log slopes and
 `recorded_trace_over_plain_<N>` (recorded trace CPU / plain trace CPU, first
-call) at 1000 and 10000 variables.
+call) at 1000 and 10000 variables; in full mode and with --variables, from
+1000 variables on, also the first call of the step as `rec.function`
+(`vars<N>_trace_rec_function_over_plain`: its recorded variant builds no
+`tf.cond`, whose captures and outputs, one or two per variable, are what is
+left of the one-trace step's wide ops).
 
     python -m bench.bench_scaling --quick   # < 60 s
     python -m bench.bench_scaling           # full: ~25 min of CPU, most of it the 10,000-variable
@@ -101,8 +105,25 @@ def steps_for(variables, losses, logdir):
     return baseline, recorded, rec
 
 
-def point(label, variables, n_losses, steps, repetitions, logdir):
-    """Extra recorded CPU ms per step at one point; reports trace times too."""
+def wrapped_for(variables, losses, logdir):
+    """The recorded step as `rec.function` (no `tf.cond`: its recorded variant
+    knows it records), every step recorded."""
+    opt = keras.optimizers.SGD(1e-3)
+    opt.build(variables)
+    rec = Recorder(logdir=logdir, every_n_steps=1, variables=variables)
+
+    def step():
+        with rec.tape() as tape:
+            named = losses()
+        rec.apply(opt, rec.gradients(tape, named, variables))
+        return tf.add_n(list(named.values()))
+
+    return rec.function(step), rec
+
+
+def point(label, variables, n_losses, steps, repetitions, logdir, wrapped=False):
+    """Extra recorded CPU ms per step at one point; reports trace times too
+    (with `wrapped`, also the first call of the step as `rec.function`)."""
     baseline, recorded, rec = steps_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label))
     traces, trace_cpu, build_cpu = {}, {}, {}
     for name, fn in (("baseline", baseline), ("recorded", recorded)):
@@ -117,6 +138,15 @@ def point(label, variables, n_losses, steps, repetitions, logdir):
         # Python graph building, then TF's first run
         report(f"{label}_trace_{name}_build_cpu_s", build_cpu[name])
         report(f"{label}_trace_{name}_first_run_cpu_s", trace_cpu[name] - build_cpu[name])
+
+    if wrapped:
+        step, wrapped_rec = wrapped_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label + "_rf"))
+        start_cpu = time.process_time()
+        step().numpy()
+        trace_cpu["rec_function"] = time.process_time() - start_cpu
+        wrapped_rec.close()
+        report(f"{label}_trace_rec_function_cpu_s", trace_cpu["rec_function"])
+        report(f"{label}_trace_rec_function_over_plain", trace_cpu["rec_function"] / trace_cpu["baseline"])
 
     def loop(fn):
         def run():
@@ -167,7 +197,8 @@ def main() -> None:
             raise SystemExit(f"--variables must be at least 1, got {args.variables}")
         with tempfile.TemporaryDirectory() as logdir:
             n = args.variables
-            point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, 3 if n >= 3000 else 11, logdir)
+            point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, 3 if n >= 3000 else 11, logdir,
+                  wrapped=True)
         report("load_average_1m_end", os.getloadavg()[0])
         return
     sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 3000, 10000)
@@ -182,7 +213,8 @@ def main() -> None:
         depths = (1, 8) if args.quick else (1, 4, 8)
         extras = [point(f"depth{d}", make_variables(base_vars, d), 1, 5, reps, logdir)[0] for d in depths]
         axis("depth", depths, extras, "level")
-        found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 3000 else 3, logdir)
+        found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 3000 else 3, logdir,
+                       wrapped=not args.quick and n >= 1000)
                  for n in sizes]
         report("vars_trace_recorded_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t, _ in found]))
         report("vars_trace_baseline_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, _, t in found]))
