@@ -24,13 +24,16 @@ def is_apply_op(op: tf.Operation) -> bool:
 def written_variables(
     train_op: tf.Operation, variables: Sequence[tf.Variable]
 ) -> list[tf.Variable]:
-    """Those of `variables` that `train_op` updates through optimizer apply ops.
+    """Those of `variables` that `train_op` updates through optimizer apply ops
+    (the variable input of every apply op in `apply_ops(train_op)`)."""
+    written = {variable_op(op.inputs[0]) for op in apply_ops(train_op)}
+    return [v for v in variables if v.op in written]
 
-    Walks the op's inputs and control inputs backwards (the ops that must run
-    for it to run) and reads the variable input of every apply op found.
-    """
-    wanted = {v.op: v for v in variables}
-    written: dict[tf.Operation, tf.Variable] = {}
+
+def apply_ops(train_op: tf.Operation) -> list[tf.Operation]:
+    """The optimizer apply ops that must run for `train_op` to run (its inputs
+    and control inputs, walked backwards)."""
+    found: list[tf.Operation] = []
     seen: set[tf.Operation] = set()
     stack = [train_op]
     while stack:
@@ -39,12 +42,10 @@ def written_variables(
             continue
         seen.add(op)
         if is_apply_op(op):
-            source = variable_op(op.inputs[0])
-            if source in wanted:
-                written[source] = wanted[source]
+            found.append(op)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
-    return [v for v in variables if v.op in written]
+    return found
 
 
 def slot_variable_ops(graph: tf.Graph) -> set[tf.Operation]:

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.integrations.tf1.graph import is_apply_op, variable_op
+from tb_gradscope.integrations.tf1.graph import apply_ops, variable_op
 
 _GRADIENT_ARGS = ("grad", "delta")  # the gradient input of dense apply ops
 # Attributes that say where an op runs or how it is ordered, not what it computes:
@@ -38,19 +38,10 @@ def applied_gradients(train_op: tf.Operation) -> dict[tf.Operation, tf.Tensor]:
     """{variable op: the gradient tensor its apply op consumes} for the variables
     `train_op` updates through exactly one dense apply op."""
     found: dict[tf.Operation, list[tf.Tensor]] = {}
-    seen: set[tf.Operation] = set()
-    stack = [train_op]
-    while stack:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if is_apply_op(op) and not _in_control_flow(op):
-            source = variable_op(op.inputs[0])
-            if source is not None:
-                found.setdefault(source, []).append(_gradient_input(op))
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
+    for op in apply_ops(train_op):
+        source = variable_op(op.inputs[0])
+        if source is not None and not _in_control_flow(op):
+            found.setdefault(source, []).append(_gradient_input(op))
     return {var: grads[0] for var, grads in found.items() if len(grads) == 1 and grads[0] is not None}
 
 
