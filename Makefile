@@ -41,8 +41,13 @@ demo-logs: setup
 	rm -rf demo_logs
 	$(VENV)/bin/tb-gradscope demo demo_logs --env builtin
 
+# Two pytest-xdist workers; a test file, or the files sharing an expensive
+# session fixture (tests/conftest.py SHARED_UNITS), runs whole on one of them.
+# `make test XDIST=` runs the suite in one process.
+XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
+
 test: setup browser
-	$(PY) -m pytest tests --durations=15
+	$(PY) -m pytest tests $(XDIST) --durations=15
 
 test-fast: setup
 	$(PY) -m pytest tests -m "not slow and not browser"

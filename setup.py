@@ -30,6 +30,7 @@ setuptools.setup(
         "test": [
             "pytest",
             "pytest-timeout",
+            "pytest-xdist~=3.8",  # `make test` runs two workers (tests/conftest.py)
             "hypothesis",
             "playwright",
             # Legacy Keras 2 for the tf_keras / tf.compat.v1.layers tests; its
