@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from tb_gradscope import format as fmt
-from tb_gradscope.record import Recorder, tables
+from tb_gradscope.record import Recorder
 from tests.record_fixtures import (
     assert_table_close,
     batch,
@@ -47,8 +47,7 @@ def test_eager_recorded_steps_use_functions_traced_once_and_record_true_values(t
     rec.close()
 
     sink = rec._s.emitter.sink  # noqa: SLF001
-    rollup = rec._s.layout.rollup  # noqa: SLF001
-    table_fns = [fn for kept, fn in tables._compiled.values() if kept is rollup]  # noqa: SLF001
+    table_fns = list(rec._s.kernels._traced.values())  # noqa: SLF001
     assert sink._compiled and table_fns  # noqa: SLF001
     assert all(fn.experimental_get_tracing_count() == 1 for fn in [*sink._compiled.values(), *table_fns])  # noqa: SLF001
 

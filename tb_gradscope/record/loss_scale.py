@@ -125,7 +125,8 @@ def record_scaled_losses(state: Any, step: tf.Variable, makers: Mapping[str, Cal
         return tf.cond(over, lambda: _write_skipped(state.emitter, now, scale), lambda: state.emitter.write_due(now, rows))
 
     make_aligned = lambda: {name: make() for name, make in makers.items()}  # noqa: E731
-    found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, state.conflict, write)[0]
+    found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, state.conflict, write,
+                                       kernels=state.kernels)[0]
     if state.checks is not None:
         grads = {t.name: unscaled(t.value, scale) for t in found if t.kind == Kind.GRAD_STATS}
         state.pending_tables.setdefault(graph_key(), {}).update(grads)

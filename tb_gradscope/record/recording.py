@@ -20,7 +20,6 @@ from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import distribute
 from tb_gradscope.record import gradients as gradients_lib
 from tb_gradscope.record import loss_scale as loss_scale_lib
-from tb_gradscope.record import tables as tables_lib
 from tb_gradscope.record.block import Block
 from tb_gradscope.record.emit import Stats
 from tb_gradscope.record.reductions import in_xla
@@ -165,7 +164,7 @@ class Recording:
         returns it when rules need it (else None)."""
         s = self.s
         variables, rollup = s.layout.vlayout.variables, s.layout.rollup
-        maker = lambda: tables_lib.update_table(before, variables, rollup)  # noqa: E731
+        maker = lambda: s.kernels.update_table(before, variables, rollup)  # noqa: E731
         if s.checks is None or in_xla():
             s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
             return None

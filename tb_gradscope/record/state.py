@@ -46,6 +46,7 @@ class RecorderState:
         self.monitor: Any = None  # a DriftMonitor when there are pairs
         self.block: Block | None = None  # the open `training_step()` block
         self.conflict = True
+        self.kernels = tables_lib.EagerKernels()  # eager callers' table kernels, traced once
         self.variants = Variants()  # graphs traced by `Recorder.function` as unrecorded variants
         self.host_step: int | None = None  # the counter as `Recorder.function` wrappers count it on the host
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
@@ -116,7 +117,7 @@ class RecorderState:
         if not in_xla():
             write = lambda found: self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])  # noqa: E731
             found, copies = tables_lib.recorded_tables(
-                record, make_aligned, layout, rollup, self.conflict, write, variables
+                record, make_aligned, layout, rollup, self.conflict, write, variables, self.kernels
             )
             self._keep_snapshot(variables, copies)
             if found and not tf.executing_eagerly():
@@ -125,7 +126,7 @@ class RecorderState:
                 grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
                 self.pending_tables.setdefault(graph_key(), {}).update(grads)
             return None
-        found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, self.conflict)[0]
+        found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, self.conflict, kernels=self.kernels)[0]
         written = [
             self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
             for t in found

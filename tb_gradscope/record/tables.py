@@ -45,6 +45,7 @@ def recorded_tables(
     conflict: bool,
     write: Callable[[list[StepTable]], Any] | None = None,
     snapshot: Sequence[Any] = (),
+    kernels: EagerKernels | None = None,
 ) -> tuple[list[StepTable], list[tf.Tensor]]:
     """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair,
     and the values of the `snapshot` variables read in the same branch.
@@ -53,7 +54,8 @@ def recorded_tables(
     variables}; it is called only on the recorded branch, and so is
     `write(tables)` when given (the writes then share the branch). At
     unrecorded steps the snapshot values are empty tensors; eagerly, both
-    lists are [] when `record` is false.
+    lists are [] when `record` is false. `kernels`: the recorder's, for eager
+    callers.
     """
     shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
 
@@ -65,7 +67,8 @@ def recorded_tables(
             for (a, b), (rows, _) in conflict_lib.conflict_tables(aligned, layout, rollup).items():
                 shapes[(Kind.CONFLICT, conflict_lib.pair_name(a, b))] = (
                     tuple(layout.scopes[r] for r in rows), {"losses": [a, b]})
-        out = _tabulated(aligned, layout, rollup, conflict)
+        out = _tables(aligned, layout, rollup, conflict) if kernels is None else kernels.tables(
+            aligned, layout, rollup, conflict)
         if write is not None:
             write([_table(kind, name, out[(kind.value, name)]) for kind, name in shapes])
         return out, stats.snapshot(snapshot)
@@ -106,38 +109,39 @@ def _tables(aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: s
     return out
 
 
-# Eager callers' kernels: one function per roll-up and kind of input (see `_traced_once`).
-_compiled: dict[tuple, tuple[stats.RollUp, Callable]] = {}
+class EagerKernels:
+    """A recorder's table kernels for eager callers, each a function traced
+    once per kind of input: op by op, a recorded step's tables are hundreds of
+    eager ops (two losses' tables and their conflict ~300, ~15 ms of CPU; the
+    update table ~40, ~2 ms). Kept by the recorder, so they go with it."""
 
+    def __init__(self) -> None:
+        self._traced: dict[tuple, Callable] = {}
 
-def _traced_once(key: tuple, rollup: stats.RollUp, kernel: Callable) -> Callable:
-    """The function traced from `kernel` for `key` (its first element the
-    roll-up's id; the roll-up is kept to tell a reused id)."""
-    entry = _compiled.get(key)
-    if entry is None or entry[0] is not rollup:
-        entry = _compiled[key] = (rollup, tf.function(kernel, autograph=False, reduce_retracing=True))
-    return entry[1]
+    def tables(self, aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: stats.RollUp,
+               conflict: bool) -> dict[tuple[str, str], tf.Tensor]:
+        """`_tables`; eagerly, as one call of a traced function."""
+        if not tf.executing_eagerly():
+            return _tables(aligned, layout, rollup, conflict)
+        key = ("tables", id(rollup), id(layout), conflict,
+               tuple((loss, _kinds(grads)) for loss, grads in aligned.items()))
+        tables = self._traced_once(key, lambda given: _tables(given, layout, rollup, conflict))
+        return tables({loss: list(grads) for loss, grads in aligned.items()})
+
+    def update_table(self, before: Sequence[tf.Tensor | None], variables: Sequence[Any],
+                     rollup: stats.RollUp) -> tf.Tensor:
+        """`stats.update_table`; eagerly, as one call of a traced function."""
+        if not tf.executing_eagerly():
+            return stats.update_table(before, variables, rollup)
+        key = ("update", id(rollup), tuple(id(v) for v in variables), _kinds(before))
+        return self._traced_once(key, lambda old: stats.update_table(old, variables, rollup))(list(before))
+
+    def _traced_once(self, key: tuple, kernel: Callable) -> Callable:
+        if key not in self._traced:
+            self._traced[key] = tf.function(kernel, autograph=False, reduce_retracing=True)
+        return self._traced[key]
 
 
 def _kinds(values: Sequence[Any]) -> tuple:
+    """What a list of gradients (or values) holds, per entry: None or its type."""
     return tuple(None if v is None else type(v).__name__ for v in values)
-
-
-def update_table(before: Sequence[tf.Tensor | None], variables: Sequence[Any], rollup: stats.RollUp) -> tf.Tensor:
-    """`stats.update_table`; eagerly, as one call of a traced function (op by
-    op ~40 eager ops, ~2 ms of CPU)."""
-    if not tf.executing_eagerly():
-        return stats.update_table(before, variables, rollup)
-    key = (id(rollup), "update", tuple(id(v) for v in variables), _kinds(before))
-    return _traced_once(key, rollup, lambda old: stats.update_table(old, variables, rollup))(list(before))
-
-
-def _tabulated(aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: stats.RollUp,
-               conflict: bool) -> dict[tuple[str, str], tf.Tensor]:
-    """`_tables`; eagerly, as one call of a traced function (op by op the
-    tables of two losses and their conflict are ~300 eager ops, ~15 ms of CPU)."""
-    if not tf.executing_eagerly():
-        return _tables(aligned, layout, rollup, conflict)
-    key = (id(rollup), id(layout), conflict, tuple((loss, _kinds(grads)) for loss, grads in aligned.items()))
-    tables = _traced_once(key, rollup, lambda given: _tables(given, layout, rollup, conflict))
-    return tables({loss: list(grads) for loss, grads in aligned.items()})
