@@ -143,10 +143,10 @@ class Variants:
             return state.every, frozenset({offset % state.every})
         if mode != DRIFT or trace.offset_known != offset:
             return None
-        period = schedule_period(state)
-        if period > _MAX_SCHEDULE:
+        table = schedule(state)
+        if not table:
             return None
-        return period, frozenset((x + offset) % period for x in range(period) if variant_due(state, x) == DRIFT)
+        return len(table), frozenset((x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT)
 
     def drift_offset(self) -> int | None:
         """By how much the step `record_drift` sees exceeds the step a call
@@ -193,6 +193,13 @@ def schedule_period(state: Any) -> int:
     if monitor is None:
         return state.every
     return math.lcm(state.every, monitor.every_n_steps, *(p.every or 1 for p in monitor.pairs))
+
+
+def schedule(state: Any) -> list[str]:
+    """The variant of each step of one period of the schedules (`variant_due`
+    at 0, 1, ...); empty when the period is longer than _MAX_SCHEDULE."""
+    period = schedule_period(state)
+    return [variant_due(state, x) for x in range(period)] if period <= _MAX_SCHEDULE else []
 
 
 def variant_due(state: Any, step: int) -> str:
@@ -269,9 +276,7 @@ class StepFunction:
         state = self._recorder._s  # noqa: SLF001
         offset = state.variants.drift_offset()
         if self._schedule is None or self._schedule[0] != offset:
-            period = schedule_period(state)
-            table = [variant_due(state, x) for x in range(period)] if period <= _MAX_SCHEDULE else []
-            self._schedule = (offset, table)
+            self._schedule = (offset, schedule(state))
         table = self._schedule[1]
         return table[step % len(table)] if table and step >= 0 else variant_due(state, step)
 
@@ -312,16 +317,15 @@ class StepFunction:
         off = self._due(read) != ran_as
         if not (missed or off):
             return
-        what = " and ".join(
-            part for part, said in (
-                (f"{len(earlier)} call(s) before it ran as picked for the old count, so a due step ran unrecorded",
-                 missed),
-                (f"the call that found it ran what step {counted} runs ({ran_as}) at step {read}", off),
-            ) if said
-        )
+        said = []
+        if missed:
+            said.append(
+                f"{len(earlier)} call(s) before it ran as picked for the old count, so a due step ran unrecorded")
+        if off:
+            said.append(f"the call that found it ran what step {counted} runs ({ran_as}) at step {read}")
         warn_once(
             (id(self._recorder), "step_moved"),
             f"Recorder '{self._recorder.name}': its step changed outside the wrapped step "
             f"(counted {counted}, read {read}: a checkpoint restore or an assign between calls); "
-            f"{what}. Later steps are recorded as usual",
+            f"{' and '.join(said)}. Later steps are recorded as usual",
         )
