@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tb_gradscope import rules
 from tb_gradscope.pairs import pair_models
-from tb_gradscope.record import GradscopeWarning, Recorder
+from tb_gradscope.record import GradscopeWarning, Recorder, writing
 from tests.record_fixtures import read_records
 
 COPY_EVERY = 6
@@ -37,7 +37,7 @@ def _batches(n):
             for _ in range(n)]
 
 
-def _dqn(logdir, wrap, steps=25, rule="never(td, target/*)", on_violation=None):
+def _dqn(logdir, wrap, steps=25, rule="never(td, target/*)", on_violation=None, close=True):
     """The README's custom loop (pair + rule + drift), every 4 steps, hard copy every 6."""
     online, target = _nets()
     opt = keras.optimizers.Adam(1e-2)
@@ -59,7 +59,8 @@ def _dqn(logdir, wrap, steps=25, rule="never(td, target/*)", on_violation=None):
     step = rec.function(train_step) if wrap else tf.function(train_step)
     for b in _batches(steps):
         step(*b)
-    rec.close()
+    if close:
+        rec.close()
     return rec, step, [w.numpy() for w in online.weights + target.weights]
 
 
@@ -249,8 +250,23 @@ def test_recorded_variant_writes_all_its_records_with_one_write(tmp_path):
     args = [tf.zeros(shape) for shape in ((8, 4), (8, 2), (8,), (8, 4))]
     recorded = _ops(step._variants["recorded"].get_concrete_function(*args))  # noqa: SLF001
     assert recorded.count("WriteSummary") >= 5
-    assert recorded.count("Timestamp") == 2  # the flush gate's clock, and its next due time
-    assert recorded.count("EagerPyFunc") == 1  # the flush callback
+    assert recorded.count("Timestamp") == 0  # no flush gate: the host counts the records (test below)
+    assert recorded.count("EagerPyFunc") == 0
+
+
+def test_the_host_counts_a_variants_records_and_flushes_them_when_due(tmp_path, monkeypatch):
+    """A variant's write has no in-graph flush gate: the host counts the
+    records after each call and flushes when due (here at every call), so they
+    are in the event file before the recorder closes."""
+    monkeypatch.setattr(writing, "FLUSH_SECS", 0.0)
+    rec, step, _ = _dqn(str(tmp_path), wrap=True, steps=10, close=False)
+    try:
+        tables = _tables(str(tmp_path))
+        assert sorted(tables[next(k for k in tables if k[0].value == "grad_stats")]) == [0, 4, 8]
+        assert sorted(tables[next(k for k in tables if k[0].value == "drift")]) == [4, 6, 8]
+        assert rec._s.emitter.sink._file.queued == 0  # noqa: SLF001  every record counted, then flushed
+    finally:
+        rec.close()
 
 
 def test_drift_variant_records_without_a_gate_where_every_step_it_runs_at_is_due(tmp_path):
@@ -263,7 +279,7 @@ def test_drift_variant_records_without_a_gate_where_every_step_it_runs_at_is_due
     drift = _ops(step._variants["drift"].get_concrete_function(*args))  # noqa: SLF001
     plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
     assert drift.count("FloorMod") == plain.count("FloorMod")  # the loop's own copy test
-    assert drift.count("If") == plain.count("If") + 1  # the writer's flush gate (a clock, not the step)
+    assert drift.count("If") == plain.count("If")  # no gate at all: the host counts the records for the flush
     assert drift.count("WriteSummary") == 1
 
 

@@ -25,7 +25,8 @@ The host knows the step without reading the counter: it keeps a Python int
 advances the variant's trace saw, and picks the variant from a table of one
 period of the schedules. A variant that records returns, beside what `fn`
 returns, the step it began at, which the host checks against its count after
-the call (reading the counter before a call costs more than a small step's
+the call (and the records its one write queued, which the host counts
+towards the next flush: no in-graph flush gate) (reading the counter before a call costs more than a small step's
 recording: an eager op right after a function call, ~0.2 ms of CPU). It reads
 the counter before a call at the first call, which traces `recorded` whatever
 it runs (that trace analyzes the step and checks the rules before any step
@@ -245,13 +246,19 @@ class StepFunction:
 
         def variant(*args: Any, **kwargs: Any) -> Any:
             state = recorder._s  # noqa: SLF001
-            # A variant that records writes its records with one write at its end.
-            batched = contextlib.nullcontext() if mode == PLAIN else state.emitter.sink.batched()
-            with state.variants.tracing(mode) as trace, batched:
-                started = None if mode == PLAIN else recorder.step.read_value()
+            if mode == PLAIN:
+                with state.variants.tracing(mode) as trace:
+                    out = fn(*args, **kwargs)
+                self._learn(mode, trace)
+                return out
+            # A variant that records writes its records with one write at its
+            # end, and tells the host the step it began at and what to count.
+            with state.variants.tracing(mode) as trace, state.emitter.sink.batched() as batch:
+                started = tf.cast(recorder.step.read_value(), tf.int64)
                 out = fn(*args, **kwargs)
             self._learn(mode, trace)
-            return out if started is None else (out, started)
+            records, first, last = batch.tick or (0, started, started)
+            return out, tf.stack([started, first, last, tf.constant(records, tf.int64)])
 
         # fn's signature, so the graph's inputs keep the user's argument names
         # (the FlowGraph shows them); no __wrapped__, through which TF would
@@ -295,9 +302,10 @@ class StepFunction:
         mode = PLAIN if state.disabled else self._due(step)
         state.host_step = None  # unknown until the call returns
         out = self._variants[mode](*args, **kwargs)
-        if mode != PLAIN:  # a variant that records returns the step it began at
-            out, started = out
-            started = int(started)
+        if mode != PLAIN:  # a variant that records returns the step it began at, and what to count
+            out, told = out
+            started, first, last, records = told.numpy().tolist()
+            state.emitter.sink.count(records, first, last)
             if started != step:
                 self._moved_outside(step, started, mode)
                 step = started
