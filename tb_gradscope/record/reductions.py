@@ -74,6 +74,7 @@ class TensorGroup:
     def __init__(self, tensors: Sequence[tf.Tensor]):
         self.tensors = list(tensors)
         sizes = [t.shape.num_elements() for t in self.tensors]
+        self.elements = None if None in sizes else sum(sizes)  # in all the tensors, when known
         self.big = [i for i, t in enumerate(self.tensors) if is_big(t)]
         self.small = [i for i, t in enumerate(self.tensors) if not is_big(t)]
         order = self.big + self.small

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
-from tb_gradscope.record.reductions import TensorGroup, concat, is_big, stack
+from tb_gradscope.record.reductions import BIG, TensorGroup, concat, is_big, stack
 from tb_gradscope.scopes import ScopeLayout
 
 # These functions build their own control flow; autograph converting them when
@@ -126,7 +126,8 @@ def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
     the sum of squares non-finite. Subnormal values count as zeros, as TF's CPU
     kernels flush them. Returns float64 [len(grads), 6]. One tf.cond for all
     gradients: a finite total sum of squares means every element is finite, and
-    the NaN/Inf passes are skipped.
+    the NaN/Inf passes are skipped (not for fewer than BIG elements in all:
+    there the passes cost less than the cond).
     """
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
@@ -140,9 +141,14 @@ def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
     else:
         totals = stack([tf.cast(c, tf.float64) for c in counts])
     sumsq = group.sum_of_squares()
-    max_abs, nonfinite, nonzero = tf.cond(
-        tf.math.is_finite(tf.reduce_sum(sumsq)), group.finite_stats, group.any_stats
-    )
+    if group.elements is not None and group.elements < BIG:
+        # A few elements: the NaN/Inf passes cost less than the cond's switches,
+        # merges and untaken branch (~30 ops); the values are the same.
+        max_abs, nonfinite, nonzero = group.any_stats()
+    else:
+        max_abs, nonfinite, nonzero = tf.cond(
+            tf.math.is_finite(tf.reduce_sum(sumsq)), group.finite_stats, group.any_stats
+        )
     rows = tf.stack(
         [tf.ones_like(sumsq), sumsq, max_abs, nonfinite, totals - nonzero, totals], axis=1
     )
