@@ -70,6 +70,8 @@ def _dqn(logdir, leak_from=None, on_violation="log", made=None, every=2, steps=9
         rec.record_drift()
         return loss
 
+    if made is not None:
+        made.append(step)
     rng = np.random.default_rng(0)
     batch = (tf.constant(rng.normal(size=(8, 4)).astype("float32")), tf.constant(rng.integers(0, 2, 8)),
              tf.constant(rng.normal(size=8).astype("float32")), tf.constant(rng.normal(size=(8, 4)).astype("float32")))
@@ -109,7 +111,19 @@ def test_a_leak_is_checked_on_the_host_from_its_first_recorded_step(tmp_path, mo
 
 
 def test_raise_under_rec_function_stops_at_the_step_that_leaks(tmp_path):
+    """The host checks after the call: FlowRuleViolation itself, from the call
+    of the step that leaked, once that step's update ran."""
     made = []
-    with pytest.raises(tf.errors.UnknownError, match="FlowRuleViolation"):
+    with pytest.raises(rules.FlowRuleViolation, match=r"never\(td, target/\*\)"):
         _dqn(str(tmp_path), leak_from=5, on_violation="raise", made=made)
     assert {e.step for e in made[0].violations} == {6}
+    assert int(made[0].step.numpy()) == 7
+
+
+def test_the_recorded_variant_hands_its_check_to_the_host_with_no_callback_in_the_step(tmp_path):
+    made = []
+    _dqn(str(tmp_path), steps=3, made=made)
+    graph = made[1]._variants["recorded"]._list_all_concrete_functions()[0].graph.as_graph_def()  # noqa: SLF001
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    assert "WriteSummary" in ops
+    assert "EagerPyFunc" not in ops and "If" not in ops  # no host callback, no gate: the host checks after the call

@@ -143,7 +143,8 @@ def test_unrecorded_steps_run_a_graph_without_recording_ops(tmp_path):
     recorded = _ops(variants["recorded"].get_concrete_function(*_batches(1)[0]))
     assert not set(plain) & RECORDING_OPS
     assert plain.count("If") + plain.count("StatelessIf") == 1  # the user's own target copy
-    assert {"WriteSummary", "EagerPyFunc"} <= set(recorded)  # the rules' check runs at recorded steps
+    assert "WriteSummary" in recorded  # the rules' check runs on the host, after a recorded call
+    assert "EagerPyFunc" not in recorded
     snapshot = _ops(variants["snapshot"].get_concrete_function(*_batches(1)[0]))
     assert not set(snapshot) & RECORDING_OPS  # the drift snapshot: copies and assigns, unconditional
     assert snapshot.count("If") + snapshot.count("StatelessIf") == 1

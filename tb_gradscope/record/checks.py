@@ -11,6 +11,11 @@ recorder's sink *before* `on_violation` is applied, so a raise never loses them.
   (autograph re-raises it as the same type, with its context added), before
   any step runs.
 - Recorded steps, eagerly: the tables are EagerTensors; checked on the spot.
+- Recorded steps, in a `Recorder.function`'s recorded variant: the graph
+  tests the rows a rule constrains (`rule_gate`) and returns the test and the
+  tables; the host checks after the call when a row was hit, writes the
+  violations and applies the policy: "raise" raises `FlowRuleViolation` from
+  the call itself, after the step's update ran.
 - Recorded steps, inside `tf.function`: the graph first tests the rows a rule
   constrains (`rule_gate`: did one get a gradient?); only then a
   `tf.py_function` hands the tables to the checker and returns the violations
@@ -30,7 +35,7 @@ itself warns once and checking stops; training goes on.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -114,8 +119,13 @@ class RuleSteps:
         grads: Mapping[str, tf.Tensor],
         scopes: Sequence[str],
         updates: tf.Tensor | None,
+        defer: Callable[[Callable[..., None], Sequence[tf.Tensor]], bool] | None = None,
     ) -> None:
-        """Checks a recorded step's tables ({loss: GRAD_STATS}, UPDATE_STATS or None)."""
+        """Checks a recorded step's tables ({loss: GRAD_STATS}, UPDATE_STATS or None).
+
+        `defer(callback, tensors)`, where given, may take the host's check out
+        of the graph (a `Recorder.function`'s recorded variant: the host runs
+        it after the call); it returns False when it cannot."""
         if self.disabled or not grads:
             return
         names = list(grads)
@@ -128,15 +138,25 @@ class RuleSteps:
                 lambda: self.checker.at_step(int(step_value), dict(zip(names, values)), scopes, upd)
             )
 
+        def check_now(step_value: Any, *arrays: Any) -> None:
+            events = check(step_value, *arrays)
+            self._write_now(events, int(step_value), STEP_EVENTS)
+            apply_policy(events, self.on_violation)
+
         if tf.executing_eagerly():
             if bool(record):
-                events = check(step.numpy(), *[t.numpy() for t in tensors])
-                self._write_now(events, int(step.numpy()), STEP_EVENTS)
-                apply_policy(events, self.on_violation)
+                check_now(step.numpy(), *[t.numpy() for t in tensors])
             return
         watched = rule_gate.watched_rows(self.checker.rules, names, scopes)
         hit = tf.constant(True) if watched is None else rule_gate.any_hit(grads, watched)
-        if hit is not None:
+        if hit is None:
+            return
+
+        def check_if_hit(hit_value: Any, record_value: Any, step_value: Any, *arrays: Any) -> None:
+            if bool(hit_value) and bool(record_value) and not self.disabled:
+                check_now(step_value, *arrays)
+
+        if defer is None or not defer(check_if_hit, [hit, record, step, *tensors]):
             recorded_only(tf.logical_and(record, hit), lambda: self._in_graph(check, step, tensors), lambda: tf.constant(False))
 
     def _in_graph(self, check, step: tf.Tensor, tensors: list) -> tf.Tensor:

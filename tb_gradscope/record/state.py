@@ -224,7 +224,7 @@ class RecorderState:
         grads = self.pending_tables.pop(graph_key(), None)
         if grads:
             scopes = self.layout.vlayout.layout.scopes
-            self.checks.at_step(*self.now(step), grads, scopes, updates)
+            self.checks.at_step(*self.now(step), grads, scopes, updates, defer=self.variants.defer)
 
     def check_written(self, item: Stats) -> None:
         """Checks rules on Stats returned from a jit_compile=True step."""

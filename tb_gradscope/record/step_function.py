@@ -26,7 +26,8 @@ advances the variant's trace saw, and picks the variant from a table of one
 period of the schedules. A variant that records returns, beside what `fn`
 returns, the step it began at, which the host checks against its count after
 the call (and the records its one write queued, which the host counts
-towards the next flush: no in-graph flush gate) (reading the counter before a call costs more than a small step's
+towards the next flush, and the rule check's tables: no in-graph flush gate
+and no host callback inside the step) (reading the counter before a call costs more than a small step's
 recording: an eager op right after a function call, ~0.2 ms of CPU). It reads
 the counter before a call at the first call, which traces `recorded` whatever
 it runs (that trace analyzes the step and checks the rules before any step
@@ -63,7 +64,7 @@ import functools
 import inspect
 import math
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
@@ -85,6 +86,7 @@ class Trace:
     advances: int = 0
     countable: bool = True
     offset_known: int | None = None  # `Variants.drift_offset()` when the trace began
+    host: list = dataclasses.field(default_factory=list)  # (callback, tensors) to run after each call (`defer`)
 
 
 class Variants:
@@ -128,6 +130,18 @@ class Variants:
             self._offsets.add(self._trace.advances)
             return self._trace.advances
         return None
+
+    def defer(self, callback: Callable[..., None], tensors: Sequence[tf.Tensor]) -> bool:
+        """Hands `callback(*values of tensors)` to the host, to run after each
+        call of the recorded variant being traced: only from the variant's own
+        graph (not a branch, a nested function or under tf.distribute), whose
+        outputs they can be. False where it cannot."""
+        trace = self._trace
+        graph = tf.compat.v1.get_default_graph()
+        if trace is None or self._modes.get(graph) != RECORDED or tf.distribute.has_strategy():
+            return False
+        trace.host.append((callback, list(tensors)))
+        return True
 
     def drift_steps(self, state: Any, mode: str) -> Steps | None:
         """The steps `record_drift`, being traced in a `mode` variant, sees at
@@ -239,6 +253,7 @@ class StepFunction:
         self._traced_first = False
         self._unread = 0  # calls run on the host's count since it was last checked
         self._schedule: tuple[int | None, list[str]] | None = None  # (drift offset, variant per step mod period)
+        self._host_calls: list[list[Callable[..., None]]] = []  # per trace of a variant: its `Variants.defer` callbacks
         functools.update_wrapper(self, fn)
 
     def _traced(self, mode: str) -> Callable[..., Any]:
@@ -258,7 +273,10 @@ class StepFunction:
                 out = fn(*args, **kwargs)
             self._learn(mode, trace)
             records, first, last = batch.tick or (0, started, started)
-            return out, tf.stack([started, first, last, tf.constant(records, tf.int64)])
+            traced = len(self._host_calls)
+            self._host_calls.append([callback for callback, _ in trace.host])
+            told = tf.stack([started, first, last, tf.constant(records, tf.int64), tf.constant(traced, tf.int64)])
+            return out, told, [tensors for _, tensors in trace.host]
 
         # fn's signature, so the graph's inputs keep the user's argument names
         # (the FlowGraph shows them); no __wrapped__, through which TF would
@@ -302,9 +320,11 @@ class StepFunction:
         mode = PLAIN if state.disabled else self._due(step)
         state.host_step = None  # unknown until the call returns
         out = self._variants[mode](*args, **kwargs)
-        if mode != PLAIN:  # a variant that records returns the step it began at, and what to count
-            out, told = out
-            started, first, last, records = told.numpy().tolist()
+        handed: list = []
+        if mode != PLAIN:  # a variant that records returns the step it began at, what to count and check
+            out, told, values = out
+            started, first, last, records, traced = told.numpy().tolist()
+            handed = list(zip(self._host_calls[traced], values))
             state.emitter.sink.count(records, first, last)
             if started != step:
                 self._moved_outside(step, started, mode)
@@ -313,6 +333,8 @@ class StepFunction:
         if counting and self._countable:  # (a trace in this call may have said otherwise)
             state.host_step = step + self._advances[mode]
             self._unread += 1
+        for callback, tensors in handed:  # last: a rule check may raise
+            callback(*tensors)
         return out
 
     def _moved_outside(self, counted: int, read: int, ran_as: str) -> None:
