@@ -17,9 +17,9 @@ callback (`tf.py_function`, at recorded steps only, gated in-graph so it runs
 only when a flush is due) flushes them every FLUSH_SECS or FLUSH_RECORDS,
 through `event_file.EventFile`, which checks first that the file can take
 them and holds, drops or moves them when it cannot. A `Recorder.function`
-variant's one write leaves that count to the host, after the call
-(`Batch`, `SummarySink.count`): the in-graph gate is ~25 ops, a tenth of a
-small recording call.
+variant's one write, and an eager write, leave that count to the host, after
+the call (`Batch`, `SummarySink.count`): the in-graph gate is ~25 ops, a tenth
+of a small recording call.
 """
 
 from __future__ import annotations
@@ -241,7 +241,8 @@ class SummarySink:
 
     def _write_compiled(self, items: Sequence[tuple[str, bytes, Any, bool, Any]]) -> tf.Tensor:
         """An eager write as one call of a function traced once per writer and
-        set of records: written op by op it is ~40 eager ops, ~6 ms of CPU."""
+        set of records (written op by op it is ~40 eager ops, ~6 ms of CPU);
+        the host counts its records after the call, as for `batched`."""
         with self.as_default():
             token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
         key = (token, tuple((tag, metadata, once) for tag, metadata, _, once, _ in items))
@@ -250,16 +251,22 @@ class SummarySink:
             records = key[1]
 
             def write_values(values: list[tf.Tensor], steps: list[tf.Tensor]) -> tf.Tensor:
-                return self._write_records([
-                    (tag, metadata, value, once, step)
-                    for (tag, metadata, once), value, step in zip(records, values, steps)
-                ])
+                batch = Batch()
+                self._write_records(
+                    [(tag, metadata, value, once, step) for (tag, metadata, once), value, step in zip(records, values, steps)],
+                    batch,
+                )
+                records_, first, last = batch.tick or (0, steps[0], steps[0])
+                return tf.stack([first, last, tf.constant(records_, tf.int64)])
 
             write = self._compiled[key] = tf.function(write_values, autograph=False)
-        return write(
+        told = write(
             [tf.convert_to_tensor(value) for _, _, value, _, _ in items],
             [tf.cast(tf.convert_to_tensor(step), tf.int64) for *_, step in items],
         )
+        first, last, records = told.numpy().tolist()
+        self.count(records, first, last)  # here, not by an in-graph gate
+        return tf.constant(True)
 
     def _tick(self, records: int, step: tf.Tensor, first: tf.Tensor | None = None) -> tf.Tensor:
         """In-graph: counts `records` written records (at steps `first`..`step`)
