@@ -47,9 +47,16 @@ def test_unreadable_rule_says_what_to_write(text, fix):
     assert fix in str(caught.value)
 
 
+# Any name the reader takes: not both quote kinds, no '**' (refused on purpose, test below).
 _name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(
-    lambda s: s == s.strip() and not ("'" in s and '"' in s)
+    lambda s: s == s.strip() and not ("'" in s and '"' in s) and "**" not in s
 )
+
+
+@pytest.mark.parametrize("text", ["never(td, target/**)", "only(td, [a, **])", "blocked(**, b)"])
+def test_a_double_star_pattern_is_refused_with_the_fix(text):
+    with pytest.raises(rules.RuleError, match=r"a single '\*' already matches"):
+        rules.parse_rule(text)
 
 
 @given(loss=_name, scope=_name, scopes=st.lists(_name, min_size=1, max_size=3))
