@@ -231,7 +231,8 @@ class SummarySink:
                     written = tf.summary.write(tag, value, step=step, metadata=meta)
                 keys.append(key)
                 firsts.append(tf.logical_and(written, first))
-            new = tf.boolean_mask(tf.constant(keys), tf.stack(firsts))
+            # The keys written first now: a gather at `where` (4 ops; boolean_mask is 12).
+            new = tf.gather(tf.constant(keys), tf.reshape(tf.where(tf.stack(firsts)), [-1]))
             self._written.assign(tf.concat([seen, new], 0))
             if self._writer is not None and batch is not None:
                 batch.tick = (len(items), tf.cast(items[0][4], tf.int64), tf.cast(items[-1][4], tf.int64))
