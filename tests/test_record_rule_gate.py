@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tb_gradscope import rules
 from tb_gradscope.pairs import pair_models
-from tb_gradscope.record import Recorder, rule_gate
+from tb_gradscope.record import GradscopeWarning, Recorder, rule_gate
 from tb_gradscope.rules import RuleChecker
 
 SCOPES = ["agent", "agent/trunk", "agent/trunk/dense", "agent/head", "target", "target/l1"]
@@ -127,3 +127,17 @@ def test_the_recorded_variant_hands_its_check_to_the_host_with_no_callback_in_th
     ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
     assert "WriteSummary" in ops
     assert "EagerPyFunc" not in ops and "If" not in ops  # no host callback, no gate: the host checks after the call
+
+
+def test_a_failing_write_of_the_hosts_check_stops_checking_not_training(tmp_path, monkeypatch):
+    from tb_gradscope.record import checks
+
+    def broken(self, events, step, name):
+        if events:
+            raise OSError("disk gone")
+
+    monkeypatch.setattr(checks.RuleSteps, "_write_now", broken)
+    with pytest.warns(GradscopeWarning, match="stopped checking rules after an error .OSError: disk gone"):
+        rec = _dqn(str(tmp_path), leak_from=3)
+    assert int(rec.step.numpy()) == 9  # every step ran
+    assert {e.step for e in rec.violations} == {4}  # found at the first leaking recorded step; checking stopped then

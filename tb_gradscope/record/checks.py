@@ -139,8 +139,12 @@ class RuleSteps:
             )
 
         def check_now(step_value: Any, *arrays: Any) -> None:
+            """On the host: checks, writes the violations, applies the policy."""
             events = check(step_value, *arrays)
-            self._write_now(events, int(step_value), STEP_EVENTS)
+            try:
+                self._write_now(events, int(step_value), STEP_EVENTS)
+            except Exception as e:  # writing them must never break training
+                self._stop(e)
             apply_policy(events, self.on_violation)
 
         if tf.executing_eagerly():
@@ -209,12 +213,16 @@ class RuleSteps:
         except FlowRuleViolation:
             raise
         except Exception as e:  # checking must never break training
-            self.disabled = True
-            warn_once(
-                ("rules_failed", self.recorder),
-                f"Recorder '{self.recorder}' stopped checking rules after an error "
-                f"({type(e).__name__}: {e}); training continues unaffected",
-            )
+            self._stop(e)
             return []
         self.violations.extend(events)
         return events
+
+    def _stop(self, error: Exception) -> None:
+        """Turns checking off after a failure of its own, said once."""
+        self.disabled = True
+        warn_once(
+            ("rules_failed", self.recorder),
+            f"Recorder '{self.recorder}' stopped checking rules after an error "
+            f"({type(error).__name__}: {error}); training continues unaffected",
+        )

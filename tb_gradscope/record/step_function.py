@@ -25,10 +25,11 @@ The host knows the step without reading the counter: it keeps a Python int
 advances the variant's trace saw, and picks the variant from a table of one
 period of the schedules. A variant that records returns, beside what `fn`
 returns, the step it began at, which the host checks against its count after
-the call (and the records its one write queued, which the host counts
-towards the next flush, and the rule check's tables: no in-graph flush gate
-and no host callback inside the step) (reading the counter before a call costs more than a small step's
-recording: an eager op right after a function call, ~0.2 ms of CPU). It reads
+the call (reading the counter before a call costs more than a small step's
+recording: an eager op right after a function call, ~0.2 ms of CPU). It also
+returns how many records its one write queued, which the host counts towards
+the next flush, and the rules' gate test and tables, which the host checks
+(`Variants.defer`): no flush gate and no host callback inside the step. It reads
 the counter before a call at the first call, which traces `recorded` whatever
 it runs (that trace analyzes the step and checks the rules before any step
 runs), and whenever the count may be wrong:

@@ -257,8 +257,8 @@ class SummarySink:
                     [(tag, metadata, value, once, step) for (tag, metadata, once), value, step in zip(records, values, steps)],
                     batch,
                 )
-                records_, first, last = batch.tick or (0, steps[0], steps[0])
-                return tf.stack([first, last, tf.constant(records_, tf.int64)])
+                queued, first, last = batch.tick or (0, steps[0], steps[0])
+                return tf.stack([first, last, tf.constant(queued, tf.int64)])
 
             write = self._compiled[key] = tf.function(write_values, autograph=False)
         told = write(
