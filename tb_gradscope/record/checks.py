@@ -156,11 +156,12 @@ class RuleSteps:
         if hit is None:
             return
 
-        def check_if_hit(hit_value: Any, record_value: Any, step_value: Any, *arrays: Any) -> None:
-            if bool(hit_value) and bool(record_value) and not self.disabled:
+        def check_if_hit(hit_value: Any, step_value: Any, *arrays: Any) -> None:
+            if bool(hit_value) and not self.disabled:
                 check_now(step_value, *arrays)
 
-        if defer is None or not defer(check_if_hit, [hit, record, step, *tensors]):
+        # Deferred only from a recorded variant, where `record` is the constant True.
+        if defer is None or not defer(check_if_hit, [hit, step, *tensors]):
             recorded_only(tf.logical_and(record, hit), lambda: self._in_graph(check, step, tensors), lambda: tf.constant(False))
 
     def _in_graph(self, check, step: tf.Tensor, tensors: list) -> tf.Tensor:
