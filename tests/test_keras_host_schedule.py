@@ -8,6 +8,7 @@ import keras
 import pytest
 
 from tb_gradscope.integrations.keras import GradscopeCallback
+from tb_gradscope.record import writing
 from tests.test_keras_support import STEPS, fit, two_output_model
 from tests.test_tf1_support import read_records
 
@@ -30,6 +31,36 @@ class FunctionSpy(keras.callbacks.Callback):
 
 def _steps(logdir: str, loss: str = "q") -> list[int]:
     return [r.step for r in read_records(logdir)[("grad_stats", loss)]]
+
+
+class OnDisk(keras.callbacks.Callback):
+    """After GradscopeCallback's hook: the steps whose `q` tables are on disk when batch `at` ends."""
+
+    def __init__(self, logdir: str, at: int) -> None:
+        super().__init__()
+        self.logdir, self.at = logdir, at
+        self.steps: list[int] | None = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.at and self.steps is None:
+            self.steps = _steps(self.logdir)
+
+
+def test_the_host_counts_a_drained_batch_and_flushes_when_due(tmp_path, monkeypatch):
+    """The drain's one call writes the tables with no in-graph flush gate and
+    no host callback inside it; the host counts the records after the call and
+    flushes when due (here at every drain), so they are on disk during the
+    epoch, not only at its end."""
+    monkeypatch.setattr(writing, "FLUSH_SECS", 0.0)
+    callback = GradscopeCallback(str(tmp_path), every_n_batches=2)
+    on_disk = OnDisk(str(tmp_path), at=3)  # the epoch's last batch: before its end-of-epoch flush
+    fit(two_output_model(), [callback, on_disk])
+    assert on_disk.steps == [0, 2]  # drained when batches 1 and 3 began
+    assert _steps(str(tmp_path)) == list(range(0, STEPS, 2))
+    (drainer,) = callback._records._drainers.values()  # noqa: SLF001 - what the test is about
+    graph = drainer.graph.as_graph_def()
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    assert ops.count("WriteSummary") == 3 and "EagerPyFunc" not in ops
 
 
 def test_unrecorded_batches_run_the_models_own_compiled_step(tmp_path):

@@ -17,8 +17,9 @@ callback (`tf.py_function`, at recorded steps only, gated in-graph so it runs
 only when a flush is due) flushes them every FLUSH_SECS or FLUSH_RECORDS,
 through `event_file.EventFile`, which checks first that the file can take
 them and holds, drops or moves them when it cannot. A `Recorder.function`
-variant's one write, and an eager write, leave that count to the host, after
-the call (`Batch`, `SummarySink.count`): the in-graph gate is ~25 ops, a tenth
+variant's one write, an eager write and the Keras callback's write of a
+recorded batch leave that count to the host, after the call (`Batch`,
+`write_counted`, `SummarySink.count`): the in-graph gate is ~25 ops, a tenth
 of a small recording call.
 """
 
@@ -176,6 +177,21 @@ class SummarySink:
                 return tf.constant(True)
         return self._write_records([(*record, step) for record in records])
 
+    def write_counted(self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor) -> tf.Tensor:
+        """`write_due` for a traced function whose caller counts the records
+        (`count`) after each call, as a `batched` write's does: no in-graph
+        flush gate. Returns int64 [first step, last step, records queued]
+        (0 records when the sink's own writer took none)."""
+        return self._write_told([(*record, step) for record in records])
+
+    def _write_told(self, items: Sequence[tuple[str, bytes, Any, bool, Any]]) -> tf.Tensor:
+        """`_write_records` of `items`, returning what the host must count."""
+        batch = Batch()
+        self._write_records(items, batch)
+        steps = tf.cast(items[0][4], tf.int64) if items else tf.constant(0, tf.int64)
+        queued, first, last = batch.tick or (0, steps, steps)
+        return tf.stack([first, last, tf.constant(queued, tf.int64)])
+
     @contextlib.contextmanager
     def batched(self) -> Iterator[Batch]:
         """Holds the `write_due` calls made in the graph being traced and
@@ -252,13 +268,9 @@ class SummarySink:
             records = key[1]
 
             def write_values(values: list[tf.Tensor], steps: list[tf.Tensor]) -> tf.Tensor:
-                batch = Batch()
-                self._write_records(
-                    [(tag, metadata, value, once, step) for (tag, metadata, once), value, step in zip(records, values, steps)],
-                    batch,
+                return self._write_told(
+                    [(tag, metadata, value, once, step) for (tag, metadata, once), value, step in zip(records, values, steps)]
                 )
-                queued, first, last = batch.tick or (0, steps[0], steps[0])
-                return tf.stack([first, last, tf.constant(queued, tf.int64)])
 
             write = self._compiled[key] = tf.function(write_values, autograph=False)
         told = write(

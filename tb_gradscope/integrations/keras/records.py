@@ -105,7 +105,9 @@ class KerasRecords:
         drainer = self._drainers.get(key)
         if drainer is None:
             drainer = self._drainers[key] = self._drainer(probe, names)
-        steps, updates, current, grads = [v.numpy() for v in drainer(tf.constant(self.written_step, tf.int64))]
+        steps, updates, current, grads, told = [v.numpy() for v in drainer(tf.constant(self.written_step, tf.int64))]
+        first, last, queued = told.tolist()
+        self.sink.count(queued, first, last)  # the flush the in-graph gate would have decided
         step = int(steps[0])
         if step > self.written_step:
             self.dirty = True
@@ -127,11 +129,12 @@ class KerasRecords:
 
             def write() -> tf.Tensor:
                 records = [(tag, meta, grads[0, i], False) for (tag, meta), i in zip(heads, rows)]
-                return self.sink.write_due(records + [(*update_head, updates[0], False)], step)
+                return self.sink.write_counted(records + [(*update_head, updates[0], False)], step)
 
-            with tf.control_dependencies([tf.cond(step > written, write, lambda: tf.constant(False))]):
+            told = tf.cond(step > written, write, lambda: tf.zeros([3], tf.int64))
+            with tf.control_dependencies([told]):
                 return [tf.identity(steps), tf.identity(updates), tf.identity(current),
-                        tf.identity(grads) if grads is not None else tf.zeros([0])]
+                        tf.identity(grads) if grads is not None else tf.zeros([0]), tf.identity(told)]
 
         return tf.function(drain, autograph=False).get_concrete_function(tf.TensorSpec([], tf.int64))
 
@@ -183,7 +186,9 @@ class KerasRecords:
         if write is None:
             write = self._table_writers[key] = self._table_writer(records)
         self.dirty = True
-        write(tf.constant(step, tf.int64), *[tf.constant(values) for _, _, values in records])
+        told = write(tf.constant(step, tf.int64), *[tf.constant(values) for _, _, values in records])
+        first, last, queued = told.numpy().tolist()
+        self.sink.count(queued, first, last)
 
     def _table_writer(self, records: list[tuple[str, bytes, np.ndarray]]) -> Any:
         """A concrete function (called with tensors: a quarter of a tf.function's call cost)."""
@@ -191,7 +196,7 @@ class KerasRecords:
         signature = [tf.TensorSpec([], tf.int64)] + [tf.TensorSpec(v.shape, tf.float32) for _, _, v in records]
 
         def write(step: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
-            return self.sink.write_due([(tag, meta, v, False) for (tag, meta), v in zip(heads, values)], step)
+            return self.sink.write_counted([(tag, meta, v, False) for (tag, meta), v in zip(heads, values)], step)
 
         return tf.function(write, autograph=False).get_concrete_function(*signature)
 
