@@ -26,8 +26,8 @@ baseline in process CPU time with TF on one thread, as in bench_recording):
 
 What users run (`bench.user_steps`, each against the same training without
 tb_gradscope, at the default frequency): the README's three quickstarts (custom
-loop with pair + rule + drift at 16 and 256 units, as `tf.function` as written
-and as the recommended `rec.function`; Keras `fit` with the callback and a rule;
+loop with pair + rule + drift at 16 and 256 units, as `rec.function` as written
+and as a one-trace `tf.function`; Keras `fit` with the callback and a rule;
 TF1 `GraphRecorder`), a two-optimizer DDPG-shaped step in `rec.training_step()`
 and an eager actor-critic loop.
 

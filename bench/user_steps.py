@@ -7,7 +7,7 @@ recorded steps) and waits for the result. Candidates of one builder start from
 the same weights and batches.
 
 - `readme_loop(units)`: the README's custom-loop quickstart (DQN, pair + rule +
-  drift, hard copy every 50), as `tf.function` and as `rec.function`;
+  drift, hard copy every 50), as `rec.function` (as written) and as `tf.function`;
 - `ddpg(units)`: a two-optimizer DDPG-shaped step in `rec.training_step()`,
   Polyak targets as pairs, as `tf.function` and as `rec.function`;
 - `eager_actor_critic(units)`: an eager actor-critic update (two losses, one
@@ -68,7 +68,7 @@ def _dqn_batch() -> tuple:
 
 
 def readme_loop(units: int, logdir: str, steps: int) -> dict[str, Run]:
-    """The custom-loop quickstart: no tb_gradscope, `tf.function` as written, `rec.function`."""
+    """The custom-loop quickstart: no tb_gradscope, one-trace `tf.function`, `rec.function` (as written)."""
     batch, runs = _dqn_batch(), {}
     for label in ("plain", "tf_function", "rec_function"):
         online, target, optimizer = _dqn_nets(units)
