@@ -181,15 +181,16 @@ class SummarySink:
         """`write_due` for a traced function whose caller counts the records
         (`count`) after each call, as a `batched` write's does: no in-graph
         flush gate. Returns int64 [first step, last step, records queued]
-        (0 records when the sink's own writer took none)."""
+        (zeros when the sink's own writer took none)."""
         return self._write_told([(*record, step) for record in records])
 
     def _write_told(self, items: Sequence[tuple[str, bytes, Any, bool, Any]]) -> tf.Tensor:
         """`_write_records` of `items`, returning what the host must count."""
         batch = Batch()
         self._write_records(items, batch)
-        steps = tf.cast(items[0][4], tf.int64) if items else tf.constant(0, tf.int64)
-        queued, first, last = batch.tick or (0, steps, steps)
+        if batch.tick is None:  # nothing for the own writer: nothing to count
+            return tf.zeros([3], tf.int64)
+        queued, first, last = batch.tick
         return tf.stack([first, last, tf.constant(queued, tf.int64)])
 
     @contextlib.contextmanager
