@@ -42,7 +42,7 @@ class Flow:
                     self.updated[loss][scope] = up
                 if reach:
                     self.reached[loss][scope] = reach
-        self._scalar: dict[str, bool] = {}
+        self._scalar: dict[str, bool | None] = {}
         self._own: dict[str, set[str]] = {}
 
     def owners(self, scope: str) -> list[str]:
@@ -58,7 +58,9 @@ class Flow:
             }
         return self._own[loss]
 
-    def scalar(self, scope: str) -> bool:
+    def scalar(self, scope: str) -> bool | None:
+        """Whether `scope` holds a single number; None when the run cannot
+        tell (`RunRecords.is_scalar`)."""
         if scope not in self._scalar:
             self._scalar[scope] = self.records.is_scalar(scope)
         return self._scalar[scope]
@@ -75,12 +77,14 @@ class Flow:
     def enters_aside(self, loss: str, scope: str) -> bool:
         """Whether `scope`'s output reaches the loss without passing through a
         scope the loss updates (single numbers excepted: a learned coefficient
-        scales a value, it does not compute it), along edges open for it."""
+        scales a value, it does not compute it), along edges open for it. A
+        scope not known to be a single number is not passed through, so an
+        unknown one never adds a finding."""
         if self.graph is None:
             return False
         passable = {
             n.id for n in self.graph.nodes
-            if n.kind == NODE_SCOPE and (n.id not in self.updated[loss] or self.scalar(n.id))
+            if n.kind == NODE_SCOPE and (n.id not in self.updated[loss] or self.scalar(n.id) is True)
         }
         return LOSS_PREFIX + loss in downstream(self.graph, scope, open_for=loss, through=passable)
 

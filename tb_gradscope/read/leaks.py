@@ -176,7 +176,8 @@ def _optimizers(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
 
 
 def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str, str] | None:
-    if holder not in flow.reached[loss] or flow.scalar(holder):
+    # A scope not known to be a single number may be one: unknown is no finding.
+    if holder not in flow.reached[loss] or flow.scalar(holder) is not False:
         return None
     others = [o for o in flow.owners(holder) if o != loss and o not in intruders]
     own = flow.own(loss)

@@ -25,6 +25,9 @@ LOSS_PREFIX = "loss:"
 # its last KEEP_LAST_STEPS always among them (see `thin`).
 MAX_EXAMINED_STEPS = 1000
 KEEP_LAST_STEPS = 10
+# GRAD_STATS columns a run may leave out (`Recorder(grad_columns=...)`). Recorded,
+# they are never NaN, so NaN there means "not recorded": no value, no evidence.
+OPTIONAL_GRAD_COLUMNS = ("max_abs", "zero_frac")
 
 
 def flowgraph_in_force(flowgraphs: Sequence[tuple[int, fmt.FlowGraph]], step: int) -> fmt.FlowGraph | None:
@@ -149,21 +152,49 @@ class RunRecords:
         parents = {p for s in every for p in scopes_lib.ancestors(s)[:-1]}
         return [s for s in every if s not in parents]
 
-    def is_scalar(self, scope: str) -> bool:
+    def is_scalar(self, scope: str) -> bool | None:
         """Whether the scope holds a single number (a temperature, a learned
-        loss weight): every gradient it received has one variable whose L2
-        norm equals its largest element. False when none was received."""
-        seen = False
+        loss weight): every gradient it received that can tell (`scalar_row`)
+        says so. False when one says not, or when none was received; None
+        when gradients were received but none could tell (the run did not
+        record `max_abs`): callers then pick the answer that finds less."""
+        received, told = False, False
         for step in self.steps:
             for rows in self.grads[step].values():
                 row = rows.get(scope)
                 if row is None or not _positive(row.get("grad_vars")):
                     continue
-                seen = True
-                l2, top = row.get("l2", math.nan), row.get("max_abs", math.nan)
-                if row["grad_vars"] != 1 or not math.isclose(l2, top, rel_tol=1e-5, abs_tol=1e-12):
+                received = True
+                says = scalar_row(row)
+                if says is False:
                     return False
-        return seen
+                told = told or says is True
+        return True if told else (None if received else False)
+
+
+def scalar_row(row: Row) -> bool | None:
+    """What one received gradient row says about its scope holding a single
+    number: False for several variables, or a zero fraction only several
+    elements give; True when its one variable's L2 norm equals its largest
+    element; None when `max_abs` was not recorded (no evidence either way)."""
+    if row["grad_vars"] != 1:
+        return False
+    zero_frac = recorded(row, "zero_frac")
+    if zero_frac is not None and 0.0 < zero_frac < 1.0:
+        return False
+    top = recorded(row, "max_abs")
+    if top is None:
+        return None
+    return math.isclose(row.get("l2", math.nan), top, rel_tol=1e-5, abs_tol=1e-12)
+
+
+def recorded(row: Row, column: str) -> float | None:
+    """A grad_stats row's `column`, or None when the row lacks it or the run
+    did not record it (NaN in an OPTIONAL_GRAD_COLUMNS column)."""
+    value = row.get(column)
+    if value is None or (column in OPTIONAL_GRAD_COLUMNS and math.isnan(value)):
+        return None
+    return value
 
 
 def thin(steps: Sequence[int]) -> list[int]:
