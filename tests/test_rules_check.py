@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from tb_gradscope import format as fmt
@@ -39,6 +40,17 @@ def test_nan_gradient_reaches_and_zero_or_absent_gradient_does_not():
     events = rules.check_stats([rule], 0, _grads(rows))
     assert [e.scope for e in events] == ["t_nan"]
     assert math.isnan(events[0].evidence["l2"]) and events[0].evidence["nonfinite"] == 3.0
+
+
+def test_a_max_abs_the_run_did_not_record_is_left_out_of_the_evidence():
+    # Recorder(grad_columns=...) may leave max_abs out: it then reads NaN, never evidence.
+    def evidence(max_abs: float) -> dict:
+        (event,) = rules.check_stats([rules.never("td", "t")], 0, _grads({"t": [1.0, 0.5, max_abs, 0.0, math.nan]}))
+        json.dumps(event.to_json(), allow_nan=False)
+        return event.evidence
+
+    assert evidence(0.25)["max_abs"] == 0.25
+    assert {k: v for k, v in evidence(0.25).items() if k != "max_abs"} == evidence(math.nan)
 
 
 def test_ignored_scope_keeps_never_but_breaks_blocked():

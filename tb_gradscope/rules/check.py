@@ -22,6 +22,7 @@ drift series by `tb_gradscope.read.tracks`.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -209,9 +210,11 @@ def _step_event(
     step: int,
 ) -> fmt.Event:
     evidence: dict = {"at": STEP, "l2": row.get("l2"), "grad_vars": int(row.get("grad_vars", 0))}
-    for column in ("max_abs", "nonfinite"):
-        if column in row:
-            evidence[column] = row[column]
+    # NaN max_abs means the run did not record it (Recorder(grad_columns=...)): no evidence.
+    if not math.isnan(row.get("max_abs", math.nan)):
+        evidence["max_abs"] = row["max_abs"]
+    if "nonfinite" in row:
+        evidence["nonfinite"] = row["nonfinite"]
     if updates is not None and scope in updates:
         evidence["update_norm"] = updates.row(scope).get("update_norm")
     message = f"loss '{loss}' reaches scope '{scope}' with gradient norm {row.get('l2'):.4g}"
