@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tb_gradscope import format as fmt
@@ -12,11 +13,14 @@ from tb_gradscope.scopes import leaf_scope
 from tests.record_fixtures import assert_table_close, np_grad_table, np_update_table, only, read_records
 
 
-def test_embedding_gradients_are_recorded_exactly(tmp_path):
+# 24 x 2731 > reductions.BIG weights: a big dense gradient beside the sparse one
+# (their nonzero counts came in two dtypes, and the step failed to trace).
+@pytest.mark.parametrize("units", [1, 2731], ids=["small", "beside_a_big_dense"])
+def test_embedding_gradients_are_recorded_exactly(tmp_path, units):
     keras.utils.set_random_seed(2)
     inputs = keras.Input((6,), dtype="int32")
     embedded = keras.layers.Embedding(20, 4, name="emb")(inputs)
-    outputs = keras.layers.Dense(1, name="out")(keras.layers.Flatten()(embedded))
+    outputs = keras.layers.Dense(units, name="out")(keras.layers.Flatten()(embedded))
     model = keras.Model(inputs, outputs, name="lm")
     variables = model.trainable_variables
     opt = keras.optimizers.SGD(0.1)

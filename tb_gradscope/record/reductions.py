@@ -110,7 +110,10 @@ class TensorGroup:
         """float64 [len(tensors)]: `one(t)` for big tensors, `segments(flat, ids, k)` for small."""
         parts = []
         if self.big:
-            parts.append(tf.cast(stack([one(self.tensors[i]) for i in self.big]), tf.float64))
+            values = [one(self.tensors[i]) for i in self.big]
+            if len({v.dtype for v in values}) > 1:  # e.g. float32 and float64 sums, float and int counts
+                values = [tf.cast(v, tf.float64) for v in values]
+            parts.append(tf.cast(stack(values), tf.float64))
         if self.small:
             parts.append(tf.cast(segments(self.flat, self.ids, len(self.small)), tf.float64))
         if not parts:
