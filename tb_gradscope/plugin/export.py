@@ -1,7 +1,8 @@
 """CSV export of each route, from the same data the JSON comes from.
 
 Numbers are written as in the JSON (NaN, Infinity, -Infinity as those words),
-a missing value as an empty field. Names come from log files and are untrusted:
+a missing value (null: no gradient, a max_abs/zero_frac not recorded) as an
+empty field. Names come from log files and are untrusted:
 a text field starting with = + - @ or a control character gets a leading
 apostrophe so spreadsheets do not run it as a formula.
 """

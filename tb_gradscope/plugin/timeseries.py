@@ -16,6 +16,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.plugin.encoding import jsonable, nums
 from tb_gradscope.read.reader import TableSeries
+from tb_gradscope.read.records import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.plugin.views import RunView, conflict_losses
 
 DEFAULT_POINTS = 1000
@@ -55,7 +56,7 @@ def series(
     else:
         step_arr, wall_arr, value_arr = _merge(steps, walls, values)
     keep = pick(len(step_arr), points)
-    rows = zip(step_arr[keep].tolist(), wall_arr[keep].tolist(), nums(value_arr[keep]))
+    rows = zip(step_arr[keep].tolist(), wall_arr[keep].tolist(), _values(kind, stat, value_arr[keep]))
     return {
         "run": view.run,
         "kind": kind,
@@ -111,6 +112,15 @@ def _group(view: RunView, kind: str, name: str) -> list[TableSeries]:
             f"run {view.run!r} has no {kind} series named {name!r} (it has {known})"
         )
     return group
+
+
+def _values(kind: str, stat: str, values: np.ndarray) -> list:
+    """JSON-safe values; a NaN in a grad_stats column the run may leave out
+    (max_abs, zero_frac) means "not recorded" and is null."""
+    out = nums(values)
+    if kind != fmt.Kind.GRAD_STATS.value or stat not in OPTIONAL_GRAD_COLUMNS:
+        return out
+    return [None if missing else v for v, missing in zip(out, np.isnan(values).tolist())]
 
 
 def _merge(steps: list, walls: list, values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

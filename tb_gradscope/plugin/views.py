@@ -18,7 +18,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.plugin.cache import RunData
 from tb_gradscope.plugin.encoding import jsonable, num
-from tb_gradscope.read import flowstate, runs
+from tb_gradscope.read import flowstate, records, runs
 from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.reader import TableSeries
 
@@ -196,39 +196,22 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     }
 
 
+CELL_STATS = ("l2", "max_abs", "nonfinite", "zero_frac")
+
+
 def _cell(grad, static: str | None, violation: bool) -> dict[str, Any]:
-    state = flowstate.cell_state(grad, static)
+    """A matrix cell: its states, then its stats, null when no gradient
+    arrived (grad_vars 0) or, for max_abs/zero_frac, when the run did not
+    record them (`records.recorded`)."""
     grad_vars = grad.get("grad_vars") if grad else None
-    if grad_vars and math.isfinite(grad_vars):
-        l2, max_abs, nonfinite, zero_frac = (
-            grad.get("l2"), grad.get("max_abs"), grad.get("nonfinite"), grad.get("zero_frac")
-        )
-        if not (_finite(l2) and _finite(max_abs) and _finite(nonfinite) and _finite(zero_frac)):
-            l2, max_abs, nonfinite, zero_frac = num(l2), num(max_abs), num(nonfinite), num(zero_frac)
-        return {
-            "state": state,
-            "static_state": static,
-            "grad_vars": int(grad_vars),
-            "l2": l2,
-            "max_abs": max_abs,
-            "nonfinite": nonfinite,
-            "zero_frac": zero_frac,
-            "violation": violation,
-        }
+    received = bool(grad_vars) and math.isfinite(grad_vars)
     return {
-        "state": state,
+        "state": flowstate.cell_state(grad, static),
         "static_state": static,
-        "grad_vars": 0,
-        "l2": None,
-        "max_abs": None,
-        "nonfinite": None,
-        "zero_frac": None,
+        "grad_vars": int(grad_vars) if received else 0,
+        **{column: num(records.recorded(grad, column)) if received else None for column in CELL_STATS},
         "violation": violation,
     }
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _update(row: dict[str, float] | None) -> dict[str, Any]:
