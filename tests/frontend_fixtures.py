@@ -33,6 +33,7 @@ from tests.frontend_logs import (
     numbers_spec,
     record_demo_runs,
     states_spec,
+    unrecorded_spec,
     wide_spec,
     write_run,
 )
@@ -200,7 +201,8 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     """A DQN run (steps 0-30), a "live" DQN run (steps 0-10 so far), runs with
     hostile names, with every flow state, with 10,000 scopes, with numbers at
     the edges of their notation, with long and bidi names, without a FlowGraph,
-    with a ResNet-sized drift pair, and a run without gradscope data."""
+    with a ResNet-sized drift pair, without max_abs and zero_frac, and a run
+    without gradscope data."""
     import tensorflow as tf
 
     logdir = tensorboard_launch.logdir
@@ -217,6 +219,7 @@ def gradscope_logs(tensorboard_launch: Launch) -> Iterator[Logs]:
     write_run(logdir, long_names_spec())
     write_run(logdir, eager_spec())
     write_run(logdir, many_drift_spec())
+    write_run(logdir, unrecorded_spec())
     writer = tf.summary.create_file_writer(str(logdir / "scalars_only"))
     with writer.as_default():
         tf.summary.scalar("loss", 1.0, step=0)
@@ -230,7 +233,8 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
     """The session's TensorBoard, serving every run of `gradscope_logs`."""
     launch = tensorboard_launch
     tb = await_tensorboard(launch.process, launch.logdir, launch.log)
-    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500", "numbers", LONG_RUN, "eager", "drift_many"])
+    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500", "numbers", LONG_RUN, "eager", "drift_many",
+                     "unrecorded"])
     return tb
 
 

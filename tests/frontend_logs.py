@@ -191,6 +191,21 @@ def states_spec() -> RunSpec:
     )
 
 
+def unrecorded_spec() -> RunSpec:
+    """A run recorded without max_abs and zero_frac (`Recorder(grad_columns=...)`
+    leaves them out, so they read NaN) on `net/dense`; `net/kept` recorded them."""
+    scopes = ("net", "net/dense", "net/kept")
+    nan = float("nan")
+    grads = {"net": (3.0, 0.875, nan, 0.0, nan), "net/dense": (2.0, 0.75, nan, 0.0, nan), "net/kept": grad_row(0.375, 1)}
+    return RunSpec(
+        name="unrecorded",
+        scopes=scopes,
+        static={"fit": {s: fmt.UPDATES for s in scopes}},
+        grads={"fit": grads},
+        updates={s: (0.01, 2.0) for s in scopes},
+    )
+
+
 # The rules the eager run was trained with: `check` can only check them on its
 # gradient tables, and the tracks rule names a pair the run never declared.
 EAGER_RULES = ("never(td, target/*)", "tracks(target, online)")

@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, expect
 pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
 
 from tests.frontend_fixtures import Logs, TensorBoard
-from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec, wide_spec
+from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec, unrecorded_spec, wide_spec
 from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, wait_for_plugin_frame, watch
 
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
@@ -130,6 +130,32 @@ def test_clicking_a_cell_shows_all_its_numbers(open_tab: OpenTab, tensorboard: T
     ratio = tab.row("online/l2").locator('td[data-column="ratio"]').text_content()
     assert math.isclose(float(ratio), update["ratio"], rel_tol=0.05)
     assert tab.row("target/l1").locator('td[data-column="update_norm"]').text_content() == "0"
+    tab.assert_clean()
+
+
+def test_a_cell_without_max_abs_and_zero_frac_says_not_recorded(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    spec = unrecorded_spec()
+    grad_vars, l2, max_abs, _, zero_frac = spec.grads["fit"]["net/dense"]
+    assert math.isnan(max_abs) and math.isnan(zero_frac) and grad_vars > 0
+    served = tensorboard.json("matrix", run=spec.name)["cells"]["fit"]
+    assert (served["net/dense"]["max_abs"], served["net/dense"]["zero_frac"]) == (None, None)
+    tab = open_tab(run=spec.name)
+    title = tab.cell("fit", "net/dense").get_attribute("title").splitlines()
+    assert "max |g|: not recorded" in title and "zero fraction: not recorded" in title
+    tab.cell("fit", "net/dense").click()
+    details = tab.frame.locator("#gs-details")
+
+    def field(name: str) -> str:
+        return details.locator(f'dd[data-field="{name}"]').text_content()
+
+    assert (field("max |g|"), field("zero fraction")) == ("not recorded", "not recorded")
+    assert math.isclose(float(field("‖g‖ (L2)")), l2, rel_tol=1e-6)
+    assert int(field("variables with gradient")) == grad_vars
+    # A cell of the same run that recorded them shows their numbers.
+    _, _, max_abs, _, zero_frac = spec.grads["fit"]["net/kept"]
+    tab.cell("fit", "net/kept").click()
+    assert math.isclose(float(field("max |g|")), max_abs, rel_tol=1e-6)
+    assert float(field("zero fraction")) == zero_frac
     tab.assert_clean()
 
 

@@ -29,6 +29,15 @@ export function formatFull(value: number | null): string {
   return value.toPrecision(6);
 }
 
+/**
+ * A statistic a run may leave out (max |g|, zero fraction: `Recorder(grad_columns=...)`),
+ * in full. The route sends null when no gradient arrived and when the run did not record
+ * it; in a cell that received a gradient, null can only mean the latter.
+ */
+export function formatOptional(value: number | null, received: boolean): string {
+  return value === null && received ? "not recorded" : formatFull(value);
+}
+
 /** Position of `value` on a log scale between `low` and `high`, in [0, 1]. */
 export function logPosition(value: number, low: number, high: number): number {
   if (!(value > 0) || !(low > 0) || !(high > low)) return 0.5;

@@ -5,7 +5,7 @@ import type { Matrix } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { escapeName } from "../names";
-import { formatFull } from "../numbers";
+import { formatFull, formatOptional } from "../numbers";
 import { cellKey } from "../compare";
 import type { MatrixDiff, Selection } from "./matrix";
 
@@ -30,9 +30,9 @@ export function renderDetails(matrix: Matrix, selection: Selection | null, diff:
       ["static state", stats.static_state ?? "unknown"],
       ["variables with gradient", formatFull(stats.grad_vars)],
       ["‖g‖ (L2)", formatFull(stats.l2)],
-      ["max |g|", formatFull(stats.max_abs)],
+      ["max |g|", formatOptional(stats.max_abs, stats.grad_vars > 0)],
       ["non-finite elements", formatFull(stats.nonfinite)],
-      ["zero fraction", formatFull(stats.zero_frac)],
+      ["zero fraction", formatOptional(stats.zero_frac, stats.grad_vars > 0)],
       ["violation", stats.violation ? "yes" : "no"],
     );
   }

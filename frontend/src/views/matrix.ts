@@ -7,7 +7,7 @@ import type { CellStats, LossEntry, Matrix, ScopeEntry, UpdateStats } from "../a
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { escapeName, nameElement } from "../names";
-import { formatCompact, formatFull, logPosition } from "../numbers";
+import { formatCompact, formatFull, formatOptional, logPosition } from "../numbers";
 import { type NormRange, updateNormRange, updatesColour } from "../shading";
 import type { Folding, ScopeTree } from "../scopeTree";
 import { cellKey as compareKey } from "../compare";
@@ -207,9 +207,9 @@ export function cellTitle(loss: string, scope: string, stats: CellStats | undefi
     `state: ${stateInfo(stats.state).label}${stats.static_state ? ` (static: ${stats.static_state})` : ""}`,
     `variables with gradient: ${formatFull(stats.grad_vars)}`,
     `‖g‖: ${formatFull(stats.l2)}`,
-    `max |g|: ${formatFull(stats.max_abs)}`,
+    `max |g|: ${formatOptional(stats.max_abs, stats.grad_vars > 0)}`,
     `non-finite elements: ${formatFull(stats.nonfinite)}`,
-    `zero fraction: ${formatFull(stats.zero_frac)}`,
+    `zero fraction: ${formatOptional(stats.zero_frac, stats.grad_vars > 0)}`,
   ];
   if (stats.violation) lines.push("violates a flow rule");
   return lines.join("\n");
