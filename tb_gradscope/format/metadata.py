@@ -50,11 +50,16 @@ class KindSpec:
         return self.data_class == summary_pb2.DATA_CLASS_TENSOR
 
 
+# GRAD_STATS columns a recorder may be told to leave out (each costs passes over
+# every gradient): left out, they read NaN, which they never are when recorded.
+OPTIONAL_GRAD_COLUMNS = ("max_abs", "zero_frac")
+
 KIND_SPECS: Mapping[Kind, KindSpec] = {
     # grad_vars: how many variables of the scope received a gradient (0 means
     # "no gradient", i.e. tape.gradient returned None for all of them, and the
     # other columns are then meaningless). nonfinite counts NaN/Inf elements;
     # zero_frac is the fraction of exact zeros among elements that have a gradient.
+    # max_abs and zero_frac are OPTIONAL_GRAD_COLUMNS: NaN there means "not recorded".
     Kind.GRAD_STATS: KindSpec(
         summary_pb2.DATA_CLASS_TENSOR,
         ("grad_vars", "l2", "max_abs", "nonfinite", "zero_frac"),

@@ -126,7 +126,7 @@ def record_scaled_losses(state: Any, step: tf.Variable, makers: Mapping[str, Cal
 
     make_aligned = lambda: {name: make() for name, make in makers.items()}  # noqa: E731
     found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, state.conflict, write,
-                                       kernels=state.kernels)[0]
+                                       kernels=state.kernels, columns=state.grad_columns)[0]
     if state.checks is not None:
         grads = {t.name: unscaled(t.value, scale) for t in found if t.kind == Kind.GRAD_STATS}
         state.pending_tables.setdefault(graph_key(), {}).update(grads)

@@ -2,14 +2,16 @@
 
 One message per mistake, wherever it is made: a recording frequency that is
 not a positive int, scopes that are not a ScopeSpec, a logdir that is no
-path, a name that cannot name a tf.Module.
+path, a name that cannot name a tf.Module, gradient columns that are not
+optional ones.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Collection
 
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.scopes import ScopeSpec
 
 
@@ -60,3 +62,24 @@ def check_scopes(scopes: Any) -> None:
     """Raises ValueError unless `scopes` is None or a ScopeSpec."""
     if scopes is not None and not isinstance(scopes, ScopeSpec):
         raise ValueError(f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}")
+
+
+def check_grad_columns(columns: Any) -> tuple[str, ...]:
+    """The optional gradient columns to record, in table order.
+
+    Raises ValueError unless `columns` is a collection of names from
+    OPTIONAL_GRAD_COLUMNS (a bare string is refused: it would read as letters).
+    """
+    names = ", ".join(repr(c) for c in OPTIONAL_GRAD_COLUMNS)
+    if isinstance(columns, (str, bytes)) or not isinstance(columns, Collection):
+        raise ValueError(
+            f"grad_columns must be a tuple of column names from {names}, got {columns!r}; "
+            f"e.g. grad_columns=() records only grad_vars, l2 and nonfinite"
+        )
+    unknown = [c for c in columns if c not in OPTIONAL_GRAD_COLUMNS]
+    if unknown:
+        raise ValueError(
+            f"grad_columns: unknown column {unknown[0]!r}; the optional columns are {names} "
+            f"(grad_vars, l2 and nonfinite are always recorded)"
+        )
+    return tuple(c for c in OPTIONAL_GRAD_COLUMNS if c in columns)

@@ -30,11 +30,12 @@ per-loss tables in `tables`).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope import naming
 from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib
 from tb_gradscope.record import options, targets
@@ -94,6 +95,11 @@ class Recorder(tf.Module):
         recorder (`optimizer.scale_loss(loss)`). Recorded norms are then of the
         unscaled gradients, and a recorded step whose gradients overflow (the
         optimizer skips it) is written as a SKIPPED event instead of its tables.
+      grad_columns: the optional gradient columns to record, from ("max_abs",
+        "zero_frac") (the default: both). Each costs passes over every
+        gradient at every recorded step; one left out reads NaN, "not
+        recorded" (grad_vars, l2 and nonfinite are always recorded). For
+        every-step recording of large models: `grad_columns=()`.
 
     Under `tf.distribute` (MirroredStrategy, MultiWorkerMirroredStrategy) call
     the recorder inside `strategy.run`, as the optimizer is: the recorded norms
@@ -156,6 +162,7 @@ class Recorder(tf.Module):
         on_violation: str | None = None,
         conflict: bool = True,
         loss_scale: Any = None,
+        grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
     ):
         options.check_name(name)
         options.check_logdir(logdir)
@@ -164,6 +171,7 @@ class Recorder(tf.Module):
         self._loss_scale = loss_scale
         options.check_every(every_n_steps, "every_n_steps", "steps")
         options.check_scopes(scopes)
+        recorded_columns = options.check_grad_columns(grad_columns)
         explicit = None
         if variables is not None:
             explicit = losses_lib.check_variables(variables, "Recorder(variables=...)")
@@ -178,6 +186,7 @@ class Recorder(tf.Module):
             every_n_steps,
         )
         self._s.conflict = bool(conflict)
+        self._s.grad_columns = recorded_columns
         if rule_list:
             self._s.checks = RuleSteps(rule_list, policy, self._s.emitter, name)
         self._s.monitor = targets.make_monitor(

@@ -123,35 +123,44 @@ class TensorGroup:
     def sum_of_squares(self) -> tf.Tensor:
         return self.reduce(sum_of_squares, lambda f, i, k: self.segment_sum(tf.square(f)))
 
-    def finite_stats(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """(max |v|, non-finite count, nonzero count) when every element is finite."""
-        max_abs = self.reduce(
-            lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
-            lambda f, i, k: self.segment_max(tf.abs(f)),
-        )
-        nonzero = self.reduce(
-            _count_nonzero, lambda f, i, k: self.segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype))
-        )
-        return tf.maximum(max_abs, 0), tf.zeros_like(max_abs), nonzero
+    def finite_stats(self, max_abs: bool = True, nonzero: bool = True) -> dict[str, tf.Tensor]:
+        """{"max_abs": max |v|, "nonfinite": 0, "nonzero": nonzero count} when every
+        element is finite; `max_abs` / `nonzero` False leave that pass out (and its key)."""
+        out = {}
+        if max_abs:
+            out["max_abs"] = tf.maximum(self.reduce(
+                lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
+                lambda f, i, k: self.segment_max(tf.abs(f)),
+            ), 0)
+        out["nonfinite"] = tf.zeros([len(self.tensors)], tf.float64)
+        if nonzero:
+            out["nonzero"] = self._nonzero()
+        return out
 
-    def any_stats(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """(max |v| over finite elements, non-finite count, nonzero count)."""
+    def any_stats(self, max_abs: bool = True, nonzero: bool = True) -> dict[str, tf.Tensor]:
+        """`finite_stats` for any values: max |v| over finite elements, the non-finite count."""
 
         def finite_abs(t):
             return tf.where(tf.math.is_finite(t), tf.abs(t), tf.zeros_like(t))
 
-        max_abs = self.reduce(
-            lambda t: tf.reduce_max(finite_abs(t)),
-            lambda f, i, k: self.segment_max(finite_abs(f)),
-        )
-        nonfinite = self.reduce(
+        out = {}
+        if max_abs:
+            out["max_abs"] = tf.maximum(self.reduce(
+                lambda t: tf.reduce_max(finite_abs(t)),
+                lambda f, i, k: self.segment_max(finite_abs(f)),
+            ), 0)
+        out["nonfinite"] = self.reduce(
             lambda t: tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)),
             lambda f, i, k: self.segment_sum(tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype)),
         )
-        nonzero = self.reduce(
+        if nonzero:
+            out["nonzero"] = self._nonzero()
+        return out
+
+    def _nonzero(self) -> tf.Tensor:
+        return self.reduce(
             _count_nonzero, lambda f, i, k: self.segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype))
         )
-        return tf.maximum(max_abs, 0), nonfinite, nonzero
 
 
 def is_big(t: tf.Tensor) -> bool:

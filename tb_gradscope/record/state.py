@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.format.metadata import Kind
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.record import flow, stats
 from tb_gradscope.record import gradients as gradients_lib
 from tb_gradscope.record import tables as tables_lib
@@ -46,6 +46,7 @@ class RecorderState:
         self.monitor: Any = None  # a DriftMonitor when there are pairs
         self.block: Block | None = None  # the open `training_step()` block
         self.conflict = True
+        self.grad_columns: tuple[str, ...] = OPTIONAL_GRAD_COLUMNS  # the optional GRAD_STATS columns recorded
         self.kernels = tables_lib.EagerKernels()  # eager callers' table kernels, traced once
         self.variants = Variants()  # graphs traced by `Recorder.function` as unrecorded variants
         self.host_step: int | None = None  # the counter as `Recorder.function` wrappers count it on the host
@@ -106,10 +107,14 @@ class RecorderState:
         if self.checks is None and not (self.conflict and len(makers) > 1):
             if in_xla():
                 return self.emit(
-                    step, Kind.GRAD_STATS, {n: (lambda f=f: stats.grad_table(f(), rollup)) for n, f in makers.items()}
+                    step, Kind.GRAD_STATS,
+                    {n: (lambda f=f: stats.grad_table(f(), rollup, self.grad_columns)) for n, f in makers.items()},
                 )
             scopes = self.layout.vlayout.layout.scopes
-            tables = lambda: [(Kind.GRAD_STATS, n, scopes, None, stats.grad_table(f(), rollup)) for n, f in makers.items()]  # noqa: E731
+            tables = lambda: [  # noqa: E731
+                (Kind.GRAD_STATS, n, scopes, None, stats.grad_table(f(), rollup, self.grad_columns))
+                for n, f in makers.items()
+            ]
             self._keep_snapshot(variables, self.emitter.write_when(record, now, tables, variables))
             return None
         make_aligned = lambda: {n: f() for n, f in makers.items()}  # noqa: E731
@@ -117,7 +122,8 @@ class RecorderState:
         if not in_xla():
             write = lambda found: self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])  # noqa: E731
             found, copies = tables_lib.recorded_tables(
-                record, make_aligned, layout, rollup, self.conflict, write, variables, self.kernels
+                record, make_aligned, layout, rollup, self.conflict, write, variables, self.kernels,
+                self.grad_columns,
             )
             self._keep_snapshot(variables, copies)
             if found and not tf.executing_eagerly():
@@ -126,7 +132,9 @@ class RecorderState:
                 grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
                 self.pending_tables.setdefault(graph_key(), {}).update(grads)
             return None
-        found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, self.conflict, kernels=self.kernels)[0]
+        found = tables_lib.recorded_tables(
+            record, make_aligned, layout, rollup, self.conflict, kernels=self.kernels, columns=self.grad_columns
+        )[0]
         written = [
             self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
             for t in found

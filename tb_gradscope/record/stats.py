@@ -15,12 +15,12 @@ counted as exact zeros, so every stat equals that of `tf.convert_to_tensor(g)`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.format.metadata import KIND_SPECS, Kind
+from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.record.reductions import BIG, TensorGroup, concat, is_big, stack
 from tb_gradscope.scopes import ScopeLayout
 
@@ -118,16 +118,18 @@ def _dense_values(grad: Any, minus_one: tf.Tensor | None = None) -> tuple[tf.Ten
 
 
 @_no_autograph
-def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
+def variable_grad_stats(grads: Sequence[Any], columns: Collection[str] = OPTIONAL_GRAD_COLUMNS) -> tf.Tensor:
     """Per gradient: [present, sum of squares, max |g|, non-finite, zeros, elements].
 
     `None` (no gradient) gives a row of zeros with present = 0. max |g| is taken
     over finite elements; NaN/Inf are counted in the non-finite column and make
     the sum of squares non-finite. Subnormal values count as zeros, as TF's CPU
-    kernels flush them. Returns float64 [len(grads), 6]. One tf.cond for all
-    gradients: a finite total sum of squares means every element is finite, and
-    the NaN/Inf passes are skipped (not for fewer than BIG elements in all:
-    there the passes cost less than the cond).
+    kernels flush them. An optional column left out of `columns` ("max_abs",
+    "zero_frac": the zeros) is not computed and reads NaN. Returns float64
+    [len(grads), 6]. One tf.cond for all gradients: a finite total sum of
+    squares means every element is finite, and the NaN/Inf passes are skipped
+    (not for fewer than BIG elements in all: there the passes cost less than
+    the cond).
     """
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
@@ -141,16 +143,29 @@ def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
     else:
         totals = stack([tf.cast(c, tf.float64) for c in counts])
     sumsq = group.sum_of_squares()
+    wanted = {"max_abs": "max_abs" in columns, "nonzero": "zero_frac" in columns}
     if group.elements is not None and group.elements < BIG:
         # A few elements: the NaN/Inf passes cost less than the cond's switches,
         # merges and untaken branch (~30 ops); the values are the same.
-        max_abs, nonfinite, nonzero = group.any_stats()
+        found = group.any_stats(**wanted)
     else:
-        max_abs, nonfinite, nonzero = tf.cond(
-            tf.math.is_finite(tf.reduce_sum(sumsq)), group.finite_stats, group.any_stats
+        found = tf.cond(
+            tf.math.is_finite(tf.reduce_sum(sumsq)),
+            lambda: group.finite_stats(**wanted),
+            lambda: group.any_stats(**wanted),
         )
+    if len(found) < 3:
+        not_recorded = tf.constant(np.full([len(present)], np.nan))
     rows = tf.stack(
-        [tf.ones_like(sumsq), sumsq, max_abs, nonfinite, totals - nonzero, totals], axis=1
+        [
+            tf.ones_like(sumsq),
+            sumsq,
+            found["max_abs"] if "max_abs" in found else not_recorded,
+            found["nonfinite"],
+            totals - found["nonzero"] if "nonzero" in found else not_recorded,
+            totals,
+        ],
+        axis=1,
     )
     if len(present) == len(grads):
         return rows
@@ -159,28 +174,29 @@ def variable_grad_stats(grads: Sequence[Any]) -> tf.Tensor:
 
 
 @_no_autograph
-def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
+def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS) -> tf.Tensor:
     """The GRAD_STATS table [n_scopes, len(GRAD_COLUMNS)] (float32) of one loss.
 
     `grads` is index-aligned with the layout's variables (None where the loss
-    gives no gradient). Columns: grad_vars, l2, max_abs, nonfinite, zero_frac.
+    gives no gradient). Columns: grad_vars, l2, max_abs, nonfinite, zero_frac;
+    an optional column ("max_abs", "zero_frac") left out of `columns` is not
+    computed and reads NaN, "not recorded" (recorded, it is never NaN).
     """
     if len(grads) != rollup.n_variables:
         raise ValueError(
             f"grad_table got {len(grads)} gradients for a layout of "
             f"{rollup.n_variables} variables; align them with layout.variable_names"
         )
-    per_var = variable_grad_stats(grads)
+    per_var = variable_grad_stats(grads, columns)
     sums = rollup.sum(per_var)
-    counts = sums[:, _COUNT]
-    zero_frac = tf.math.divide_no_nan(sums[:, _ZEROS], counts)
+    not_recorded = np.full([rollup.n_scopes], np.nan)
     table = tf.stack(
         [
             sums[:, _PRESENT],
             tf.sqrt(sums[:, _SUMSQ]),
-            rollup.max(per_var[:, _MAX_ABS]),
+            rollup.max(per_var[:, _MAX_ABS]) if "max_abs" in columns else not_recorded,
             sums[:, _NONFINITE],
-            zero_frac,
+            tf.math.divide_no_nan(sums[:, _ZEROS], sums[:, _COUNT]) if "zero_frac" in columns else not_recorded,
         ],
         axis=1,
     )

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.format.metadata import KIND_SPECS, Kind
+from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.record import conflict as conflict_lib
 from tb_gradscope.record import stats
 from tb_gradscope.record.emit import recorded_only
@@ -46,6 +46,7 @@ def recorded_tables(
     write: Callable[[list[StepTable]], Any] | None = None,
     snapshot: Sequence[Any] = (),
     kernels: EagerKernels | None = None,
+    columns: Sequence[str] = OPTIONAL_GRAD_COLUMNS,
 ) -> tuple[list[StepTable], list[tf.Tensor]]:
     """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair,
     and the values of the `snapshot` variables read in the same branch.
@@ -55,7 +56,7 @@ def recorded_tables(
     `write(tables)` when given (the writes then share the branch). At
     unrecorded steps the snapshot values are empty tensors; eagerly, both
     lists are [] when `record` is false. `kernels`: the recorder's, for eager
-    callers.
+    callers. `columns`: the optional GRAD_STATS columns recorded.
     """
     shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
 
@@ -67,8 +68,8 @@ def recorded_tables(
             for (a, b), (rows, _) in conflict_lib.conflict_tables(aligned, layout, rollup).items():
                 shapes[(Kind.CONFLICT, conflict_lib.pair_name(a, b))] = (
                     tuple(layout.scopes[r] for r in rows), {"losses": [a, b]})
-        out = _tables(aligned, layout, rollup, conflict) if kernels is None else kernels.tables(
-            aligned, layout, rollup, conflict)
+        out = _tables(aligned, layout, rollup, conflict, columns) if kernels is None else kernels.tables(
+            aligned, layout, rollup, conflict, columns)
         if write is not None:
             write([_table(kind, name, out[(kind.value, name)]) for kind, name in shapes])
         return out, stats.snapshot(snapshot)
@@ -98,11 +99,12 @@ def recorded_tables(
 
 
 def _tables(aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: stats.RollUp,
-            conflict: bool) -> dict[tuple[str, str], tf.Tensor]:
-    """{(kind, name): table}: GRAD_STATS per loss, then CONFLICT per pair of losses sharing a scope."""
+            conflict: bool, columns: Sequence[str]) -> dict[tuple[str, str], tf.Tensor]:
+    """{(kind, name): table}: GRAD_STATS per loss (with the optional `columns`),
+    then CONFLICT per pair of losses sharing a scope."""
     out = {}
     for loss, grads in aligned.items():
-        out[(Kind.GRAD_STATS.value, loss)] = stats.grad_table(grads, rollup)
+        out[(Kind.GRAD_STATS.value, loss)] = stats.grad_table(grads, rollup, columns)
     if conflict and len(aligned) > 1:
         for (a, b), (_, make) in conflict_lib.conflict_tables(aligned, layout, rollup).items():
             out[(Kind.CONFLICT.value, conflict_lib.pair_name(a, b))] = make()
@@ -119,13 +121,13 @@ class EagerKernels:
         self._traced: dict[tuple, Callable] = {}
 
     def tables(self, aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: stats.RollUp,
-               conflict: bool) -> dict[tuple[str, str], tf.Tensor]:
+               conflict: bool, columns: Sequence[str]) -> dict[tuple[str, str], tf.Tensor]:
         """`_tables`; eagerly, as one call of a traced function."""
         if not tf.executing_eagerly():
-            return _tables(aligned, layout, rollup, conflict)
-        key = ("tables", id(rollup), id(layout), conflict,
+            return _tables(aligned, layout, rollup, conflict, columns)
+        key = ("tables", id(rollup), id(layout), conflict, tuple(columns),
                tuple((loss, _kinds(grads)) for loss, grads in aligned.items()))
-        tables = self._traced_once(key, lambda given: _tables(given, layout, rollup, conflict))
+        tables = self._traced_once(key, lambda given: _tables(given, layout, rollup, conflict, columns))
         return tables({loss: list(grads) for loss, grads in aligned.items()})
 
     def update_table(self, before: Sequence[tf.Tensor | None], variables: Sequence[Any],

@@ -15,10 +15,11 @@ the root's lazy `GradscopeCallback`) and `demos`; builds on `tb_gradscope.record
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import keras
 
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras.hooks import GradscopeHooks
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.rules import Rule
@@ -75,6 +76,9 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
         model, tau=...)`) whose drift is recorded (DRIFT records), read
         between batches, after other callbacks' target updates; needs
         `steps_per_execution=1` (drift compares a step with the one before).
+      grad_columns: the optional gradient columns recorded, from ("max_abs",
+        "zero_frac") (default both); one left out is not computed and reads
+        NaN, "not recorded" (as `Recorder(grad_columns=...)`).
     """
 
     model_types = (keras.Model,)
@@ -88,9 +92,10 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
         rules: Sequence[Rule | str] = (),
         on_violation: str = LOG,
         pairs: Sequence[Pair] = (),
+        grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
     ):
         check_backend(keras.backend.backend())
-        super().__init__(logdir, every_n_batches, scopes, rules, on_violation, pairs)
+        super().__init__(logdir, every_n_batches, scopes, rules, on_violation, pairs, grad_columns)
 
 
 def check_backend(backend: str) -> None:

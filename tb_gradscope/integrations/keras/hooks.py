@@ -9,8 +9,9 @@ which differ only in where the model and loss container live (see
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras.custom import overrides_train_step
 from tb_gradscope.integrations.keras.functions import TrainFunctions
 from tb_gradscope.integrations.keras.records import KerasRecords
@@ -43,10 +44,12 @@ class GradscopeHooks:
         rules: Sequence[Rule | str] = (),
         on_violation: str = LOG,
         pairs: Sequence[Pair] = (),
+        grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
     ):
         super().__init__()
         options.check_every(every_n_batches, "every_n_batches", "batches")
         options.check_scopes(scopes)
+        self.grad_columns = options.check_grad_columns(grad_columns)
         self.logdir = logdir
         self._checker = RuleChecker(rules, on_violation=LOG) if rules else None
         apply_policy([], on_violation)  # checks the policy's name now
@@ -143,7 +146,7 @@ class GradscopeHooks:
         slots = StepProbe.slots_for(steps_per_execution(model), self.every_n_batches)
         self._probe = StepProbe(
             model, vlayout, self.every_n_batches, slots, model.name, self._fail,
-            custom=overrides_train_step(model, self.model_types),
+            custom=overrides_train_step(model, self.model_types), grad_columns=self.grad_columns,
         )
         own_step = model.train_step
         model.train_step = self._probe.wrap(own_step)

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format.flowgraph import FlowGraph
-from tb_gradscope.format.metadata import KIND_SPECS, Kind
+from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.integrations.keras import capture as capture
 from tb_gradscope.integrations.keras import custom as custom_lib
 from tb_gradscope import naming
@@ -70,8 +70,10 @@ class StepProbe:
         name: str,
         on_error: Callable[[Exception], None],
         custom: bool = False,
+        grad_columns: Sequence[str] = OPTIONAL_GRAD_COLUMNS,
     ):
         self.model = model
+        self.grad_columns = tuple(grad_columns)
         self.custom = custom
         self.batches = distribute.local_variable(np.int64(0), trainable=False, name="gradscope_batches") if custom else None
         self.vlayout = vlayout
@@ -291,7 +293,7 @@ class StepProbe:
                 shape = self.grad_tables.shape[1:]
                 tables = [tf.zeros(shape[1:], tf.float32)] * shape[0]
                 for name, make in grads.items():
-                    table = stats.grad_table(make(), self._rollup)
+                    table = stats.grad_table(make(), self._rollup, self.grad_columns)
                     tables[order.index(name)] = table if scale is None else loss_scale.unscaled(table, scale)
             if scale is None:
                 return put(tables)

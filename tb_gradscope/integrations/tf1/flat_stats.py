@@ -12,11 +12,12 @@ per-variable sums, rolled up by `record.stats.RollUp` into the same tables
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.record.stats import RollUp
 
 
@@ -74,11 +75,12 @@ def _sizes(tensors: Sequence[Any]) -> tf.Tensor:
     return tf.cast(tf.stack([tf.size(t) for t in tensors]), tf.float64)
 
 
-def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
+def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS) -> tf.Tensor:
     """The GRAD_STATS table [n_scopes, 5] (float32) of one loss, as record.stats'.
 
     `grads` is index-aligned with the layout's variables, None where the loss
-    gives no gradient.
+    gives no gradient. An optional column ("max_abs", "zero_frac") left out
+    of `columns` is not computed and reads NaN, "not recorded".
     """
     present = [i for i, g in enumerate(grads) if g is not None]
     n = rollup.n_variables
@@ -89,19 +91,25 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
         k = len(present)
         pad = may_be_empty(dense)
         finite = tf.math.is_finite(values)
-        abs_finite = tf.where(finite, tf.abs(values), tf.constant(0, values.dtype))  # no zeros pass
-        max_abs = tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64)
-        if pad:  # empty segments hold the lowest float
-            max_abs = tf.maximum(_pad_to(max_abs, k), 0)
-        columns = [
+        not_recorded = np.full([k], np.nan)
+        max_abs = not_recorded
+        if "max_abs" in columns:
+            abs_finite = tf.where(finite, tf.abs(values), tf.constant(0, values.dtype))  # no zeros pass
+            max_abs = tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64)
+            if pad:  # empty segments hold the lowest float
+                max_abs = tf.maximum(_pad_to(max_abs, k), 0)
+        zeros = not_recorded
+        if "zero_frac" in columns:
+            zeros = _segment_sum(tf.cast(tf.equal(values, 0), values.dtype), ids, k, pad)
+        per_column = [
             tf.ones([k], tf.float64),
             _segment_sum(tf.square(values), ids, k, pad),
             max_abs,
             _segment_sum(tf.cast(tf.logical_not(finite), values.dtype), ids, k, pad),
-            _segment_sum(tf.cast(tf.equal(values, 0), values.dtype), ids, k, pad),
+            zeros,
             _sizes(dense),
         ]  # present, sumsq, max_abs, nonfinite, zeros, count
-        rows = tf.stack(columns, axis=1)
+        rows = tf.stack(per_column, axis=1)
         per_var = (
             rows  # every variable has a gradient: the scatter would copy the rows
             if k == n
@@ -112,13 +120,14 @@ def grad_table(grads: Sequence[Any], rollup: RollUp) -> tf.Tensor:
     # Columns by one Unpack each, not six strided slices (each with three
     # constant inputs): a table is fetched in the user's own call.
     sums = tf.unstack(rollup.sum(per_var), num=6, axis=1)
+    scope_nan = np.full([rollup.n_scopes], np.nan)
     table = tf.stack(
         [
             sums[0],
             tf.sqrt(sums[1]),
-            rollup.max(tf.unstack(per_var, num=6, axis=1)[2]),
+            rollup.max(tf.unstack(per_var, num=6, axis=1)[2]) if "max_abs" in columns else scope_nan,
             sums[3],
-            tf.math.divide_no_nan(sums[4], sums[5]),
+            tf.math.divide_no_nan(sums[4], sums[5]) if "zero_frac" in columns else scope_nan,
         ],
         axis=1,
     )

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
 from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1 import reuse
@@ -58,6 +59,7 @@ def build_loss_ops(
     variables: Sequence[tf.Variable],
     rollup: RollUp,
     train_ops: Mapping[str, tf.Operation | None],
+    columns: Sequence[str] = OPTIONAL_GRAD_COLUMNS,
 ) -> dict[str, LossOps]:
     """Per loss, the GRAD_STATS table of d(loss)/d(variables).
 
@@ -67,6 +69,7 @@ def build_loss_ops(
     Where the loss's train op (`train_ops[name]`) provably applies that very
     gradient, the table reads the train op's tensor instead of computing it
     again (`reuse.py`); the own gradient ops stay in the graph, unfetched.
+    `columns`: the optional GRAD_STATS columns recorded.
     """
     ops = {}
     with graph.as_default():
@@ -83,7 +86,7 @@ def build_loss_ops(
                     if train_op is not None
                     else grads
                 )
-                table = flat.grad_table(used, rollup)
+                table = flat.grad_table(used, rollup, columns)
             reused = frozenset(v.name for v, own, g in zip(variables, grads, used) if g is not own)
             ops[name] = LossOps(table, required_placeholders([table]), reused)
     return ops

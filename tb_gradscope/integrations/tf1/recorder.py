@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import tensorflow as tf
 
 from tb_gradscope.format import Event, Kind, make_info
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1 import args as args
 from tb_gradscope.integrations.tf1 import graph as graphs
 from tb_gradscope.integrations.tf1.calls import CalledOps, FixedCalls
@@ -36,6 +37,7 @@ from tb_gradscope.integrations.tf1.pairs import (
 from tb_gradscope.integrations.tf1.rules import STEP_EVENTS, TRACE_EVENTS, RuleSteps
 from tb_gradscope.integrations.tf1.static import static_flowgraph
 from tb_gradscope.integrations.tf1.writer import RecordWriter
+from tb_gradscope.record import options
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeSpec, build_layout, variable_name
@@ -91,6 +93,9 @@ class GraphRecorder:
         wrapped `run` call, after the violations are written (a violation
         the FlowGraph shows: from the first train call, before it runs).
         None: the rules file's policy, else "log".
+      grad_columns: the optional gradient columns recorded, from ("max_abs",
+        "zero_frac") (default both); one left out is not computed and reads
+        NaN, "not recorded" (as `Recorder(grad_columns=...)`).
 
     Steps: a loss's step is how many run calls included its train op before
     this one (0-based; offset by the global step when the session starts, so
@@ -119,8 +124,10 @@ class GraphRecorder:
         analyze: bool = True,
         rules: Any = None,
         on_violation: str | None = None,
+        grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
     ):
         args.check_plain_args(logdir, every_n_steps, scopes, analyze)
+        recorded_columns = options.check_grad_columns(grad_columns)
         variables = args.check_variables(variables)
         graph = args.graph_of(losses)
         self.graph = graph
@@ -156,7 +163,7 @@ class GraphRecorder:
         self._rules.at_build(self._flowgraph)
         self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)
-        self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup, self._train_ops)
+        self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup, self._train_ops, recorded_columns)
         self._update_ops = build_update_ops(graph, self.variables, rollup, trained)
         self._pairs = (
             PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
