@@ -14,9 +14,9 @@ from tensorboard import errors
 
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.plugin.encoding import jsonable, nums
 from tb_gradscope.read.reader import TableSeries
-from tb_gradscope.read.records import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.plugin.views import RunView, conflict_losses
 
 DEFAULT_POINTS = 1000

@@ -16,6 +16,7 @@ from typing import Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope.format.flowgraph import NODE_SCOPE
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.read.flowstate import cell_state
 
@@ -25,9 +26,6 @@ LOSS_PREFIX = "loss:"
 # its last KEEP_LAST_STEPS always among them (see `thin`).
 MAX_EXAMINED_STEPS = 1000
 KEEP_LAST_STEPS = 10
-# GRAD_STATS columns a run may leave out (`Recorder(grad_columns=...)`). Recorded,
-# they are never NaN, so NaN there means "not recorded": no value, no evidence.
-OPTIONAL_GRAD_COLUMNS = ("max_abs", "zero_frac")
 
 
 def flowgraph_in_force(flowgraphs: Sequence[tuple[int, fmt.FlowGraph]], step: int) -> fmt.FlowGraph | None:
@@ -190,7 +188,8 @@ def scalar_row(row: Row) -> bool | None:
 
 def recorded(row: Row, column: str) -> float | None:
     """A grad_stats row's `column`, or None when the row lacks it or the run
-    did not record it (NaN in an OPTIONAL_GRAD_COLUMNS column)."""
+    did not record it (`Recorder(grad_columns=...)`: NaN in an
+    OPTIONAL_GRAD_COLUMNS column, which a recorded value never is)."""
     value = row.get(column)
     if value is None or (column in OPTIONAL_GRAD_COLUMNS and math.isnan(value)):
         return None
