@@ -12,6 +12,8 @@ baseline in process CPU time with TF on one thread, as in bench_recording):
   - `baseline`: tape.gradient + apply_gradients, nothing recorded;
   - `every_step` / `default`: way 2 (rec.tape / rec.gradients / rec.apply) at
     every_n_steps=1 and at the default every_n_steps=10;
+  - `every_step_lean`: `every_step` with `grad_columns=()` (no max |g| and
+    zero-fraction passes; those columns read NaN, "not recorded");
   - `way1_every`: way 1 (tape.gradient, rec.record_gradients, rec.apply) at
     every step;
   - `hand_scalar`: what users write today, every step: one
@@ -58,6 +60,7 @@ from bench.tf_steps import baseline_step, built_optimizer, recorded_step, single
 # import (demos -> pairs -> record -> pairs.detect) in the library.
 from tb_gradscope.record import Recorder  # noqa: E402, I001
 from tb_gradscope.demos import common, dqn  # noqa: E402
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS  # noqa: E402
 from tb_gradscope.record.stats import GRAD_COLUMNS, UPDATE_COLUMNS  # noqa: E402
 
 DEFAULT_EVERY = 10  # Recorder's default every_n_steps
@@ -140,12 +143,6 @@ def cnn_setup(two_losses: bool = False):
 # ----- train steps
 
 
-
-
-
-
-
-
 def way1_step(variables, models, losses, every, logdir):
     opt = built_optimizer(variables)
     rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
@@ -191,14 +188,10 @@ def hand_step(variables, losses, logdir, kind):
 # ----- measuring
 
 
-
-
-
-
-def recorded_values(rec, n_losses):
+def recorded_values(rec, n_losses, grad_columns=len(GRAD_COLUMNS)):
     """Values one recorded step writes: per (loss, scope) grad stats + per scope updates."""
     scopes = len(rec.layout.layout.scopes)
-    return scopes * (n_losses * len(GRAD_COLUMNS) + len(UPDATE_COLUMNS))
+    return scopes * (n_losses * grad_columns + len(UPDATE_COLUMNS))
 
 
 def measure(prefix, setup, steps, repetitions, logdir, only=None):
@@ -208,8 +201,9 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
     path = lambda label: os.path.join(logdir, f"{prefix}_{label}")  # noqa: E731
     steps_of = {"baseline": baseline_step(variables, losses)}
     closers, recorders = [], {}
+    lean = lambda *a: recorded_step(*a, grad_columns=())  # noqa: E731
     for label, maker, every in (("every_step", recorded_step, 1), ("default", recorded_step, DEFAULT_EVERY),
-                                ("way1_every", way1_step, 1)):
+                                ("every_step_lean", lean, 1), ("way1_every", way1_step, 1)):
         steps_of[label], recorders[label] = maker(variables, models, losses, every, path(label))
     for kind in ("scalar", "hist"):
         steps_of[f"hand_{kind}"], writer = hand_step(variables, losses, path(kind), kind)
@@ -227,7 +221,8 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         runs[label]()  # trace and warm up
         report(f"{prefix}_{label}_trace_s", time.perf_counter() - start)
     wall, cpu = rotated_medians(runs, repetitions)
-    values = {label: recorded_values(rec, 2 if label == "attrib" else 1)
+    values = {label: recorded_values(rec, 2 if label == "attrib" else 1,
+                                     len(GRAD_COLUMNS) - (len(OPTIONAL_GRAD_COLUMNS) if label == "every_step_lean" else 0))
               for label, rec in recorders.items() if label in steps_of}
     values["hand_scalar"] = len(variables)
     values["hand_hist"] = sum(int(np.prod(v.shape)) for v in variables)  # bucketed, but one sample per element
@@ -251,8 +246,6 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         if label in values:
             report(f"{prefix}_{label}_values_per_recorded_step", values[label])
     return ratios
-
-
 
 
 def measure_users(logdir, quick):
@@ -290,7 +283,7 @@ def main() -> None:
     # holds the same share of recorded steps.
     # --quick traces only what the headlines need (tracing dominates a short run).
     if args.quick:
-        plan = (("mlp1m", mlp1m_setup, 10, 5, {"every_step", "hand_scalar"}),
+        plan = (("mlp1m", mlp1m_setup, 10, 5, {"every_step", "every_step_lean", "hand_scalar"}),
                 ("dqn", dqn_setup, 20, 7, {"every_step", "default", "hand_scalar"}))
     else:
         plan = (("mlp1m", mlp1m_setup, 10, 21, None), ("cnn", cnn_setup, 20, 21, None),
@@ -303,6 +296,7 @@ def main() -> None:
     if "attrib" in found["dqn"]:
         report("attrib_2loss_every10_ratio", found["dqn"]["attrib"])
     report("mlp1m_every_step_ratio", found["mlp1m"]["every_step"])
+    report("mlp1m_every_step_lean_ratio", found["mlp1m"]["every_step_lean"])
     report("dqn_bare_default_ratio", found["dqn"]["default"])
     report("overhead_default_tf_function_worst", max(v for k, v in users.items() if not k.endswith("rec_function")))
     report("overhead_every_step_ratio", found["dqn"]["every_step"])

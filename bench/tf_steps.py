@@ -52,10 +52,11 @@ def baseline_step(variables, losses):
     return step
 
 
-def recorded_step(variables, models, losses, every, logdir):
-    """The step recorded the recorder-owned-tape way (way 2); returns (step, rec)."""
+def recorded_step(variables, models, losses, every, logdir, **options):
+    """The step recorded the recorder-owned-tape way (way 2), with further
+    Recorder `options`; returns (step, rec)."""
     opt = built_optimizer(variables)
-    rec = Recorder(logdir=logdir, every_n_steps=every, models=models)
+    rec = Recorder(logdir=logdir, every_n_steps=every, models=models, **options)
 
     @tf.function
     def step(*batch):
