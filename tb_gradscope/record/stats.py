@@ -154,8 +154,7 @@ def variable_grad_stats(grads: Sequence[Any], columns: Collection[str] = OPTIONA
             lambda: group.finite_stats(**wanted),
             lambda: group.any_stats(**wanted),
         )
-    if len(found) < 3:
-        not_recorded = tf.constant(np.full([len(present)], np.nan))
+    not_recorded = None if all(wanted.values()) else tf.constant(np.full([len(present)], np.nan))
     rows = tf.stack(
         [
             tf.ones_like(sumsq),
