@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from typing import Any, Mapping, Sequence
 
 from tensorboard.compat.proto import summary_pb2
@@ -53,6 +54,15 @@ class KindSpec:
 # GRAD_STATS columns a recorder may be told to leave out (each costs passes over
 # every gradient): left out, they read NaN, which they never are when recorded.
 OPTIONAL_GRAD_COLUMNS = ("max_abs", "zero_frac")
+
+
+def recorded_stat(row: Mapping[str, float], column: str) -> float | None:
+    """A grad_stats row's `column`, or None when the row lacks it or the run
+    did not record it (NaN in an OPTIONAL_GRAD_COLUMNS column)."""
+    value = row.get(column)
+    if value is None or (column in OPTIONAL_GRAD_COLUMNS and math.isnan(value)):
+        return None
+    return value
 
 KIND_SPECS: Mapping[Kind, KindSpec] = {
     # grad_vars: how many variables of the scope received a gradient (0 means

@@ -16,9 +16,10 @@ from tensorboard import errors
 
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
+from tb_gradscope.format.metadata import recorded_stat
 from tb_gradscope.plugin.cache import RunData
 from tb_gradscope.plugin.encoding import jsonable, num
-from tb_gradscope.read import flowstate, records, runs
+from tb_gradscope.read import flowstate, runs
 from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.reader import TableSeries
 
@@ -202,14 +203,14 @@ CELL_STATS = ("l2", "max_abs", "nonfinite", "zero_frac")
 def _cell(grad, static: str | None, violation: bool) -> dict[str, Any]:
     """A matrix cell: its states, then its stats, null when no gradient
     arrived (grad_vars 0) or, for max_abs/zero_frac, when the run did not
-    record them (`records.recorded`)."""
+    record them (`recorded_stat`)."""
     grad_vars = grad.get("grad_vars") if grad else None
     received = bool(grad_vars) and math.isfinite(grad_vars)
     return {
         "state": flowstate.cell_state(grad, static),
         "static_state": static,
         "grad_vars": int(grad_vars) if received else 0,
-        **{column: num(records.recorded(grad, column)) if received else None for column in CELL_STATS},
+        **{column: num(recorded_stat(grad, column)) if received else None for column in CELL_STATS},
         "violation": violation,
     }
 

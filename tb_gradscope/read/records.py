@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope.format.flowgraph import NODE_SCOPE
-from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
+from tb_gradscope.format.metadata import recorded_stat
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.read.flowstate import cell_state
 
@@ -177,23 +177,13 @@ def scalar_row(row: Row) -> bool | None:
     element; None when `max_abs` was not recorded (no evidence either way)."""
     if row["grad_vars"] != 1:
         return False
-    zero_frac = recorded(row, "zero_frac")
+    zero_frac = recorded_stat(row, "zero_frac")
     if zero_frac is not None and 0.0 < zero_frac < 1.0:
         return False
-    top = recorded(row, "max_abs")
+    top = recorded_stat(row, "max_abs")
     if top is None:
         return None
     return math.isclose(row.get("l2", math.nan), top, rel_tol=1e-5, abs_tol=1e-12)
-
-
-def recorded(row: Row, column: str) -> float | None:
-    """A grad_stats row's `column`, or None when the row lacks it or the run
-    did not record it (`Recorder(grad_columns=...)`: NaN in an
-    OPTIONAL_GRAD_COLUMNS column, which a recorded value never is)."""
-    value = row.get(column)
-    if value is None or (column in OPTIONAL_GRAD_COLUMNS and math.isnan(value)):
-        return None
-    return value
 
 
 def thin(steps: Sequence[int]) -> list[int]:

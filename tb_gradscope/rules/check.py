@@ -22,13 +22,13 @@ drift series by `tb_gradscope.read.tracks`.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.format.metadata import recorded_stat
 from tb_gradscope.rules.model import (
     Blocked,
     Only,
@@ -210,9 +210,9 @@ def _step_event(
     step: int,
 ) -> fmt.Event:
     evidence: dict = {"at": STEP, "l2": row.get("l2"), "grad_vars": int(row.get("grad_vars", 0))}
-    # NaN max_abs means the run did not record it (Recorder(grad_columns=...)): no evidence.
-    if not math.isnan(row.get("max_abs", math.nan)):
-        evidence["max_abs"] = row["max_abs"]
+    max_abs = recorded_stat(row, "max_abs")  # None when not recorded (grad_columns=): no evidence
+    if max_abs is not None:
+        evidence["max_abs"] = max_abs
     if "nonfinite" in row:
         evidence["nonfinite"] = row["nonfinite"]
     if updates is not None and scope in updates:
