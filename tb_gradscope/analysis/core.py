@@ -4,7 +4,8 @@ Steps: flatten the graph and its bodies; per loss, walk forward dependence and
 gradient reachability; read what the optimizer applies from the writes in the
 graph (or the TF1 train ops); fold variables into scope cells (a roll-up takes
 its most flowing child: updates > ignored > blocked > independent); build the
-scope graph and place every blocked edge on it.
+scope graph and place every blocked edge on it; add the per-path cuts (a
+cut on one of several paths into a scope the gradient still reaches).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tensorflow as tf
 
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.analysis import applied as applied_lib
-from tb_gradscope.analysis import reach
+from tb_gradscope.analysis import pathcuts, reach
 from tb_gradscope.analysis.flatten import FlatGraph, flatten
 from tb_gradscope.analysis.gradrules import GradientRules
 from tb_gradscope.analysis.inputs import AnalysisError, handle_of, match_variables, normalize_losses
@@ -118,16 +119,16 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
     for spec in specs:
         start = flat.node_of(spec.tensor)
         forward = reach.forward_cone(flat, start)
-        gradient, cuts = reach.gradient_walk(flat, rules, start, var_dep, var_nodes)
-        per_loss.append((spec, start, forward, gradient, cuts))
+        gradient, cuts, passed = reach.gradient_walk(flat, rules, start, var_dep, var_nodes)
+        per_loss.append((spec, start, forward, gradient, cuts, passed))
         cone = _or(cone, forward)
-    cones = {spec.name: forward for spec, _, forward, _, _ in per_loss}
+    cones = {spec.name: forward for spec, _, forward, *_ in per_loss}
     applied_vars, steps_by_loss = _applied(flat, specs, var_nodes, train_ops, cones)
     optimizer_of = _optimizer_groups(steps_by_loss)
 
     cells = {}
     outside_tape: dict[str, set[int]] = {}
-    for spec, _, forward, gradient, _ in per_loss:
+    for spec, _, forward, gradient, *_ in per_loss:
         applied_here = applied_vars.get(spec.name, applied_vars.get(None))
         unwatched = _unwatched(watched.get(spec.name), variable_scopes, var_nodes, gradient)
         states = [INDEPENDENT] * len(var_names)
@@ -145,6 +146,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
     scope_graph, nodes, loss_ids = _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss)
     blocked = _blocked_edges(flat, scope_graph, loss_ids, per_loss)
     blocked += _tape_boundary_edges(per_loss, outside_tape, leaves, var_names, cells, loss_ids)
+    blocked = pathcuts.with_path_cuts(flat, scope_graph, rules, per_loss, cells, loss_ids, blocked)
     edges = _graph_edges(scope_graph, blocked)
     applied_scopes = None
     if applied_vars:
@@ -162,6 +164,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
         warnings=warnings,
         source="tf2" if hasattr(graph, "captures") else "tf1",
         trainable=_trainability(graph, variable_scopes, scope_list),
+        path_cuts=True,
     )
 
 
@@ -325,21 +328,9 @@ def _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss):
 def _blocked_edges(flat, sg: ScopeGraph, loss_ids, per_loss) -> list[BlockedEdge]:
     loss_nodes = {start: loss_ids[spec.name] for spec, start, *_ in per_loss}
     result = []
-    for spec, _, _, _, cuts in per_loss:
+    for spec, _, _, _, cuts, _ in per_loss:
         for cut in cuts:
-            producer_side = sorted(sg.sources(cut.producer), key=_prefer_scope)
-            down = sg.downstream(cut.consumer, loss_nodes)
-            if down <= set(producer_side):  # the cut sits inside the producer's scope
-                down = frozenset().union(
-                    *(sg.downstream(c, loss_nodes) for c in flat.consumers()[cut.consumer])
-                ) - set(producer_side) or down
-            own = loss_ids[spec.name]
-            consumer_side = [own] if own in down else sorted(down, key=_prefer_scope)
-            label = sg.label.get(cut.consumer)
-            if label is not None and label not in producer_side:
-                consumer_side = [label]
-            elif not consumer_side:
-                consumer_side = producer_side
+            producer_side, consumer = sg.place(cut.producer, cut.consumer, loss_nodes, loss_ids[spec.name])
             # One cut can separate several producer scopes (a stop_gradient on a
             # backup computed from two target critics and the policy): one edge each.
             scope_producers = [p for p in producer_side if not p.startswith(("input:", "loss:"))]
@@ -354,15 +345,11 @@ def _blocked_edges(flat, sg: ScopeGraph, loss_ids, per_loss) -> list[BlockedEdge
                         op_type=flat.types[cut.consumer],
                         cause=cut.cause,
                         producer_scope=producer_scope,
-                        consumer_scope=consumer_side[0] if consumer_side else "",
+                        consumer_scope=consumer,
                         source=source,
                     )
                 )
     return result
-
-
-def _prefer_scope(node_id: str) -> tuple[int, str]:
-    return (node_id.startswith(("input:", "loss:")), node_id)
 
 
 def _graph_edges(sg: ScopeGraph, blocked: Sequence[BlockedEdge]) -> list[GraphEdge]:

@@ -9,7 +9,9 @@ Three iterative walks, each linear in nodes + edges:
 An edge cut only because its tensor is an integer is traced back through the
 integer region to the op that left the float world (ArgMax, Cast, ...), so
 the blocked edge names the op the user wrote. A cut whose producer the
-gradient still reaches by another path blocks nothing and is not reported.
+gradient still reaches by another path blocks no variable: it is returned
+apart (`passed`), a candidate per-path cut (`analysis.pathcuts`) when the
+user asked for it (not a comparison or ArgMax).
 Cuts the user did not ask for (a comparison or ArgMax: non-differentiable or
 integer) are reported only when they hide a variable the gradient reaches by
 no other path, so the `tf.where` inside a Huber loss is not a blocked edge.
@@ -84,8 +86,10 @@ def gradient_walk(
     start: int,
     var_dep: bytearray,
     variables: Iterable[int] = (),
-) -> tuple[bytearray, list[Cut]]:
-    """Flags nodes a gradient started at `start` reaches; lists the cuts met."""
+) -> tuple[bytearray, list[Cut], list[Cut]]:
+    """(flags of the nodes a gradient started at `start` reaches, the cuts met
+    that hide their producer from it, the explicit cuts met whose producer it
+    still reaches by another path)."""
     inputs = flat.inputs
     types = flat.types
     reached = bytearray(len(flat))
@@ -127,7 +131,11 @@ def gradient_walk(
         ),
         key=lambda kv: (kv[0][1], kv[0][0]),
     )
-    return reached, [Cut(p, c, cause) for (p, c), cause in ordered]
+    passed = sorted(
+        (kv for kv in cuts.items() if reached[kv[0][0]] and kv[1] not in _IMPLICIT),
+        key=lambda kv: (kv[0][1], kv[0][0]),
+    )
+    return reached, [Cut(p, c, cause) for (p, c), cause in ordered], [Cut(p, c, cause) for (p, c), cause in passed]
 
 
 def _hidden(flat: FlatGraph, reached: bytearray, variables: Iterable[int]) -> bytearray:

@@ -4,7 +4,7 @@ An op that reads a model variable belongs to that variable's scope; every
 other op is glue and passes on the set of scope-graph nodes its inputs came
 from. An edge A -> B counts the tensors arriving at an op of B (or at a loss)
 whose nearest upstream nodes include A. `downstream` is the mirror image,
-used to place a blocked edge's consumer side. Both are passes in node order;
+used to place a blocked edge's consumer side (`place`). Both are passes in node order;
 when the graph has loops, the forward pass repeats until values carried
 around back edges settle (at most `MAX_LOOP_PASSES` times, enough for loops
 nested that deep).
@@ -20,7 +20,7 @@ from tb_gradscope.analysis.flatten import BRANCH, LINK, LOOP_VAR, FlatGraph
 # Ops that pass a variable on rather than use it: they join its scope's readers.
 _READS = frozenset({"ReadVariableOp", "Identity", LINK, LOOP_VAR, BRANCH})
 _EMPTY: frozenset[str] = frozenset()
-_LOOP_TYPES = frozenset({LOOP_VAR, "NextIteration", "RefNextIteration"})
+LOOP_TYPES = frozenset({LOOP_VAR, "NextIteration", "RefNextIteration"})
 MAX_LOOP_PASSES = 4
 
 
@@ -49,7 +49,7 @@ class ScopeGraph:
         self.edges: Counter[tuple[str, str]] = Counter()
         self._downstream: list[frozenset[str]] | None = None
         changed = self._forward(inputs, count=False)
-        if any(t in _LOOP_TYPES for t in set(flat.types)):
+        if any(t in LOOP_TYPES for t in set(flat.types)):
             for _ in range(MAX_LOOP_PASSES):
                 if not changed:
                     break
@@ -84,7 +84,7 @@ class ScopeGraph:
                                 edges[(a, scope)] += 1
                 upstream[n] = frozenset((scope,))
                 continue
-            merged = _union(upstream[src] for src, _ in op_inputs)
+            merged = union(upstream[src] for src, _ in op_inputs)
             if merged != upstream[n]:
                 upstream[n] = merged
                 changed = True
@@ -106,6 +106,26 @@ class ScopeGraph:
             self._downstream = self._backward(loss_nodes)
         return self._downstream[node]
 
+    def place(self, producer: int, consumer: int, loss_nodes: Mapping[int, str], own: str) -> tuple[list[str], str]:
+        """(the scope-graph nodes feeding a cut edge `producer -> consumer`, the
+        node the cut value next arrives at) for the loss whose node is `own`.
+
+        A cut inside its producer's scope is placed where the value leaves it;
+        a cut inside a scope that reads it is placed at that scope."""
+        producer_side = sorted(self.sources(producer), key=prefer_scope)
+        down = self.downstream(consumer, loss_nodes)
+        if down <= set(producer_side):  # the cut sits inside the producer's scope
+            down = frozenset().union(
+                *(self.downstream(c, loss_nodes) for c in self.flat.consumers()[consumer])
+            ) - set(producer_side) or down
+        consumer_side = [own] if own in down else sorted(down, key=prefer_scope)
+        label = self.label.get(consumer)
+        if label is not None and label not in producer_side:
+            consumer_side = [label]
+        elif not consumer_side:
+            consumer_side = producer_side
+        return producer_side, consumer_side[0] if consumer_side else ""
+
     def _backward(self, loss_nodes: Mapping[int, str]) -> list[frozenset[str]]:
         flat, cone, label = self.flat, self.cone, self.label
         down: list[set[str]] = [set() for _ in range(len(flat))]
@@ -124,7 +144,12 @@ class ScopeGraph:
         return [d if isinstance(d, frozenset) else frozenset(d) for d in down]
 
 
-def _union(sets) -> frozenset[str]:
+def prefer_scope(node_id: str) -> tuple[int, str]:
+    """Sort key: scopes before `input:` and `loss:` nodes."""
+    return (node_id.startswith(("input:", "loss:")), node_id)
+
+
+def union(sets) -> frozenset[str]:
     """The union of `sets`, sharing the object when only one is non-empty.
 
     Several distinct sets are merged into one mutable set, frozen once: an op

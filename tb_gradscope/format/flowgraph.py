@@ -70,7 +70,11 @@ class BlockedEdge:
 
     `op_name`/`op_type` name the cutting op (the consumer for StopGradient, the
     op without a gradient otherwise); `producer_scope`/`consumer_scope` are the
-    scope-graph nodes on either side.
+    scope-graph nodes on either side. `open_path` is empty when the cut blocks
+    the loss's every path from `producer_scope`; a per-path cut (one of several
+    paths, e.g. SimSiam's stop_gradient branch beside its predictor branch)
+    lists the scope-graph nodes of a path the loss's gradient still takes, from
+    `producer_scope` to `loss:<name>`.
     """
 
     loss: str
@@ -82,6 +86,7 @@ class BlockedEdge:
     producer_scope: str
     consumer_scope: str
     source: SourceLine | None = None
+    open_path: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +128,8 @@ class FlowGraph:
     its optimizer, so "applied" is unknown until updates are recorded).
     `trainable[scope]` is one of TRAINABILITY for every scope holding a
     variable (None: not known, a log written before the field existed).
+    `path_cuts` says the analysis looked for per-path cuts (blocked edges with
+    an `open_path`); False for logs written before it did.
     """
 
     losses: list[LossInfo]
@@ -135,6 +142,7 @@ class FlowGraph:
     warnings: list[str] = dataclasses.field(default_factory=list)
     source: str = ""  # "tf2", "tf1" or "keras": what was traced
     trainable: dict[str, str] | None = None
+    path_cuts: bool = False
 
     def state(self, loss: str, scope: str) -> str:
         return self.cells[loss][scope]
@@ -149,6 +157,8 @@ class FlowGraph:
         doc = dataclasses.asdict(self)
         for edge in doc["edges"]:
             edge["blocked_for"] = list(edge["blocked_for"])
+        for edge in doc["blocked_edges"]:
+            edge["open_path"] = list(edge["open_path"])
         return doc
 
     @classmethod
@@ -174,6 +184,7 @@ class FlowGraph:
             warnings=list(doc.get("warnings", [])),
             source=doc.get("source", ""),
             trainable=dict(doc["trainable"]) if doc.get("trainable") is not None else None,
+            path_cuts=doc.get("path_cuts", False),
         )
         for loss, row in graph.cells.items():
             bad = sorted({st for st in row.values() if st not in FLOW_STATES})
@@ -206,6 +217,7 @@ _DOCUMENT = {
         lambda v: v is None or (schema.is_object(v) and all(isinstance(t, str) for t in v.values())),
         "null or an object of {scope: trainability} strings",
     ),
+    "path_cuts": (lambda v: isinstance(v, bool), "true or false"),
 }
 _LOSS = {"name": _TEXT, "kind": _TEXT, "tensor": _TEXT, "optimizer": _TEXT}
 _SOURCE = {"file": _TEXT, "line": (schema.is_int, "an integer"), "function": _TEXT}
@@ -213,6 +225,7 @@ _EDGE_FIELDS = ("loss", "producer", "consumer", "op_name", "op_type", "cause", "
 _BLOCKED = {
     **{name: _TEXT for name in _EDGE_FIELDS},
     "source": (lambda v: v is None or schema.is_object(v), "null or an object"),
+    "open_path": _TEXTS,
 }
 _NODE = {"id": _TEXT, "kind": _TEXT, "label": _TEXT}
 _GRAPH_EDGE = {
@@ -243,5 +256,9 @@ def _known(doc: Mapping[str, Any], cls: type) -> dict[str, Any]:
 
 def _blocked_edge(doc: Mapping[str, Any]) -> BlockedEdge:
     source = doc.get("source")
-    fields = {k: v for k, v in _known(doc, BlockedEdge).items() if k != "source"}
-    return BlockedEdge(**fields, source=SourceLine(**_known(source, SourceLine)) if source else None)
+    fields = {k: v for k, v in _known(doc, BlockedEdge).items() if k not in ("source", "open_path")}
+    return BlockedEdge(
+        **fields,
+        source=SourceLine(**_known(source, SourceLine)) if source else None,
+        open_path=tuple(doc.get("open_path", ())),
+    )

@@ -92,4 +92,5 @@ def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
         trainable=trainable,
         warnings=list(dict.fromkeys(known.warnings + more.warnings)),
         source=known.source,
+        path_cuts=known.path_cuts and more.path_cuts,
     )
