@@ -12,6 +12,10 @@ Semantics (docs/RULES.md):
 - only(loss, scopes): the same test on every scope no pattern allows.
 - blocked(loss, scope): at trace time broken unless the state is `blocked`;
   at a step broken when gradient reaches a matching scope.
+- blocked(loss, scope, except_via=[...]): broken at trace time when the scope
+  graph has a path from the scope to the loss, through no excepted scope, on
+  edges not cut for the loss (or has no such path at all: nothing to cut);
+  not checked on gradient tables, which cannot tell paths apart.
 - A rule whose loss or scope patterns match nothing in the run is broken too:
   a typo must not pass CI silently.
 
@@ -38,7 +42,7 @@ from tb_gradscope.rules.model import (
     outermost,
     scope_matches,
 )
-from tb_gradscope.rules.paths import gradient_path, loss_node_id
+from tb_gradscope.rules.paths import gradient_path, loss_node_id, path_avoiding
 
 # What a violation's evidence["cause"] says is wrong, and so which fix its message names.
 CAUSE_MISSING_CUT = "missing_stop_gradient"  # no cut on the path: wrap it in tf.stop_gradient
@@ -60,6 +64,9 @@ def check_flowgraph(rules: Iterable[Rule], flowgraph: fmt.FlowGraph, step: int =
         unmatched = _unmatched(rule, matched, losses, flowgraph.scopes, step, TRACE)
         if unmatched:
             events.append(unmatched)
+            continue
+        if isinstance(rule, Blocked) and rule.except_via:
+            events += path_rule_events(rule, matched, flowgraph, step)
             continue
         for loss in matched:
             row = flowgraph.cells[loss]
@@ -98,6 +105,8 @@ def check_stats(
         if unmatched:
             events.append(unmatched)
             continue
+        if isinstance(rule, Blocked) and rule.except_via:
+            continue  # about paths: the FlowGraph says (check_flowgraph), the tables cannot
         for loss in matched:
             table = grads[loss]
             reached = _reached(rule, table)
@@ -189,7 +198,7 @@ def _static_event(
     evidence: dict = {"at": at, "state": state}
     if state in REACHING_STATES:
         message = f"loss '{loss}' reaches scope '{scope}' (state {state})" + _add_path(
-            evidence, flowgraph, loss, scope
+            evidence, flowgraph, loss, scope, rule
         )
     elif state == fmt.INDEPENDENT:
         message = f"loss '{loss}' does not depend on scope '{scope}' at all (state independent), so nothing is blocked"
@@ -219,23 +228,29 @@ def _step_event(
         evidence["update_norm"] = updates.row(scope).get("update_norm")
     message = f"loss '{loss}' reaches scope '{scope}' with gradient norm {row.get('l2'):.4g}"
     if flowgraph is not None and loss in flowgraph.cells:
-        message += _add_path(evidence, flowgraph, loss, scope)
+        message += _add_path(evidence, flowgraph, loss, scope, rule)
     return fmt.Event(
         type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope, evidence=evidence
     )
 
 
-def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -> str:
+def _cut_text(edge: fmt.BlockedEdge) -> str:
+    return f"{edge.op_type} '{edge.op_name}' on {edge.producer_scope} -> {edge.consumer_scope}" + (
+        f" at {edge.source.file}:{edge.source.line}" if edge.source else ""
+    )
+
+
+def _cuts_from(flowgraph: fmt.FlowGraph, loss: str, scope: str) -> list[fmt.BlockedEdge]:
+    return [e for e in flowgraph.blocked_edges if e.loss == loss and _within(e.producer_scope, scope)]
+
+
+def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str, rule: Rule) -> str:
     """Adds the un-cut path, the missing cut and the cuts that do exist on the
     scope's other paths (op and source line) to `evidence`; returns the
     message tail."""
     path, cut = gradient_path(flowgraph, loss, scope)
-    existing = [
-        f"{e.op_type} '{e.op_name}' on {e.producer_scope} -> {e.consumer_scope}"
-        + (f" at {e.source.file}:{e.source.line}" if e.source else "")
-        for e in flowgraph.blocked_edges
-        if e.loss == loss and (e.producer_scope == scope or e.producer_scope.startswith(scope + "/"))
-    ]
+    cuts = _cuts_from(flowgraph, loss, scope)
+    existing = [_cut_text(e) for e in cuts]
     if existing:
         evidence["cuts"] = existing
     if path:
@@ -243,6 +258,9 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -
     if not cut:
         return ""
     via = f" (path {' -> '.join(path)})" if len(path) > 2 else ""
+    per_path = [e for e in cuts if e.open_path]
+    if isinstance(rule, Blocked) and per_path:
+        return _per_path_hint(evidence, rule, loss, scope, path, cut, per_path[0])
     if flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
         reason = _optimizer_must_change(flowgraph, loss, scope, cut)
         if reason:
@@ -259,6 +277,86 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str) -
         f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; "
         f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
     )
+
+
+def _per_path_hint(
+    evidence: dict, rule: Blocked, loss: str, scope: str, path: list[str], cut: tuple[str, str], edge: fmt.BlockedEdge
+) -> str:
+    """A plain blocked(...) on a scope that a per-path cut already cuts on one
+    path (SimSiam's stop_gradient branch) and the loss reaches by another: say
+    both, and the rule that pins only the cut path."""
+    via_scope = _top_outside(cut[1], scope)
+    suggested = Blocked(rule.loss, rule.scope, (via_scope,)) if via_scope else None
+    evidence["cause"] = CAUSE_MISSING_CUT
+    evidence["missing_cut"] = list(cut)
+    tail = f" by the path {' -> '.join(path)}; the cut {_cut_text(edge)} blocks only another of its paths"
+    if suggested is not None:
+        evidence["suggested_rule"] = str(suggested)
+        tail += f". If the gradient through {via_scope} is intended, write {suggested} to pin that cut"
+    return tail + (
+        f"; to block every path, wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
+    )
+
+
+def _top_outside(node: str, scope: str) -> str:
+    """The outermost ancestor of scope-graph node `node` that holds no part of
+    `scope` ("" for a loss or input node)."""
+    if node.startswith(("loss:", "input:")):
+        return ""
+    for ancestor in scopes_lib.ancestors(node):
+        if not _within(scope, ancestor) and not _within(ancestor, scope):
+            return ancestor
+    return ""
+
+
+def path_rule_events(rule: Blocked, losses: Sequence[str], flowgraph: fmt.FlowGraph, step: int) -> list[fmt.Event]:
+    """Violations of `blocked(loss, scope, except_via=...)` over the scope graph:
+    an open path avoiding the excepted scopes, or no such path to cut at all."""
+    shown = ", ".join(rule.except_via)
+    if not flowgraph.path_cuts:
+        return [fmt.Event(
+            type=fmt.VIOLATION, name=str(rule), step=step, loss=rule.loss, scope=rule.scope,
+            message=(
+                "cannot be checked: this FlowGraph was written before tb-gradscope recorded per-path cuts, "
+                "so a cut on one path is not in it; record the run again with this tb-gradscope"
+            ),
+            evidence={"at": TRACE, "unchecked": "path_cuts"},
+        )]
+    if not _any_match(rule.except_via, tuple(flowgraph.scopes)):
+        return [fmt.Event(
+            type=fmt.VIOLATION, name=str(rule), step=step, loss=rule.loss, scope=rule.scope,
+            message=f"except_via pattern {shown} matches no scope of the run; fix the pattern",
+            evidence={"at": TRACE, "unmatched": "except_via"},
+        )]
+    events = []
+    for loss in losses:
+        row = flowgraph.cells[loss]
+        for scope in outermost(_candidates(rule, list(row))):
+            evidence: dict = {"at": TRACE, "state": row[scope]}
+            path, cut = path_avoiding(flowgraph, loss, scope, rule.except_via)
+            if path and cut:
+                evidence.update(path=path, cause=CAUSE_MISSING_CUT, missing_cut=list(cut))
+                cuts = [_cut_text(e) for e in _cuts_from(flowgraph, loss, scope)]
+                if cuts:
+                    evidence["cuts"] = cuts
+                also = f"; the cut at {cuts[0]} does not cover it" if cuts else ""
+                message = (
+                    f"loss '{loss}' reaches scope '{scope}' by a path that does not pass through {shown} "
+                    f"({' -> '.join(path)}): missing cut on {cut[0]} -> {cut[1]}{also}; "
+                    f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
+                )
+            elif row[scope] == fmt.INDEPENDENT or not path_avoiding(flowgraph, loss, scope, rule.except_via, False)[0]:
+                message = (
+                    f"loss '{loss}' depends on scope '{scope}' only through {shown} (state {row[scope]}): "
+                    "there is no other path, so no cut to keep"
+                )
+            else:
+                continue
+            events.append(fmt.Event(
+                type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope,
+                evidence=evidence,
+            ))
+    return events
 
 
 def _optimizer_must_change(

@@ -94,13 +94,32 @@ class Blocked:
     Stricter than `never`: the FlowGraph must show the cut (state `blocked`);
     `independent` (no forward dependence at all) also breaks it, since the
     expected dependence is missing.
+
+    With `except_via` (scope patterns) the rule is about paths: every path of
+    the loss's gradient into `scope` that passes through no scope matching
+    `except_via` (or below one) is cut, and at least one such path exists in
+    the forward pass. SimSiam's encoder learns through its predictor and its
+    stop_gradient branch must stay cut: `blocked(simsiam, enc/*,
+    except_via=pred)`. Checked on the FlowGraph's scope graph only (the
+    gradient tables cannot tell paths apart).
     """
 
     loss: str
     scope: str
+    except_via: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.except_via, str):
+            object.__setattr__(self, "except_via", (self.except_via,))
+        object.__setattr__(self, "except_via", tuple(self.except_via))
 
     def __str__(self) -> str:
-        return f"blocked({_q(self.loss)}, {_q(self.scope)})"
+        extra = ""
+        if len(self.except_via) == 1:
+            extra = f", except_via={_q(self.except_via[0])}"
+        elif self.except_via:
+            extra = f", except_via=[{', '.join(_q(p) for p in self.except_via)}]"
+        return f"blocked({_q(self.loss)}, {_q(self.scope)}{extra})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +158,9 @@ def only(loss: str, scopes: Sequence[str] | str) -> Only:
     return Only(loss, tuple([scopes] if isinstance(scopes, str) else scopes))
 
 
-def blocked(loss: str, scope: str) -> Blocked:
-    return Blocked(loss, scope)
+def blocked(loss: str, scope: str, except_via: Sequence[str] | str = ()) -> Blocked:
+    """`blocked(loss, scope)`; with `except_via`, only the paths avoiding those scopes must be cut."""
+    return Blocked(loss, scope, (except_via,) if isinstance(except_via, str) else tuple(except_via))
 
 
 def tracks(target: str, online: str, tau: float | None = None, every: int | None = None) -> Tracks:
@@ -149,7 +169,8 @@ def tracks(target: str, online: str, tau: float | None = None, every: int | None
 
 def parse_rule(text: str) -> Rule:
     """Reads the compact form: `never(td, target/*)`, `only(actor, [trunk/*, actor/*])`,
-    `blocked(td, target/*)`, `tracks(target, online, tau=0.005)`.
+    `blocked(td, target/*)`, `blocked(simsiam, enc/*, except_via=pred)`,
+    `tracks(target, online, tau=0.005)`.
 
     Names may be quoted ("..." or '...') when they contain commas or brackets.
 
@@ -162,7 +183,7 @@ def parse_rule(text: str) -> Rule:
     if not paren or not rest.rstrip().endswith(")") or kind not in RULE_KINDS:
         raise RuleError(
             f"cannot read rule {text!r}: expected never(LOSS, SCOPE), "
-            "only(LOSS, [SCOPE, ...]), blocked(LOSS, SCOPE) or "
+            "only(LOSS, [SCOPE, ...]), blocked(LOSS, SCOPE[, except_via=SCOPE]) or "
             "tracks(TARGET, ONLINE, tau=T, every=N)"
         )
     args = _split_args(rest.rstrip()[:-1], text)
@@ -172,6 +193,8 @@ def parse_rule(text: str) -> Rule:
         return _only_from_args(positional, keywords, text)
     if kind == "tracks":
         return _tracks_from_args(positional, keywords, text)
+    if kind == "blocked" and keywords:
+        return _blocked_from_args(positional, keywords, text)
     if len(positional) != 2 or keywords:
         raise RuleError(f"rule {text!r}: {kind} takes exactly two arguments, {kind}(LOSS, SCOPE)")
     if positional[1].startswith("[") and positional[1].endswith("]"):
@@ -189,6 +212,22 @@ def _only_from_args(positional: list[str], keywords: dict, text: str) -> Only:
     if len(rest) == 1 and rest[0].startswith("[") and rest[0].endswith("]"):
         rest = _split_args(rest[0][1:-1], text)
     return Only(_pattern(positional[0], text), tuple(_pattern(s, text) for s in rest))
+
+
+def _blocked_from_args(positional: list[str], keywords: dict, text: str) -> Blocked:
+    unknown = sorted(set(keywords) - {"except_via"})
+    if len(positional) != 2 or unknown:
+        raise RuleError(f"rule {text!r}: write blocked(LOSS, SCOPE) or blocked(LOSS, SCOPE, except_via=SCOPE)")
+    value = keywords["except_via"]
+    if value.startswith("[") and value.endswith("]"):
+        patterns = _split_args(value[1:-1], text) if value[1:-1].strip() else []
+    else:
+        patterns = [value]
+    if not patterns:
+        raise RuleError(f"rule {text!r}: except_via needs at least one scope pattern, e.g. except_via=pred")
+    return Blocked(
+        _pattern(positional[0], text), _pattern(positional[1], text), tuple(_pattern(p, text) for p in patterns)
+    )
 
 
 def _tracks_from_args(positional: list[str], keywords: dict, text: str) -> Tracks:
@@ -244,8 +283,10 @@ def _is_keyword(arg: str) -> bool:
 
 
 def _keyword(arg: str) -> tuple[str, str]:
+    """(name, value); a quoted value unquoted, a [list] left for its rule to split."""
     name, _, value = arg.partition("=")
-    return name.strip(), _unquote(value.strip())
+    value = value.strip()
+    return name.strip(), value if value.startswith("[") else _unquote(value)
 
 
 def _q(name: str) -> str:

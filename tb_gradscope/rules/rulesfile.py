@@ -14,6 +14,12 @@ kind = "tracks"
 target = "target"
 online = "online"
 tau = 0.005
+
+[[rule]]                               # a path that must be cut (SimSiam)
+kind = "blocked"
+loss = "simsiam"
+scope = "enc/*"
+except_via = "pred"                    # or a list of scope patterns
 ```
 
 Every error names the file and the line to fix (`rules.toml:7: ...`).
@@ -40,7 +46,7 @@ _FIELDS = {
     "only": ("loss", "scopes"),
     "tracks": ("target", "online"),
 }
-_OPTIONAL = {"tracks": ("tau", "every")}
+_OPTIONAL = {"tracks": ("tau", "every"), "blocked": ("except_via",)}
 _TOP_LEVEL = {"rule", "rules", "on_violation"}
 _HEADER = re.compile(r"^\s*\[\[\s*rule\s*\]\]")
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
@@ -163,6 +169,16 @@ def _rule_from_table(table: Any) -> Rule:
         return RULE_KINDS[kind](
             _text(table, "target"), _text(table, "online"),
             None if tau is None else float(tau), every,
+        )
+    if kind == "blocked" and "except_via" in table:
+        via = table["except_via"]
+        via = [via] if isinstance(via, str) else via
+        if not isinstance(via, list) or not via or not all(isinstance(p, str) and p for p in via):
+            raise RuleError(
+                f"blocked rule: except_via must be a scope pattern or a list of them, got {table['except_via']!r}"
+            )
+        return RULE_KINDS[kind](
+            _text(table, "loss"), _text(table, "scope"), tuple(check_pattern(p, "blocked rule") for p in via)
         )
     return RULE_KINDS[kind](_text(table, "loss"), _text(table, "scope"))
 
