@@ -123,6 +123,12 @@ def test_blocked_edges_name_every_producer_scope_the_cut_separates(shape, traine
     _fail_on(harness.blocked_edge_disagreements(trained, view), "blocked producers")
 
 
+@pytest.mark.parametrize("shape", _params([s for s in SHAPES if s.has_flowgraph]))
+def test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them(shape, trained_shapes):
+    trained, view = trained_shapes(shape)
+    _fail_on(harness.path_cut_disagreements(trained, view), "per-path cuts")
+
+
 @pytest.mark.parametrize("shape", _params())
 def test_drift_and_effective_tau_equal_numpy(shape, trained_shapes):
     trained, view = trained_shapes(shape)

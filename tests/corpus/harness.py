@@ -74,6 +74,7 @@ class OracleObserver:
 
     def __init__(self, shape: Shape):
         self._recorded = set(shape.recorded_steps)
+        self._silence = oracle.except_via_patterns(shape.rules)
         self._tf1 = oracle.TF1Oracle()
         self._probe: StepProbe | TF1Probe | None = None
         self.truths: dict[int, oracle.StepTruth] = {}
@@ -91,6 +92,9 @@ class OracleObserver:
             self.truths[step] = self._tf1.truth(probe)
         else:
             self.truths[step] = oracle.tf2_truth(probe)
+        if self._silence:
+            silenced = {p: oracle.silenced_truth(probe, p) for p in self._silence}
+            self.truths[step] = dataclasses.replace(self.truths[step], silenced=silenced)
 
     def after(self, drift_step: int) -> None:
         probe = self._probe
@@ -290,6 +294,45 @@ def blocked_edge_disagreements(trained: TrainedShape, view: ProductView) -> list
             if f"loss:{loss}" in _reachable(leaf, live):
                 out.append(Disagreement("blocked_edges", step, loss, leaf,
                                         f"open path to loss:{loss}", "every path cut"))
+    return out
+
+
+def path_cut_disagreements(trained: TrainedShape, view: ProductView) -> list[Disagreement]:
+    """Per-path cuts, for the scopes the shape's `except_via` rules silence:
+    where the oracle finds that a loss reaches a leaf scope (the gradient
+    arrives) but, with the paths through x silenced, depends on it with no
+    gradient (a path avoiding x is cut), the FlowGraph has a blocked edge of
+    that loss with the open path beside it from the scope or one it feeds
+    (where the cut value leaves the encoder's last layer); and every open path
+    a blocked edge shows starts at its producer scope, ends at the loss, and
+    leaves from a scope the oracle says the loss's gradient reaches."""
+    flowgraph = view.route("flowgraph")["flowgraph"] or {}
+    blocked = flowgraph.get("blocked_edges", [])
+    every = [(e["src"], e["dst"]) for e in flowgraph.get("edges", [])]
+    step = max(trained.truths)
+    truth = trained.truths[step]
+    out = []
+    for pattern, silenced in sorted(truth.silenced.items()):
+        for loss in sorted(truth.states):
+            for leaf in sorted({oracle.leaf_scope(name) for name in truth.facts[loss]}):
+                if oracle.under(leaf, pattern) or truth.states[loss][leaf] not in (oracle.UPDATES, oracle.IGNORED):
+                    continue
+                if silenced.states[loss][leaf] != oracle.BLOCKED:
+                    continue
+                downstream = _reachable(leaf, every)
+                cuts = [e for e in blocked if e["loss"] == loss and e.get("open_path")]
+                if not any(e["producer_scope"] in downstream for e in cuts):
+                    out.append(Disagreement("path_cuts", step, loss, leaf, sorted(e["producer_scope"] for e in cuts),
+                                            f"a per-path cut downstream of {leaf}, beside the path through {pattern}"))
+    for e in blocked:
+        path = e.get("open_path") or []
+        if not path:
+            continue
+        states = truth.states.get(e["loss"], {})
+        if path[0] != e["producer_scope"] or path[-1] != f"loss:{e['loss']}" or states.get(
+                e["producer_scope"]) not in (oracle.UPDATES, oracle.IGNORED):
+            out.append(Disagreement("open_path", step, e["loss"], e["producer_scope"], path,
+                                    f"a path the gradient takes (state {states.get(e['producer_scope'])})"))
     return out
 
 

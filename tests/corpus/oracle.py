@@ -17,6 +17,14 @@ gradient -> `blocked` if dependent, else `independent`. A scope is a
 variable's parent path (the variable itself at top level); every ancestor
 rolls up its children, taking the most flowing one. Every variable and
 optimizer slot it touches is restored, bit for bit.
+
+Per-path cuts (`blocked(l, s, except_via=x)`: every path from s to l that
+avoids x is cut): the same three questions with the paths through x silenced,
+every weight matrix of x (variables of rank >= 2) set to zero and its biases
+to fixed noise, so x's output is a non-zero constant of its input and no
+gradient crosses it. Then a gradient
+into s arrived by a path avoiding x, and a dependence without one is a path
+avoiding x that is cut (`silenced_truth`). TF2 shapes only.
 """
 
 from __future__ import annotations
@@ -59,10 +67,14 @@ class StepTruth:
     Attributes:
       facts: loss -> variable full name -> facts.
       states: loss -> scope -> flow state (leaves and every roll-up).
+      silenced: scope pattern -> the truth with the paths through the scopes
+        it matches silenced (`silenced_truth`), for the patterns the shape's
+        `except_via` rules name.
     """
 
     facts: Mapping[str, Mapping[str, VariableFacts]]
     states: Mapping[str, Mapping[str, str]]
+    silenced: Mapping[str, "StepTruth"] = dataclasses.field(default_factory=dict)
 
     def blocked_producers(self, loss: str) -> set[str]:
         """Leaf scopes the loss depends on but gets no gradient from (the
@@ -152,6 +164,35 @@ def tf2_truth(probe: StepProbe) -> StepTruth:
     finally:
         snapshot.restore()
     return _truth(facts)
+
+
+def silenced_truth(probe: StepProbe, pattern: str) -> StepTruth:
+    """`tf2_truth` with every weight matrix (rank >= 2) of the scopes matching
+    `pattern` (or below one) set to zero and their other variables (biases) to
+    fixed noise: their output is then a constant of their input, and not a
+    degenerate one (zero biases would make it 0, which a normalized loss
+    reads as no dependence at all), so a gradient still reaching a scope came
+    by a path avoiding them. Restores the variables, bit for bit."""
+    if isinstance(probe, TF1Probe):
+        raise AssertionError("the oracle judges except_via rules on TF2 shapes only")
+    silenced = [v for n, v in probe.variables.items() if under(leaf_scope(n), pattern)]
+    if not any(len(v.shape) >= 2 for v in silenced):
+        raise AssertionError(f"except_via={pattern}: no weight matrix to silence in {sorted(probe.variables)}")
+    saved = [v.numpy().copy() for v in silenced]
+    rng = np.random.default_rng(0)
+    try:
+        for v, value in zip(silenced, saved):
+            quiet = np.zeros_like(value) if value.ndim >= 2 else rng.normal(size=value.shape).astype(value.dtype)
+            v.assign(quiet)
+        return tf2_truth(probe)
+    finally:
+        for v, value in zip(silenced, saved):
+            v.assign(value)
+
+
+def except_via_patterns(rules: Sequence[str]) -> list[str]:
+    """The scope patterns the `except_via` of `rules` name, each once."""
+    return list(dict.fromkeys(p for rule in rules for p in _parse(rule)[2]))
 
 
 class _Snapshot:
@@ -317,12 +358,23 @@ def rule_holds(rule: str, truth: StepTruth) -> bool | None:
     `never(l, s)`: no scope matching s is `updates` for l. `only(l, [a, b])`:
     every `updates` scope of l is under an allowed scope, or a roll-up above
     one. `blocked(l, s)`: every scope matching s is `blocked` for l (and one
-    matches). `tracks` is not judged here (drift is compared separately).
+    matches). `blocked(l, s, except_via=[x, ...])`: the same on the truth with
+    the paths through x silenced, over the scopes matching s outside x.
+    `tracks` is not judged here (drift is compared separately).
     """
-    kind, args = _parse(rule)
+    kind, args, avoid = _parse(rule)
     losses = [loss for loss in truth.states if fnmatch.fnmatchcase(loss, args[0])]
     if not losses:
         return None
+    if avoid:
+        if len(avoid) != 1:
+            raise ValueError(f"the oracle silences one except_via scope at a time, not {avoid}")
+        judged = truth.silenced[avoid[0]]
+        for loss in losses:
+            hit = [st for sc, st in judged.states[loss].items() if matches(sc, args[1]) and not under(sc, avoid[0])]
+            if not hit or any(st != BLOCKED for st in hit):
+                return False
+        return True
     for loss in losses:
         states = truth.states[loss]
         if kind == "never":
@@ -333,8 +385,8 @@ def rule_holds(rule: str, truth: StepTruth) -> bool | None:
             for scope, state in states.items():
                 if state != UPDATES:
                     continue
-                inside = any(_under(scope, a) for a in allowed)
-                above = any(_under(a, scope) for a in allowed)
+                inside = any(under(scope, a) for a in allowed)
+                above = any(under(a, scope) for a in allowed)
                 if not inside and not above:
                     return False
         elif kind == "blocked":
@@ -346,22 +398,25 @@ def rule_holds(rule: str, truth: StepTruth) -> bool | None:
     return True
 
 
-def _under(scope: str, allowed: str) -> bool:
+def under(scope: str, allowed: str) -> bool:
     """`scope` is `allowed`, matches it, or lies below a scope that does."""
     parts = scope.split("/")
     return any(matches("/".join(parts[: i + 1]), allowed) for i in range(len(parts)))
 
 
-def _parse(rule: str) -> tuple[str, list[str]]:
+def _parse(rule: str) -> tuple[str, list[str], list[str]]:
+    """(kind, [loss, scope, ...], the except_via patterns) of a rule text."""
     kind, _, rest = rule.strip().partition("(")
     body = rest.rstrip().removesuffix(")")
+    body, _, via = body.partition(", except_via=")
     loss, _, scopes = body.partition(",")
     scopes = scopes.strip()
     if scopes.startswith("["):
         args = [s.strip() for s in scopes.strip("[]").split(",") if s.strip()]
     else:
         args = [scopes]
-    return kind.strip(), [loss.strip()] + args
+    avoid = [v.strip() for v in via.strip().strip("[]").split(",") if v.strip()]
+    return kind.strip(), [loss.strip()] + args, avoid
 
 
 # ----- drift, recomputed with numpy -------------------------------------------
