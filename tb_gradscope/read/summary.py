@@ -118,6 +118,7 @@ def _blocked_edge(edge: fmt.BlockedEdge) -> dict[str, Any]:
         "cause": edge.cause,
         "source": f"{edge.source.file}:{edge.source.line}" if edge.source else None,
         "function": edge.source.function if edge.source else None,
+        "open_path": list(edge.open_path),
     }
 
 

@@ -31,8 +31,9 @@ RECORDED, EVALUATED = "recorded", "evaluated"
 NO_FLOWGRAPH = (
     "run {run!r} has no FlowGraph (its training step was never traced, e.g. an eager loop): "
     "rules are checked on its gradient tables alone, so blocked(...) cannot tell a cut from no "
-    "dependence and never/only cannot tell a scope outside the optimizer's variables (ignored) "
-    "from one it updates; trace the step once with rec.analyze(step_fn, *example_args), or run "
+    "dependence, never/only cannot tell a scope outside the optimizer's variables (ignored) "
+    "from one it updates, and blocked(..., except_via=...) is not checked at all (it is about "
+    "paths, which only the FlowGraph shows); trace the step once with rec.analyze(step_fn, *example_args), or run "
     "it in tf.function"
 )
 
