@@ -3,9 +3,12 @@
 Each shape (tests/corpus/shapes_*.py) trains once per session with the oracle
 watching (tests/corpus/harness.py), then `doctor --format json` reads its run:
 a correct shape has no finding; a leaky mutant has a finding naming a loss
-and scope of a rule the oracle says the mutant breaks, and every rule a
-finding proposes is false in the oracle on that mutant (copied into CI, it
-catches the leak). Mutants that nothing a run records can tell from a correct
+and scope of a rule the oracle says the mutant breaks, every rule a finding
+proposes is false in the oracle on that mutant (copied into CI, it catches
+the leak) and passes `check` on the mutant's correct twin (it survives the
+fix). A mutant exits 1 when the oracle says a loss updates what a broken
+rule forbids (a leak), else 0 with its findings as hazard notes (exit 1 under
+--strict). Mutants that nothing a run records can tell from a correct
 shape are listed in UNFINDABLE and expected to fail (strictly: if doctor
 starts finding one, the mark must go). docs/CORRECTNESS.md shows the table.
 """
@@ -13,11 +16,14 @@ starts finding one, the mark must go). docs/CORRECTNESS.md shows the table.
 from __future__ import annotations
 
 import importlib
+import io
+import json
 import pkgutil
 
 import pytest
 
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.commands import build_parser
 from tests import corpus
 from tests.corpus import harness, oracle
 from tests.corpus.spec import Shape
@@ -41,6 +47,15 @@ UNFINDABLE = {
         "which is correct there; only the correct run's per-path cut, or blocked(simsiam, encoder/*, "
         "except_via=predictor), says this loss's direct path must be cut"
     ),
+    "multihead_leaky": (
+        "loss2's optimizer over every variable trains Agent/layer1 beside loss1's: the flow of the README's TF1 "
+        "quickstart, where both var_lists take in layer1 by design (each loss also trains its own head); only "
+        "never(loss2, Agent/layer1) says this one must not"
+    ),
+    "tf1_multihead_leaky": (
+        "the flow of the README's TF1 quickstart (both var_lists take in Agent/layer1, each loss trains its own "
+        "head): a design, not a leak, unless a rule says so"
+    ),
 }
 
 
@@ -53,6 +68,7 @@ def _all_shapes() -> list[Shape]:
 
 
 SHAPES = _all_shapes()
+BY_NAME = {s.name: s for s in SHAPES}
 CORRECT = [s for s in SHAPES if s.mutant_of is None]
 MUTANTS = [s for s in SHAPES if s.mutant_of is not None]
 
@@ -91,15 +107,33 @@ def test_correct_shape_has_no_finding(shape, diagnosed):
     assert found == [] and code == 0, [(f["kind"], f["loss"], f["scope"], f["what"]) for f in found]
 
 
+def _leaks(trained, broken) -> bool:
+    """Whether the oracle says a loss updates a scope a broken rule forbids
+    (a leak), at some recorded step, rather than only being reached (a hazard)."""
+    for truth in trained.truths.values():
+        for rule in broken:
+            if isinstance(rule, rules_lib.Blocked):
+                continue
+            if oracle.rule_holds(str(rule), truth) is False:
+                return True
+    return False
+
+
 @pytest.mark.parametrize("shape", _mutant_params())
 def test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak(shape, diagnosed):
     trained, code, found = diagnosed(shape)
     broken = [rules_lib.parse_rule(r) for r, holds in harness.rules_verdict(trained).items() if not holds]
     assert broken, f"the oracle finds no broken rule in {shape.name}"
-    assert code == 1 and any(_names_a_broken_rule(f, broken) for f in found), (
+    assert any(_names_a_broken_rule(f, broken) for f in found), (
         f"no finding names a loss and scope of {[str(r) for r in broken]}: "
         f"{[(f['kind'], f['loss'], f['scope']) for f in found]}"
     )
+    leak = _leaks(trained, broken)
+    assert code == (1 if leak else 0), [(f["kind"], f["severity"], f["loss"], f["scope"]) for f in found]
+    assert any(f["severity"] == "leak" for f in found) == leak
+    if not leak:
+        strict, _, _ = _doctor_strict(trained)
+        assert strict == 1, "--strict fails on hazards"
 
 
 @pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in MUTANTS if s.name not in UNFINDABLE])
@@ -110,3 +144,45 @@ def test_every_rule_a_finding_proposes_is_false_in_the_oracle(shape, diagnosed):
             continue
         judged = [oracle.rule_holds(f["rule"], truth) for truth in trained.truths.values()]
         assert False in judged, f"{f['rule']} (from {f['kind']}) holds in the oracle at every step: {judged}"
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in MUTANTS if s.name not in UNFINDABLE])
+def test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin(shape, diagnosed, tmp_path):
+    _, _, found = diagnosed(shape)
+    proposed = sorted({f["rule"] for f in found if f["rule"]})
+    assert proposed, f"{shape.name}: no finding proposes a rule"
+    twin = diagnosed(BY_NAME[shape.mutant_of])[0]
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text("rules = [" + ", ".join(json.dumps(r) for r in proposed) + "]\n", encoding="utf-8")
+    args = build_parser().parse_args(["check", twin.logdir, "--run", twin.run, "--rules", str(rules_file)])
+    out, err = io.StringIO(), io.StringIO()
+    assert args.run(args, out, err) == 0, f"{proposed} on {twin.run}:\n{out.getvalue()}{err.getvalue()[-2000:]}"
+
+
+def _doctor_strict(trained):
+    args = build_parser().parse_args(["doctor", trained.logdir, "--run", trained.run, "--strict", "--format", "json"])
+    out, err = io.StringIO(), io.StringIO()
+    return args.run(args, out, err), out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in SHAPES])
+def test_doctor_says_findings_are_partial_exactly_when_the_run_has_no_flowgraph(shape, diagnosed):
+    trained = diagnosed(shape)[0]
+    code, out, err = _doctor_strict(trained)
+    (entry,) = json.loads(out)["runs"]
+    assert entry["partial"] == (not shape.has_flowgraph)
+    assert all(f["partial"] == (not shape.has_flowgraph) for f in entry["findings"])
+    assert ("its findings are partial" in err and "rec.analyze" in err) == (not shape.has_flowgraph), err[-1500:]
+
+
+def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed):
+    """The eager actor-critic's own episode function, traced as written (the
+    environment stepped through tf.numpy_function): the advantage's
+    stop_gradient is a blocked edge whose source line is in the shape's code,
+    not in a copy of the loss."""
+    from tb_gradscope.read.logdir import load_logdir
+
+    trained = diagnosed(BY_NAME["eager_rollout_ac_analyzed"])[0]
+    (logs,) = load_logdir(trained.logdir, trained.run)
+    edges = [e for e in logs.flowgraphs[-1][1].blocked_edges if e.loss == "actor" and e.op_type == "StopGradient"]
+    assert edges and all(e.source and e.source.file.endswith("tests/corpus/shapes_doctor.py") for e in edges), edges

@@ -3,8 +3,11 @@
 Exit status: 0 when no run shows a violation, 1 when any does (one line each:
 run, step, rule, message, evidence; or one JSON document with `--format
 json`), 2 on bad usage, a missing or unreadable
-logdir, a logdir without gradscope data, a broken rules file, or a run none of
-whose gradient tables could be read (nothing was checked there). The
+logdir, a logdir without gradscope data, a broken rules file, a run none of
+whose gradient tables could be read (nothing was checked there), or rules
+(given or recorded) none of which had anything to check in any run (no
+recorded step, FlowGraph or drift series holds what they name: never a
+silent pass). The
 violations come from `tb_gradscope.read.violations`, which the plugin's
 violations route (the tab's Violations panel) calls too. Imports TensorBoard
 only when it runs, so `--help` is instant; never tensorflow.
@@ -38,9 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = (
         "exit status: 0 no violation, 1 any violation, 2 bad usage, unreadable "
-        "logdir, no gradscope data, broken rules file, or a run whose gradient "
-        "tables could not be read (not checked). Rules file format: "
-        "docs/RULES.md."
+        "logdir, no gradscope data, broken rules file, a run whose gradient "
+        "tables could not be read (not checked), or rules none of which any "
+        "recorded step could check. Rules file format: docs/RULES.md."
     )
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
     parser.add_argument("--rules", metavar="FILE", help="a TOML rules file to check every run against")
@@ -110,6 +113,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if not any_rules and not recorded_any:
         print(f"{checked}: no rules given and none recorded", file=err)
         return OK
+    if not recorded_any and not any(c.checked for c in checked_runs.values()):
+        print(f"{checked}: rules were given but no recorded step could check them (the lines above say what "
+              f"each one names that no run recorded); exit {UNREADABLE}: nothing was checked", file=err)
+        return UNREADABLE
     summary = f"{len(found)} violation(s)" if found else "no violations"
     print(f"{checked}: {summary}", file=err)
     return VIOLATED if found else OK

@@ -3,10 +3,16 @@
 Reads each run's records (FlowGraph, gradient tables, drift, conflict, events)
 through TensorBoard's ingestion and prints the findings of
 `tb_gradscope.read.findings.diagnose`: what, where, the evidence, why it is
-probably a bug, the one-line fix and the rule that pins it in CI. Exit status:
-0 no finding, 1 any finding, 2 bad usage, unreadable logdir, no gradscope
-data, or a run none of whose gradient tables could be read. Imports
-TensorBoard only when it runs; never tensorflow.
+probably a bug, the one-line fix and the rule that pins it in CI. A leak
+(something trains what it must not, a broken target, a gradient gone bad) is
+a finding; a hazard (a gradient reaches a trainable target or another loss's
+value, but no optimizer step fed by it writes there today) is printed as a
+note. A run without a FlowGraph is diagnosed on its gradient tables alone: a
+warning says its findings are partial and how to get the full evidence. Exit
+status: 0 no leak (notes only, or nothing), 1 any leak (or any note, with
+--strict), 2 bad usage, unreadable logdir, no gradscope data, or a run none
+of whose gradient tables could be read. Imports TensorBoard only when it
+runs; never tensorflow.
 """
 
 from __future__ import annotations
@@ -36,13 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "probably a bug, the fix, and the rule that pins the fix in CI."
     )
     parser.epilog = (
-        "exit status: 0 no finding, 1 any finding, 2 bad usage, unreadable logdir, no "
-        "gradscope data, or a run whose gradient tables could not be read. "
-        "docs/CLI.md lists every finding kind."
+        "exit status: 0 no leak (hazards are notes), 1 any leak (or any note, with --strict), "
+        "2 bad usage, unreadable logdir, no gradscope data, or a run whose gradient tables "
+        "could not be read. docs/CLI.md lists every finding kind."
     )
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="diagnose only this run")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 on hazards too (a gradient reaching a trainable target or another "
+                             "loss's value that no optimizer step applies today)")
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -50,7 +59,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     from tb_gradscope.read import logdir
-    from tb_gradscope.read.findings import diagnose
+    from tb_gradscope.read import finding as F
+    from tb_gradscope.read.findings import diagnose, partial_warning
     from tb_gradscope.read.runs import run_records
 
     try:
@@ -58,13 +68,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except logdir.LogdirError as e:
         print(f"tb-gradscope doctor: {safe(e)}", file=err)
         return UNREADABLE
-    per_run = {logs.run: diagnose(run_records(logs)) for logs in runs}
+    per_run, partial = {}, {}
     for logs in runs:
-        for warning in logs.warnings:
+        records = run_records(logs)
+        per_run[logs.run] = diagnose(records)
+        partial[logs.run] = partial_warning(records)
+    for logs in runs:
+        for warning in logs.warnings + ([partial[logs.run]] if partial[logs.run] else []):
             print(f"warning: {safe(warning)}", file=err)
     if args.format == "json":
         document = {"logdir": args.logdir, "runs": [
-            {"run": name, "findings": [f.to_json() for f in found]} for name, found in per_run.items()
+            {"run": name, "findings": [f.to_json() for f in found], "partial": bool(partial[name]),
+             "warnings": [partial[name]] if partial[name] else []}
+            for name, found in per_run.items()
         ]}
         json.dump(document, out, indent=1, ensure_ascii=True, allow_nan=False)
         out.write("\n")
@@ -74,20 +90,31 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     for name in unreadable:
         print(f"error: run {safe(name)}: not diagnosed: none of its gradient tables could be read "
               "(the warnings above say why)", file=err)
-    total = sum(len(found) for found in per_run.values())
-    print(f"diagnosed {len(runs)} run(s): {total} finding(s)", file=err)
-    if unreadable and not total:
+    strict = getattr(args, "strict", False)  # a caller's Namespace may lack --strict
+    every = [f for found in per_run.values() for f in found]
+    leaks = [f for f in every if f.severity != F.HAZARD]
+    summary = f"diagnosed {len(runs)} run(s): {len(leaks)} finding(s)"
+    if len(every) > len(leaks):
+        summary += f", {len(every) - len(leaks)} note(s) (hazards{'' if strict else '; exit 1 on them with --strict'})"
+    print(summary, file=err)
+    if unreadable and not every:
         return UNREADABLE
-    return FOUND if total else CLEAN
+    return FOUND if (every if strict else leaks) else CLEAN
 
 
 def render_run(run: str, found: list[Finding]) -> str:
     """One run's findings as text."""
     if not found:
         return f"run {safe(run)}: no findings"
-    lines = [f"run {safe(run)}: {len(found)} finding(s)"]
+    from tb_gradscope.read.finding import HAZARD
+
+    notes = sum(1 for f in found if f.severity == HAZARD)
+    head = f"run {safe(run)}: {len(found) - notes} finding(s)"
+    lines = [head + (f", {notes} note(s)" if notes else "")]
     for i, f in enumerate(found, 1):
-        lines += ["", f"{i}. [{f.kind}] {safe(f.what)}"]
+        label = "note: hazard, " if f.severity == HAZARD else ""
+        partial = " (partial: no FlowGraph)" if f.partial else ""
+        lines += ["", f"{i}. [{f.kind}] {label}{safe(f.what)}{partial}"]
         where = [f"loss {safe(f.loss)}" if f.loss else "", f"scope {safe(f.scope)}",
                  f"pair {safe(f.pair)}" if f.pair else "", f"edge {safe(f.edge)}" if f.edge else ""]
         lines.append("   where:    " + ", ".join(w for w in where if w))

@@ -1,8 +1,8 @@
 """`tb-gradscope report LOGDIR`: what each run's gradient flow looks like, in text or JSON.
 
 Per run: the loss x scope flow-state table with gradient norms at one recorded
-step, blocked edges with their source lines, the latest drift per pair,
-anomalies and violations. Reads through TensorBoard's ingestion (imported only
+step (by default each loss at its latest recorded step), blocked edges with
+their source lines, each pair's drift at that step, anomalies and violations. Reads through TensorBoard's ingestion (imported only
 when the command runs) and never imports tensorflow.
 """
 
@@ -24,14 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Summarises the gradscope logs in LOGDIR, per run: the flow state of every "
         "(loss, scope) cell with its gradient L2 norm at one recorded step, blocked "
-        "edges with the source line that cut them, the latest drift of each "
-        "target/online pair, anomalies, and violations (recorded ones, plus the "
+        "edges with the source line that cut them, the drift of each "
+        "target/online pair at that step, anomalies, and violations (recorded ones, plus the "
         "rules of --rules FILE and those the run recorded, evaluated over all steps)."
     )
     parser.epilog = "exit status: 0 on success, 2 on bad usage, unreadable logdir or no gradscope data."
     parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="report only this run")
-    parser.add_argument("--step", metavar="S", type=int, help="the recorded step to show (default: the latest)")
+    parser.add_argument("--step", metavar="S", type=int, help="the recorded step to show (default: each loss at its latest recorded step)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     parser.add_argument("--rules", metavar="FILE", help="also evaluate the rules of this TOML file")
 
@@ -71,11 +71,16 @@ def render_run(report: dict[str, Any]) -> str:
         head += " (no recorded steps)"
     if report["flowgraph"]:
         head += f"; FlowGraph traced from {safe(report['flowgraph']['source'] or 'a step')}"
-    lines = [head, "", "flow (state and gradient L2 norm per loss):"]
+    lines = [head]
+    loss_steps = report.get("loss_steps") or {}
+    if any(s != report["step"] for s in loss_steps.values()):
+        lines.append("losses at their latest recorded step: " + ", ".join(
+            f"{safe(loss)} at step {s}" for loss, s in loss_steps.items()))
+    lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
     lines += ["", "blocked edges:"]
     lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
-    lines += ["", "drift (latest per pair):"]
+    lines += ["", "drift (per pair, at the step shown or the latest before it):"]
     lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
     lines += ["", "gradient conflict (cosine per shared scope, most opposed first):"]
     lines += [_conflict_line(c) for c in report["conflict"]] or ["  not recorded"]

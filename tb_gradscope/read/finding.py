@@ -25,6 +25,15 @@ VANISHING = "vanishing_gradient"
 KINDS = (TARGET_TRAINED, TARGET_NOT_CUT, JUDGE_TRAINED, SHARED_BY_OPTIMIZERS, VALUE_NOT_CUT, LOSSES_FIGHTING,
          PAIR_ANOMALY, NONFINITE, VANISHING)
 
+# How bad a finding is. A leak: something trains what it must not, or a
+# number or target is broken (doctor exits 1). A hazard: a gradient reaches a
+# trainable target or another loss's value, but no optimizer step fed by it
+# writes there today, so nothing is trained wrong yet; one var_list or
+# trainable_variables away from a leak (a note: doctor exits 0 unless --strict).
+LEAK = "leak"
+HAZARD = "hazard"
+SEVERITIES = (LEAK, HAZARD)
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
@@ -47,6 +56,10 @@ class Finding:
         kind expresses it: numeric findings).
       first_step, last_step: the recorded steps it was first and last seen at.
       steps: how many recorded steps show it.
+      severity: LEAK or HAZARD.
+      partial: the run has no FlowGraph, so the finding rests on gradient
+        tables alone (and on scope names): cuts, dataflow and which optimizer
+        writes what were not seen.
     """
 
     kind: str
@@ -62,6 +75,8 @@ class Finding:
     steps: int
     pair: str = ""
     edge: str = ""
+    severity: str = LEAK
+    partial: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The finding as strict JSON data (NaN/Inf as null)."""

@@ -14,6 +14,8 @@ Never imports tensorflow.
 
 from __future__ import annotations
 
+import dataclasses
+
 from tb_gradscope.read import finding as F
 from tb_gradscope.read import health, leaks
 from tb_gradscope.read.finding import Finding
@@ -21,9 +23,19 @@ from tb_gradscope.read.flow import Flow
 from tb_gradscope.read.records import RunRecords, within
 from tb_gradscope.read.targets import targets
 
-__all__ = ["Finding", "KINDS", "diagnose"]
+__all__ = ["Finding", "KINDS", "NO_FLOWGRAPH", "diagnose", "partial_warning"]
 
 KINDS = F.KINDS
+
+# What a diagnosis without a FlowGraph misses, and how to get it (the
+# counterpart of `read.violations.NO_FLOWGRAPH`, which says it for rules).
+NO_FLOWGRAPH = (
+    "run {run!r} has no FlowGraph (its training step was never traced, e.g. an eager loop): "
+    "its findings are partial, read off its gradient tables alone: a cut cannot be told from no "
+    "dependence, nor a scope outside the optimizer's variables (ignored) from one it updates, and "
+    "which scope reads which is known only by name; trace the step once with "
+    "rec.analyze(step_fn, *example_args), or run it in tf.function, for the full evidence"
+)
 
 
 def diagnose(records: RunRecords) -> list[Finding]:
@@ -33,7 +45,12 @@ def diagnose(records: RunRecords) -> list[Finding]:
     leaked = leaks.target_trained(flow, found_targets) + leaks.target_not_cut(flow, found_targets)
     leaked += leaks.cross_loss(flow, exclude=[t.root for t in found_targets])
     taken = [(f.loss, f.scope) for f in leaked]
-    found = leaked + health.losses_fighting(flow, taken)
+    # A leak from one loss into another's scope (an advantage without
+    # stop_gradient) makes the two fight over the trunk they share: the leak
+    # is the finding; a fight beside it would propose cutting the trunk off
+    # one of them, which the fix does not do.
+    explained = [(f.loss, f.evidence["other_loss"]) for f in leaked if f.evidence.get("other_loss")]
+    found = leaked + health.losses_fighting(flow, taken, explained)
     trained_targets = [f.scope for f in leaked if f.kind == F.TARGET_TRAINED]
     for anomaly in health.pair_anomalies(records):
         if anomaly.evidence.get("anomaly") == "moved_by_optimizer" and any(
@@ -42,4 +59,15 @@ def diagnose(records: RunRecords) -> list[Finding]:
             continue  # the target_trained finding names the loss that moves it
         found.append(anomaly)
     found += health.numeric(flow)
+    if records.grads and not records.flowgraphs:
+        found = [dataclasses.replace(f, partial=True) for f in found]
     return sorted(found, key=lambda f: (KINDS.index(f.kind), f.first_step, f.loss, f.scope))
+
+
+def partial_warning(records: RunRecords) -> str | None:
+    """The warning a diagnosis on gradient tables alone deserves (a run that
+    never wrote a FlowGraph), with the way to get the full evidence; None
+    when the run has a FlowGraph (or nothing at all)."""
+    if not records.grads or records.flowgraphs:
+        return None
+    return NO_FLOWGRAPH.format(run=records.run)

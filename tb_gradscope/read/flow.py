@@ -77,14 +77,20 @@ class Flow:
     def enters_aside(self, loss: str, scope: str) -> bool:
         """Whether `scope`'s output reaches the loss without passing through a
         scope the loss updates (single numbers excepted: a learned coefficient
-        scales a value, it does not compute it), along edges open for it. A
-        scope not known to be a single number is not passed through, so an
-        unknown one never adds a finding."""
+        scales a value, it does not compute it), nor through one its own
+        scopes feed (the critic a DDPG actor differentiates through: a tower
+        of it that reads the state joins the actor's path there), along edges
+        open for it. A scope not known to be a single number is not passed
+        through, so an unknown one never adds a finding."""
         if self.graph is None:
             return False
+        judged = set()
+        for source in self.own(loss):
+            judged |= downstream(self.graph, source, open_for=loss)
         passable = {
             n.id for n in self.graph.nodes
-            if n.kind == NODE_SCOPE and (n.id not in self.updated[loss] or self.scalar(n.id) is True)
+            if n.kind == NODE_SCOPE and n.id not in judged
+            and (n.id not in self.updated[loss] or self.scalar(n.id) is True)
         }
         return LOSS_PREFIX + loss in downstream(self.graph, scope, open_for=loss, through=passable)
 

@@ -33,7 +33,8 @@ VANISHING_STEPS = 3  # the last N recorded steps of the loss, in a row
 NONFINITE_STEPS = 2
 
 
-def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = ()) -> list[Finding]:
+def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = (),
+                    explained: Iterable[tuple[str, str]] = ()) -> list[Finding]:
     """Losses whose gradients stay strongly opposed over the region both update.
 
     A region is a highest scope all of whose variable holders both losses
@@ -41,10 +42,15 @@ def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = ()) -> list[F
     losses often disagree on a few layers of a shared network (a BatchNorm
     scale here and there) while agreeing on it as a whole; only a region they
     pull apart as a whole learns neither. `taken` (loss, scope) cells already
-    named by a leak are not repeated."""
+    named by a leak are not repeated, nor are pairs of losses in `explained`
+    (a leak from one into the other's scope already says why they fight)."""
     records = flow.records
+    taken = list(taken)
+    explained_pairs = {frozenset(p) for p in explained}
     found = []
     for (a, b), series in sorted(records.conflict.items()):
+        if frozenset((a, b)) in explained_pairs:
+            continue
         shared = [h for h in flow.holders if h in flow.updated.get(a, {}) and h in flow.updated.get(b, {})]
         for scope in cover(shared, flow.holders):
             by_step = {s: cos[scope] for s, cos in series if scope in cos and cos[scope] == cos[scope]}
@@ -86,6 +92,28 @@ _ANOMALY_FIX = {
                                         "not only trainable_weights",
 }
 
+# The same fixes in TF1 graph code: the copy is an assign op run in the session.
+_ANOMALY_FIX_TF1 = {
+    anomalies.NEVER_SYNCED: "copy the online variables into the target once, right after initializing: "
+                            "sess.run([tf.compat.v1.assign(t, o) for t, o in zip(target_vars, online_vars)])",
+    anomalies.TARGET_FROZEN: "make sure the target update's assign ops run: sess.run them with (or after) the "
+                             "train op, or give the train op a control dependency on them",
+    anomalies.MOVED_BY_OPTIMIZER: "leave the target out of every minimize's var_list (or create it with "
+                                  "trainable=False) and stop its gradient",
+    anomalies.WRONG_DIRECTION: "swap the arguments of the assign ops: tf.compat.v1.assign(target, ...), "
+                               "not assign(online, ...)",
+    anomalies.MOVING_STATS_NOT_TRACKED: "update the target from every global variable of the online scope "
+                                        "(moving statistics included), not only the trainable ones",
+}
+
+
+def anomaly_fix(name: str, source: str) -> str:
+    """The one-line fix of a pair anomaly, in the words of the framework that
+    traced the run (`FlowGraph.source`: "tf1" for Session code)."""
+    if source == "tf1" and name in _ANOMALY_FIX_TF1:
+        return _ANOMALY_FIX_TF1[name]
+    return _ANOMALY_FIX.get(name, "check the target update")
+
 
 def pair_anomalies(records: RunRecords) -> list[Finding]:
     """One finding per pair anomaly (recorded or derived from DRIFT), first step first."""
@@ -94,6 +122,7 @@ def pair_anomalies(records: RunRecords) -> list[Finding]:
         events += anomalies.find_anomalies(pair.name, pair.attrs, list(pair.steps), list(pair.tables),
                                            moves=pair.online_moves)
     attrs = {p.name: p.attrs for p in records.pairs}
+    source = records.flowgraph.source if records.flowgraph is not None else ""
     groups: dict[tuple[str, str, str], list[fmt.Event]] = {}
     for event in events:
         groups.setdefault((event.name, event.pair, event.scope), []).append(event)
@@ -110,7 +139,7 @@ def pair_anomalies(records: RunRecords) -> list[Finding]:
             evidence={"anomaly": name, **first.evidence},
             why="a target that does not follow its online network as declared gives every loss that "
                 "reads it a wrong target",
-            fix=_ANOMALY_FIX.get(name, "check the target update"),
+            fix=anomaly_fix(name, source),
             rule=_pair_rule(name, target, online, pair_attrs),
             first_step=steps[0], last_step=steps[-1], steps=len(steps),
         ))

@@ -15,11 +15,24 @@ bug; docs/CORRECTNESS.md shows which corpus shapes each one fires on:
   scope reads the output of a scope only this loss updates: the actor trains
   the critic that scores it, the generator the discriminator.
 - shared_by_optimizers: two optimizer steps of the same trace write one
-  scope, each fed by a different loss (an optimizer built without var_list).
+  scope, each fed by a different loss, and one of the losses trains nothing
+  else (a critic optimizer without var_list training the actor). Two losses
+  that each train a head of their own and both train the trunk under it, by
+  their own var_lists, are a design, not a finding.
 - value_not_cut: a loss's gradient reaches a scope another loss trains,
   whose output enters this loss from the side (no scope it updates computes
   from it), as a baseline or a weight does (an advantage without
-  stop_gradient).
+  stop_gradient). A scope whose output joins the path from this loss's own
+  scopes to the loss is part of the network the loss differentiates through
+  (the state tower of a DDPG critic whose action tower reads the actor):
+  cutting it is no fix, so it is no finding. Without a FlowGraph (an eager
+  loop never traced) the dataflow is unknown: a loss reaching a scope named
+  after another loss (`critic_head` for loss `critic`) is reported, marked
+  partial.
+
+Severity: a finding whose loss's optimizer writes the scope is a leak; one
+whose gradient only reaches it (target_not_cut, value_not_cut of a value the
+loss's optimizer does not write) is a hazard: nothing is trained wrong today.
 
 Single numbers (a temperature, a learned loss weight) are coefficients, not
 predictions: a loss reaching one is not a leak.
@@ -100,6 +113,7 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 fix=f"compute the target side of '{loss}' under tf.stop_gradient (or before the tape opens); "
                     f"if '{target.root}' never trains, create it with trainable=False",
                 rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
+                severity=F.HAZARD,
                 **_span(steps),
             ))
     return found
@@ -160,22 +174,33 @@ def _judge(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
 
 
 def _optimizers(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
+    """Two optimizer steps, each fed by its own loss, write `holder`: a finding
+    only when one of the losses trains nothing else (all it trains is written
+    by the other's optimizer too: a critic optimizer without var_list training
+    the actor). When each loss also trains scopes of its own, `holder` is a
+    trunk both heads read, and per-loss var_lists that both take it in are a
+    design (seed 01's Agent); only a rule (`never(loss2, Agent/layer1)`) can
+    say it is not."""
     owners = flow.owners(holder)
     labels = {o: flow.optimizer.get(o, "") for o in owners}
     if loss not in owners or "" in labels.values() or len(set(labels.values())) < 2:
         return None
-    # The loss with nothing of its own owns the scope; among the others, the
-    # later optimizer step is taken as the one given too many variables.
     keepers = [o for o in owners if not flow.own(o)]
-    candidates = [o for o in owners if o not in keepers] or owners
+    if not keepers or loss in keepers:
+        return None
+    # Among the losses with scopes of their own, the later optimizer step is
+    # taken as the one given too many variables.
+    candidates = [o for o in owners if o not in keepers]
     intruder = max(candidates, key=lambda o: (_label_order(flow, labels[o]), flow.losses.index(o)))
     if intruder != loss:
         return None
-    other = next(o for o in owners if labels[o] != labels[loss])
-    return F.SHARED_BY_OPTIMIZERS, other
+    others = [o for o in keepers if labels[o] != labels[loss]]
+    return (F.SHARED_BY_OPTIMIZERS, others[0]) if others else None
 
 
 def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str, str] | None:
+    if flow.graph is None:
+        return _value_by_name(flow, loss, holder)
     # A scope not known to be a single number may be one: unknown is no finding.
     if holder not in flow.reached[loss] or flow.scalar(holder) is not False:
         return None
@@ -184,6 +209,25 @@ def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str
     if not others or not own or flow.feeds(own, holder) or not flow.enters_aside(loss, holder):
         return None
     return F.VALUE_NOT_CUT, others[0]
+
+
+def _value_by_name(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
+    """Without a FlowGraph: `loss` reaches a scope named after another loss
+    that trains it (`ac/critic_head` for loss `critic`), and not after itself."""
+    if holder not in flow.reached[loss] or named_after(holder, loss) or flow.scalar(holder) is not False:
+        return None
+    others = [o for o in flow.owners(holder) if o != loss and named_after(holder, o)]
+    return (F.VALUE_NOT_CUT, others[0]) if others else None
+
+
+def named_after(scope: str, loss: str) -> bool:
+    """Whether a segment of `scope` is the loss's name, alone or as the first
+    word of a role (`critic`, `critic_head`, `critic-net` for loss `critic`)."""
+    name = loss.lower()
+    for seg in scope.lower().split("/"):
+        if seg == name or (seg.startswith(name) and seg[len(name):len(name) + 1] in ("_", "-")):
+            return True
+    return False
 
 
 def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
@@ -214,8 +258,9 @@ def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: 
         loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
         evidence={"other_loss": other, "optimizer": mine, "other_optimizer": theirs,
                   **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
-        why="separate optimizers per loss exist to keep each loss on its own scopes; an optimizer over "
-            "every trainable variable (no var_list) lets its loss train the other's scopes too",
+        why=f"everything '{other}' trains is written by the optimizer step '{loss}' feeds too: that "
+            f"optimizer's variables take in '{other}'s network (no var_list, or one too wide), so "
+            f"'{loss}' trains what '{other}' exists to train",
         fix=f"give the optimizer that '{loss}' feeds a var_list without '{scope}' (or, if '{scope}' "
             f"belongs to '{loss}', leave it out of the one '{other}' feeds)",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
@@ -241,7 +286,8 @@ def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
             f"'{loss}' trains; its gradient there pulls the prediction of '{other}' toward what suits '{loss}'",
         fix=f"wrap the value '{loss}' reads from '{scope}' in tf.stop_gradient "
             f"(e.g. advantage = tf.stop_gradient(returns - value))",
-        rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
+        rule=str(rules_lib.Blocked(loss, f"{scope}/*")) if flow.graph is not None else str(rules_lib.Never(loss, f"{scope}/*")),
+        severity=F.LEAK if trains else F.HAZARD,
         **_span(steps),
     )
 

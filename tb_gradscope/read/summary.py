@@ -2,10 +2,13 @@
 
 Per run, at one recorded step: the loss x scope flow-state table (the same
 combination rule as the Gradscope tab, `read.flowstate.cell_state`) with
-gradient norms, the blocked edges with their source lines, the latest drift
-of every target/online pair, anomalies, steps the loss scaler skipped, and
-violations (recorded, plus the rules given or recorded, evaluated over the
-whole run). NaN/Inf become null.
+gradient norms, the blocked edges with their source lines, the drift of every
+target/online pair at that step (or the latest before it), anomalies, steps
+the loss scaler skipped, and violations (recorded, plus the rules given or
+recorded, evaluated over the whole run). With no step chosen, every loss is
+shown at its own latest recorded step (`loss_steps`): a loop whose losses are
+applied at different steps (PPO's policy and value, each `rec.apply` its own
+step; TD3's delayed actor) shows them all. NaN/Inf become null.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         )
     chosen = step if step is not None else (steps[-1] if steps else None)
     flowgraph = logs.flowgraph_at(chosen if chosen is not None else logs.last_step)
+    loss_steps = _loss_steps(logs, chosen, step is None)
     checked = check_run(logs, rules)
     anomalies, anomaly_warnings = run_anomalies(logs)
     return {
@@ -48,9 +52,10 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         "step": chosen,
         "recorded_steps": {"count": len(steps), "first": steps[0] if steps else None, "last": steps[-1] if steps else None},
         "flowgraph": None if flowgraph is None else {"source": flowgraph.source, "warnings": flowgraph.warnings},
-        **_table(logs, chosen, flowgraph),
+        "loss_steps": loss_steps,
+        **_table(logs, chosen, flowgraph, loss_steps),
         "blocked_edges": [_blocked_edge(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
-        "drift": [_latest_drift(name, series) for name, series in sorted(logs.drift.items()) if series],
+        "drift": [_drift_at(name, series, chosen) for name, series in sorted(logs.drift.items()) if series],
         "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
         "anomalies": [_json_event(e) for e in anomalies],
         "skipped_steps": [_json_event(e) for e in sorted(logs.events, key=lambda e: e.step) if e.type == fmt.SKIPPED],
@@ -73,11 +78,27 @@ def _nearest(steps: list[int], step: int) -> list[int]:
     return sorted(sorted(steps, key=lambda s: (abs(s - step), s))[:2])
 
 
-def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None) -> dict[str, Any]:
-    grads = logs.grads.get(step, {}) if step is not None else {}
+def _loss_steps(logs: RunLogs, step: int | None, latest_each: bool) -> dict[str, int]:
+    """loss -> the recorded step its column is read at: `step` for the losses
+    recorded there; with `latest_each`, every loss at its latest recorded step."""
+    if step is None:
+        return {}
+    if not latest_each:
+        return {loss: step for loss in logs.grads.get(step, {})}
+    found: dict[str, int] = {}
+    for s in sorted(logs.grads):
+        for loss in logs.grads[s]:
+            found[loss] = s
+    return found
+
+
+def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None,
+           loss_steps: dict[str, int]) -> dict[str, Any]:
+    grads = {loss: logs.grads[s][loss] for loss, s in loss_steps.items()}
     updates = logs.updates.get(step) if step is not None else None
     # At a recorded step, the losses recorded there (a TD3 actor updated every
-    # other step, a GAN's alternating losses), as the tab shows them.
+    # other step, a GAN's alternating losses), as the tab shows them; by
+    # default each loss at its latest step.
     losses = list(grads) if step is not None else list(flowgraph.cells) if flowgraph else []
     scopes = list(flowgraph.scopes) if flowgraph else []
     recorded = [t.info.scopes for t in grads.values()] + ([updates.info.scopes] if updates is not None else [])
@@ -122,8 +143,11 @@ def _blocked_edge(edge: fmt.BlockedEdge) -> dict[str, Any]:
     }
 
 
-def _latest_drift(name: str, series: list) -> dict[str, Any]:
-    step, table = series[-1]
+def _drift_at(name: str, series: list, at: int | None) -> dict[str, Any]:
+    """The pair's drift record at step `at`, or the latest before it (the
+    first one when all come later; the latest when `at` is None)."""
+    earlier = [item for item in series if at is None or item[0] <= at] or series[:1]
+    step, table = earlier[-1]
     attrs = table.info.attrs
     target = str(attrs.get("target", ""))
     scopes = table.info.scopes

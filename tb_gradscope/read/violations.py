@@ -58,20 +58,29 @@ class Violation:
 
 @dataclasses.dataclass(frozen=True)
 class RunCheck:
-    """One run checked: the rules evaluated, the violations, and warnings
-    saying what could not be checked and how to make it checkable."""
+    """One run checked: the rules evaluated, the violations, warnings
+    saying what could not be checked and how to make it checkable, and the
+    rules that had nothing to check in the run (no recorded step, FlowGraph or
+    drift series holds what they name)."""
 
     rules: list[rules_lib.Rule]
     violations: list[Violation]
     warnings: list[str]
+    unchecked: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def checked(self) -> bool:
+        """Whether any rule had something to check in the run."""
+        return any(str(r) not in self.unchecked for r in self.rules)
 
 
 def check_run(run: RunLogs, given: Sequence[rules_lib.Rule] = ()) -> RunCheck:
     """The run's recorded violations plus `given` and its recorded rules
     evaluated over its logs, grouped (what `tb-gradscope check` prints)."""
     chosen, warnings = run_rules(run, given)
-    found = group(run.run, run.events, evaluate(run, chosen))
-    return RunCheck(chosen, found, warnings)
+    evaluated = evaluate(run, chosen)
+    unchecked = sorted({e.name for e in evaluated if "unmatched" in e.evidence})
+    return RunCheck(chosen, group(run.run, run.events, evaluated), warnings, unchecked)
 
 
 def run_rules(run: RunLogs, given: Sequence[rules_lib.Rule]) -> tuple[list[rules_lib.Rule], list[str]]:
