@@ -167,6 +167,16 @@ export class App {
     }
   }
 
+  /** Redraws what takes its colours from the theme when drawn (the charts), after a theme change. */
+  restyle(): void {
+    const view = this.view;
+    if (view?.extras != null) {
+      this.useExtras(view, view.extras);
+      if (view.matrix !== null) this.drawExtras(view, view.matrix);
+    }
+    this.showCharted();
+  }
+
   /** Refetches the runs, then the current run at the chosen (or latest) step. */
   async refresh(): Promise<void> {
     const generation = ++this.generation;
@@ -509,7 +519,8 @@ export class App {
     const parts: string[] = [];
     const view = this.view;
     if (view !== null) {
-      parts.push(`${view.info.scopes.length} scopes · ${view.info.losses.length} losses · ${view.info.steps.length} kept steps`);
+      const { scopes, losses, steps } = view.info;
+      parts.push(`${plural(scopes.length, "scope")} · ${plural(losses.length, "loss", "losses")} · ${plural(steps.length, "kept step")}`);
     }
     parts.push(liveText(this.reloadInterval));
     this.toolbar.setStatus(parts.join(" · "));
@@ -527,6 +538,11 @@ export class App {
       unique.length > 0 && h("ul", { className: "gs-warnings", attrs: { "aria-label": "warnings" } }, ...unique.map((w) => h("li", {}, escapeName(w)))),
     );
   }
+}
+
+/** "1 loss", "2 losses". */
+export function plural(count: number, one: string, many = `${one}s`): string {
+  return `${count} ${count === 1 ? one : many}`;
 }
 
 /** What the status line says about new data reaching the tab. */
