@@ -115,7 +115,11 @@ class TensorBoard:
 
 
 def launch_tensorboard(
-    logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None, module: bool = False
+    logdir: pathlib.Path,
+    log: pathlib.Path,
+    executable: pathlib.Path | None = None,
+    module: bool = False,
+    reload_interval: float | None = 1,
 ) -> subprocess.Popen:
     """Starts `tensorboard --port 0` writing its stderr to `log`; returns at once.
 
@@ -123,11 +127,14 @@ def launch_tensorboard(
     `module=True` it is a Python interpreter that runs `-m tensorboard.main`.
     It runs in the log's folder: from the repository, `-m` would import the
     source tree's tb_gradscope instead of the installed one.
+    `reload_interval=None` keeps TensorBoard's default (5 s).
     """
     program = [str(executable or VENV_BIN / "tensorboard")]
     if module:
         program += ["-m", "tensorboard.main"]
-    command = program + ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"]
+    command = program + ["--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0"]
+    if reload_interval is not None:
+        command += ["--reload_interval", str(reload_interval)]
     with log.open("w") as stderr:
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=log.parent)
 
@@ -148,10 +155,14 @@ def await_tensorboard(process: subprocess.Popen, logdir: pathlib.Path, log: path
 
 
 def start_tensorboard(
-    logdir: pathlib.Path, log: pathlib.Path, executable: pathlib.Path | None = None, module: bool = False
+    logdir: pathlib.Path,
+    log: pathlib.Path,
+    executable: pathlib.Path | None = None,
+    module: bool = False,
+    reload_interval: float | None = 1,
 ) -> TensorBoard:
     """`launch_tensorboard`, then `await_tensorboard`."""
-    return await_tensorboard(launch_tensorboard(logdir, log, executable, module), logdir, log)
+    return await_tensorboard(launch_tensorboard(logdir, log, executable, module, reload_interval), logdir, log)
 
 
 def stop_tensorboard(process: subprocess.Popen) -> None:

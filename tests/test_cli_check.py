@@ -39,13 +39,15 @@ def test_leaky_run_exits_1_with_one_line_per_violation(logdir, rules_file):
     code, out, err = check(logdir, "--rules", rules_file, "--run", "leaky")
     assert code == 1, err
     lines = out.splitlines()
-    assert len(lines) == 4  # never and blocked, each at trace time and over the steps
-    trace = [l for l in lines if "(trace)" in l and "never(td, target/*)" in l]
-    assert trace and "missing cut on target/l1 -> loss:td" in trace[0]
-    steps = [l for l in lines if "(trace)" not in l and "never(td, target/*)" in l]
-    assert steps[0].startswith("leaky  step 0  never(td, target/*)")
-    assert "l2=0.25" in steps[0] and "(3 steps, last 20)" in steps[0]
-    assert "4 violation(s)" in err
+    # One line per broken rule, its trace-time and run-time breaches together.
+    never = [l for l in lines if l.startswith("leaky  never(td, target/*)")]
+    assert len(never) == 1, lines
+    assert "at trace, and at 3 steps (0-20)" in never[0]
+    assert "missing cut on target/l1 -> loss:td" in never[0]
+    assert "gradient norm 0.25" in never[0]
+    assert len(lines) == len({l.split("  ")[1] for l in lines}) <= 2, lines
+    assert "blocked(td, target)" in out
+    assert f"{len(lines)} violation(s)" in err
 
 
 def test_clean_run_exits_0(logdir, rules_file):
@@ -123,7 +125,7 @@ def test_console_script_exit_codes(logdir, rules_file, tmp_path):
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert leaky.returncode == 1, leaky.stderr
-    assert "leaky  step 0" in leaky.stdout
+    assert "leaky  never(td, target/*)  at trace, and at" in leaky.stdout
     script = shutil.which("tb-gradscope", path=os.path.dirname(sys.executable))
     missing = subprocess.run([script, "check", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2, missing.stderr
@@ -150,7 +152,7 @@ def test_rules_a_run_recorded_are_checked_without_rules_file(tmp_path):
     rf.write_records(str(tmp_path / "run"), [(with_rules, step, docs)] + records[1:])
     code, out, err = check(str(tmp_path))
     assert code == 1
-    assert out.count("never(td, target/*)") == 2  # trace time and steps
+    assert out.count("never(td, target/*)") == 1  # trace time and steps, one line
     assert "ignored a recorded rule" in err and "bogus(" in err
 
 
@@ -161,8 +163,10 @@ def test_check_on_real_recorder_logs_fails_the_leak_and_passes_the_fix(tmp_path_
     path.write_text(f'rules = ["{rf.LEAK_RULE}", "blocked(actor, ac/critic_head)"]\n', encoding="utf-8")
     code, out, _ = check(logdir, "--rules", str(path), "--run", "leaky")
     assert code == 1
-    assert "leaky  step 0  never(actor, ac/critic_head)  loss 'actor' reaches scope 'ac/critic_head' with gradient norm" in out
-    assert "(2 steps, last 2)" in out
+    assert ("leaky  never(actor, ac/critic_head)  at trace, and at 2 steps (0-2)  loss 'actor' reaches scope "
+            "'ac/critic_head' with gradient norm") in out
+    # blocked(...) broken in the same words: folded under never(...), one line for one problem.
+    assert out.count("\n") == 1 and "(also breaks blocked(actor, ac/critic_head))" in out
     assert check(logdir, "--rules", str(path), "--run", "clean")[0] == 0
 
 
@@ -194,4 +198,4 @@ def test_scope_layout_change_mid_run_is_merged_by_step(tmp_path):
     code, out, err = check(str(tmp_path), "--rules", str(path))
     assert code == 1, err
     (line,) = out.splitlines()
-    assert line.startswith("run  step 20  never(td, target/*)") and "l2=0.125" in line
+    assert line.startswith("run  never(td, target/*)  at step 20") and "gradient norm 0.125" in line

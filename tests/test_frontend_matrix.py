@@ -50,7 +50,8 @@ def test_silent_host_page_falls_back_to_polling(browser: Browser, tensorboard: T
         frame = wait_for_plugin_frame(page)
         frame.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
         frame.wait_for_selector('#gradscope[data-host="polling"]', timeout=15_000)
-        assert "refreshing every 30 s" in frame.locator(".gs-status").text_content()
+        # No host to hear from: its own status poll keeps it live.
+        assert "this tab checks every 2 s" in frame.locator(".gs-status").text_content()
         assert problems == []
     finally:
         context.close()

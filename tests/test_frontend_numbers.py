@@ -1,7 +1,9 @@
 """Every number the tab shows equals the plugin route's value, within the
 display's rounding: for every run of the committed demo_logs/, the matrix
-cells, the ‖Δθ‖ and ‖Δθ‖/‖θ‖ columns, the colour legend's bounds, the details
-panel of every cell and the "last" value of every drift and conflict legend.
+cells, the ‖Δθ‖ and ‖Δθ‖/‖θ‖ columns, the step's ‖g‖ span under the colour
+legend, the details panel of every cell and the "last" value of every drift and
+conflict legend; and one colour scale serves every run (a larger ‖g‖ is never
+lighter, whichever runs the two cells are in).
 
 Compact numbers (cells, columns, legends) promise two significant digits, the
 details panel six. A value that rounds to 40 once showed as "4".
@@ -40,13 +42,14 @@ READ_MATRIX = """() => {
     folded.click();
   }
   const cells = [...document.querySelectorAll('#gs-matrix .gs-cell')].map(
-    (b) => ({ loss: b.dataset.loss, scope: b.dataset.scope, state: b.dataset.state, text: b.textContent }));
+    (b) => ({ loss: b.dataset.loss, scope: b.dataset.scope, state: b.dataset.state, text: b.textContent,
+              shade: getComputedStyle(b).backgroundColor }));
   const rows = [...document.querySelectorAll('#gs-matrix tbody tr')].map((tr) => ({
     scope: tr.dataset.scope,
     update_norm: tr.querySelector('td[data-column="update_norm"]').textContent,
     ratio: tr.querySelector('td[data-column="ratio"]').textContent,
   }));
-  const ramp = [...document.querySelectorAll('.gs-ramp-labels span')].map((s) => s.textContent);
+  const ramp = [...document.querySelectorAll('#gs-ramp-span span')].map((s) => s.textContent);
   const details = cells.map((c) => {
     const selector = `.gs-cell[data-loss="${CSS.escape(c.loss)}"][data-scope="${CSS.escape(c.scope)}"]`;
     const cell = document.querySelector(selector);
@@ -119,9 +122,10 @@ def matrix_mismatches(run: str, seen: dict, matrix: dict) -> list[str]:
     norms = [wire(c["l2"]) for row in cells.values() for c in row.values() if c["state"] == "updates"]
     norms = [n for n in norms if n is not None and n > 0 and math.isfinite(n)]
     bounds = (min(norms), max(norms)) if norms else (None, None)
+    assert len(seen["ramp"]) == 2, seen["ramp"]
     for shown, value in zip(seen["ramp"], bounds):
         if not compact(shown, value):
-            bad.append(f"{run}: legend bound shows {shown!r}, the route's is {value}")
+            bad.append(f"{run}: legend's step span shows {shown!r}, the route's is {value}")
     for detail in seen["details"]:
         assert detail["fields"] is not None, f"{run}: the matrix lost cell {detail['loss']} × {detail['scope']}"
         served = cells[detail["loss"]][detail["scope"]]
@@ -161,6 +165,27 @@ def legend_mismatches(run: str, charts: list[dict], pairs: list[dict], column: s
     return bad
 
 
+def lightness(rgb: str) -> float:
+    """The HSL lightness (0-1) of a computed `rgb(r, g, b)` colour."""
+    channels = [int(part) / 255 for part in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3]]
+    return (max(channels) + min(channels)) / 2
+
+
+def scale_mismatches(shades: list[tuple[float, float, str]]) -> list[str]:
+    """Pairs of updating cells (from any runs) where the larger ‖g‖ has the lighter
+    shade (by more than rounding to 8-bit channels): a per-run scale does that."""
+    bad: list[str] = []
+    ordered = sorted((s for s in shades if s[0] is not None and math.isfinite(s[0]) and s[0] > 0), key=lambda s: s[0])
+    darkest = None
+    for l2, light, where in ordered:
+        if darkest is not None and light > darkest[1] + 2.5 / 255:
+            bad.append(f"{where} (‖g‖ {l2:.3g}) is lighter than {darkest[2]} (‖g‖ {darkest[0]:.3g})")
+        if darkest is None or light < darkest[1]:
+            darkest = (l2, light, where)
+    assert len(ordered) > 20, len(ordered)
+    return bad
+
+
 def open_run(page: Page, run: str) -> None:
     page.locator("#gs-run").select_option(value=run)
     page.wait_for_function("run => document.querySelector('#gs-matrix')?.dataset.run === run", arg=run)
@@ -181,18 +206,22 @@ def test_every_shown_number_equals_the_routes_value_on_every_demo_run(
         page.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
         mismatches: list[str] = []
         checked = 0
+        shades: list[tuple[float, float, str]] = []  # (l2, lightness, where) of every updating cell
         for run in runs:
             open_run(page, run)
             seen = page.evaluate(READ_MATRIX)
             matrix = tb.json("matrix", run=run, step=str(seen["step"]))
             assert len(seen["rows"]) == len(matrix["scopes"]), f"{run}: not every scope was unfolded"
             mismatches += matrix_mismatches(run, seen, matrix)
+            shades += [(wire(matrix["cells"][c["loss"]][c["scope"]]["l2"]), lightness(c["shade"]), f"{run}: {c['loss']} × {c['scope']}")
+                       for c in seen["cells"] if c["state"] == "updates"]
             mismatches += legend_mismatches(run, page.evaluate(READ_LEGENDS, "gs-drift"),
                                             tb.json("drift", run=run)["pairs"], "drift")
             mismatches += legend_mismatches(run, page.evaluate(READ_LEGENDS, "gs-conflict"),
                                             tb.json("conflict", run=run)["pairs"], "cosine")
             checked += len(seen["cells"]) * (1 + len(CELL_FIELDS) + len(UPDATE_FIELDS)) + 2 * len(seen["rows"])
         assert checked > 500, checked
+        mismatches += scale_mismatches(shades)
         assert mismatches == [], f"{len(mismatches)} of about {checked} shown numbers differ:\n" + "\n".join(mismatches)
         assert problems == [], problems
     finally:
@@ -209,6 +238,6 @@ def test_compact_numbers_keep_integer_zeros_and_whole_exponents(open_tab: OpenTa
         assert tab.cell("fit", scope).text_content() == shown, (value, served)
         assert tab.row(scope).locator('td[data-column="update_norm"]').text_content() == shown, value
         assert compact(shown, served), (shown, served)  # the rule the demo-log test applies
-    ramp = tab.frame.locator(".gs-ramp-labels span").all_text_contents()
+    ramp = tab.frame.locator("#gs-ramp-span span").all_text_contents()
     assert ramp == [COMPACT_SHOWN[min(COMPACT_SHOWN)], COMPACT_SHOWN[max(COMPACT_SHOWN)]]
     tab.assert_clean()

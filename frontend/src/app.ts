@@ -7,6 +7,7 @@ import { type Finding, fetchMatrix, fetchRunInfo, fetchRuns, fetchSeries, type M
 import { type Comparison, compareWith } from "./compare";
 import { h, replaceChildren } from "./dom";
 import { connectHost, type HostMode } from "./host";
+import { LivePoller, POLL_INTERVAL_MS, type Status } from "./live";
 import { escapeName } from "./names";
 import { fetchRunExtras, type RunExtras } from "./runExtras";
 import { ScopeTree } from "./scopeTree";
@@ -71,7 +72,13 @@ export class App {
   private charted: Selection[] = [];
   private readonly series = new Map<string, SeriesPoint[]>();
   private error: string | null = null;
-  private mode: HostMode | null = null;
+  private readonly poller: LivePoller;
+  /** Each run's data version in the last status answer; null before the first. */
+  private versions: Map<string, string> | null = null;
+  /** TensorBoard's --reload_interval as the status route tells it. */
+  private reloadInterval: number | null = null;
+  /** TensorBoard's DataReloaded messages heard (0 with its "Reload data" off). */
+  private hostReloads = 0;
   /** Counts requests so a slow, outdated response never overwrites a newer one. */
   private generation = 0;
 
@@ -80,28 +87,94 @@ export class App {
       onRun: (run) => void this.selectRun(run),
       onCompare: (run) => void this.selectCompare(run),
       onStep: (step) => void this.selectStep(step),
-      onRefresh: () => void this.refresh(),
+      onRefresh: () => {
+        this.poller.reset();
+        void this.refresh();
+      },
       onFilter: (query) => {
         this.filter = query;
         this.draw();
       },
     });
     this.seriesPanel = new CellSeriesPanel({ onRemove: (cell) => this.uncharted(cell) });
+    this.poller = new LivePoller((status) => this.onStatus(status), (e) => this.fail(e));
     replaceChildren(root, h("div", { className: "gs-app" }, this.toolbar.element, this.messages, this.findingsBox, this.body));
   }
 
   start(): void {
+    const heard = (): void => {
+      this.hostReloads += 1;
+      this.root.dataset["hostReloads"] = String(this.hostReloads);
+      this.poller.pollNow();
+    };
+    this.root.dataset["hostReloads"] = "0";
     connectHost({
-      onReload: () => void this.refresh(),
-      onRunsChanged: () => void this.refresh(),
-      onMode: (mode) => {
-        this.mode = mode;
-        // Lets users (and tests) see whether TensorBoard's messages arrive.
+      onReload: heard,
+      onRunsChanged: heard,
+      // Lets users (and tests) see whether TensorBoard's messages arrive.
+      onMode: (mode: HostMode) => {
         this.root.dataset["host"] = mode;
-        this.drawStatus();
       },
     });
-    void this.refresh();
+    this.poller.start();
+  }
+
+  /**
+   * A changed status answer: the first one loads the tab; later ones refetch
+   * the run list when a run came, went or changed, the shown run only when its
+   * data changed, and the comparison only when the compared run's did.
+   */
+  private onStatus(status: Status): void {
+    const before = this.versions;
+    this.versions = new Map(status.runs.map((r) => [r.run, r.version]));
+    const intervalChanged = this.reloadInterval !== status.reload_interval;
+    this.reloadInterval = status.reload_interval;
+    if (before === null) {
+      void this.refresh();
+      return;
+    }
+    const changed = (run: string | null): boolean => run !== null && before.get(run) !== this.versions?.get(run);
+    const anyChanged = status.runs.length !== before.size || status.runs.some((r) => changed(r.run));
+    if (anyChanged) void this.update(changed(this.run), changed(this.compareRun));
+    else if (intervalChanged) this.draw();
+  }
+
+  /** Refetches the run list, then the shown run if its data changed (or it is gone), then the comparison. */
+  private async update(shownChanged: boolean, compareChanged: boolean): Promise<void> {
+    const generation = ++this.generation;
+    try {
+      const runs = await fetchRuns();
+      if (generation !== this.generation) return;
+      this.runs = runs;
+      const names = runs.map((r) => r.run);
+      let reload = shownChanged;
+      if (this.run === null || !names.includes(this.run)) {
+        this.run = names[0] ?? null;
+        this.resetRunState();
+        this.dropView();
+        reload = true;
+      }
+      if (this.compareRun !== null && !names.includes(this.compareRun)) this.compareRun = null;
+      if (reload) {
+        this.series.clear();
+        await this.loadRun(generation);
+      } else {
+        this.draw();
+        if (compareChanged) await this.loadComparison(generation);
+      }
+    } catch (e) {
+      if (generation === this.generation) this.fail(e);
+    }
+  }
+
+  /** Redraws what takes its colours from the theme when drawn (the charts), after a theme change. */
+  restyle(): void {
+    const view = this.view;
+    if (view?.extras != null) {
+      this.useExtras(view, view.extras);
+      if (view.matrix !== null) this.drawExtras(view, view.matrix);
+    }
+    this.showCharted();
   }
 
   /** Refetches the runs, then the current run at the chosen (or latest) step. */
@@ -375,7 +448,7 @@ export class App {
     this.drawFindings();
     if (this.runs.length === 0) {
       this.toolbar.setSteps([], null);
-      replaceChildren(this.body, renderEmptyState());
+      replaceChildren(this.body, renderEmptyState(this.reloadInterval));
       return null;
     }
     const view = this.view;
@@ -446,9 +519,10 @@ export class App {
     const parts: string[] = [];
     const view = this.view;
     if (view !== null) {
-      parts.push(`${view.info.scopes.length} scopes · ${view.info.losses.length} losses · ${view.info.steps.length} kept steps`);
+      const { scopes, losses, steps } = view.info;
+      parts.push(`${plural(scopes.length, "scope")} · ${plural(losses.length, "loss", "losses")} · ${plural(steps.length, "kept step")}`);
     }
-    if (this.mode === "polling") parts.push("refreshing every 30 s");
+    parts.push(liveText(this.reloadInterval));
     this.toolbar.setStatus(parts.join(" · "));
   }
 
@@ -464,6 +538,19 @@ export class App {
       unique.length > 0 && h("ul", { className: "gs-warnings", attrs: { "aria-label": "warnings" } }, ...unique.map((w) => h("li", {}, escapeName(w)))),
     );
   }
+}
+
+/** "1 loss", "2 losses". */
+export function plural(count: number, one: string, many = `${one}s`): string {
+  return `${count} ${count === 1 ? one : many}`;
+}
+
+/** What the status line says about new data reaching the tab. */
+export function liveText(reloadInterval: number | null): string {
+  const poll = POLL_INTERVAL_MS / 1000;
+  if (reloadInterval === 0) return "not live: TensorBoard read the logdir once (--reload_interval 0)";
+  if (reloadInterval === null) return `live: checks every ${poll} s`;
+  return `live: TensorBoard reads the logdir every ${reloadInterval} s, this tab checks every ${poll} s`;
 }
 
 function seriesKey(run: string, cell: Selection): string {

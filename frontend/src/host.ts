@@ -2,15 +2,14 @@
 // library is not shipped in the pip package, so this is our own small guest:
 // post "experimental.bootstrap" with a MessageChannel port to the parent, then
 // exchange JSON strings {type, id, payload, error, isReply} over the port.
-// Outside TensorBoard, or when the host stays silent, we poll instead.
+// Outside TensorBoard, or when the host stays silent, the tab's own status
+// poll (live.ts) is all there is; inside, TensorBoard's messages make it ask now.
 
 const BOOTSTRAP = "experimental.bootstrap";
 const GET_RUNS = "experimental.GetRuns";
 const DATA_RELOADED = "experimental.DataReloaded";
 const RUNS_CHANGED = "experimental.RunsChanged";
 
-/** How often to refetch when nobody tells us that data changed. */
-export const POLL_INTERVAL_MS = 30_000;
 /** How long to wait for the host's first answer before polling. */
 const HOST_TIMEOUT_MS = 5_000;
 
@@ -25,7 +24,7 @@ interface Message {
 export type HostMode = "tensorboard" | "polling";
 
 export interface HostCallbacks {
-  /** TensorBoard reloaded its data (or the poll timer fired). */
+  /** TensorBoard reloaded its data. */
   onReload: () => void;
   /** The set of runs may have changed. */
   onRunsChanged: () => void;
@@ -33,17 +32,12 @@ export interface HostCallbacks {
   onMode: (mode: HostMode) => void;
 }
 
-/** Connects to TensorBoard if embedded, else polls. Returns a disconnect function. */
+/** Connects to TensorBoard if embedded; "polling" when there is no host to hear from. Returns a disconnect function. */
 export function connectHost(callbacks: HostCallbacks): () => void {
-  let pollTimer: number | undefined;
-  const startPolling = (): void => {
-    if (pollTimer !== undefined) return;
-    callbacks.onMode("polling");
-    pollTimer = window.setInterval(callbacks.onReload, POLL_INTERVAL_MS);
-  };
+  const startPolling = (): void => callbacks.onMode("polling");
   if (window.parent === window) {
     startPolling();
-    return () => window.clearInterval(pollTimer);
+    return () => undefined;
   }
 
   const channel = new MessageChannel();
@@ -77,7 +71,6 @@ export function connectHost(callbacks: HostCallbacks): () => void {
 
   return () => {
     window.clearTimeout(timeout);
-    window.clearInterval(pollTimer);
     port.close();
   };
 }

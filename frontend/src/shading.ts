@@ -1,14 +1,24 @@
-// How a gradient norm becomes the shade of an "updates" cell: a log scale
-// between the smallest and largest norm among the matrix's updating cells.
+// How a gradient norm becomes the shade of an "updates" cell: one fixed log
+// scale for every run and step (NORM_SCALE), so the same shade means the same
+// ‖g‖ in two runs; norms beyond it take its end shades.
 
 import type { Matrix } from "./api";
+import { logPosition } from "./numbers";
 
 export interface NormRange {
   low: number;
   high: number;
 }
 
-/** The smallest and largest positive finite ‖g‖ among cells that update. */
+/** The ‖g‖ the lightest and darkest shades stand for, in every run. */
+export const NORM_SCALE: NormRange = { low: 1e-6, high: 1e2 };
+
+/** The shade of an "updates" cell whose ‖g‖ is `l2` (null: the middle shade). */
+export function updatesShade(l2: number | null): { background: string; color: string } {
+  return updatesColour(l2 === null ? 0.5 : logPosition(l2, NORM_SCALE.low, NORM_SCALE.high));
+}
+
+/** The smallest and largest positive finite ‖g‖ among cells that update (the legend says where they fall). */
 export function updateNormRange(matrix: Matrix): NormRange | null {
   let low = Infinity;
   let high = -Infinity;

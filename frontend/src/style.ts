@@ -1,29 +1,31 @@
 // The tab's stylesheet, injected as a <style> element's textContent (the page's
-// CSP allows inline styles but no external hosts). Colours are CSS variables so
-// light and dark themes follow the system's prefers-color-scheme.
+// CSP allows inline styles but no external hosts). Colours are CSS variables,
+// TensorBoard's own greys and orange accent; `<html data-theme=dark>` (set by
+// theme.ts from TensorBoard's theme setting) switches them to its dark ones.
 
 import UPLOT_CSS from "uplot/dist/uPlot.min.css";
 
 const CSS = `
 :root {
-  color-scheme: light dark;
-  --bg: #ffffff; --fg: #1f2328; --muted: #59636e; --border: #d1d9e0;
-  --panel: #f6f8fa; --accent: #0969da; --focus: #0969da; --error-bg: #ffebe9; --error-fg: #82071e;
-  --ignored: #f2c94c; --blocked: #5b6b86; --independent: #eef1f4; --vanishing: #c8b6e2;
-  --nonfinite: #8b1a5c; --no-gradient: #d8dee4; --violation: #d1242f; --unknown: #ffffff;
+  color-scheme: light;
+  /* TensorBoard's light theme: white page, #f5f5f5 panels, #ebebeb rules, orange accent. */
+  --bg: #ffffff; --fg: #212121; --muted: #616161; --border: #e0e0e0;
+  --panel: #f5f5f5; --accent: #f57c00; --focus: #f57c00; --link: #1976d2; --error-bg: #fdecea; --error-fg: #b71c1c;
+  --ignored: #f2c94c; --blocked: #5b6b86; --independent: #eeeeee; --vanishing: #c8b6e2;
+  --nonfinite: #8b1a5c; --no-gradient: #d6d6d6; --violation: #d32f2f; --unknown: #ffffff; --differs: #1976d2;
   --updates-hue: 145;
 }
-@media (prefers-color-scheme: dark) {
-  :root {
-    --bg: #0d1117; --fg: #e6edf3; --muted: #9198a1; --border: #3d444d;
-    --panel: #161b22; --accent: #4493f8; --focus: #4493f8; --error-bg: #3c1618; --error-fg: #ffaba8;
-    --ignored: #9e6a03; --blocked: #7d8fb3; --independent: #1c2128; --vanishing: #6e5494;
-    --nonfinite: #db61a2; --no-gradient: #30363d; --violation: #ff6a69; --unknown: #0d1117;
-  }
+:root[data-theme=dark] {
+  color-scheme: dark;
+  /* TensorBoard's dark theme: #303030 page, #424242 cards, #555 rules, #ef6c00 accent. */
+  --bg: #303030; --fg: #ffffff; --muted: #bdbdbd; --border: #555555;
+  --panel: #424242; --accent: #ef6c00; --focus: #ffa726; --link: #42a5f5; --error-bg: #5d2a2a; --error-fg: #ffcdd2;
+  --ignored: #b28704; --blocked: #8e98a3; --independent: #3a3a3a; --vanishing: #7e57c2;
+  --nonfinite: #e91e63; --no-gradient: #4a4a4a; --violation: #ff5252; --unknown: #303030; --differs: #42a5f5;
 }
 * { box-sizing: border-box; }
 body { margin: 0; background: var(--bg); color: var(--fg);
-  font: 13px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+  font: 13px/1.4 Roboto, sans-serif; }
 :focus-visible { outline: 2px solid var(--focus); outline-offset: 1px; }
 .gs-app { display: flex; flex-direction: column; gap: 12px; padding: 12px 16px; }
 .gs-toolbar { display: flex; flex-wrap: wrap; align-items: center; gap: 12px 20px; }
@@ -61,7 +63,7 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-scope-name { max-width: 48ch; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .gs-rollup .gs-scope { font-weight: 600; }
 .gs-start-point { color: var(--muted); font-weight: 400; font-size: 11px; }
-.gs-cell { display: block; width: 100%; min-width: 64px; height: 26px; font: inherit; font-size: 12px;
+.gs-cell { position: relative; display: block; width: 100%; min-width: 64px; height: 26px; font: inherit; font-size: 12px;
   border: 1px solid transparent; border-radius: 3px; padding: 0 6px; cursor: pointer;
   color: var(--fg); text-align: center; }
 .gs-cell[data-state=ignored] { background: var(--ignored); color: #1f2328; }
@@ -73,7 +75,8 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-cell[data-state=no_gradient] { background: var(--no-gradient); color: var(--muted); }
 .gs-cell[data-state=unknown] { background: var(--unknown); border: 1px dashed var(--border); }
 .gs-cell[data-violation=true] { outline: 3px solid var(--violation); outline-offset: -1px; }
-.gs-cell[aria-pressed=true] { box-shadow: 0 0 0 2px var(--fg); }
+/* Selected: an inner ring in the text colour and bold figures, unlike a violation's outer red outline. */
+.gs-cell[aria-pressed=true] { box-shadow: inset 0 0 0 2px var(--bg), inset 0 0 0 4px var(--fg); font-weight: 700; }
 .gs-num { text-align: right; padding: 0 8px; white-space: nowrap; color: var(--muted); }
 .gs-side { display: flex; flex-direction: column; gap: 16px; min-width: 260px; max-width: 420px; }
 .gs-legend, .gs-details { border: 1px solid var(--border); border-radius: 6px; padding: 8px 12px; background: var(--panel); }
@@ -85,6 +88,7 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-legend li { display: grid; grid-template-columns: 54px 1fr; gap: 8px; align-items: center; }
 .gs-legend .gs-cell { min-width: 0; height: 20px; cursor: default; }
 .gs-ramp { height: 10px; border-radius: 3px; margin: 6px 0 2px; }
+.gs-ramp-span { margin: 2px 0 0; font-size: 11px; }
 .gs-ramp-labels { display: flex; justify-content: space-between; color: var(--muted); font-size: 11px; }
 .gs-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; }
 .gs-details dt { color: var(--muted); }
@@ -124,8 +128,10 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-blocked-details dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 8px; }
 .gs-blocked-details dt { color: var(--muted); }
 .gs-blocked-details dd { margin: 0; overflow-wrap: anywhere; max-height: 7.5em; overflow-y: auto; }
-.gs-cell[data-diff=true] { outline: 3px dashed var(--accent); outline-offset: 1px; }
-.gs-compare-note { margin: 0; padding: 6px 10px; border-left: 3px dashed var(--accent); background: var(--panel); }
+/* "Differs" is drawn outside the cell, so a violation's red outline stays visible under Compare. */
+.gs-cell[data-diff=true]::after { content: ""; position: absolute; inset: -5px; border: 2px dashed var(--differs);
+  border-radius: 5px; pointer-events: none; }
+.gs-compare-note { margin: 0; padding: 6px 10px; border-left: 3px dashed var(--differs); background: var(--panel); }
 .gs-chart { margin: 0 0 12px; }
 .gs-chart figcaption { font-weight: 600; margin-bottom: 4px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .gs-chart-legend li { min-width: 0; max-width: 100%; }
@@ -148,7 +154,7 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-col-step { width: 9ch; } .gs-col-type { width: 10ch; } .gs-col-name { width: 18%; }
 .gs-col-concerns { width: 24%; } .gs-col-count { width: 7ch; }
 .gs-message { overflow-wrap: anywhere; display: -webkit-box; -webkit-line-clamp: 4; -webkit-box-orient: vertical; overflow: hidden; }
-.gs-table td button { font: inherit; color: var(--accent); background: none; border: 1px solid var(--border); border-radius: 4px; cursor: pointer; }
+.gs-table td button { font: inherit; color: var(--link); background: none; border: 1px solid var(--border); border-radius: 4px; cursor: pointer; }
 .gs-col-vstep { width: 13ch; } .gs-col-source { width: 10ch; } .gs-col-seen { width: 11ch; }
 .gs-vstep, .gs-seen { color: var(--muted); font-variant-numeric: tabular-nums; }
 .gs-evidence { color: var(--muted); overflow-wrap: anywhere; display: -webkit-box; -webkit-line-clamp: 3;
@@ -164,18 +170,18 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-finding-head { display: flex; gap: 8px; align-items: baseline; min-width: 0; }
 .gs-kind { flex: none; font-size: 11px; font-weight: 600; color: var(--error-fg); background: var(--error-bg);
   border-radius: 10px; padding: 0 8px; }
-.gs-finding-what { font: inherit; font-weight: 600; color: var(--accent); background: none; border: 0; padding: 0;
+.gs-finding-what { font: inherit; font-weight: 600; color: var(--link); background: none; border: 0; padding: 0;
   cursor: pointer; text-align: left; overflow-wrap: anywhere; min-width: 0; }
 .gs-finding dl { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 12px; margin: 4px 0 0; }
 .gs-finding dt { color: var(--muted); }
 .gs-finding dd { margin: 0; overflow-wrap: anywhere; min-width: 0; }
 .gs-finding .gs-concerns { display: flex; flex-wrap: wrap; gap: 0 14px; }
 .gs-rule { background: var(--bg); border: 1px solid var(--border); border-radius: 4px; padding: 0 4px; overflow-wrap: anywhere; }
-.gs-copy { font: inherit; color: var(--accent); background: var(--bg); border: 1px solid var(--border); border-radius: 4px;
+.gs-copy { font: inherit; color: var(--link); background: var(--bg); border: 1px solid var(--border); border-radius: 4px;
   padding: 0 6px; cursor: pointer; }
 .gs-edge[data-finding=true] .gs-edge-line { stroke: var(--accent); stroke-width: 4; }
 .gs-export ul { margin: 0; padding-left: 20px; }
-.gs-export a { color: var(--accent); }
+.gs-export a { color: var(--link); }
 .gs-empty { max-width: 680px; }
 .gs-empty pre { background: var(--panel); border: 1px solid var(--border); border-radius: 6px; padding: 10px 12px; overflow: auto; }
 `;

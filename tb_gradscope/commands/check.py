@@ -1,13 +1,13 @@
 """`tb-gradscope check LOGDIR [--rules FILE]`: fail CI when a flow rule is broken.
 
-Exit status: 0 when no run shows a violation, 1 when any does (one line each:
-run, step, rule, message, evidence; or one JSON document with `--format
-json`), 2 on bad usage, a missing or unreadable
-logdir, a logdir without gradscope data, a broken rules file, a run none of
-whose gradient tables could be read (nothing was checked there), or rules
-(given or recorded) none of which had anything to check in any run (no
-recorded step, FlowGraph or drift series holds what they name: never a
-silent pass). The
+Exit status: 0 when no run shows a violation, 1 when any does (one line per
+broken rule: run, rule, when (at trace, at N steps), message, evidence, the
+rules it implies; or one JSON document with `--format json`), 2 on bad usage,
+a missing or unreadable logdir, a logdir without gradscope data, a broken
+rules file, a run none of whose gradient tables could be read (nothing was
+checked there), or rules (given or recorded) none of which had anything to
+check in any run (no recorded step, FlowGraph or drift series holds what they
+name: never a silent pass). The
 violations come from `tb_gradscope.read.violations`, which the plugin's
 violations route (the tab's Violations panel) calls too. Imports TensorBoard
 only when it runs, so `--help` is instant; never tensorflow.
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs recorded while training, plus the rules of --rules FILE and those "
         "each run recorded, evaluated against its FlowGraph (trace time), its "
         "gradient tables (every recorded step) and its drift series. Prints one "
-        "line per violation (run, first step, rule, message, evidence)."
+        "line per broken rule (run, rule, when, message, evidence, rules it implies)."
     )
     parser.epilog = (
         "exit status: 0 no violation, 1 any violation, 2 bad usage, unreadable "
@@ -123,15 +123,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 
 def format_violation(violation: Violation) -> str:
-    """One line: `run  step S  rule  message  [evidence]  (N steps, last S2)`."""
+    """One line per broken rule: `run  rule  when  message  [evidence]  (recorded; also breaks ...)`."""
     event = violation.event
-    when = " (trace)" if event.evidence.get("at") == "trace" else ""
-    line = f"{safe(violation.run)}  step {event.step}{when}  {safe(event.name)}  {safe(event.message)}"
+    line = f"{safe(violation.run)}  {safe(event.name)}  {violation.when}  {safe(event.message)}"
     shown = evidence(event.evidence)
     if shown:
         line += f"  [{shown}]"
-    if violation.count > 1:
-        line += f"  ({violation.count} steps, last {violation.last_step})"
-    if violation.source == "recorded":
-        line += "  (recorded)"
+    notes = [violation.source] if violation.source == "recorded" else []
+    if violation.also_breaks:
+        notes.append("also breaks " + ", ".join(safe(name) for name in violation.also_breaks))
+    if notes:
+        line += f"  ({'; '.join(notes)})"
     return line

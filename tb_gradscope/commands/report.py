@@ -14,6 +14,7 @@ import sys
 from typing import Any, TextIO
 
 from tb_gradscope.commands.text import evidence, number, safe
+from tb_gradscope.read.evidence import blocked_fix, blocked_line
 
 HELP = "print each run's loss x scope flow table, blocked edges, drift and violations"
 
@@ -126,13 +127,8 @@ def _cell(cell: dict[str, Any]) -> str:
 
 
 def _blocked_line(edge: dict[str, Any]) -> str:
-    where = f" at {safe(edge['source'])}" if edge["source"] else " (no user source line)"
-    if edge["source"] and edge["function"]:
-        where += f" in {safe(edge['function'])}"
-    return (
-        f"  {safe(edge['loss'])}: {safe(edge['producer_scope'])} -> {safe(edge['consumer_scope'])}  "
-        f"{safe(edge['op_type'])} '{safe(edge['op_name'])}' ({safe(edge['cause'])}){where}"
-    )
+    """The edge and what to do about it, in the words the tab shows (`read.evidence`)."""
+    return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge)}"
 
 
 def _drift_line(drift: dict[str, Any]) -> str:
@@ -158,13 +154,19 @@ def _conflict_line(conflict: dict[str, Any], shown: int = 4) -> str:
 
 
 def _event_line(event: dict[str, Any]) -> str:
-    when = " (trace)" if (event.get("evidence") or {}).get("at") == "trace" else ""
-    line = f"  step {event['step']}{when}  {safe(event['name'])}  {safe(event['message'])}"
+    if "when" in event:  # a violation: one line per broken rule, as check prints it
+        line = f"  {safe(event['name'])}  {event['when']}  {safe(event['message'])}"
+    else:
+        when = " (trace)" if (event.get("evidence") or {}).get("at") == "trace" else ""
+        line = f"  step {event['step']}{when}  {safe(event['name'])}  {safe(event['message'])}"
     shown = evidence(event.get("evidence") or {})
     if shown:
         line += f"  [{shown}]"
-    if event.get("steps_seen", 1) > 1:
+    if "when" not in event and event.get("steps_seen", 1) > 1:
         line += f"  ({event['steps_seen']} steps, last {event['last_step']})"
-    if event.get("source") == "recorded":
-        line += "  (recorded)"
+    notes = ["recorded"] if event.get("source") == "recorded" else []
+    if event.get("also_breaks"):
+        notes.append("also breaks " + ", ".join(safe(n) for n in event["also_breaks"]))
+    if notes:
+        line += f"  ({'; '.join(notes)})"
     return line

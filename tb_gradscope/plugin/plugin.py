@@ -9,6 +9,7 @@ turns into a plain-text response. Never imports tensorflow.
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 from typing import Any, Callable
 
@@ -48,10 +49,14 @@ class GradscopePlugin(base_plugin.TBPlugin):
         self._reader = Reader(context.data_provider, downsample=samples)
         self._cache = RunCache(self._reader, refresh_seconds=refresh_seconds)
         self._static = StaticFiles(static_dir)
+        # How often TensorBoard reads the logdir (None when not told): the
+        # plugin sees nothing newer in between, whatever the tab polls.
+        self._reload_interval = getattr(context.flags, "reload_interval", None)
 
     def get_plugin_apps(self) -> dict[str, Callable]:
         return {
             "/runs": self._runs_route,
+            "/status": self._status_route,
             "/run": self._run_route,
             "/matrix": self._matrix_route,
             "/series": self._series_route,
@@ -85,6 +90,19 @@ class GradscopePlugin(base_plugin.TBPlugin):
                 }
                 for run, listing in sorted(listings.items())
             ]
+        }
+
+    def status_impl(self, ctx, experiment: str) -> dict[str, Any]:
+        """What the tab polls: each run's latest step and a version that
+        changes whenever TensorBoard has loaded anything newer for it (one
+        listing, shared with the runs route), and TensorBoard's reload interval."""
+        listings = self._cache.list_runs(ctx, experiment)
+        return {
+            "runs": [
+                {"run": run, "last_step": _last_step(listing), "version": _version(listing)}
+                for run, listing in sorted(listings.items())
+            ],
+            "reload_interval": self._reload_interval,
         }
 
     def run_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
@@ -154,6 +172,16 @@ class GradscopePlugin(base_plugin.TBPlugin):
         return _respond(request, self.runs_impl(ctx, experiment), "json", None, "runs")
 
     @wrappers.Request.application
+    def _status_route(self, request: wrappers.Request) -> wrappers.Response:
+        ctx, experiment = _context(request)
+        body = dumps(self.status_impl(ctx, experiment))
+        etag = hashlib.sha256(body.encode("utf-8")).hexdigest()[:32]
+        headers = [("ETag", f'"{etag}"'), ("Cache-Control", "no-cache")]
+        if request.if_none_match.contains(etag):
+            return http_util.Respond(request, "", "text/plain", code=304, headers=headers)
+        return http_util.Respond(request, body, "application/json", headers=headers)
+
+    @wrappers.Request.application
     def _run_route(self, request: wrappers.Request) -> wrappers.Response:
         ctx, experiment = _context(request)
         data = self.run_impl(ctx, experiment, _arg(request, "run"))
@@ -221,6 +249,20 @@ class GradscopePlugin(base_plugin.TBPlugin):
             raise errors.NotFoundError(f"no such gradscope file or route: {name!r}")
         content, content_type = found
         return http_util.Respond(request, content, content_type)
+
+
+def _last_step(listing) -> int | None:
+    """The latest step TensorBoard has loaded of any of the run's records."""
+    steps = [r.version[0] for r in listing.records.values() if r.version]
+    return max(steps) if steps else None
+
+
+def _version(listing) -> str:
+    """A short digest of every record's listing version and the warnings:
+    it changes exactly when the run's data (as TensorBoard has it) do."""
+    parts = sorted((tag, repr(r.version), repr(r.info)) for tag, r in listing.records.items())
+    text = repr((parts, listing.warnings))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _decoded(data: RunData) -> RunLogs:

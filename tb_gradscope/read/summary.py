@@ -22,6 +22,7 @@ from tb_gradscope.format.records import float_or_none
 from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
 from tb_gradscope.read.runs import RunLogs
+from tb_gradscope.read.evidence import blocked_edge_dict
 from tb_gradscope.read.violations import check_run, json_safe
 
 
@@ -54,7 +55,7 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
         "flowgraph": None if flowgraph is None else {"source": flowgraph.source, "warnings": flowgraph.warnings},
         "loss_steps": loss_steps,
         **_table(logs, chosen, flowgraph, loss_steps),
-        "blocked_edges": [_blocked_edge(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
+        "blocked_edges": [blocked_edge_dict(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
         "drift": [_drift_at(name, series, chosen) for name, series in sorted(logs.drift.items()) if series],
         "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
         "anomalies": [_json_event(e) for e in anomalies],
@@ -127,20 +128,6 @@ def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None,
         s: {k: float_or_none(v) for k, v in updates.row(s).items()} for s in scopes if updates is not None and s in updates
     }
     return {"losses": losses, "scopes": scopes, "cells": cells, "updates": update_rows}
-
-
-def _blocked_edge(edge: fmt.BlockedEdge) -> dict[str, Any]:
-    return {
-        "loss": edge.loss,
-        "producer_scope": edge.producer_scope,
-        "consumer_scope": edge.consumer_scope,
-        "op_type": edge.op_type,
-        "op_name": edge.op_name,
-        "cause": edge.cause,
-        "source": f"{edge.source.file}:{edge.source.line}" if edge.source else None,
-        "function": edge.source.function if edge.source else None,
-        "open_path": list(edge.open_path),
-    }
 
 
 def _drift_at(name: str, series: list, at: int | None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.read.evidence import evidence_sentences
 from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.rules.model import loss_matches
@@ -40,20 +41,40 @@ NO_FLOWGRAPH = (
 
 @dataclasses.dataclass(frozen=True)
 class Violation:
-    """A violation seen at one or more steps of a run, reported once."""
+    """One broken rule for one (loss, scope, pair) of a run, reported once:
+    at trace time and over the steps together, and with the rules its breach
+    implies (the same loss reaching the same scope, in the same words)
+    folded under it."""
 
     run: str
-    event: fmt.Event  # the first occurrence
-    count: int  # how many steps showed it
+    event: fmt.Event  # the first run-time occurrence, else the trace-time one
+    count: int  # how many recorded steps showed it (0: only at trace time)
     last_step: int
     source: str  # RECORDED (in the log) or EVALUATED (checked now)
+    trace: bool = False  # also (or only) found in a FlowGraph
+    also_breaks: tuple[str, ...] = ()  # rules implied by this breach, folded here
+
+    @property
+    def when(self) -> str:
+        """"at trace, and at 60 steps (0-295)", "at trace", "at step 5"."""
+        if self.count == 0:
+            return "at trace"
+        steps = f"at step {self.event.step}" if self.count == 1 else (
+            f"at {self.count} steps ({self.event.step}-{self.last_step})"
+        )
+        return f"at trace, and {steps}" if self.trace else steps
 
     def to_json(self) -> dict[str, Any]:
         """The event's fields (NaN/Inf evidence as null), how many steps
-        showed it, the last one, and whether it was recorded or evaluated."""
+        showed it, the last one, whether it was recorded or evaluated, seen
+        at trace time, the rules folded under it, and the evidence as sentences."""
         doc = self.event.to_json()
         doc["evidence"] = json_safe(doc["evidence"])
-        return {**doc, "steps_seen": self.count, "last_step": self.last_step, "source": self.source}
+        return {
+            **doc, "steps_seen": self.count, "last_step": self.last_step, "source": self.source,
+            "at_trace": self.trace, "when": self.when, "also_breaks": list(self.also_breaks),
+            "evidence_text": evidence_sentences(self.event.evidence),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,25 +166,59 @@ def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
     return found
 
 
+# Which rule of two broken in the same words is listed, the other folded under it.
+_RULE_RANK = {"never": 0, "blocked": 1, "only": 2, "tracks": 3}
+
+
 def group(run: str, recorded: Iterable[fmt.Event], evaluated: Iterable[fmt.Event]) -> list[Violation]:
-    """Groups violations by (rule, loss, scope, pair, when checked) into one
-    violation each, first step first; evaluated ones already recorded are dropped."""
+    """One violation per (rule, loss, scope, pair): its trace-time and
+    run-time occurrences together, first step first; evaluated ones already
+    recorded are dropped; then a rule whose every breach repeats another's
+    (same loss, scope, pair, message) is folded under it."""
     recorded = [e for e in recorded if e.type == fmt.VIOLATION]
-    seen = {(e.name, e.loss, e.scope, e.step) for e in recorded}
-    fresh = [e for e in evaluated if (e.name, e.loss, e.scope, e.step) not in seen]
-    groups: dict[tuple, list[fmt.Event]] = {}
-    sources: dict[tuple, str] = {}
+    seen = {(e.name, e.loss, e.scope, e.step, e.evidence.get("at")) for e in recorded}
+    fresh = [e for e in evaluated if (e.name, e.loss, e.scope, e.step, e.evidence.get("at")) not in seen]
+    groups: dict[tuple, list[tuple[str, fmt.Event]]] = {}
     for source, events in ((RECORDED, recorded), (EVALUATED, fresh)):
         for event in events:
-            at = "" if "unmatched" in event.evidence else str(event.evidence.get("at", ""))
-            key = (event.name, event.loss, event.scope, event.pair, at, source)
-            groups.setdefault(key, []).append(event)
-            sources[key] = source
+            # "cannot be checked" (unmatched) and checked breaches stay apart.
+            key = (event.name, event.loss, event.scope, event.pair, "unmatched" in event.evidence)
+            groups.setdefault(key, []).append((source, event))
+    merged = [_merge(run, found) for found in groups.values()]
+    result = _fold(merged)
+    result.sort(key=lambda v: (v.event.step, _rank(v.event.name), v.event.name, v.event.loss, v.event.scope))
+    return result
+
+
+def _merge(run: str, found: list[tuple[str, fmt.Event]]) -> Violation:
+    """The occurrences of one breach as one Violation (recorded wins over evaluated)."""
+    at_trace = [e for _, e in found if e.evidence.get("at") == "trace"]
+    at_steps = sorted((e for _, e in found if e.evidence.get("at") != "trace"), key=lambda e: e.step)
+    first = at_steps[0] if at_steps else min(at_trace, key=lambda e: e.step)
+    steps = {e.step for e in at_steps}
+    source = RECORDED if any(s == RECORDED for s, _ in found) else EVALUATED
+    last = max(steps) if steps else first.step
+    return Violation(run, first, len(steps), last, source, trace=bool(at_trace))
+
+
+def _rank(name: str) -> int:
+    return _RULE_RANK.get(name.partition("(")[0].strip(), len(_RULE_RANK))
+
+
+def _fold(found: list[Violation]) -> list[Violation]:
+    """Folds a breach that says what another says (same loss, scope, pair and
+    message, same steps) under the one with the narrower rule kind."""
+    by_words: dict[tuple, list[Violation]] = {}
+    for v in found:
+        e = v.event
+        key = (e.loss, e.scope, e.pair, e.message, v.count, v.last_step, v.trace, "unmatched" in e.evidence)
+        by_words.setdefault(key, []).append(v)
     result = []
-    for key, events in groups.items():
-        events.sort(key=lambda e: e.step)
-        result.append(Violation(run, events[0], len({e.step for e in events}), events[-1].step, sources[key]))
-    result.sort(key=lambda v: (v.event.step, v.event.name, v.event.loss, v.event.scope))
+    for same in by_words.values():
+        same.sort(key=lambda v: (_rank(v.event.name), v.event.name))
+        head, rest = same[0], same[1:]
+        also = tuple(dict.fromkeys(name for v in rest for name in (v.event.name, *v.also_breaks)))
+        result.append(dataclasses.replace(head, also_breaks=head.also_breaks + also) if also else head)
     return result
 
 

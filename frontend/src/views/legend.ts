@@ -4,8 +4,9 @@
 import { h } from "../dom";
 import { FLOW_STATES } from "../flowState";
 import { formatCompact } from "../numbers";
-import { type NormRange, updatesColour } from "../shading";
+import { NORM_SCALE, type NormRange, updatesColour } from "../shading";
 
+/** The legend; `range` is the shown step's smallest and largest ‖g‖ of cells that update. */
 export function renderLegend(range: NormRange | null): HTMLElement {
   const ramp = h("div", { className: "gs-ramp", attrs: { "aria-hidden": "true" } });
   const stops = [0, 0.25, 0.5, 0.75, 1].map((t) => `${updatesColour(t).background} ${t * 100}%`);
@@ -25,12 +26,20 @@ export function renderLegend(range: NormRange | null): HTMLElement {
     h(
       "div",
       { className: "gs-ramp-box" },
-      "‖g‖ of cells that update (log scale):",
+      "‖g‖ of cells that update (log scale, the same in every run):",
       ramp,
       h(
         "div",
         { className: "gs-ramp-labels" },
+        h("span", { data: { value: String(NORM_SCALE.low) } }, `≤ ${formatCompact(NORM_SCALE.low)}`),
+        h("span", { data: { value: String(NORM_SCALE.high) } }, `≥ ${formatCompact(NORM_SCALE.high)}`),
+      ),
+      h(
+        "p",
+        { className: "gs-ramp-span gs-muted", attrs: { id: "gs-ramp-span" } },
+        "At this step: ",
         h("span", {}, range ? formatCompact(range.low) : "–"),
+        " to ",
         h("span", {}, range ? formatCompact(range.high) : "–"),
       ),
     ),

@@ -48,11 +48,16 @@ export function destroyCharts(root: Element): void {
   }
 }
 
-const PALETTE = ["#0969da", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#1b7c83", "#cf222e", "#57606a"];
+/** TensorBoard's default run colours (Settings > palette "Default"), light and dark: the scalars dashboard's. */
+const PALETTE: [string, string][] = [
+  ["#425066", "#8e98a3"], ["#12b5cb", "#12b5cb"], ["#e52592", "#e52592"], ["#f9ab00", "#f9ab00"],
+  ["#9334e6", "#9334e6"], ["#7cb342", "#7cb342"], ["#e8710a", "#e8710a"],
+];
 const HEIGHT = 220;
 
 export function colourOf(index: number): string {
-  return PALETTE[index % PALETTE.length]!;
+  const [light, dark] = PALETTE[index % PALETTE.length]!;
+  return document.documentElement.dataset["theme"] === "dark" ? dark : light;
 }
 
 /** Keeps what a log scale can draw: positive finite values. */
@@ -64,8 +69,17 @@ function finite(values: (number | null)[]): (number | null)[] {
   return values.map((v) => (v !== null && Number.isFinite(v) ? v : null));
 }
 
+/** The width a chart starts at (the page's, less its padding); a ResizeObserver then fits it to its box. */
 function chartWidth(): number {
-  return Math.max(360, Math.min(1000, document.documentElement.clientWidth - 80));
+  return Math.max(320, document.documentElement.clientWidth - 48);
+}
+
+/** Keeps a plot as wide as its box (the panel's full width, whatever the window does). */
+function fitWidth(plot: uPlot, box: HTMLElement): void {
+  new ResizeObserver(() => {
+    const width = Math.floor(box.clientWidth);
+    if (width > 0 && Math.abs(width - plot.width) > 1) plot.setSize({ width, height: HEIGHT });
+  }).observe(box);
 }
 
 export function renderLineChart(spec: LineChartSpec): HTMLElement {
@@ -100,7 +114,9 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
     ],
     hooks: { draw: [(u: uPlot) => placeMarkers(u, markers)] },
   };
-  PLOTS.set(figure, new uPlot(options, data, plotBox));
+  const plot = new uPlot(options, data, plotBox);
+  PLOTS.set(figure, plot);
+  fitWidth(plot, plotBox);
   figure.append(renderLegend(spec.series));
   if (markers.length > 0) {
     figure.append(h("ul", { className: "gs-marker-list", attrs: { "aria-label": "marked steps" } },

@@ -7,8 +7,8 @@ import type { CellStats, LossEntry, Matrix, ScopeEntry, UpdateStats } from "../a
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { escapeName, nameElement } from "../names";
-import { formatCompact, formatFull, formatOptional, logPosition } from "../numbers";
-import { type NormRange, updateNormRange, updatesColour } from "../shading";
+import { formatCompact, formatFull, formatOptional } from "../numbers";
+import { updatesShade } from "../shading";
 import type { Folding, ScopeTree } from "../scopeTree";
 import { cellKey as compareKey } from "../compare";
 import { type GridRow, RovingGrid } from "./rovingGrid";
@@ -47,7 +47,6 @@ export class MatrixView {
     private readonly diff: MatrixDiff | null = null,
   ) {
     const startPoints = new Set(lossKinds.filter((l) => l.kind === "start_point").map((l) => l.name));
-    const range = updateNormRange(matrix);
     const header = h(
       "tr",
       {},
@@ -61,7 +60,7 @@ export class MatrixView {
     const present = new Set(matrix.scopes);
     const visible = tree.visible(folding).filter((scope) => present.has(scope.name));
     const rows = visible.map((scope) => {
-      const [row, controls] = this.row(matrix, scope, tree, folding, selected, range);
+      const [row, controls] = this.row(matrix, scope, tree, folding, selected);
       gridRows.push(controls);
       return row;
     });
@@ -98,7 +97,6 @@ export class MatrixView {
     tree: ScopeTree,
     folding: Folding,
     selected: Selection | null,
-    range: NormRange | null,
   ): [HTMLTableRowElement, GridRow] {
     const parent = tree.hasChildren(scope.name);
     const expanded = parent && tree.isExpanded(scope.name, folding);
@@ -129,7 +127,7 @@ export class MatrixView {
     const buttons = matrix.losses.map((loss) => {
       const stats = matrix.cells[loss]?.[scope.name];
       const isSelected = selected !== null && selected.loss === loss && selected.scope === scope.name;
-      return this.cell(loss, scope.name, stats, isSelected, range);
+      return this.cell(loss, scope.name, stats, isSelected);
     });
     const cells = buttons.map((button) => h("td", {}, button));
     const controls: GridRow = [label instanceof HTMLButtonElement ? label : null, ...buttons];
@@ -155,7 +153,6 @@ export class MatrixView {
     scope: string,
     stats: CellStats | undefined,
     isSelected: boolean,
-    range: NormRange | null,
   ): HTMLButtonElement {
     const info = stateInfo(stats?.state ?? "no_gradient");
     const label = info.state === "updates" ? formatCompact(stats?.l2 ?? null) : info.mark;
@@ -177,8 +174,7 @@ export class MatrixView {
       label,
     );
     if (info.state === "updates") {
-      const t = range && stats?.l2 != null ? logPosition(stats.l2, range.low, range.high) : 0.5;
-      const colours = updatesColour(t);
+      const colours = updatesShade(stats?.l2 ?? null);
       button.style.background = colours.background;
       button.style.color = colours.color;
     }
