@@ -11,10 +11,13 @@ CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: setup browser demo demo-train demo-logs test test-fast test-compat soak bench bench-quick frontend check-bundle clean
 
+# pip (26) shows the build backend's warnings; setuptools adds an
+# "Editable installation" notice to every editable install, which says nothing
+# about this project: it is filtered out, and any other warning still shows.
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 setup: $(STAMP)

@@ -19,7 +19,6 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["tb_gradscope", "tb_gradscope.*"]),
     package_data={"tb_gradscope.plugin": ["static/*"]},
-    include_package_data=True,
     install_requires=[
         "tensorflow>=2.16",
         "tensorboard>=2.16",
@@ -48,7 +47,6 @@ setuptools.setup(
         ],
     },
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],

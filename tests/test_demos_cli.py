@@ -103,3 +103,24 @@ def test_demo_refuses_to_mix_new_runs_with_old_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{tmp_path / 'multihead'} already holds demo runs" in err and "--overwrite" in err
     assert sorted(os.listdir(tmp_path)) == ["multihead"]  # nothing trained, nothing removed
+
+
+def _our_warnings(stderr: str) -> list[str]:
+    """The lines of `stderr` that are warnings from tb_gradscope's own code,
+    TF's retracing warning about one of its functions included."""
+    ours = ("tb_gradscope", "gradscope", "SummarySink", "Recorder")
+    return [line for line in stderr.splitlines()
+            if ("WARNING" in line or "Warning" in line or "retracing" in line)
+            and any(word in line for word in ours)]
+
+
+@pytest.mark.slow
+def test_demo_training_prints_no_warning_of_tb_gradscope(tmp_path):
+    # Six TF2 recorders in one process, as `make demo` trains them: TF counts
+    # traces per Python function across instances and warned "5 out of the
+    # last 5 calls to SummarySink._write_compiled.<locals>.write_values
+    # triggered tf.function retracing" after the fifth recorder's FlowGraph.
+    result = run_cli("demo", str(tmp_path), "--only", "dqn", "multihead", "dqn3_grad_start",
+                     "--steps", "6", "--env", "builtin", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert _our_warnings(result.stderr) == []

@@ -1,4 +1,4 @@
-"""Demo `multihead`: seed 01's Agent, a shared layer and two heads, two optimizers.
+"""Demo `multihead`: seed 01's Agent, a layer feeding two heads, two optimizers.
 
 `Agent/layer1` feeds two heads, `Agent/layer2_1` (loss1) and `Agent/layer2_2`
 (loss2). Each loss has its own Adam optimizer with its own variable list: loss1
@@ -9,8 +9,8 @@ variable, so loss2 also moves `Agent/layer1`: its cell there turns from
 `ignored` to `updates`.
 
 The seed lists layer1 in both var_lists; with that choice dropping the var_list
-would change nothing (loss2 never reaches layer2_1), which is exactly the kind
-of question the Gradscope tab answers at a glance.
+would change nothing (loss2 never reaches layer2_1), so there would be no leak
+to show. docs/CONCEPTS.md (*The demos*) and docs/TF1.md tell the same story.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _train(spec: RunSpec) -> RunResult:
 
 DEMO = Demo(
     name="multihead",
-    title="seed 01's Agent: shared layer1, heads layer2_1/layer2_2, two optimizers with var_list",
+    title="seed 01's Agent: layer1 feeds two heads; loss1 trains layer1 + layer2_1, loss2 only layer2_2 (var_list)",
     leak="loss2's optimizer built without var_list, so loss2 also trains the shared layer1",
     rules=RULES,
     train=train,

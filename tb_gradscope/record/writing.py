@@ -274,10 +274,14 @@ class SummarySink:
                 )
 
             write = self._compiled[key] = tf.function(write_values, autograph=False)
-        told = write(
-            [tf.convert_to_tensor(value) for _, _, value, _, _ in items],
-            [tf.cast(tf.convert_to_tensor(step), tf.int64) for *_, step in items],
-        )
+        values = [tf.convert_to_tensor(value) for _, _, value, _, _ in items]
+        steps = [tf.cast(tf.convert_to_tensor(step), tf.int64) for *_, step in items]
+        if write.experimental_get_tracing_count() == 0:
+            # Traced here, not by the call: TF counts the traces of every
+            # `write_values` of the process together (per code object), so the
+            # first write of five recorders would warn of "retracing".
+            write.get_concrete_function(values, steps)
+        told = write(values, steps)
         first, last, records = told.numpy().tolist()
         self.count(records, first, last)  # here, not by an in-graph gate
         return tf.constant(True)
