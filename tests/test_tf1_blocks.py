@@ -131,3 +131,24 @@ def test_block_drift_is_read_before_the_steps_first_call_and_shows_the_copy(tmp_
         assert row["drift"] == 0.0, f"step {step}: the copy just ran, drift {row['drift']}"
         if step > 0:
             assert abs(row["tau"] - 1.0) < 1e-6, f"step {step}: a hard copy is tau 1, got {row['tau']}"
+
+
+def _check(logdir: str) -> tuple[int, str]:
+    import argparse
+    import io
+
+    from tb_gradscope.commands import check
+
+    out, err = io.StringIO(), io.StringIO()
+    code = check.run(argparse.Namespace(logdir=logdir, rules=None, run_name=None), out=out, err=err)
+    return code, out.getvalue() + err.getvalue()
+
+
+def test_tracks_rule_on_blocks_passes_with_the_copy_and_fails_without_it(tmp_path):
+    rule = f"tracks(oldpi, pi, every={K})"
+    run_ppo(str(tmp_path / "copied"), rules=[rule])
+    run_ppo(str(tmp_path / "never_copied"), copy_runs=False, rules=[rule])
+    code, text = _check(str(tmp_path / "copied"))
+    assert code == 0, text
+    code, text = _check(str(tmp_path / "never_copied"))
+    assert code == 1 and rule.replace(" ", "") in text.replace(" ", ""), text
