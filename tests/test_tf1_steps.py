@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tb_gradscope.integrations.tf1.steps import StepClock
+from tb_gradscope.integrations.tf1.steps import Close, Pause, StepClock
 
 ALWAYS = lambda loss: True  # noqa: E731
 
@@ -22,19 +22,41 @@ def test_alternating_train_ops_record_both_losses_at_the_same_steps():
 def test_update_window_spans_every_train_op_of_the_step():
     clock = StepClock({"loss1": "train1", "loss2": "train2"}, every_n_steps=2)
     first = clock.plan({"train1"}, ALWAYS)
-    assert (first.close_before, first.open_step, first.close_after) == (None, 0, None)
+    assert (first.snapshot, first.open_step, first.close_after) == (True, 0, None)
     second = clock.plan({"train2"}, ALWAYS)
-    assert (second.close_before, second.open_step, second.close_after) == (None, None, 0)
+    assert (second.snapshot, second.open_step, second.close_after) == (False, None, Close(0, None, True))
     assert clock.plan({"train1"}, ALWAYS).open_step is None  # step 1: not recorded
-    assert clock.open_window is None
+    assert not clock.has_open_window
 
 
-def test_window_closes_before_a_train_op_runs_twice():
-    clock = StepClock({"loss1": "train1", "loss2": "train2"}, every_n_steps=1)
+def test_train_ops_in_blocks_pause_the_window_and_resume_it():
+    clock = StepClock({"actor": "a", "critic": "c"}, every_n_steps=3, slots=1)
+    plans = [clock.plan({op}, ALWAYS) for op in "aaaccc"]
+    assert plans[0].open_step == 0 and plans[0].snapshot
+    assert plans[1].pause == Pause(0, 0, first=True) and not plans[1].snapshot
+    assert plans[2].pause is None and plans[2].close_after is None  # step 2: nothing running
+    assert plans[3].snapshot and plans[3].open_step is None  # step 0 resumes
+    assert plans[3].close_after == Close(0, 0, True)
+    assert [dict(p.losses) for p in plans] == [{"actor": 0}, {}, {}, {"critic": 0}, {}, {}]
+    assert not clock.has_open_window
+
+
+def test_each_step_opens_one_window_even_when_its_ops_run_apart():
+    clock = StepClock({"actor": "a", "critic": "c"}, every_n_steps=1, slots=2)
+    plans = [clock.plan({op}, ALWAYS) for op in "aaaccc"]
+    assert [p.open_step for p in plans] == [0, 1, 2, None, None, None]
+    assert [p.pause for p in plans[:4]] == [None, Pause(0, 0, True), Pause(1, 1, True), None]
+    # window 2 must pause with both slots taken: closed early, running
+    assert plans[3].closes == (Close(2, None, True, early=True),)
+    assert [p.close_after for p in plans[3:]] == [Close(0, 0, True), Close(1, 1, True), None]
+
+
+def test_window_of_an_op_that_never_comes_back_closes_at_the_end():
+    clock = StepClock({"loss1": "train1", "loss2": "train2"}, every_n_steps=1, slots=1)
     clock.plan({"train1"}, ALWAYS)
     again = clock.plan({"train1"}, ALWAYS)  # train2 never ran at step 0
-    assert (again.close_before, again.open_step) == (0, 1)
-    assert clock.close() == 1 and clock.close() is None
+    assert (again.pause, again.open_step) == (Pause(0, 0, True), 1)
+    assert clock.close() == [Close(0, 0, False), Close(1, None, True)] and clock.close() == []
 
 
 def test_one_call_with_both_train_ops_is_one_step():
@@ -43,7 +65,7 @@ def test_one_call_with_both_train_ops_is_one_step():
     assert [dict(p.losses) for p in plans] == [
         {"loss1": 0, "loss2": 0}, {}, {}, {"loss1": 3, "loss2": 3}
     ]
-    assert [(p.open_step, p.close_after) for p in plans] == [
+    assert [(p.open_step, p.close_after and p.close_after.step) for p in plans] == [
         (0, 0), (None, None), (None, None), (3, 3)
     ]
 

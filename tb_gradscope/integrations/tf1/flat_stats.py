@@ -143,6 +143,15 @@ def update_sums(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: 
     )
 
 
+def delta_sums(delta: tf.Tensor, now: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
+    """`update_sums` from the change itself: per variable [n, 2] float64, sum
+    of delta^2 and of now^2 (a window's update summed over its calls)."""
+    return tf.stack(
+        [_segment_sum(tf.square(delta), ids, n, pad), _segment_sum(tf.square(now), ids, n, pad)],
+        axis=1,
+    )
+
+
 def changed_counts(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
     """Per variable [n] float64: how many elements differ (NaN counts as changed)."""
     return _segment_sum(tf.cast(tf.not_equal(now, before), now.dtype), ids, n, pad)

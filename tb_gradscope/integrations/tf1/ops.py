@@ -19,7 +19,7 @@ import tensorflow as tf
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
 from tb_gradscope.integrations.tf1 import flat_stats as flat
-from tb_gradscope.integrations.tf1 import reuse
+from tb_gradscope.integrations.tf1 import ref_reads, reuse
 from tb_gradscope.record.stats import RollUp
 
 NAME_SCOPE = "tb_gradscope"
@@ -31,12 +31,27 @@ class LossOps:
     """The gradient table of one loss and the placeholders it needs fed.
 
     `reused` names the variables whose gradient is the one the loss's train op
-    applies (proved equal to the recorder's own, see `reuse.py`).
+    applies (proved equal to the recorder's own, see `reuse.py`). `refresh`,
+    when set, must run just before any call fetching `table`: the table reads
+    reference variables through that copy (`ref_reads.py`).
     """
 
     table: tf.Tensor
     placeholders: frozenset
     reused: frozenset = frozenset()
+    refresh: tf.Operation | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One accumulator of a paused update window (`steps.py`): `first` sets it
+    to theta_now - snapshot, `more` adds that; `running` is the UPDATE_STATS
+    table of accumulator + (theta_now - snapshot), `paused` of the accumulator."""
+
+    first: tf.Operation
+    more: tf.Operation
+    running: tf.Tensor
+    paused: tf.Tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +60,14 @@ class UpdateOps:
 
     `changed[train_op_name]` is true when a variable that train op updates
     differs from its snapshot: it tells, after a failed run call, whether the
-    user's update was already applied.
+    user's update was already applied. `slots` accumulate the update of a
+    window paused by calls of other steps (train ops in blocks).
     """
 
     snapshot: tf.Operation
     table: tf.Tensor
     changed: Mapping[str, tf.Tensor]
+    slots: Sequence[Slot] = ()
 
 
 def build_loss_ops(
@@ -71,15 +88,24 @@ def build_loss_ops(
     again (`reuse.py`); the own gradient ops stay in the graph, unfetched.
     `columns`: the optional GRAD_STATS columns recorded.
     """
-    ops = {}
+    own: dict[str, list] = {}
+    built: dict[str, list[tf.Operation]] = {}
     with graph.as_default():
         for name, (ys, grad_ys) in starts.items():
+            first = len(graph.get_operations())
             with tf.name_scope(f"{NAME_SCOPE}/grads/{_op_safe(name)}"):
-                grads = (
+                own[name] = (
                     tf.compat.v1.gradients(ys, list(variables), grad_ys=grad_ys)
                     if variables
                     else []
                 )
+            built[name] = graph.get_operations()[first:]
+        refresh, rewired = ref_reads.rewire(
+            graph, [op for ops_ in built.values() for op in ops_], f"{NAME_SCOPE}/ref_reads"
+        )
+        ops = {}
+        for name, grads in own.items():
+            with tf.name_scope(f"{NAME_SCOPE}/grads/{_op_safe(name)}"):
                 train_op = train_ops.get(name)
                 used = (
                     reuse.reusable(grads, variables, reuse.applied_gradients(train_op))
@@ -87,8 +113,9 @@ def build_loss_ops(
                     else grads
                 )
                 table = flat.grad_table(used, rollup, columns)
-            reused = frozenset(v.name for v, own, g in zip(variables, grads, used) if g is not own)
-            ops[name] = LossOps(table, required_placeholders([table]), reused)
+            reused = frozenset(v.name for v, mine, g in zip(variables, grads, used) if g is not mine)
+            needs = refresh if rewired.intersection(built[name]) else None
+            ops[name] = LossOps(table, required_placeholders([table]), reused, needs)
     return ops
 
 
@@ -97,22 +124,17 @@ def build_update_ops(
     variables: Sequence[tf.Variable],
     rollup: RollUp,
     train_ops: Sequence[tf.Operation],
+    slots: int = 0,
 ) -> UpdateOps:
-    """One flat snapshot variable of `variables` and the UPDATE_STATS table against it."""
+    """One flat snapshot variable of `variables`, the UPDATE_STATS table against
+    it, and `slots` accumulators for paused windows (each allocated only when
+    first used: `first` assigns it without reading it)."""
     with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/updates"):
         dtype = flat.flat_dtype(variables)
         shapes = [tf.TensorShape(v.shape) for v in variables]
         known = all(s.is_fully_defined() for s in shapes)
         size = sum(s.num_elements() for s in shapes) if known else 0
-        snap = tf.compat.v1.Variable(
-            tf.zeros([size], dtype),
-            trainable=False,
-            collections=[SNAPSHOT_COLLECTION],
-            validate_shape=known,
-            shape=[size] if known else tf.TensorShape([None]),
-            name="snapshot",
-            use_resource=True,
-        )
+        snap = _flat_variable(size, dtype, known, "snapshot")
         # One read of every variable, evaluated anew by each run call that
         # fetches it: before the step by `snapshot`, after it by `table`.
         values = flat.flatten(variables, dtype)
@@ -122,6 +144,20 @@ def build_update_ops(
         table = flat.update_table(
             flat.update_sums(values, snap.value(), ids, len(variables), pad), rollup
         )
+        delta = values - snap.value()
+
+        def delta_table(moved: tf.Tensor) -> tf.Tensor:
+            return flat.update_table(flat.delta_sums(moved, values, ids, len(variables), pad), rollup)
+
+        accumulators = []
+        for i in range(slots):
+            acc = _flat_variable(size, dtype, known, f"paused_{i}")
+            accumulators.append(Slot(
+                first=acc.assign(delta, read_value=False),
+                more=acc.assign_add(delta, read_value=False),
+                running=delta_table(acc.value() + delta),
+                paused=delta_table(acc.value()),
+            ))
         changed_elements = flat.changed_counts(values, snap.value(), ids, len(variables), pad)
         index = {v.op: i for i, v in enumerate(variables)}
         changed = {}
@@ -132,7 +168,20 @@ def build_update_ops(
                 if written
                 else tf.constant(False)
             )
-    return UpdateOps(snapshot, table, changed)
+    return UpdateOps(snapshot, table, changed, tuple(accumulators))
+
+
+def _flat_variable(size: int, dtype: tf.DType, known: bool, name: str) -> tf.Variable:
+    """A flat resource variable outside every collection the user's code sees."""
+    return tf.compat.v1.Variable(
+        tf.zeros([size], dtype),
+        trainable=False,
+        collections=[SNAPSHOT_COLLECTION],
+        validate_shape=known,
+        shape=[size] if known else tf.TensorShape([None]),
+        name=name,
+        use_resource=True,
+    )
 
 
 def _op_safe(name: str) -> str:

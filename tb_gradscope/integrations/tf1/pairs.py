@@ -211,20 +211,27 @@ class PairRecorder:
             collections=[SNAPSHOT_COLLECTION], name=name, use_resource=True,
         )
 
+    def _seen(self, step: int) -> bool:
+        return self._last_step is not None and step <= self._last_step
+
     def _due(self, step: int, pair: Pair) -> bool:
         copy_step = bool(pair.every) and step % pair.every == 0
         return step >= 0 and (step % self._every == 0 or copy_step)
 
     def idle_at(self, step: int) -> bool:
         """Whether `before_step(step)` has nothing to do (no table or snapshot due)."""
-        return step == self._last_step or not any(
+        return self._seen(step) or not any(
             self._due(step, ops.pair) or self._due(step + 1, ops.pair) for ops in self._ops
         )
 
     def before_step(self, run: Callable[..., Any], step: int,
                     write: Callable[[RecordInfo, Any, int], None]) -> None:
-        """At the first train call of `step`: writes due tables, takes due snapshots."""
-        if step == self._last_step:
+        """At the first train call of `step`: writes due tables, takes due snapshots.
+
+        Steps count per train op, so a loop of train ops in blocks reaches a
+        step once per op: only the first time (the highest step so far) reads.
+        """
+        if self._seen(step):
             return
         self._last_step = step
         fetch: dict[str, Any] = {}

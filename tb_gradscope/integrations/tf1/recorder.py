@@ -23,7 +23,7 @@ from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1 import args as args
 from tb_gradscope.integrations.tf1 import graph as graphs
 from tb_gradscope.integrations.tf1.calls import CalledOps, FixedCalls
-from tb_gradscope.integrations.tf1.steps import CallPlan, StepClock
+from tb_gradscope.integrations.tf1.steps import CallPlan, Close, StepClock
 from tb_gradscope.integrations.tf1.ops import (
     NAME_SCOPE,
     build_loss_ops,
@@ -43,6 +43,7 @@ from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeSpec, build_layout, variable_name
 
 Run = Callable[..., Any]
+PAUSED_WINDOWS = 4  # update windows of train ops in blocks held at once (steps.py)
 _SERIALS = itertools.count()  # warn_once keys: id() of a dead recorder may be reused
 
 
@@ -145,6 +146,7 @@ class GraphRecorder:
         self._clock = StepClock(
             {loss: (op.name if op is not None else None) for loss, op in self._train_ops.items()},
             every_n_steps,
+            slots=PAUSED_WINDOWS,
         )
         trained = sorted({op for op in self._train_ops.values() if op is not None},
                          key=lambda op: op.name)
@@ -164,7 +166,7 @@ class GraphRecorder:
         self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)
         self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup, self._train_ops, recorded_columns)
-        self._update_ops = build_update_ops(graph, self.variables, rollup, trained)
+        self._update_ops = build_update_ops(graph, self.variables, rollup, trained, PAUSED_WINDOWS)
         self._pairs = (
             PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
         )
@@ -278,7 +280,7 @@ class GraphRecorder:
         """
         where = error.node_def.name if error.node_def is not None else "?"
         applied = True
-        if pending.plan.open_step is not None:
+        if pending.plan.snapshot:
             changed = self._guard(
                 lambda: run([self._update_ops.changed[n] for n in sorted(pending.called)])
             )
@@ -325,14 +327,21 @@ class GraphRecorder:
             return self._loss_ops[loss].placeholders <= fed
 
         plan = self._clock.plan(called, can_record)
-        if plan.close_before is not None:
-            self._close_window(run, plan.close_before)
+        for close in plan.closes:
+            self._close_window(run, close)
+        if plan.pause is not None:
+            slot = self._update_ops.slots[plan.pause.slot]
+            self._fixed.run(run, slot.first if plan.pause.first else slot.more)
         if self._pairs is not None:
             self._pairs.before_step(run, plan.step, self._writer.write_table)
-            if self._clock.open_window is None and plan.close_after is None:
+            if not self._clock.has_open_window and plan.close_after is None:
                 self._writer.flush()  # a pair's table at a step no window closes
-        if plan.open_step is not None:
+        if plan.snapshot:
             self._fixed.run(run, self._update_ops.snapshot)
+        refresh = next((self._loss_ops[loss].refresh for loss in plan.losses
+                        if self._loss_ops[loss].refresh is not None), None)
+        if refresh is not None:
+            self._fixed.run(run, refresh)  # reference variables, read before the call applies
         fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
         return _Pending(plan, fetches, frozenset(called))
 
@@ -343,8 +352,23 @@ class GraphRecorder:
         if pending.plan.close_after is not None:
             self._close_window(run, pending.plan.close_after)
 
-    def _close_window(self, run: Run, step: int) -> None:
-        table = self._fixed.run(run, self._update_ops.table)
+    def _close_window(self, run: Run, close: Close) -> None:
+        step = close.step
+        if close.early:
+            warn_once(
+                ("tf1_window_closed_early", self._serial),
+                f"tb_gradscope: '{self.logdir}': step {step}'s update is recorded before every "
+                f"train op ran at that step: more than {PAUSED_WINDOWS} recorded steps waited for "
+                "a train op at once (train ops in blocks longer than every_n_steps, or one op "
+                "run less often than the others); ||delta theta|| of such steps covers only the "
+                "train calls run until then. Raise every_n_steps to record fewer steps at once.",
+            )
+        if close.slot is None:
+            fetch = self._update_ops.table
+        else:
+            slot = self._update_ops.slots[close.slot]
+            fetch = slot.running if close.running else slot.paused
+        table = self._fixed.run(run, fetch)
         self._writer.write_table(self._update_info, table, step)
         self._write_violations(self._rules.at_step(step, table))
         self._writer.flush()  # a recorded step is on disk when training moves on
@@ -356,9 +380,8 @@ class GraphRecorder:
             self._unsettled.extend(written)
 
     def _close_open_window(self, run: Run) -> None:
-        step = self._clock.close()
-        if step is not None:
-            self._close_window(run, step)
+        for close in self._clock.close():
+            self._close_window(run, close)
 
     def _read_offset(self, run: Run) -> None:
         self._offset_read = True

@@ -27,6 +27,8 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 
 from tb_gradscope.integrations.tf1.graph import apply_ops, variable_op
+from tb_gradscope.integrations.tf1.ops_private import in_control_flow as _in_control_flow
+from tb_gradscope.integrations.tf1.ops_private import is_ref_dtype
 
 _GRADIENT_ARGS = ("grad", "delta")  # the gradient input of dense apply ops
 # Attributes that say where an op runs or how it is ordered, not what it computes:
@@ -101,7 +103,7 @@ def _same_stateless_op(x: tf.Operation, y: tf.Operation) -> bool:
 def _reads_ref(op: tf.Operation) -> bool:
     """Takes a ref variable as input (its output may alias the variable's buffer,
     which an apply op later in the same call overwrites in place)."""
-    return any(t.dtype._is_ref_dtype for t in op.inputs)  # noqa: SLF001 - no public test
+    return any(is_ref_dtype(t.dtype) for t in op.inputs)
 
 
 def _through_identity(tensor: tf.Tensor) -> tf.Tensor:
@@ -125,7 +127,3 @@ def _gradient_input(op: tf.Operation) -> tf.Tensor | None:
             return op.inputs[names.index(name)]
     return None
 
-
-def _in_control_flow(op: tf.Operation) -> bool:
-    """Inside a TF1 `cond`/`while_loop`: its output may be dead or per-iteration."""
-    return op._get_control_flow_context() is not None  # noqa: SLF001 - no public accessor
