@@ -35,6 +35,9 @@ class GradscopeHooks:
     # The Keras model class the callback accepts, and what to say otherwise.
     model_types: tuple[type, ...] = ()
     model_hint = ""
+    # Whether unrecorded batches may run a plain train function picked on the
+    # host (`functions.py`): Keras 3 binds the step when it makes the function.
+    host_schedule = False
 
     def __init__(
         self,
@@ -151,9 +154,11 @@ class GradscopeHooks:
         own_step = model.train_step
         model.train_step = self._probe.wrap(own_step)
         model.train_function = None  # compile the instrumented step
+        probe = self._probe
         self._functions = (
-            TrainFunctions(model, self._probe.plain(own_step), self.every_n_batches)
-            if TrainFunctions.supported(model)
+            TrainFunctions(model, probe.plain(own_step), self.every_n_batches,
+                           one_function=lambda: not probe.traces or bool(probe.kernel_random))
+            if self.host_schedule and TrainFunctions.supported(model)
             else None
         )
 
