@@ -12,6 +12,7 @@ import itertools
 from typing import Any, Collection, Sequence
 
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
+from tb_gradscope.integrations.keras import _keras_private as private
 from tb_gradscope.integrations.keras.custom import overrides_train_step
 from tb_gradscope.integrations.keras.functions import TrainFunctions
 from tb_gradscope.integrations.keras.records import KerasRecords
@@ -266,7 +267,7 @@ def steps_per_execution(model: Any) -> int:
     """Batches per train-function call (Keras 3: an int; tf_keras: a variable)."""
     value = getattr(model, "steps_per_execution", None)
     if value is None:
-        value = getattr(model, "_steps_per_execution", None)
+        value = private.legacy_steps_per_execution(model)
     if hasattr(value, "numpy"):
         value = value.numpy()
     return int(value or 1)
