@@ -109,22 +109,31 @@ def model_variables(root: str, model: Any) -> list[tuple[Any, str]]:
 def _sub_model_chains(model: Any) -> dict[int, tuple[str, ...]]:
     """variable_key -> names of the nested Keras models holding it, outermost first.
 
-    The innermost model claims a variable; a sub-model reached twice keeps its
-    first place. Variables outside every sub-model map to ().
+    A variable belongs to the nested model holding it directly (in one of its
+    own layers, not in a model nested in it); of several such places (a
+    generator inside a `combined` model too), the shallowest, then the first.
+    Variables outside every nested model are not listed.
     """
-    chains: dict[int, tuple[str, ...]] = {}
+    nested: list[tuple[tuple[str, ...], Any]] = []
 
     def walk(owner: Any, chain: tuple[str, ...]) -> None:
-        for layer in getattr(owner, "layers", None) or ():
-            if _is_keras_model(layer):
-                walk(layer, chain + (_model_name(layer),))
-        if chain:
-            for v in owner.weights:
-                chains.setdefault(variable_key(v), chain)
+        for layer in _sub_models(owner):  # every path: the shallowest place wins below
+            nested.append((chain + (_model_name(layer),), layer))
+            walk(layer, chain + (_model_name(layer),))
 
     if _is_keras_model(model):
         walk(model, ())
+    chains: dict[int, tuple[str, ...]] = {}
+    for chain, owner in sorted(nested, key=lambda item: len(item[0])):
+        inner = {variable_key(v) for sub in _sub_models(owner) for v in sub.weights}
+        for v in owner.weights:
+            if variable_key(v) not in inner:
+                chains.setdefault(variable_key(v), chain)
     return chains
+
+
+def _sub_models(owner: Any) -> list[Any]:
+    return [layer for layer in getattr(owner, "layers", None) or () if _is_keras_model(layer)]
 
 
 def _is_keras_model(obj: Any) -> bool:

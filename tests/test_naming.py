@@ -177,3 +177,15 @@ def test_sub_model_of_a_subclassed_model_built_in_call_is_named_once():
     outer = Outer()
     outer(tf.zeros([1, 3]))
     assert [n for _, n in naming.model_variables("outer", outer)] == ["outer/inner/d/kernel", "outer/inner/d/bias"]
+
+
+def test_a_sub_model_inside_a_combined_model_too_is_named_where_it_is_shallowest():
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__(name="gan")
+            self.generator, self.critic = _wgan_parts()
+            z = keras.Input((2,))
+            self.combined = keras.Model(z, self.critic(self.generator(z)), name="combined")
+
+    leaves = {scopes_lib.leaf_scope(n).rsplit("/", 1)[0] for _, n in naming.model_variables("gan", GAN())}
+    assert leaves == {"gan/generator", "gan/critic"}

@@ -108,19 +108,22 @@ def named_variables(models: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _sub_model_levels(model: Any) -> dict[int, list[str]]:
-    """id(variable) -> names of the nested models holding it (innermost last)."""
+    """id(variable) -> names of the nested models down to the one whose own
+    layers hold it; of several such places, the one the fewest levels down."""
     found: list[tuple[list[str], Any]] = []
     todo = [([], model)]
-    while todo:
-        chain, m = todo.pop()
+    while todo:  # breadth first: shallower places are found first
+        chain, m = todo.pop(0)
         for layer in m.layers:
             if isinstance(layer, keras.Model):
                 found.append((chain + [layer.name], layer))
                 todo.append((chain + [layer.name], layer))
     levels: dict[int, list[str]] = {}
-    for chain, m in sorted(found, key=lambda item: len(item[0])):  # deeper models win
+    for chain, m in found:
+        below = {id(v) for sub in m.layers if isinstance(sub, keras.Model) for v in sub.weights}
         for v in m.weights:
-            levels[id(v)] = chain
+            if id(v) not in below and id(v) not in levels:
+                levels[id(v)] = chain
     return levels
 
 
