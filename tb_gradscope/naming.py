@@ -3,9 +3,10 @@
 A variable's full name is its Keras 3 `.path`, else its TF name (`tf.Module`
 and TF1 variables), without TF's `:0` suffix. When a model is handed over, its
 name (or the key it was given under) is the scope root, because Keras 3
-functional models give their variables no model prefix. Variables are matched by
-their resource handle, which a Keras variable and the `tf.Variable` inside it
-share.
+functional models give their variables no model prefix; every Keras model
+nested in it is a scope level of its own (`wgan/generator/dense_4`). Variables
+are matched by their resource handle, which a Keras variable and the
+`tf.Variable` inside it share.
 """
 
 from __future__ import annotations
@@ -81,23 +82,78 @@ def model_roots(models: Any) -> list[tuple[str, Any]]:
 
 
 def model_variables(root: str, model: Any) -> list[tuple[Any, str]]:
-    """The float variables of a model, named under `root`; optimizer slots excluded."""
+    """The float variables of a model, named under `root`; optimizer slots excluded.
+
+    Every Keras model nested in `model` is a scope level named after it
+    (`wgan/generator/dense_4/kernel`), whether or not Keras put its name in
+    the variable's path (a functional sub-model's variables carry none).
+    The order is `model.weights`' (pairs match two models by it).
+    """
     if hasattr(model, "weights") and hasattr(model, "trainable_weights"):
         variables = list(model.weights)  # Keras: weights only, no metric state
     else:
         variables = list(model.variables)
     optimizer = getattr(model, "optimizer", None)
     slots = {variable_key(v) for v in getattr(optimizer, "variables", None) or ()}
-    own_prefix = _model_name(model) + scopes_lib.SEPARATOR
+    chains = _sub_model_chains(model)
     named = []
     for v in variables:
         if not is_float_variable(v) or variable_key(v) in slots:
             continue
-        name = full_name(v)
-        if name.startswith(own_prefix):
-            name = name[len(own_prefix):]
-        named.append((v, f"{root}{scopes_lib.SEPARATOR}{name}"))
+        chain = chains.get(variable_key(v), ())
+        rest = _without_model_prefix(full_name(v), [_model_name(model), *chain])
+        named.append((v, scopes_lib.SEPARATOR.join([root, *chain, rest])))
     return named
+
+
+def _sub_model_chains(model: Any) -> dict[int, tuple[str, ...]]:
+    """variable_key -> names of the nested Keras models holding it, outermost first.
+
+    A variable belongs to the nested model holding it directly (in one of its
+    own layers, not in a model nested in it); of several such places (a
+    generator inside a `combined` model too), the shallowest, then the first.
+    Variables outside every nested model are not listed.
+    """
+    nested: list[tuple[tuple[str, ...], Any]] = []
+
+    def walk(owner: Any, chain: tuple[str, ...]) -> None:
+        for layer in _sub_models(owner):  # every path: the shallowest place wins below
+            nested.append((chain + (_model_name(layer),), layer))
+            walk(layer, chain + (_model_name(layer),))
+
+    if _is_keras_model(model):
+        walk(model, ())
+    chains: dict[int, tuple[str, ...]] = {}
+    for chain, owner in sorted(nested, key=lambda item: len(item[0])):
+        inner = {variable_key(v) for sub in _sub_models(owner) for v in sub.weights}
+        for v in owner.weights:
+            if variable_key(v) not in inner:
+                chains.setdefault(variable_key(v), chain)
+    return chains
+
+
+def _sub_models(owner: Any) -> list[Any]:
+    return [layer for layer in getattr(owner, "layers", None) or () if _is_keras_model(layer)]
+
+
+def _is_keras_model(obj: Any) -> bool:
+    """A Keras model (functional, Sequential or subclassed; Keras 3 or tf_keras): it lists its layers."""
+    return hasattr(obj, "layers") and hasattr(obj, "trainable_weights") and isinstance(getattr(obj, "name", None), str)
+
+
+def _without_model_prefix(name: str, models: Sequence[str]) -> str:
+    """`name` without the longest run of its models' names leading it.
+
+    Keras prefixes a variable with the models it was built under: none for a
+    functional model, the Sequential's own name, the whole chain for a
+    sub-model built inside its parent's `call`.
+    """
+    parts = name.split(scopes_lib.SEPARATOR)
+    for start in range(len(models)):
+        prefix = list(models[start:])
+        if len(parts) > len(prefix) and parts[: len(prefix)] == prefix:
+            return scopes_lib.SEPARATOR.join(parts[len(prefix):])
+    return name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope import naming
+from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.record import Recorder, build_variable_layout, full_name
 from tb_gradscope.scopes import ScopeSpec
 from tests.record_fixtures import batch, only, read_records, two_head_model, two_losses
@@ -116,3 +117,75 @@ def test_scope_spec_shapes_the_recorded_rows(tmp_path, spec, scopes):
 def test_bad_model_roots_name_the_fix():
     with pytest.raises(ValueError, match=r"model root scope '/x' is not a usable scope name"):
         naming.model_roots({"/x": _functional("m4")})
+
+
+def _wgan_parts():
+    z = keras.Input((2,))
+    generator = keras.Model(z, keras.layers.Dense(3)(keras.layers.Dense(4)(z)), name="generator")
+    x = keras.Input((3,))
+    critic = keras.Model(x, keras.layers.Dense(1)(keras.layers.Dense(4)(x)), name="critic")
+    return generator, critic
+
+
+def test_functional_sub_models_of_a_subclassed_model_are_scope_levels():
+    class WGAN(keras.Model):
+        def __init__(self):
+            super().__init__(name="wgan")
+            self.generator, self.critic = _wgan_parts()
+
+    wgan = WGAN()
+    assert not wgan.weights[0].path.startswith("generator")  # Keras 3 gives them no model prefix
+    named = [n for _, n in naming.model_variables("wgan", wgan)]
+    assert len(named) == 8
+    assert all(n.startswith("wgan/generator/dense") for n in named[:4]), named
+    assert all(n.startswith("wgan/critic/dense") for n in named[4:]), named
+    assert [v for v, _ in naming.model_variables("wgan", wgan)] == list(wgan.weights)  # order kept (pairs)
+
+
+def test_functional_sub_models_of_a_functional_model_are_scope_levels():
+    generator, critic = _wgan_parts()
+    z = keras.Input((2,))
+    combined = keras.Model(z, critic(generator(z)), name="combined")
+    leaves = {scopes_lib.leaf_scope(n) for _, n in naming.model_variables("gan", combined)}
+    assert {s.rsplit("/", 1)[0] for s in leaves} == {"gan/generator", "gan/critic"}
+
+
+def test_nested_sequential_names_are_not_doubled():
+    inner = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="l1")], name="inner")
+    outer = keras.Sequential([keras.Input((3,)), inner, keras.layers.Dense(2, name="out")], name="outer")
+    assert [n for _, n in naming.model_variables("outer", outer)] == [
+        "outer/inner/l1/kernel", "outer/inner/l1/bias", "outer/out/kernel", "outer/out/bias"]
+
+
+def test_sub_model_of_a_subclassed_model_built_in_call_is_named_once():
+    class Inner(keras.Model):
+        def __init__(self):
+            super().__init__(name="inner")
+            self.d = keras.layers.Dense(2, name="d")
+
+        def call(self, x):
+            return self.d(x)
+
+    class Outer(keras.Model):
+        def __init__(self):
+            super().__init__(name="outer")
+            self.inner = Inner()
+
+        def call(self, x):
+            return self.inner(x)
+
+    outer = Outer()
+    outer(tf.zeros([1, 3]))
+    assert [n for _, n in naming.model_variables("outer", outer)] == ["outer/inner/d/kernel", "outer/inner/d/bias"]
+
+
+def test_a_sub_model_inside_a_combined_model_too_is_named_where_it_is_shallowest():
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__(name="gan")
+            self.generator, self.critic = _wgan_parts()
+            z = keras.Input((2,))
+            self.combined = keras.Model(z, self.critic(self.generator(z)), name="combined")
+
+    leaves = {scopes_lib.leaf_scope(n).rsplit("/", 1)[0] for _, n in naming.model_variables("gan", GAN())}
+    assert leaves == {"gan/generator", "gan/critic"}

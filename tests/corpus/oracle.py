@@ -33,6 +33,7 @@ import dataclasses
 import fnmatch
 from typing import Any, Callable, Mapping, Sequence
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -88,27 +89,54 @@ class StepTruth:
 
 
 def named_variables(models: Mapping[str, Any]) -> dict[str, Any]:
-    """{`<key>/<path>`: variable} for {key: model}, as the product names them.
+    """{`<key>/<sub-models>/<path>`: variable} for {key: model}, as the product names them.
 
-    The path is a Keras 3 variable's `.path`, else its TF name without `:0`,
-    with the model's own name stripped when it leads the path (a functional
-    model's variables carry no model prefix). Only float variables.
+    The path is a Keras 3 variable's `.path`, else its TF name without `:0`.
+    Each Keras model nested in the model is a level named after it (its
+    variables carry that name only when built under it: a functional
+    sub-model's carry none), and the names of the models a path already
+    starts with are not repeated. Only float variables.
     """
     out: dict[str, Any] = {}
     for key, model in models.items():
         keras_like = hasattr(model, "weights") and hasattr(model, "trainable_weights")
         variables = model.weights if keras_like else model.variables
-        own = getattr(model, "name", "") + "/"
+        levels = _sub_model_levels(model) if isinstance(model, keras.Model) else {}
         for v in variables:
             if not tf.as_dtype(v.dtype).is_floating:
                 continue
             path = getattr(v, "path", None) or v.name
             if path.endswith(":0"):
                 path = path[:-2]
-            if path.startswith(own):
-                path = path[len(own):]
-            out.setdefault(f"{key}/{path}", v)
+            chain = levels.get(id(v), [])
+            owners = [getattr(model, "name", "")] + chain
+            for i in range(len(owners)):  # the longest run of owner names leading the path
+                lead = "/".join(owners[i:]) + "/"
+                if path.startswith(lead):
+                    path = path[len(lead):]
+                    break
+            out.setdefault("/".join([key] + chain + [path]), v)
     return out
+
+
+def _sub_model_levels(model: Any) -> dict[int, list[str]]:
+    """id(variable) -> names of the nested models down to the one whose own
+    layers hold it; of several such places, the one the fewest levels down."""
+    found: list[tuple[list[str], Any]] = []
+    todo = [([], model)]
+    while todo:  # breadth first: shallower places are found first
+        chain, m = todo.pop(0)
+        for layer in m.layers:
+            if isinstance(layer, keras.Model):
+                found.append((chain + [layer.name], layer))
+                todo.append((chain + [layer.name], layer))
+    levels: dict[int, list[str]] = {}
+    for chain, m in found:
+        below = {id(v) for sub in m.layers if isinstance(sub, keras.Model) for v in sub.weights}
+        for v in m.weights:
+            if id(v) not in below and id(v) not in levels:
+                levels[id(v)] = chain
+    return levels
 
 
 def leaf_scope(name: str) -> str:

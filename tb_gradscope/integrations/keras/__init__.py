@@ -83,6 +83,7 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
 
     model_types = (keras.Model,)
     model_hint = "for tf_keras (TF_USE_LEGACY_KERAS=1) use LegacyGradscopeCallback"
+    host_schedule = True
 
     def __init__(
         self,

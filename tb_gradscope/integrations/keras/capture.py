@@ -18,6 +18,8 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
+from tb_gradscope.integrations.keras import _keras_private as private
+
 
 @dataclasses.dataclass(frozen=True)
 class OutputLoss:
@@ -68,29 +70,38 @@ class _Capturing:
 
 _current = threading.local()  # .captured: the Captured of the step this thread traces
 
-# Where each Keras keeps its per-output loss functions once built:
-# Keras 3 `model._compile_loss._flat_losses` (entries with .loss/.loss_weights/.name),
-# tf_keras `model.compiled_loss._losses` (loss objects, aligned with
-# `_output_names` and `_loss_weights`).
-_KERAS3, _LEGACY = "_flat_losses", "_losses"
+# Keras 3 keeps its per-output loss functions in its CompileLoss, tf_keras in its
+# LossesContainer; both are private (`_keras_private.py`).
+_KERAS3, _LEGACY = "keras3", "legacy"
 _STATE = "_gradscope_capture"  # the container's install state, while any capture is open
 
 
 def _container(model: Any) -> tuple[Any, str] | None:
-    keras3 = getattr(model, "_compile_loss", None)
-    if keras3 is not None and hasattr(keras3, _KERAS3):
+    keras3 = private.compile_loss(model)
+    if keras3 is not None and private.has_flat_losses(keras3):
         return keras3, _KERAS3
     legacy = model.__dict__.get("compiled_loss") if hasattr(model, "__dict__") else None
-    if legacy is not None and hasattr(legacy, _LEGACY) and hasattr(legacy, "_built"):
+    if legacy is not None and private.legacy_is_loss_container(legacy):
         return legacy, _LEGACY
     return None
 
 
-def _output_losses(container: Any, attr: str, flat: list[Any]) -> list[OutputLoss]:
-    if attr == _KERAS3:
+def _get(container: Any, kind: str) -> list[Any] | None:
+    return private.flat_losses(container) if kind == _KERAS3 else private.legacy_loss_functions(container)
+
+
+def _set(container: Any, kind: str, entries: list[Any] | None) -> None:
+    if kind == _KERAS3:
+        private.set_flat_losses(container, entries)
+    else:
+        private.legacy_set_loss_functions(container, entries)
+
+
+def _output_losses(container: Any, kind: str, flat: list[Any]) -> list[OutputLoss]:
+    if kind == _KERAS3:
         return [OutputLoss(str(e.name), _weight(e.loss_weights)) for e in flat]
-    names = list(getattr(container, "_output_names", None) or [])
-    weights = list(getattr(container, "_loss_weights", None) or [])
+    names = private.legacy_output_names(container)
+    weights = private.legacy_loss_weights(container)
     return [
         OutputLoss(
             str(names[i]) if i < len(names) else f"output_{i}",
@@ -100,41 +111,41 @@ def _output_losses(container: Any, attr: str, flat: list[Any]) -> list[OutputLos
     ]
 
 
-def _wrap(container: Any, attr: str, state: dict) -> None:
+def _wrap(container: Any, kind: str, state: dict) -> None:
     """Replaces the container's loss functions with capturing ones."""
-    flat = list(getattr(container, attr) or [])
-    state["flat"] = getattr(container, attr)
-    state["losses"] = _output_losses(container, attr, flat)
-    if attr == _KERAS3:
-        wrapped = [e._replace(loss=_Capturing(e.loss, i)) for i, e in enumerate(flat)]
+    state["flat"] = _get(container, kind)
+    flat = list(state["flat"] or [])
+    state["losses"] = _output_losses(container, kind, flat)
+    if kind == _KERAS3:
+        wrapped = [private.with_loss_fn(e, _Capturing(e.loss, i)) for i, e in enumerate(flat)]
     else:
         wrapped = [None if fn is None else _Capturing(fn, i) for i, fn in enumerate(flat)]
-    setattr(container, attr, wrapped)
+    _set(container, kind, wrapped)
 
 
-def _install(container: Any, attr: str) -> dict:
+def _install(container: Any, kind: str) -> dict:
     """Wraps the container's losses (once, however many captures are open)."""
     state = container.__dict__.setdefault(_STATE, {"depth": 0})
     state["depth"] += 1
     if state["depth"] > 1:
         return state
-    built = container._built if attr == _LEGACY else bool(getattr(container, attr, None))
+    built = private.legacy_built(container) if kind == _LEGACY else bool(_get(container, kind))
     if built:
-        _wrap(container, attr, state)
+        _wrap(container, kind, state)
     else:
         build = container.build
 
         def build_then_wrap(*args: Any, **kwargs: Any) -> Any:
             result = build(*args, **kwargs)
             container.__dict__.pop("build", None)
-            _wrap(container, attr, state)
+            _wrap(container, kind, state)
             return result
 
         container.build = build_then_wrap
     return state
 
 
-def _uninstall(container: Any, attr: str, state: dict) -> None:
+def _uninstall(container: Any, kind: str, state: dict) -> None:
     """Gives the container its own losses back when the last capture closes."""
     state["depth"] -= 1
     if state["depth"] > 0:
@@ -142,7 +153,7 @@ def _uninstall(container: Any, attr: str, state: dict) -> None:
     container.__dict__.pop("build", None)
     container.__dict__.pop(_STATE, None)
     if "flat" in state:
-        setattr(container, attr, state["flat"])
+        _set(container, kind, state["flat"])
 
 
 @contextlib.contextmanager
@@ -157,8 +168,8 @@ def capture_losses(model: Any) -> Iterator[Captured]:
     if found is None:
         yield Captured()
         return
-    container, attr = found
-    state = _install(container, attr)
+    container, kind = found
+    state = _install(container, kind)
     captured = Captured(state)
     previous = getattr(_current, "captured", None)
     _current.captured = captured
@@ -166,12 +177,12 @@ def capture_losses(model: Any) -> Iterator[Captured]:
         yield captured
     finally:
         _current.captured = previous
-        _uninstall(container, attr, state)
+        _uninstall(container, kind, state)
 
 
 def weighted(model: Any, value: Any, loss: OutputLoss) -> tf.Tensor:
     """`weight * value` in the CompileLoss dtype, as Keras adds it to the total."""
-    dtype = getattr(getattr(model, "_compile_loss", None), "dtype", None) or value.dtype
+    dtype = getattr(private.compile_loss(model), "dtype", None) or value.dtype
     value = tf.cast(value, dtype)
     return value if loss.weight is None else value * tf.cast(loss.weight, dtype)
 

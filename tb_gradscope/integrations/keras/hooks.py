@@ -12,6 +12,7 @@ import itertools
 from typing import Any, Collection, Sequence
 
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
+from tb_gradscope.integrations.keras import _keras_private as private
 from tb_gradscope.integrations.keras.custom import overrides_train_step
 from tb_gradscope.integrations.keras.functions import TrainFunctions
 from tb_gradscope.integrations.keras.records import KerasRecords
@@ -35,6 +36,9 @@ class GradscopeHooks:
     # The Keras model class the callback accepts, and what to say otherwise.
     model_types: tuple[type, ...] = ()
     model_hint = ""
+    # Whether unrecorded batches may run a plain train function picked on the
+    # host (`functions.py`): Keras 3 binds the step when it makes the function.
+    host_schedule = False
 
     def __init__(
         self,
@@ -151,9 +155,11 @@ class GradscopeHooks:
         own_step = model.train_step
         model.train_step = self._probe.wrap(own_step)
         model.train_function = None  # compile the instrumented step
+        probe = self._probe
         self._functions = (
-            TrainFunctions(model, self._probe.plain(own_step), self.every_n_batches)
-            if TrainFunctions.supported(model)
+            TrainFunctions(model, probe.plain(own_step), self.every_n_batches,
+                           one_function=lambda: not probe.traces or bool(probe.kernel_random))
+            if self.host_schedule and TrainFunctions.supported(model)
             else None
         )
 
@@ -261,7 +267,7 @@ def steps_per_execution(model: Any) -> int:
     """Batches per train-function call (Keras 3: an int; tf_keras: a variable)."""
     value = getattr(model, "steps_per_execution", None)
     if value is None:
-        value = getattr(model, "_steps_per_execution", None)
+        value = private.legacy_steps_per_execution(model)
     if hasattr(value, "numpy"):
         value = value.numpy()
     return int(value or 1)

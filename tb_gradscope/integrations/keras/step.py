@@ -34,6 +34,7 @@ from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.integrations.keras import capture as capture
 from tb_gradscope.integrations.keras import custom as custom_lib
+from tb_gradscope.integrations.keras import kernel_rng
 from tb_gradscope import naming
 from tb_gradscope.record import distribute, flow, loss_scale, stats
 from tb_gradscope.naming import VariableLayout
@@ -87,6 +88,9 @@ class StepProbe:
         self.captured: set[str] = set()
         self.grad_tables: tf.Variable | None = None
         self.traces = 0
+        # Ops of the step drawing from a kernel-held random stream (`kernel_rng.py`):
+        # while any is found, every batch must run this one traced function.
+        self.kernel_random: list[str] = []
         self._reader: tuple[bool, Any] | None = None  # (has grad tables, concrete read function)
         n_scopes = len(vlayout.layout.scopes)
         self.enabled = distribute.local_variable(False, trainable=False, name="gradscope_enabled")
@@ -117,6 +121,8 @@ class StepProbe:
             with capture.capture_losses(self.model) as captured, observing as seen:
                 with tf.GradientTape(persistent=True) as tape:
                     logs = train_step(data)
+            if not tf.executing_eagerly():
+                self._find_kernel_random()
             if before is not None:
                 taped = seen.named(logs) if seen is not None else {}
                 self._guarded(lambda: self._after(tape, captured, *before, taped=taped))
@@ -198,6 +204,14 @@ class StepProbe:
                 raise
             self._on_error(e)
             return None
+
+    def _find_kernel_random(self) -> None:
+        if self.kernel_random:
+            return
+        try:
+            self.kernel_random = kernel_rng.kernel_random_ops(tf.compat.v1.get_default_graph())
+        except Exception as e:  # noqa: BLE001 - unsure: keep to the one function
+            self.kernel_random = [f"<the step's graph could not be read: {type(e).__name__}>"]
 
     def _before(self) -> tuple[tf.Tensor, tf.Tensor, list[Any], tf.Tensor | None]:
         # Read now, before the update: tf.cast of an int64 tf.Variable (tf_keras)
