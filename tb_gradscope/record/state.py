@@ -31,6 +31,10 @@ from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.step_function import Variants
 
 
+# Losses whose due step is kept (`RecorderState._due`); more keep the period alone.
+_MAX_DUE = 64
+
+
 class RecorderState:
     """A recorder's emitter, layout, options and per-graph pending work."""
 
@@ -57,7 +61,9 @@ class RecorderState:
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
         self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
         self._branch_start: int | None = None  # op count where the last loss recording branch began
-        self._due_steps: dict[str, tf.Variable] = {}  # loss -> the step from which it is due (`_due`)
+        self._due_slots: dict[str, int] = {}  # loss -> its slot in `_due_steps`
+        with tf.init_scope():  # per loss, the step from which it is due (`_due`; transient)
+            self._due_steps = tf.Variable(tf.zeros([_MAX_DUE], tf.int64), trainable=False, name="due")
 
     def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, is it a recorded step), read once per traced step.
@@ -163,31 +169,39 @@ class RecorderState:
         now, record = self.now(step)
         if in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
             return now, record
-        due = [self._next_due(name) for name in names]
+        slots = [i for i in (self._due_slot(name) for name in names) if i is not None]
+        if not slots:
+            return now, record
         if tf.executing_eagerly():
-            return now, tf.constant(bool(record) or any(int(now) >= int(d.numpy()) for d in due))
-        late = tf.reduce_any(tf.stack([now >= d for d in due]))
+            due = self._due_steps.numpy()
+            return now, tf.constant(bool(record) or any(int(now) >= int(due[i]) for i in slots))
+        late = tf.reduce_any(now >= tf.gather(self._due_steps, slots))
         record = tf.logical_or(record, late)
         self._now[tf.compat.v1.get_default_graph()] = (now, record)
         return now, record
 
-    def _next_due(self, name: str) -> tf.Variable:
-        """The step from which loss `name` is due (transient, never checkpointed)."""
-        if name not in self._due_steps:
+    def _due_slot(self, name: str) -> int | None:
+        """Loss `name`'s slot in `_due_steps`, set when it is first seen (None
+        beyond _MAX_DUE losses: those keep the period alone). One variable
+        made with the recorder, so no trace creates one (which would retrace)."""
+        if name not in self._due_slots:
+            if len(self._due_slots) >= _MAX_DUE:
+                return None
             with tf.init_scope():
                 first = int(self.step.numpy())
-                start = -(-first // self.every) * self.every
-                self._due_steps[name] = tf.Variable(start, dtype=tf.int64, trainable=False, name="due")
-        return self._due_steps[name]
+                self._due_steps[len(self._due_slots)].assign(-(-first // self.every) * self.every)
+            self._due_slots[name] = len(self._due_slots)
+        return self._due_slots[name]
 
     def _marking(self, name: str, now: tf.Tensor, make: Callable[[], list]) -> Callable[[], list]:
         """`make`, which records loss `name` at step `now`: it also moves the
         loss's due step to the next recording step (on the recorded branch only)."""
-        if in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+        slot = self._due_slots.get(name)
+        if slot is None or in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
             return make
 
         def made() -> list:
-            self._next_due(name).assign((now // self.every + 1) * self.every)
+            self._due_steps[slot].assign((now // self.every + 1) * self.every)
             return make()
 
         return made
