@@ -91,7 +91,7 @@ def _drift(distance: float, online_step: float = math.nan) -> fmt.Table:
     gap = distance
     row = {"drift": distance / ONLINE_NORM, "distance": distance, "online_norm": ONLINE_NORM,
            "target_step": 0.01 * gap, "tau": 0.01, "online_step": online_step, "gap": gap,
-           "tau_reverse": math.nan, "gap_reverse": math.nan, "optimizer_vars": 0.0}
+           "tau_reverse": math.nan, "gap_reverse": math.nan, "optimizer_vars": 0.0, "target_moved": math.nan}
     return fmt.Table(info, np.asarray([[row[c] for c in fmt.DRIFT_COLUMNS]]))
 
 

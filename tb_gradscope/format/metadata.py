@@ -94,7 +94,7 @@ KIND_SPECS: Mapping[Kind, KindSpec] = {
 # Columns the DRIFT writers (`record/drift.py`, the TF1 recorder) add after the
 # format's required ones (meanings in `record/drift.py`). Readers look columns
 # up by name, so records without them still decode.
-DRIFT_EXTRA_COLUMNS = ("online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars")
+DRIFT_EXTRA_COLUMNS = ("online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars", "target_moved")
 DRIFT_COLUMNS = KIND_SPECS[Kind.DRIFT].columns + DRIFT_EXTRA_COLUMNS
 
 

@@ -12,7 +12,7 @@ target scope, with the numbers that prove it in `evidence`:
   farther from online than online's path since step 0 (seed 03 "Change0"; see
   `read.online_path`: a copy that online ran away from is not one);
 - target_frozen: the target does not move for several recorded steps (or two
-  hard-copy periods) while online trains;
+  hard-copy periods; at least one declared period) while online trains;
 - moved_by_optimizer: an optimizer writes target variables, or the target
   moves in directions the online network does not explain;
 - wrong_direction: online lands exactly on a target that stays put;
@@ -201,10 +201,11 @@ def _wrong_direction(p: _Pair) -> list[Event]:
 
 def _target_frozen(p: _Pair) -> list[Event]:
     s, th = p.series, p.th
-    period = p.mode.every or _declared_every(p.attrs)
+    declared = _declared_every(p.attrs)
+    period = p.mode.every or declared
     if p.mode.kind == "hard" and not period:
         return []
-    idle = s.defined & ~s.moved(th)
+    idle = s.idle_since_previous(th)  # the movement between two records, never one step
     online = s.online_moved(th)
     run: list[int] = []
     for i in list(np.flatnonzero(s.defined)) + [None]:
@@ -212,9 +213,11 @@ def _target_frozen(p: _Pair) -> list[Event]:
             run.append(i)
             continue
         span = s.steps[run[-1]] - s.steps[run[0]] if run else 0
+        # Nothing is judged before a declared copy is due: the idle run must
+        # span a whole declared period (two for a target seen copying).
         long_enough = len(run) >= th.frozen_points and (
             p.mode.kind != "hard" or span >= 2 * int(period)
-        )
+        ) and (declared is None or span >= declared)
         if long_enough and online[run].any():
             first, last = run[0], run[-1]
             return [p.event(

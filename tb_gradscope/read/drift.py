@@ -71,9 +71,11 @@ class Series:
         sums = np.zeros((len(tables), 8))
         present = np.zeros(len(tables), dtype=bool)
         own_tau = np.full(len(tables), np.nan)  # a lone row's tau, for records without `gap`
+        moved2 = np.zeros(len(tables))  # target_moved, pooled (NaN where a row lacks it)
         for i, table in enumerate(tables):
             rows = [table.row(s) for s in scopes if s in table]
             present[i] = bool(rows)
+            moved2[i] = sum(row.get("target_moved", np.nan) ** 2 for row in rows)
             if len(rows) == 1:
                 own_tau[i] = rows[0]["tau"]
             for row in rows:
@@ -84,6 +86,9 @@ class Series:
                     gap_r**2, _nan0(row.get("tau_reverse", np.nan)) * gap_r**2,
                 ]
         sums[~present] = np.nan
+        moved2[~present] = np.nan
+        # How far the target moved since the previous record (NaN: unknown).
+        self.target_moved = np.sqrt(moved2)
         dist2, on2, a2, b2, ab, c2, e2, ce = sums.T
         self.distance, self.online_norm = np.sqrt(dist2), np.sqrt(on2)
         self.drift = _div(self.distance, self.online_norm)
@@ -105,6 +110,13 @@ class Series:
 
     def moved(self, th: Thresholds) -> np.ndarray:
         return self.defined & (self.target_step > th.moved * np.nan_to_num(self.online_norm))
+
+    def idle_since_previous(self, th: Thresholds) -> np.ndarray:
+        """Steps at which the target did not move since the previous record
+        (`target_moved`), or, for records without it, across the step before."""
+        known = np.isfinite(self.target_moved)
+        still = ~(self.target_moved > th.moved * np.nan_to_num(self.online_norm))
+        return np.where(known, still, ~self.moved(th)) & self.defined
 
     def online_moved(self, th: Thresholds) -> np.ndarray:
         return np.isfinite(self.online_step) & (

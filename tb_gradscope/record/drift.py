@@ -10,7 +10,12 @@ earlier (snapshots), per scope:
 - online_step = ||o - op||; gap_reverse = ||t - op||; tau_reverse =
   <o - op, t - op> / gap_reverse^2: the same with roles swapped, > 0 when the
   online network is pulled toward the target (a copy in the wrong direction);
-- optimizer_vars: how many of the scope's target variables an optimizer writes.
+- optimizer_vars: how many of the scope's target variables an optimizer writes;
+- target_moved: ||t - tr||, tr the target at the pair's previous DRIFT record
+  (NaN at the first, and from writers that keep no such copy): the movement
+  between two records, whatever step of the period the target update ran at
+  (TD3's delayed targets on odd steps), which judges a sync expected between
+  two records.
 
 Without snapshots of the previous step, the step columns are NaN. Work is one
 pass of products over the pairs' values laid out in rows (`RowLayout`), row
@@ -34,8 +39,8 @@ from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record.reductions import concat
 from tb_gradscope.record.stats import RollUp
 
-# Columns of the per-variable sums.
-_DIST2, _ON2, _A2, _AB, _B2, _C2, _CE, _E2 = range(8)
+# Columns of the per-variable sums (_F2: since the previous record, when kept).
+_DIST2, _ON2, _A2, _AB, _B2, _C2, _CE, _E2, _F2 = range(9)
 
 
 def pair_layout(pair: Pair) -> scopes_lib.ScopeLayout:
@@ -149,8 +154,11 @@ def sides_now(targets: Sequence[Any], onlines: Sequence[Any], layout: RowLayout,
     return concat(layout.padded(values[:n], dtype) + layout.padded(values[n:], dtype))
 
 
-def variable_sums(now: tf.Tensor, previous: tf.Tensor, layout: RowLayout) -> tf.Tensor:
-    """Per variable: the 8 sums the DRIFT columns are made of, float64 [n_vars, 8].
+def variable_sums(
+    now: tf.Tensor, previous: tf.Tensor, layout: RowLayout, recorded: tf.Tensor | None = None
+) -> tf.Tensor:
+    """Per variable: the sums the DRIFT columns are made of, float64 [n_vars, 8]
+    ([n_vars, 9] with `recorded`, the target padded at the previous record).
 
     `now` and `previous` are [target; online] padded by `layout` (`sides_now`).
     Computed in float64 (a float16 target may follow a float32 online network),
@@ -158,10 +166,15 @@ def variable_sums(now: tf.Tensor, previous: tf.Tensor, layout: RowLayout) -> tf.
     whatever the number of variables or pairs.
     """
     rows = int(layout.rows.sum())
-    x = tf.reshape(tf.cast(tf.concat([now, previous], 0), tf.float64), [4, rows, CHUNK])
-    t, o, tp, op = tf.unstack(x)
+    sides = [now, previous] + ([tf.cast(recorded, now.dtype)] if recorded is not None else [])
+    parts = 4 if recorded is None else 5  # [t; o] now, [t; o] before, t at the previous record
+    x = tf.reshape(tf.cast(tf.concat(sides, 0), tf.float64), [parts, rows, CHUNK])
+    t, o, tp, op = tf.unstack(x[:4])
     d, a, b, c, e = t - o, t - tp, o - tp, o - op, t - op
     products = (d * d, o * o, a * a, a * b, b * b, c * c, c * e, e * e)
+    if recorded is not None:
+        f = t - x[4]
+        products += (f * f,)
     per_row = tf.stack([tf.reduce_sum(p, axis=1) for p in products], axis=1)
     return tf.math.segment_sum(per_row, tf.constant(layout.row_ids()))
 
@@ -171,24 +184,31 @@ _ROOTS = {"distance": _DIST2, "online_norm": _ON2, "target_step": _A2, "online_s
           "gap_reverse": _E2}
 _RATIOS = ("drift", "tau", "tau_reverse")  # distance / online_norm, AB / B2, CE / E2
 _NEED_PREVIOUS = {"target_step", "tau", "online_step", "gap", "tau_reverse", "gap_reverse"}
-_COMPUTED = (*_ROOTS, *_RATIOS, "optimizer_vars")
+_COMPUTED = (*_ROOTS, *_RATIOS, "optimizer_vars", "target_moved")
 
 
 def drift_table(
-    sums: tf.Tensor, have_previous: tf.Tensor, optimizer_vars: np.ndarray
+    sums: tf.Tensor, have_previous: tf.Tensor, optimizer_vars: np.ndarray,
+    have_recorded: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Scope sums [n_scopes, 8] -> the DRIFT table [n_scopes, len(DRIFT_COLUMNS)] (float32).
 
+    With a 9th column of sums (since the previous record) and `have_recorded`
+    (whether there was one), `target_moved` is filled; otherwise it is NaN.
     Column-wise ops on blocks of columns (a dozen ops, not a dozen per column).
     """
     nan = tf.constant(np.nan, tf.float64)
+    if have_recorded is not None:
+        moved = tf.where(have_recorded, tf.sqrt(sums[:, _F2:_F2 + 1]), nan)
+    else:
+        moved = tf.fill([tf.shape(sums)[0], 1], nan)
     roots = tf.sqrt(tf.gather(sums, list(_ROOTS.values()), axis=1))
     distance, online_norm = roots[:, :1], roots[:, 1:2]
     nums = tf.concat([distance, tf.gather(sums, [_AB, _CE], axis=1)], axis=1)
     dens = tf.concat([online_norm, tf.gather(sums, [_B2, _E2], axis=1)], axis=1)
     ratios = tf.where(dens > 0, nums / tf.where(dens > 0, dens, 1.0), nan)
     counts = tf.constant(np.asarray(optimizer_vars, np.float64)[:, None])
-    computed = tf.concat([roots, ratios, counts], axis=1)
+    computed = tf.concat([roots, ratios, counts, moved], axis=1)
     always = np.asarray([c not in _NEED_PREVIOUS for c in _COMPUTED])
     computed = tf.where(tf.logical_or(have_previous, always), computed, nan)
     order = [_COMPUTED.index(c) for c in DRIFT_COLUMNS]

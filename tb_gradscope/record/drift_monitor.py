@@ -8,7 +8,11 @@ Transient state, per group of pairs sharing a schedule: one snapshot of their
 target and online variables (2x the pairs' size, allocated once), written only
 at the step before a recorded step, plus the step it was taken at. So every
 recorded step s is compared with s - 1, which makes tau exact for an EMA and
-shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A group's
+shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A second
+copy, of the targets alone (1x their size), is kept at each record, so a
+record also says how far the target moved since the previous one
+(`target_moved`): a sync between two records is judged from that, whichever
+step of the period it ran at. A group's
 tables come from one kernel (`drift.variable_sums` over all its pairs), split
 per pair.
 """
@@ -57,6 +61,8 @@ class _Group:
     dtype: tf.DType
     previous: tf.Variable  # [target; online] one step earlier, padded by `rows`
     snap_step: tf.Variable
+    recorded: tf.Variable  # the target at the group's previous DRIFT record, padded by `rows`
+    recorded_step: tf.Variable
 
     @property
     def targets(self) -> list[Any]:
@@ -231,6 +237,8 @@ class DriftMonitor(tf.Module):
                 dtype=dtype,
                 previous=distribute.local_variable(lambda n=2 * rows.length, d=dtype: tf.zeros([n], d), trainable=False),
                 snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+                recorded=distribute.local_variable(lambda n=rows.length, d=dtype: tf.zeros([n], d), trainable=False),
+                recorded_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
             ))
         return groups
 
@@ -284,8 +292,13 @@ class DriftMonitor(tf.Module):
             for s in group.states
         ])
         now = drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
-        sums = group.rollup.sum(drift_lib.variable_sums(now, group.previous.read_value(), group.rows))
-        table = drift_lib.drift_table(sums, tf.equal(group.snap_step, step - 1), counts)
+        recorded = group.recorded.read_value()
+        sums = group.rollup.sum(drift_lib.variable_sums(now, group.previous.read_value(), group.rows, recorded))
+        have_recorded = tf.logical_and(group.recorded_step > _NEVER, group.recorded_step < step)
+        table = drift_lib.drift_table(sums, tf.equal(group.snap_step, step - 1), counts, have_recorded)
+        with tf.control_dependencies([table]):  # the next record's movement is measured from here
+            group.recorded.assign(now[: group.rows.length])
+            group.recorded_step.assign(step)
         if len(group.states) == 1:
             return [table]
         return tf.split(table, [len(s.layout.scopes) for s in group.states])

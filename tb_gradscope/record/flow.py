@@ -9,6 +9,7 @@ merged into the run's (`merge`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any, Callable, Mapping, Sequence
 
@@ -94,3 +95,42 @@ def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
         source=known.source,
         path_cuts=known.path_cuts and more.path_cuts,
     )
+
+
+def relabel_optimizers(
+    found: FlowGraph, known: FlowGraph | None, optimizers: Sequence[Any], labels: dict[int, str]
+) -> FlowGraph:
+    """`found`'s optimizer labels made to mean the same optimizer across the
+    traced functions of one run.
+
+    Each function's analysis numbers its own optimizer steps from "opt0", so
+    two functions with two optimizers (TD3's critic and actor updates, called
+    inside one eager `training_step()` block) would both say "opt0" once
+    merged. A function that applies one optimizer object takes that object's
+    label (`labels`: id -> label, filled as functions are analyzed), or a new
+    one; a function of several optimizers keeps its own grouping under labels
+    unused so far.
+    """
+    used = {info.optimizer for info in (known.losses if known is not None else ()) if info.optimizer}
+    own = sorted({info.optimizer for info in found.losses if info.optimizer})
+    mapping: dict[str, str] = {}
+    if len(optimizers) == 1 and len(own) == 1:
+        key = id(optimizers[0])
+        if key not in labels:
+            labels[key] = own[0] if own[0] not in used else _fresh(used)
+        mapping[own[0]] = labels[key]
+    else:
+        for label in own:
+            mapping[label] = label if label not in used else _fresh(used | set(mapping.values()))
+            used = used | {mapping[label]}
+    if all(k == v for k, v in mapping.items()):
+        return found
+    losses = [dataclasses.replace(info, optimizer=mapping.get(info.optimizer, info.optimizer)) for info in found.losses]
+    return dataclasses.replace(found, losses=losses)
+
+
+def _fresh(used: set[str]) -> str:
+    k = 0
+    while f"opt{k}" in used:
+        k += 1
+    return f"opt{k}"

@@ -184,6 +184,7 @@ class Recorder(tf.Module):
             Emitter(SummarySink(logdir, name), name, every_n_steps),
             LayoutResolver(name, roots, explicit, scopes),
             every_n_steps,
+            self.step,
         )
         self._s.conflict = bool(conflict)
         self._s.grad_columns = recorded_columns

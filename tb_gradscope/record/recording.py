@@ -43,6 +43,7 @@ class Recording:
 
     def given(self, pairs_by_loss: Mapping[str, list], losses: Mapping[str, Any] | None, tape: Any) -> Stats | None:
         """`record_gradients`: records gradients the user computed."""
+        self.s.losses_seen = True
         if self.s.disabled or self.s.variants.mode() is not None:
             return None
         with self.guard():
@@ -57,6 +58,7 @@ class Recording:
     def per_loss(self, tape: Any, losses: Mapping[str, Any], variables: Sequence[Any], grads: Sequence[Any]) -> None:
         """`gradients`: records each loss's gradients from the recorder's tape
         (and warns once when no variable got a gradient)."""
+        self.s.losses_seen = True
         if all(g is None for g in grads):
             warn_once(
                 (id(self.s), "no_gradient", tuple(losses)),
@@ -119,15 +121,35 @@ class Recording:
             result = optimizer.apply_gradients(pairs)
         if s.monitor is not None:
             s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
+        s.note_optimizer(optimizer)
         if block is not None:
             if block.eager and not tf.executing_eagerly():
                 self._finish_traced_in_block(block)
+            if tf.executing_eagerly():
+                self._warn_if_rules_have_no_loss()
             return result
         if before is not None and not s.disabled:
             with self.guard():
                 distribute.once(self._record_update, before, on_error=self.step_aside)
+        self._warn_if_rules_have_no_loss()
         self.advance()
         return result
+
+    def _warn_if_rules_have_no_loss(self) -> None:
+        """Rules given, and a step that closes without any loss handed over
+        (gradients from the user's own tape straight into `apply`): its rules
+        would pass without being tested. ||delta theta|| is still recorded;
+        the losses cannot be (no name, no loss tensor to analyze)."""
+        if self.s.checks is None or self.s.losses_seen:
+            return
+        warn_once(
+            (id(self.s), "rules_without_loss"),
+            f"Recorder '{self.name}': rules were given, but this step handed rec.apply gradients "
+            "of no recorded loss (from its own GradientTape), so no rule can be checked on it; "
+            "only ||delta theta|| is recorded. Compute them with rec.gradients(tape, {'name': loss}, "
+            "variables), or pass them to rec.record_gradients({'name': grads_and_vars}, "
+            "losses={'name': loss}, tape=tape) before rec.apply",
+        )
 
     def advance(self) -> None:
         """`advance`: the step's close (if not `apply`'s), then the counter moves on."""
@@ -148,6 +170,8 @@ class Recording:
         """Leaving `training_step()`: analysis, ||delta theta|| over the block,
         rules, then the step advances once."""
         s = self.s
+        if not block.eager:  # traced whole: its losses were handed over in this trace
+            self._warn_if_rules_have_no_loss()
         if not s.disabled and s.layout.vlayout is not None and s.variants.mode() is None:
             with self.guard():
                 distribute.once(self._close_block, block, on_error=self.step_aside)
@@ -186,6 +210,7 @@ class Recording:
         """A function traced inside an eager block: its graph's analysis (merged
         into the run's FlowGraph, written at the block's exit) and rules."""
         s = self.s
+        self._warn_if_rules_have_no_loss()
         if s.disabled or s.layout.vlayout is None:
             return
         with self.guard():

@@ -31,16 +31,24 @@ from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.step_function import Variants
 
 
+# Losses whose due step is kept (`RecorderState._due`); more keep the period alone.
+_MAX_DUE = 64
+
+
 class RecorderState:
     """A recorder's emitter, layout, options and per-graph pending work."""
 
-    def __init__(self, emitter: Emitter, layout: LayoutResolver, every: int):
+    def __init__(self, emitter: Emitter, layout: LayoutResolver, every: int, step: tf.Variable):
         self.emitter = emitter
+        self.step = step  # the recorder's counter (read eagerly when a loss is first seen)
         self.layout = layout
         self.every = every
         self.pending_losses: dict[int, dict] = {}  # per graph: losses for analysis
         self.pending_watched: dict[int, dict] = {}  # per graph: {loss: variables its tape watched}
         self.pending_tables: dict[int, dict] = {}  # per graph: {loss: GRAD_STATS} for rules
+        self.pending_optimizers: dict[int, list] = {}  # per graph: the optimizers `apply` traced in it
+        self.optimizer_labels: dict[int, str] = {}  # id(optimizer) -> its FlowGraph label, once known
+        self.losses_seen = False  # a loss was handed over since the step last advanced (rules warning)
         self.disabled = False
         self.checks: RuleSteps | None = None
         self.monitor: Any = None  # a DriftMonitor when there are pairs
@@ -53,6 +61,9 @@ class RecorderState:
         self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
         self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
         self._branch_start: int | None = None  # op count where the last loss recording branch began
+        self._due_slots: dict[str, int] = {}  # loss -> its slot in `_due_steps`
+        with tf.init_scope():  # per loss, the step from which it is due (`_due`; transient)
+            self._due_steps = tf.Variable(tf.zeros([_MAX_DUE], tf.int64), trainable=False, name="due")
 
     def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, is it a recorded step), read once per traced step.
@@ -78,6 +89,7 @@ class RecorderState:
         """The step counter moves on: the next step reads it again (and a
         `Recorder.function` wrapper counting steps on the host reads it anew
         after an eager move)."""
+        self.losses_seen = False
         if tf.executing_eagerly():
             self.host_step = None  # moved outside the wrappers: read it again
         else:
@@ -101,7 +113,8 @@ class RecorderState:
         optimizer step instead of two.
         """
         rollup = self.layout.rollup
-        now, record = self.now(step)
+        now, record = self._due(step, list(makers))
+        makers = {name: self._marking(name, now, make) for name, make in makers.items()}
         variables = self._snapshot_candidates()
         self._mark_block_start()
         if self.checks is None and not (self.conflict and len(makers) > 1):
@@ -143,6 +156,55 @@ class RecorderState:
         if not parts:
             return None
         return Stats(parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()})
+
+    def _due(self, step: tf.Variable, names: Sequence[str]) -> tuple[tf.Tensor, tf.Tensor]:
+        """(step value, whether a call handing over the losses `names` records):
+        at recording steps, and at the first step at or after one where a loss
+        is computed but was not recorded (a delayed update on other steps: TD3's
+        actor on odd steps). A loss is first due at the first recording step at
+        or after the step it is first seen at. Inside a graph the predicate is
+        then the step's (its update table and rules follow it). Not under XLA or
+        tf.distribute, nor in a `Recorder.function` variant (picked by step on
+        the host), which keep the period alone."""
+        now, record = self.now(step)
+        if in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+            return now, record
+        slots = [i for i in (self._due_slot(name) for name in names) if i is not None]
+        if not slots:
+            return now, record
+        if tf.executing_eagerly():
+            due = self._due_steps.numpy()
+            return now, tf.constant(bool(record) or any(int(now) >= int(due[i]) for i in slots))
+        late = tf.reduce_any(now >= tf.gather(self._due_steps, slots))
+        record = tf.logical_or(record, late)
+        self._now[tf.compat.v1.get_default_graph()] = (now, record)
+        return now, record
+
+    def _due_slot(self, name: str) -> int | None:
+        """Loss `name`'s slot in `_due_steps`, set when it is first seen (None
+        beyond _MAX_DUE losses: those keep the period alone). One variable
+        made with the recorder, so no trace creates one (which would retrace)."""
+        if name not in self._due_slots:
+            if len(self._due_slots) >= _MAX_DUE:
+                return None
+            with tf.init_scope():
+                first = int(self.step.numpy())
+                self._due_steps[len(self._due_slots)].assign(-(-first // self.every) * self.every)
+            self._due_slots[name] = len(self._due_slots)
+        return self._due_slots[name]
+
+    def _marking(self, name: str, now: tf.Tensor, make: Callable[[], list]) -> Callable[[], list]:
+        """`make`, which records loss `name` at step `now`: it also moves the
+        loss's due step to the next recording step (on the recorded branch only)."""
+        slot = self._due_slots.get(name)
+        if slot is None or in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+            return make
+
+        def made() -> list:
+            self._due_steps[slot].assign((now // self.every + 1) * self.every)
+            return make()
+
+        return made
 
     def snapshot(self, step: tf.Variable, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
         """Layout-aligned copies of the variables handed to the optimizer, taken
@@ -248,6 +310,14 @@ class RecorderState:
         scopes = self.layout.vlayout.layout.scopes
         self.checks.at_step(item.step, item.record, grads, scopes, updates)
 
+    def note_optimizer(self, optimizer: Any) -> None:
+        """`apply` traced `optimizer` in this graph (graph mode only): a
+        function's losses are labelled by the optimizer objects it applies."""
+        if not tf.executing_eagerly():
+            found = self.pending_optimizers.setdefault(graph_key(), [])
+            if all(o is not optimizer for o in found):
+                found.append(optimizer)
+
     def stash_losses(self, losses: Mapping[str, Any], tape: Any = None) -> None:
         """Keeps a traced step's losses for its analysis (graph mode only), with
         the variables their tape watched (the tape boundary is a cut)."""
@@ -289,6 +359,9 @@ class RecorderState:
         )
         if found is None:
             return False
+        found = flow.relabel_optimizers(
+            found, known, self.pending_optimizers.pop(graph_key(), []), self.optimizer_labels
+        )
         emitter.set_flowgraph(found if known is None else flow.merge(known, found), defer_write)
         if self.checks is not None:
             self.checks.at_trace(emitter.flowgraph, step)
