@@ -62,7 +62,7 @@ def trained_shapes(tmp_path_factory):
 SHARED_UNITS = [
     ("tests/test_corpus.py", "tests/test_doctor_corpus.py"),  # trained_shapes
     tuple(f"tests/test_frontend_{name}.py" for name in (  # the session's TensorBoard
-        "charts", "compare", "events", "findings", "graph", "matrix", "names", "numbers")),
+        "charts", "compare", "events", "findings", "graph", "matrix", "names", "numbers", "theme")),
 ]
 UNIT_OF = {path: unit[0] for unit in SHARED_UNITS for path in unit}
 
