@@ -145,8 +145,9 @@ def test_doctor_json_holds_every_field_of_a_finding():
     _, found, _ = _findings(DEMO_LOGS / "dqn", "leaky")
     (f,) = found
     assert set(f) == {"kind", "what", "loss", "scope", "pair", "edge", "evidence", "why", "fix",
-                      "rule", "first_step", "last_step", "steps", "severity", "partial"}
+                      "rule", "first_step", "last_step", "steps", "severity", "partial", "evidence_text"}
     assert (f["severity"], f["partial"]) == (F.LEAK, False)
+    assert f["evidence_text"].startswith(f"steps {f['first_step']}..{f['last_step']} ({f['steps']} recorded); ")
     assert (f["kind"], f["loss"], f["scope"], f["rule"]) == (F.TARGET_TRAINED, "td", "target", "never(td, target/*)")
     assert f["steps"] == f["evidence"]["steps_seen"] > 1 and f["first_step"] <= f["last_step"]
     assert "var_list" in f["fix"] and "stop_gradient" in f["fix"]

@@ -172,6 +172,12 @@ export interface Finding {
   first_step: number;
   last_step: number;
   steps: number;
+  /** "leak" (something trains what it must not) or "hazard" (a note). */
+  severity: "leak" | "hazard";
+  /** The run has no FlowGraph: the finding rests on gradient tables alone. */
+  partial: boolean;
+  /** When it was seen and its evidence, worded as doctor prints it. */
+  evidence_text: string;
 }
 
 /** One violation as `tb-gradscope check --format json` prints it (the violations route). */
@@ -190,6 +196,13 @@ export interface Violation {
   steps_seen: number;
   last_step: number;
   source: "recorded" | "evaluated";
+  /** "at trace", "at step 5", "at trace, and at 40 steps (0-195)": as check prints it. */
+  when: string;
+  at_trace: boolean;
+  /** Rules broken in the same words, folded under this one. */
+  also_breaks: string[];
+  /** The evidence as the read side words it (check prints them joined by "; "). */
+  evidence_text: string[];
 }
 
 export interface ViolationsAnswer {

@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from tb_gradscope.commands.text import evidence, safe
+from tb_gradscope.commands.text import safe
 
 if TYPE_CHECKING:
     from tb_gradscope.read.finding import Finding
@@ -118,20 +118,8 @@ def render_run(run: str, found: list[Finding]) -> str:
         where = [f"loss {safe(f.loss)}" if f.loss else "", f"scope {safe(f.scope)}",
                  f"pair {safe(f.pair)}" if f.pair else "", f"edge {safe(f.edge)}" if f.edge else ""]
         lines.append("   where:    " + ", ".join(w for w in where if w))
-        seen = f"steps {f.first_step}..{f.last_step} ({f.steps} recorded)" if f.steps else "trace time"
-        lines.append(f"   evidence: {seen}; {_evidence(f.evidence)}")
+        lines.append(f"   evidence: {f.evidence_line()}")
         lines.append(f"   why:      {safe(f.why)}")
         lines.append(f"   fix:      {safe(f.fix)}")
         lines.append(f"   rule:     {safe(f.rule)}" if f.rule else "   rule:     (no rule kind expresses it)")
     return "\n".join(lines)
-
-
-def _evidence(doc: dict[str, Any]) -> str:
-    shown = {k: _round(v) for k, v in doc.items()}
-    return evidence(shown)
-
-
-def _round(value: Any) -> Any:
-    if isinstance(value, list) and len(value) > 8:
-        return value[:8] + ["..."]
-    return value

@@ -11,6 +11,8 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+from tb_gradscope.read.evidence import evidence_sentences
+
 # Finding kinds, most specific first (a (loss, scope) named by two kinds is
 # reported once, under the first).
 TARGET_TRAINED = "target_trained"
@@ -78,9 +80,16 @@ class Finding:
     severity: str = LEAK
     partial: bool = False
 
+    def evidence_line(self) -> str:
+        """When it was seen and its evidence in phrases, as `doctor` prints it
+        and the tab shows it: `steps 0..195 (40 recorded); ...`."""
+        seen = f"steps {self.first_step}..{self.last_step} ({self.steps} recorded)" if self.steps else "trace time"
+        return f"{seen}; " + "; ".join(evidence_sentences(self.evidence))
+
     def to_json(self) -> dict[str, Any]:
-        """The finding as strict JSON data (NaN/Inf as null)."""
-        return _json_safe(dataclasses.asdict(self))
+        """The finding as strict JSON data (NaN/Inf as null), with its
+        evidence line (`evidence_text`) worded once, here."""
+        return _json_safe({**dataclasses.asdict(self), "evidence_text": self.evidence_line()})
 
 
 def _json_safe(value: Any) -> Any:

@@ -8,26 +8,10 @@
 import type { Finding } from "../api";
 import { copyText } from "../clipboard";
 import { h } from "../dom";
-import { formatEvidence } from "../evidence";
 import { escapeName, nameElement } from "../names";
-
-/** doctor's text output shows at most this many items of a list in the evidence. */
-const LIST_ITEMS = 8;
 
 export interface FindingHandlers {
   onShow: (finding: Finding) => void;
-}
-
-/** "steps 0..195 (40 recorded); l2=..." as doctor prints a finding's evidence line. */
-export function findingEvidence(finding: Finding): string {
-  const seen = finding.steps > 0
-    ? `steps ${finding.first_step}..${finding.last_step} (${finding.steps} recorded)`
-    : "trace time";
-  const shown: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(finding.evidence)) {
-    shown[key] = Array.isArray(value) && value.length > LIST_ITEMS ? [...value.slice(0, LIST_ITEMS), "..."] : value;
-  }
-  return `${seen}; ${formatEvidence(shown)}`;
 }
 
 function where(finding: Finding): HTMLElement {
@@ -54,6 +38,7 @@ function ruleLine(finding: Finding): HTMLElement {
 
 function renderFinding(finding: Finding, handlers: FindingHandlers): HTMLElement {
   const what = escapeName(finding.what);
+  const label = `${finding.severity === "hazard" ? "note: hazard, " : ""}${what}${finding.partial ? " (partial: no FlowGraph)" : ""}`;
   const shows = [finding.loss !== "" && finding.scope !== "" ? "its cell" : "", finding.edge !== "" ? "its edge" : ""].filter(Boolean).join(" and ");
   return h("li", {
     className: "gs-finding",
@@ -65,10 +50,10 @@ function renderFinding(finding: Finding, handlers: FindingHandlers): HTMLElement
       className: "gs-finding-what",
       attrs: { type: "button", title: shows === "" ? what : `${what}\n(show ${shows})` },
       on: { click: () => handlers.onShow(finding) },
-    }, what)),
+    }, label)),
   h("dl", {},
     h("dt", {}, "where"), where(finding),
-    h("dt", {}, "evidence"), h("dd", { data: { field: "evidence" } }, findingEvidence(finding)),
+    h("dt", {}, "evidence"), h("dd", { data: { field: "evidence" } }, escapeName(finding.evidence_text)),
     h("dt", {}, "why"), h("dd", { data: { field: "why" } }, escapeName(finding.why)),
     h("dt", {}, "fix"), h("dd", { data: { field: "fix" } }, escapeName(finding.fix)),
     h("dt", {}, "rule"), ruleLine(finding)));

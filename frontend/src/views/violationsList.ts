@@ -1,29 +1,19 @@
 // The Violations panel: what `tb-gradscope check` prints for the run, in its
 // words: the violations the run recorded while training and those its recorded
 // rules (tracks(...) among them) break when evaluated over its logs, each
-// marked recorded or evaluated, with the step first seen (a button jumps the
-// step slider there), the message, the evidence and how many steps showed it.
+// marked recorded or evaluated, one row per broken rule: when it broke (at
+// trace, at N steps; a button jumps the step slider to the first), the message,
+// the evidence in the read side's own phrases, and the rules it implies.
 // Above them, what could not be checked and how to make it checkable.
 
 import type { Violation, ViolationsAnswer } from "../api";
 import { h } from "../dom";
-import { formatEvidence } from "../evidence";
 import { escapeName, nameElement } from "../names";
 
 const COLUMNS: [string, string][] = [
-  ["first seen at step", "gs-col-vstep"], ["source", "gs-col-source"], ["rule", "gs-col-name"],
-  ["concerns", "gs-col-concerns"], ["message and evidence", "gs-col-message"], ["steps seen", "gs-col-seen"],
+  ["when", "gs-col-vstep"], ["source", "gs-col-source"], ["rule", "gs-col-name"],
+  ["concerns", "gs-col-concerns"], ["message and evidence", "gs-col-message"], ["also breaks", "gs-col-seen"],
 ];
-
-/** " (trace)" for a violation found in a FlowGraph, as check prints it after the step. */
-export function traceMark(violation: Violation): string {
-  return violation.evidence["at"] === "trace" ? " (trace)" : "";
-}
-
-/** "40 steps, last 195", or "1 step". */
-function seen(violation: Violation): string {
-  return violation.steps_seen > 1 ? `${violation.steps_seen} steps, last ${violation.last_step}` : "1 step";
-}
 
 function concerns(violation: Violation): HTMLElement {
   const parts: [string, string][] = [["loss", violation.loss], ["scope", violation.scope], ["pair", violation.pair]];
@@ -33,7 +23,7 @@ function concerns(violation: Violation): HTMLElement {
 
 function row(violation: Violation, onJump: (step: number) => void): HTMLElement {
   const message = escapeName(violation.message);
-  const evidence = formatEvidence(violation.evidence);
+  const evidence = violation.evidence_text.map(escapeName).join("; ");
   return h("tr", {
     data: {
       name: violation.name, step: String(violation.step), source: violation.source,
@@ -41,15 +31,14 @@ function row(violation: Violation, onJump: (step: number) => void): HTMLElement 
     },
   },
   h("td", { className: "gs-vstep" },
-    h("button", { attrs: { type: "button", title: `show step ${violation.step}` }, on: { click: () => onJump(violation.step) } }, String(violation.step)),
-    traceMark(violation)),
+    h("button", { attrs: { type: "button", title: `show step ${violation.step}` }, on: { click: () => onJump(violation.step) } }, violation.when)),
   h("td", {}, h("span", { className: "gs-source", data: { source: violation.source } }, violation.source)),
   h("td", {}, nameElement(violation.name)),
   h("td", {}, concerns(violation)),
   h("td", {},
     h("div", { className: "gs-message", attrs: { title: message } }, message),
     evidence !== "" && h("div", { className: "gs-evidence", attrs: { title: evidence } }, `[${evidence}]`)),
-  h("td", { className: "gs-seen" }, seen(violation)));
+  h("td", { className: "gs-seen" }, violation.also_breaks.map(escapeName).join(", ")));
 }
 
 function rulesLine(answer: ViolationsAnswer): HTMLElement {
