@@ -36,10 +36,11 @@ SHAPES = _all_shapes()
 BY_NAME = {s.name: s for s in SHAPES}
 
 
-def _params(shapes=SHAPES):
+def _params(test: str, shapes=SHAPES):
+    """One param per shape; a strict xfail where the shape says `test` breaks."""
     out = []
     for s in shapes:
-        marks = [pytest.mark.xfail(reason=s.xfail, strict=False)] if s.xfail else []
+        marks = [pytest.mark.xfail(reason=s.xfail, strict=True)] if test in s.xfail_tests else []
         out.append(pytest.param(s, id=s.name, marks=marks))
     return out
 
@@ -61,20 +62,20 @@ def test_corpus_has_the_shapes_and_mutants_the_issue_asks_for():
         assert BY_NAME[m.mutant_of].rules == m.rules, f"mutant {m.name} must keep its shape's rules"
 
 
-@pytest.mark.parametrize("shape", _params())
+@pytest.mark.parametrize("shape", _params("test_matrix_route_states_equal_the_oracle_at_every_recorded_step"))
 def test_matrix_route_states_equal_the_oracle_at_every_recorded_step(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     assert sorted(trained.truths) == list(shape.recorded_steps)
     _fail_on(harness.matrix_disagreements(trained, view), "matrix cells")
 
 
-@pytest.mark.parametrize("shape", _params())
+@pytest.mark.parametrize("shape", _params("test_report_json_states_equal_the_oracle_at_every_recorded_step"))
 def test_report_json_states_equal_the_oracle_at_every_recorded_step(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     _fail_on(harness.report_disagreements(trained, view), "report cells")
 
 
-@pytest.mark.parametrize("shape", _params())
+@pytest.mark.parametrize("shape", _params("test_run_without_flowgraph_says_so_and_only_then"))
 def test_run_without_flowgraph_says_so_and_only_then(shape, trained_shapes):
     _, view = trained_shapes(shape)
     has = view.report()["flowgraph"] is not None
@@ -83,7 +84,7 @@ def test_run_without_flowgraph_says_so_and_only_then(shape, trained_shapes):
     )
 
 
-@pytest.mark.parametrize("shape", _params())
+@pytest.mark.parametrize("shape", _params("test_check_passes_exactly_when_the_oracle_says_the_rules_hold"))
 def test_check_passes_exactly_when_the_oracle_says_the_rules_hold(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     verdict = harness.rules_verdict(trained)
@@ -100,7 +101,7 @@ def test_check_passes_exactly_when_the_oracle_says_the_rules_hold(shape, trained
         assert rule.replace(" ", "") in out.replace(" ", ""), f"check did not name the broken rule {rule}:\n{out}"
 
 
-@pytest.mark.parametrize("shape", _params([s for s in SHAPES if s.advice]))
+@pytest.mark.parametrize("shape", _params("test_mutant_violation_advice_names_the_right_fix", [s for s in SHAPES if s.advice]))
 def test_mutant_violation_advice_names_the_right_fix(shape, trained_shapes):
     _, view = trained_shapes(shape)
     code, out, _ = view.check()
@@ -109,7 +110,7 @@ def test_mutant_violation_advice_names_the_right_fix(shape, trained_shapes):
     assert not missing, f"the advice never names {missing} (the leak's fix):\n{out}"
 
 
-@pytest.mark.parametrize("shape", _params())
+@pytest.mark.parametrize("shape", _params("test_recorder_wrote_the_shape_rules_into_the_log"))
 def test_recorder_wrote_the_shape_rules_into_the_log(shape, trained_shapes):
     _, view = trained_shapes(shape)
     recorded = {r.replace(" ", "") for r in view.report()["rules"]}
@@ -117,19 +118,19 @@ def test_recorder_wrote_the_shape_rules_into_the_log(shape, trained_shapes):
     assert not missing, f"rules given to the recorder but absent from the log: {missing}"
 
 
-@pytest.mark.parametrize("shape", _params([s for s in SHAPES if s.has_flowgraph]))
+@pytest.mark.parametrize("shape", _params("test_blocked_edges_name_every_producer_scope_the_cut_separates", [s for s in SHAPES if s.has_flowgraph]))
 def test_blocked_edges_name_every_producer_scope_the_cut_separates(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     _fail_on(harness.blocked_edge_disagreements(trained, view), "blocked producers")
 
 
-@pytest.mark.parametrize("shape", _params([s for s in SHAPES if s.has_flowgraph]))
+@pytest.mark.parametrize("shape", _params("test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them", [s for s in SHAPES if s.has_flowgraph]))
 def test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     _fail_on(harness.path_cut_disagreements(trained, view), "per-path cuts")
 
 
-@pytest.mark.parametrize("shape", _params())
+@pytest.mark.parametrize("shape", _params("test_drift_and_effective_tau_equal_numpy"))
 def test_drift_and_effective_tau_equal_numpy(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     if not trained.drifts:

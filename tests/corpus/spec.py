@@ -175,6 +175,8 @@ class Shape:
         is an optimizer's variable list, `stop_gradient` when a cut is
         missing); empty when either fix is right.
       xfail: a reason when the shape needs product API that has not landed.
+      xfail_tests: the corpus tests (function names) that reason breaks; each
+        of them is a strict xfail, every other test must pass.
       note: one line for docs/CORRECTNESS.md (what the shape is).
     """
 
@@ -188,6 +190,7 @@ class Shape:
     has_flowgraph: bool = True
     advice: tuple[str, ...] = ()
     xfail: str | None = None
+    xfail_tests: tuple[str, ...] = ()
     note: str = ""
 
     def __post_init__(self):
@@ -195,6 +198,8 @@ class Shape:
             raise ValueError(f"shape '{self.name}': style {self.style!r} is not one of {STYLES}")
         if self.steps < 1 or self.every_n_steps < 1:
             raise ValueError(f"shape '{self.name}': steps and every_n_steps must be >= 1")
+        if bool(self.xfail) != bool(self.xfail_tests):
+            raise ValueError(f"shape '{self.name}': xfail and xfail_tests go together")
 
     @property
     def recorded_steps(self) -> tuple[int, ...]:
