@@ -54,7 +54,8 @@ def test_violation_shows_with_the_step_it_was_first_seen(open_tab: OpenTab, tens
     row.wait_for()
     assert row.count() == 1
     cells = row.locator("td").all_text_contents()
-    assert cells[:3] == [str(violation["step"]), "recorded", violation["name"]]
+    assert violation["when"] == f"at step {violation['step']}"
+    assert cells[:3] == [violation["when"], "recorded", violation["name"]]
     # Violations are the Violations panel's: the anomalies list does not repeat them.
     assert tab.frame.locator("#gs-events-empty").is_visible()
     tab.select_run("dqn")
