@@ -45,14 +45,14 @@ _FLOWING = np.array([s.startswith(("net0", "net1")) for s in SCOPES])
 
 
 def _flowgraph() -> fmt.FlowGraph:
-    cells = {l: {s: fmt.UPDATES if s.startswith(("net0", "net1")) else fmt.BLOCKED for s in SCOPES} for l in LOSSES}
-    return fmt.FlowGraph(losses=[fmt.LossInfo(l) for l in LOSSES], scopes=list(SCOPES), cells=cells)
+    cells = {loss: {s: fmt.UPDATES if s.startswith(("net0", "net1")) else fmt.BLOCKED for s in SCOPES} for loss in LOSSES}
+    return fmt.FlowGraph(losses=[fmt.LossInfo(loss) for loss in LOSSES], scopes=list(SCOPES), cells=cells)
 
 
 def write_logdir(root: str, steps: int, leaky: bool) -> None:
     writer = EventFileWriter(os.path.join(root, "run"))
     rng = np.random.default_rng(0)
-    infos = [fmt.make_info(fmt.Kind.GRAD_STATS, l, SCOPES) for l in LOSSES]
+    infos = [fmt.make_info(fmt.Kind.GRAD_STATS, loss, SCOPES) for loss in LOSSES]
     infos.append(fmt.make_info(fmt.Kind.UPDATE_STATS, "", SCOPES))
     graph_info = fmt.make_info(fmt.Kind.FLOWGRAPH)
     for step in range(steps):

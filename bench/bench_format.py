@@ -48,8 +48,8 @@ def main() -> None:
     args = harness.parse_args(__doc__)
     rng = np.random.default_rng(0)
     columns = len(fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns)
-    tables = {l: rng.random((len(SCOPES), columns), dtype=np.float32) for l in LOSSES}
-    infos = {l: fmt.make_info(fmt.Kind.GRAD_STATS, l, SCOPES) for l in LOSSES}
+    tables = {loss: rng.random((len(SCOPES), columns), dtype=np.float32) for loss in LOSSES}
+    infos = {loss: fmt.make_info(fmt.Kind.GRAD_STATS, loss, SCOPES) for loss in LOSSES}
     medians = harness.interleaved_medians(
         {"ours": lambda: _ours(tables, infos), "scalars": lambda: _per_value_scalars(tables)},
         repetitions=50 if args.quick else 500,

@@ -198,10 +198,12 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
     """Reports each candidate's ratio for one model (`only`: a subset); returns the CPU ratios."""
     variables, models, losses, batch = setup()
     variables2, models2, losses2, batch2 = setup(two_losses=True)
-    path = lambda label: os.path.join(logdir, f"{prefix}_{label}")  # noqa: E731
+    def path(label):
+        return os.path.join(logdir, f"{prefix}_{label}")
     steps_of = {"baseline": baseline_step(variables, losses)}
     closers, recorders = [], {}
-    lean = lambda *a: recorded_step(*a, grad_columns=())  # noqa: E731
+    def lean(*a):
+        return recorded_step(*a, grad_columns=())
     for label, maker, every in (("every_step", recorded_step, 1), ("default", recorded_step, DEFAULT_EVERY),
                                 ("every_step_lean", lean, 1), ("way1_every", way1_step, 1)):
         steps_of[label], recorders[label] = maker(variables, models, losses, every, path(label))

@@ -277,7 +277,8 @@ def tf1_session(logdir: str, steps: int, every: int) -> dict[str, Run]:
                     y1 = tf.matmul(s, v1.get_variable("w21", [8, 1]))
                 with v1.variable_scope("layer2_2"):
                     y2 = tf.matmul(s, v1.get_variable("w22", [8, 1]))
-            scope = lambda name: v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, scope=name)  # noqa: E731
+            def scope(name):
+                return v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, scope=name)
             loss1 = v1.losses.mean_squared_error(labels=Y1, predictions=y1)
             loss2 = v1.losses.mean_squared_error(labels=Y2, predictions=y2)
             train1 = v1.train.AdamOptimizer(1e-3).minimize(loss1, var_list=scope("Agent/layer1") + scope("Agent/layer2_1"))

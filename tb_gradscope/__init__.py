@@ -13,7 +13,7 @@ every package below it (docs/ARCHITECTURE.md draws the arrows).
 
 from typing import Any
 
-from tb_gradscope.scopes import ScopeSpec
+from tb_gradscope.scopes import ScopeSpec as ScopeSpec
 
 __version__ = "0.1.0"
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+# The browser tests' helpers assert; rewritten before any test module imports them.
+pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _op_determinism_at_start() -> bool:

@@ -383,7 +383,7 @@ def served(get: Callable[..., Any], run: str, records: Sequence[Record]) -> set[
     events = (get("events", run=run) or {}).get("events", [])
     messages = {(e["step"], e["message"]) for e in events}
     graph = get("flowgraph", run=run) or {}
-    for tag, group in by_tag.items():
+    for group in by_tag.values():
         info = group[0].info
         if fmt.KIND_SPECS[info.kind].is_table and not info.scopes:
             found |= {r.key for r in group}  # a table without rows has no value to serve

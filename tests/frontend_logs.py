@@ -309,7 +309,7 @@ def graph_spec(blocks: int = 10, layers: int = 50) -> RunSpec:
     """A 500-scope scope graph: `blocks` chains of `layers` leaf scopes each,
     fed by one input and all flowing into one loss."""
     leaves = [f"block{i:02d}/layer{j:02d}" for i in range(blocks) for j in range(layers)]
-    scopes = tuple(s for i in range(blocks) for s in [f"block{i:02d}"] + [l for l in leaves if l.startswith(f"block{i:02d}/")])
+    scopes = tuple(s for i in range(blocks) for s in [f"block{i:02d}"] + [leaf for leaf in leaves if leaf.startswith(f"block{i:02d}/")])
     nodes = [fmt.GraphNode(id=s, kind="scope", label=s) for s in leaves]
     nodes += [fmt.GraphNode(id="input:x", kind="input", label="x"), fmt.GraphNode(id="loss:fit", kind="loss", label="fit")]
     edges = []

@@ -286,7 +286,8 @@ def write_unreadable_run(logdir: str, run: str) -> None:
     writer = tf.summary.create_file_writer(f"{logdir}/{run}")
     with writer.as_default():
         for step in (0, 1):
-            meta = (lambda m: m if step == 0 else b"")
+            def meta(m):
+                return m if step == 0 else b""
             tf.summary.write(
                 fmt.tag_for(fmt.Kind.GRAD_STATS, "td"),
                 grad_table("td", SCOPES, step),

@@ -84,7 +84,7 @@ def stop_gradient_line() -> int:
     import inspect
 
     lines, first = inspect.getsourcelines(actor_critic_losses)
-    return first + next(i for i, l in enumerate(lines) if "tf.stop_gradient(advantage)" in l)
+    return first + next(i for i, line in enumerate(lines) if "tf.stop_gradient(advantage)" in line)
 
 
 def write_records(run_dir: str, records: list) -> None:

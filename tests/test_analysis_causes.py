@@ -128,7 +128,8 @@ def test_while_loop_output_depends_only_on_its_carried_inputs():
 
 
 def test_flowgraph_round_trips_and_fingerprint_is_stable():
-    step = lambda x: {"l": tf.reduce_sum(tf.stop_gradient(x @ W))}  # noqa: E731
+    def step(x):
+        return {"l": tf.reduce_sum(tf.stop_gradient(x @ W))}
     first, second = run(step), run(step)
     assert first == second and fingerprint(first) == fingerprint(second)
     assert FlowGraph.from_json(first.to_json()) == first

@@ -40,12 +40,12 @@ def test_leaky_run_exits_1_with_one_line_per_violation(logdir, rules_file):
     assert code == 1, err
     lines = out.splitlines()
     # One line per broken rule, its trace-time and run-time breaches together.
-    never = [l for l in lines if l.startswith("leaky  never(td, target/*)")]
+    never = [line for line in lines if line.startswith("leaky  never(td, target/*)")]
     assert len(never) == 1, lines
     assert "at trace, and at 3 steps (0-20)" in never[0]
     assert "missing cut on target/l1 -> loss:td" in never[0]
     assert "gradient norm 0.25" in never[0]
-    assert len(lines) == len({l.split("  ")[1] for l in lines}) <= 2, lines
+    assert len(lines) == len({line.split("  ")[1] for line in lines}) <= 2, lines
     assert "blocked(td, target)" in out
     assert f"{len(lines)} violation(s)" in err
 
@@ -99,8 +99,8 @@ def test_rule_matching_no_run_is_reported_as_a_typo(logdir, tmp_path):
     path.write_text('rules = ["never(td, target/*)", "never(q, online)"]\n', encoding="utf-8")
     code, out, err = check(logdir, "--rules", str(path))
     assert code == 1
-    typo = [l for l in out.splitlines() if "never(q, online)" in l]
-    assert len(typo) == 3 and all("rule names loss 'q'" in l for l in typo)  # once per run
+    typo = [line for line in out.splitlines() if "never(q, online)" in line]
+    assert len(typo) == 3 and all("rule names loss 'q'" in line for line in typo)  # once per run
 
 
 def test_rule_that_applies_to_some_runs_only_is_skipped_elsewhere(tmp_path):

@@ -20,5 +20,5 @@ def test_report_and_check_run_without_importing_tensorflow(tmp_path):
         "print('RESULT', codes, bad)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
-    last = [l for l in result.stdout.splitlines() if l.startswith("RESULT")]
+    last = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
     assert last == ["RESULT [1, 0] []"], result.stderr[-2000:]

@@ -36,9 +36,9 @@ def test_text_shows_scope_rows_loss_columns_states_and_norms(logdir):
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == "run leaky at step 20 (3 recorded steps, 0..20); FlowGraph traced from tf2"
-    header = next(l for l in lines if l.strip().startswith("scope"))
+    header = next(line for line in lines if line.strip().startswith("scope"))
     assert header.split() == ["scope", "td"]
-    rows = {l.split()[0]: l.split()[1:] for l in lines if l.startswith("  ") and l.split()[0] in rf.DQN_SCOPES}
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("  ") and line.split()[0] in rf.DQN_SCOPES}
     assert rows["target/l1"] == ["updates", "0.75"]
     assert rows["online/l1"] == ["updates", "3"]
     assert "    target/l1" in out  # children indented under their parent
@@ -48,7 +48,7 @@ def test_clean_run_lists_the_blocked_edge_with_its_source_line(logdir):
     code, out, _ = report(logdir, "--run", "clean", "--step", "10")
     assert code == 0
     assert "run clean at step 10" in out
-    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.startswith("  ") and l.split()}
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ") and line.split()}
     assert rows["target/l1"] == ["blocked"]
     assert "td: target/l1 -> loss:td  StopGradient 'StopGradient' (stop_gradient) at train.py:42 in train_step" in out
 
@@ -56,7 +56,7 @@ def test_clean_run_lists_the_blocked_edge_with_its_source_line(logdir):
 def test_drift_summary_shows_the_latest_drift_per_pair(logdir):
     code, out, _ = report(logdir, "--run", "ema")
     assert code == 0
-    line = next(l for l in out.splitlines() if "target<-online" in l)
+    line = next(text for text in out.splitlines() if "target<-online" in text)
     assert "(target <- online) at step 20: drift" in line and "declared tau 0.05" in line
     assert out.split("anomalies:\n")[1].startswith("  none")
 
@@ -156,7 +156,7 @@ def test_run_with_only_a_flowgraph_shows_the_static_states(tmp_path):
     code, out, err = report(str(tmp_path))
     assert code == 0, err
     assert out.startswith("run traced (no recorded steps); FlowGraph traced from tf2")
-    rows = {l.split()[0]: l.split()[1:] for l in out.splitlines() if l.startswith("  ") and l.split()}
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ") and line.split()}
     assert rows["target/l1"] == ["updates"] and rows["online"] == ["updates"]
 
 

@@ -83,9 +83,9 @@ def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_pa
 def test_check_with_a_demos_rules_file_flags_only_the_leaky_twin(name, capsys):
     demo_dir = REPO / "demo_logs" / name
     status = cli.main(["check", str(demo_dir), "--rules", str(demo_dir / "rules.toml")])
-    lines = [l for l in capsys.readouterr().out.splitlines() if l and not l.startswith("checked")]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith("checked")]
     assert status == 1
-    assert lines and all(l.startswith("leaky") for l in lines), lines
+    assert lines and all(line.startswith("leaky") for line in lines), lines
 
 
 def test_committed_rules_files_list_each_demos_rules():

@@ -214,7 +214,7 @@ def test_dqn3_clean_twin_starts_the_gradient_at_the_q_output(committed):
     assert (loss.name, loss.kind) == ("td", "start_point")
     assert graph.cells["td"]["target"] == fmt.INDEPENDENT
     leaky = committed["dqn3_grad_start/leaky"].flowgraphs[0][1]
-    assert [l.kind for l in leaky.losses] == ["loss"]
+    assert [info.kind for info in leaky.losses] == ["loss"]
 
 
 def test_multihead_loss2_updates_the_shared_layer_only_in_the_leaky_twin(committed):

@@ -36,11 +36,11 @@ def test_builtin_cartpole_is_repeatable_for_a_seed():
 def test_builtin_cartpole_pole_falls_when_always_pushed_one_way():
     env = envs.CartPole(seed=0)
     env.reset()
-    for t in range(1, 200):
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated) and steps < 200:
         obs, _, terminated, truncated = env.step(1)
-        if terminated:
-            break
-    assert terminated and not truncated and t < 50
+        steps += 1
+    assert terminated and not truncated and steps < 50
     assert abs(obs[2]) > 12 * 2 * np.pi / 360 or abs(obs[0]) > 2.4
 
 

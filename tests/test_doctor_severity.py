@@ -83,7 +83,7 @@ def _two_optimizers(cells: dict[str, dict[str, str]], edges: list[tuple[str, str
     holders = [s for s in scopes if not any(o.startswith(s + "/") for o in scopes)]
     graph = fmt.FlowGraph(
         losses=[fmt.LossInfo(loss, optimizer=f"opt{i}") for i, loss in enumerate(cells)], scopes=scopes, cells=cells,
-        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in holders] + [fmt.GraphNode(f"loss:{l}", NODE_LOSS, l) for l in cells],
+        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in holders] + [fmt.GraphNode(f"loss:{name}", NODE_LOSS, name) for name in cells],
         edges=[fmt.GraphEdge(a, b, 1) for a, b in edges], applied=scopes, trainable={s: TRAINABLE for s in scopes},
     )
     grads = {s: {loss: {sc: _row() for sc, st in row.items() if st == fmt.UPDATES} for loss, row in cells.items()}

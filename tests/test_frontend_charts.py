@@ -9,8 +9,6 @@ import pathlib
 
 import pytest
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
-
 from tests.frontend_fixtures import TensorBoard
 from tests.frontend_tab import OpenTab, Tab, css, screenshot
 

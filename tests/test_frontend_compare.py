@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
-
 from tests.frontend_fixtures import TensorBoard
 from tests.frontend_tab import OpenTab
 

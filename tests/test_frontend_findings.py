@@ -18,8 +18,6 @@ from typing import Any, Iterator
 import pytest
 from playwright.sync_api import Browser, Page
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
-
 from tb_gradscope.commands import check, doctor
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import run_records

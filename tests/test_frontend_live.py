@@ -15,8 +15,6 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import Browser
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
-
 from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
 from tests.frontend_logs import DqnTrainer
 from tests.frontend_tab import ENTRY, wait_for_plugin_frame, watch

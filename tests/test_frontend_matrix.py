@@ -15,8 +15,6 @@ import time
 import pytest
 from playwright.sync_api import Browser, expect
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
-
 from tests.frontend_fixtures import Logs, TensorBoard
 from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec, unrecorded_spec, wide_spec
 from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, wait_for_plugin_frame, watch

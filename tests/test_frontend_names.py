@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
-
 from tb_gradscope.commands.text import safe
 from tests.frontend_logs import BIDI_LOSS, BIDI_SCOPE, CONTROL_SCOPE, LONG_LOSS, LONG_RUN, LONG_SCOPE, long_names_spec
 from tests.frontend_tab import OpenTab, Tab, css

@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_tab")
-
 from tests.frontend_fixtures import TensorBoard, demo_log_runs
 from tests.frontend_logs import COMPACT_SHOWN, numbers_spec
 from tests.frontend_tab import ENTRY, OpenTab, watch

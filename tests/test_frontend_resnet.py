@@ -19,8 +19,6 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import Browser, Frame, Page
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_tab")
-
 from tests.frontend_fixtures import TensorBoard
 from tests.frontend_resnet import RUN
 from tests.frontend_tab import screenshot, wait_for_plugin_frame, watch

@@ -18,8 +18,6 @@ import zipfile
 
 import pytest
 
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs")
-
 from tests.frontend_fixtures import REPO, start_tensorboard, stop_tensorboard
 
 pytestmark = pytest.mark.slow

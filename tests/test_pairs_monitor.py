@@ -141,7 +141,8 @@ def test_recording_never_changes_training(tmp_path):
     for with_monitor in (False, True):
         target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
         ps.sync(target, online)
-        pairs_of = lambda t, o: [pair_prefixes([], "target", "online", models=[t, o])]  # noqa: E731
+        def pairs_of(t, o):
+            return [pair_prefixes([], "target", "online", models=[t, o])]
         run = ps.train(str(tmp_path / str(with_monitor)), target, online, pairs_of,
                        ps.ema_update(0.05), steps=30, every_n_steps=3 if with_monitor else 10**9)
         finals.append([v.numpy() for v in run.target.weights + run.online.weights])

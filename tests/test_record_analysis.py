@@ -79,7 +79,7 @@ def test_eager_loop_is_analyzed_with_rec_analyze(tmp_path):
             losses = two_losses(model, x, y)
             total = losses["a"] + losses["b"]
         rec.record_gradients(
-            {k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()},
+            {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()},
             losses=losses,
         )
         rec.apply(opt, list(zip(tape.gradient(total, variables), variables)))
@@ -123,7 +123,7 @@ def test_loop_that_applies_itself_is_analyzed_at_advance(tmp_path):
             losses = two_losses(model, x, y)
             total = losses["a"] + losses["b"]
         rec.record_gradients(
-            {k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()},
+            {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()},
             losses=losses,
         )
         opt.apply_gradients(zip(tape.gradient(total, variables), variables))

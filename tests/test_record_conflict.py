@@ -90,7 +90,7 @@ def test_cosines_equal_numpy_on_a_shared_trunk_at_recorded_steps(tmp_path):
             losses = two_losses(model, x, y)
             losses["c"] = tf.reduce_mean(model(x)[1] ** 2)
         rec.apply(opt, rec.gradients(tape, losses, variables))
-        return {name: tape.gradient(l, variables) for name, l in losses.items()}
+        return {name: tape.gradient(loss, variables) for name, loss in losses.items()}
 
     refs = {}
     for s in range(4):
@@ -115,7 +115,7 @@ def test_cosines_equal_numpy_on_a_shared_trunk_at_recorded_steps(tmp_path):
 def test_no_conflict_records_for_one_loss_or_when_switched_off(tmp_path):
     model = shared_trunk_model(seed=1)
     variables = model.trainable_variables
-    for label, losses_of, conflict in (("one", lambda l: {"a": l["a"]}, True), ("off", dict, False)):
+    for label, losses_of, conflict in (("one", lambda losses: {"a": losses["a"]}, True), ("off", dict, False)):
         logdir = str(tmp_path / label)
         rec = Recorder(logdir=logdir, every_n_steps=1, models={"net": model}, conflict=conflict)
         with rec.tape() as tape:

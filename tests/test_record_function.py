@@ -79,7 +79,7 @@ def test_jit_compiled_step_computes_stats_inside_and_writes_outside(tmp_path, wa
                 losses = two_losses(model, x, y)
                 total = losses["a"] + losses["b"]
             returned = rec.record_gradients(
-                {k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()}
+                {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()}
             )
             assert returned is not None and set(returned.tables) == {
                 "gradscope/grad_stats/a",
@@ -88,7 +88,7 @@ def test_jit_compiled_step_computes_stats_inside_and_writes_outside(tmp_path, wa
             }
             grads_and_vars = list(zip(tape.gradient(total, variables), variables))
         rec.apply(opt, grads_and_vars)
-        return rec.stats(), {k: tape.gradient(l, variables) for k, l in losses.items()}
+        return rec.stats(), {k: tape.gradient(loss, variables) for k, loss in losses.items()}
 
     refs = {}
     for s in range(5):
@@ -243,7 +243,7 @@ def test_per_loss_gradients_through_an_lstm_while_loop(tmp_path):
             out_a, out_b = model(x)
             losses = {"a": tf.reduce_mean(out_a**2), "b": tf.reduce_mean(out_b**2)}
         rec.apply(opt, rec.gradients(tape, losses, variables))
-        return {k: tape.gradient(l, variables) for k, l in losses.items()}
+        return {k: tape.gradient(loss, variables) for k, loss in losses.items()}
 
     grads = step(tf.constant(np.random.default_rng(0).normal(size=(4, 5, 3)).astype(np.float32)))
     rec.close()

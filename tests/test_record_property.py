@@ -65,7 +65,7 @@ def test_has_gradient_iff_tape_gradient_is_not_none(model):
         rec = Recorder(logdir=logdir, every_n_steps=1, variables=variables)
         with rec.tape() as tape:
             losses = _forward(variables, used, stops, tap, x)
-        expected = {k: tape.gradient(l, variables) for k, l in losses.items()}
+        expected = {k: tape.gradient(loss, variables) for k, loss in losses.items()}
         if way == "tape":
             rec.gradients(tape, losses, variables)
         else:

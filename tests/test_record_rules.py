@@ -156,7 +156,7 @@ def test_raise_at_a_step_inside_tf_function_after_writing(tmp_path):
         with tf.GradientTape(persistent=True) as tape:
             losses = rf.actor_critic_losses(model, s, a, returns, leaky=True)
             total = losses["actor"] + losses["critic"]
-        rec.record_gradients({k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()})
+        rec.record_gradients({k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()})
         rec.apply(optimizer, list(zip(tape.gradient(total, variables), variables)))
 
     with pytest.raises(tf.errors.UnknownError, match="FlowRuleViolation"):

@@ -109,7 +109,7 @@ def test_concat_joins_in_order_with_at_most_fan_in_inputs_per_op():
     parts = [tf.constant(np.arange(i, 2 * i + 1, dtype=np.float32)) for i in range(23)]
     graph = tf.Graph()
     with graph.as_default():
-        joined = reductions.concat([tf.constant(p) for p in parts], fan_in=4)
+        reductions.concat([tf.constant(p) for p in parts], fan_in=4)
     concats = [op for op in graph.get_operations() if op.type == "ConcatV2"]
     assert max(len(op.inputs) - 1 for op in concats) <= 4
     assert len(concats) == 6 + 2 + 1  # 23 parts -> 6 -> 2 -> 1

@@ -72,7 +72,7 @@ def test_start_point_gradients_are_recorded_and_applied(tmp_path, way):
         assert_table_close(table, np_grad_table(table.info.scopes, leaves, refs[s]), f"step {s}")
     graph = rec.flowgraph
     assert graph is not None
-    assert [(l.name, l.kind) for l in graph.losses] == [("q_out", "start_point")]
+    assert [(loss.name, loss.kind) for loss in graph.losses] == [("q_out", "start_point")]
 
 
 def test_start_point_and_loss_together_sum_their_gradients(tmp_path):

@@ -51,7 +51,7 @@ def _step_fn(way, rec, model, opt, var_list=None):
                 losses = two_losses(model, x, y)
                 total = losses["a"] + losses["b"]
             rec.record_gradients(
-                {name: list(zip(tape.gradient(l, variables), variables)) for name, l in losses.items()},
+                {name: list(zip(tape.gradient(loss, variables), variables)) for name, loss in losses.items()},
                 losses=losses,
             )
             grads_and_vars = list(zip(tape.gradient(total, variables), variables))
@@ -59,7 +59,7 @@ def _step_fn(way, rec, model, opt, var_list=None):
             keep = {id(v) for v in var_list}
             grads_and_vars = [(g, v) for g, v in grads_and_vars if id(v) in keep]
         rec.apply(opt, grads_and_vars)
-        return {name: tape.gradient(l, variables) for name, l in losses.items()}
+        return {name: tape.gradient(loss, variables) for name, loss in losses.items()}
 
     return step
 
@@ -95,7 +95,7 @@ def trained(request, tmp_path_factory):
 def test_every_logged_stat_equals_numpy(trained):
     _, records, refs, names, _ = trained
     leaves = [scopes_lib.leaf_scope(n) for n in names]
-    expected_scopes = tuple(scopes_lib.tree_order(s for l in leaves for s in scopes_lib.ancestors(l)))
+    expected_scopes = tuple(scopes_lib.tree_order(s for leaf in leaves for s in scopes_lib.ancestors(leaf)))
     for loss in ("a", "b"):
         series = records[(fmt.Kind.GRAD_STATS, loss)]
         assert sorted(series) == RECORDED
@@ -208,7 +208,7 @@ def test_recording_never_changes_training_results(tmp_path, way):
             grads_and_vars = list(zip(tape.gradient(total, variables), variables))
             if record:
                 rec.record_gradients(
-                    {k: list(zip(tape.gradient(l, variables), variables)) for k, l in losses.items()}
+                    {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()}
                 )
                 rec.apply(opt, grads_and_vars)
             else:

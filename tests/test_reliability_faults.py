@@ -103,7 +103,7 @@ def test_recorder_none_gradients_step_aside(tmp_path):
     opt = keras.optimizers.SGD(0.01)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for step in range(STEPS):
+        for _ in range(STEPS):
             with rec.tape() as tape:
                 loss = tf.reduce_mean(tf.square(model(_x(0))))
             grads = rec.gradients(tape, {"mse": loss}, model.trainable_variables + [unused])
@@ -132,7 +132,7 @@ def test_recorder_scope_mapping_that_raises_warns_once_and_steps_aside(tmp_path)
     FAULTS.append("recorder: scope mapping raises")
     plain = _net()
     opt = keras.optimizers.SGD(0.01)
-    for step in range(STEPS):
+    for _ in range(STEPS):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(plain(_x(0))))
         opt.apply_gradients(zip(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables))
@@ -145,7 +145,7 @@ def test_recorder_scope_mapping_that_raises_warns_once_and_steps_aside(tmp_path)
     opt = keras.optimizers.SGD(0.01)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for step in range(STEPS):
+        for _ in range(STEPS):
             with rec.tape() as tape:
                 loss = tf.reduce_mean(tf.square(model(_x(0))))
             rec.apply(opt, rec.gradients(tape, {"mse": loss}, model.trainable_variables))
@@ -258,7 +258,7 @@ def test_tf1_nonfinite_and_none_gradients_and_deleted_logdir(tmp_path):
                 gs.flush()
                 (logs,) = load_logdir(str(tmp_path))
                 shutil.rmtree(logdir)
-                for step in range(STEPS):
+                for _ in range(STEPS):
                     sess.run(train, {x: _x(0)})
                     trained += 1
                 unused_after = sess.run(unused)

@@ -74,7 +74,8 @@ def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
 
 
 def routes() -> list[str]:
-    q = lambda **p: urllib.parse.urlencode({"run": trainer.RUN, **p})  # noqa: E731
+    def q(**p):
+        return urllib.parse.urlencode({"run": trainer.RUN, **p})
     return [
         "runs",
         f"run?{q()}",

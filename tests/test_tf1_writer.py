@@ -57,7 +57,7 @@ def test_the_file_is_byte_for_byte_what_tensorboards_writer_makes_of_the_same_ev
 
 def test_files_are_named_as_tensorboard_names_them_and_never_reused(tmp_path):
     first, second = RecordWriter(str(tmp_path / "new" / "dir")), RecordWriter(str(tmp_path / "new" / "dir"))
-    pattern = r"events\.out\.tfevents\.\d{10}\.[^/]+\.%d\.\d+\.gradscope" % os.getpid()
+    pattern = rf"events\.out\.tfevents\.\d{{10}}\.[^/]+\.{os.getpid()}\.\d+\.gradscope"
     for writer in (first, second):
         assert re.fullmatch(pattern, os.path.basename(writer.path)), writer.path
     assert first.path != second.path

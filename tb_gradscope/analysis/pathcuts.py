@@ -63,7 +63,7 @@ def with_path_cuts(
         if edge.loss in by_loss and cells[edge.loss].get(edge.producer_scope) in _REACHING:
             path = open_path(open_edges(edge.loss), edge.producer_scope, loss_ids[edge.loss])
         result.append(dataclasses.replace(edge, open_path=tuple(path)) if path else edge)
-    for spec, start, gradient, passed in by_loss.values():
+    for spec, _, _, passed in by_loss.values():
         own = loss_ids[spec.name]
         for cut in passed:
             producer_side, consumer = sg.place(cut.producer, cut.consumer, loss_nodes, own)

@@ -109,12 +109,12 @@ def _flow_table(report: dict[str, Any]) -> list[str]:
     if not losses:
         return []
     labels = ["  " * s.count("/") + safe(s) for s in scopes]
-    cells = [[_cell(report["cells"][l][s]) for l in losses] for s in scopes]
+    cells = [[_cell(report["cells"][loss][s]) for loss in losses] for s in scopes]
     # Columns are padded to at most _MAX_COLUMN: a longer name is printed whole
     # and shifts its own row only, instead of widening every row to its length.
     first = min(_MAX_COLUMN, max([len("scope")] + [len(x) for x in labels]))
-    widths = [min(_MAX_COLUMN, max([len(safe(l))] + [len(row[i]) for row in cells])) for i, l in enumerate(losses)]
-    rows = ["  " + "scope".ljust(first) + "".join("  " + safe(l).ljust(w) for l, w in zip(losses, widths))]
+    widths = [min(_MAX_COLUMN, max([len(safe(loss))] + [len(row[i]) for row in cells])) for i, loss in enumerate(losses)]
+    rows = ["  " + "scope".ljust(first) + "".join("  " + safe(loss).ljust(w) for loss, w in zip(losses, widths))]
     for label, row in zip(labels, cells):
         rows.append("  " + label.ljust(first) + "".join("  " + c.ljust(w) for c, w in zip(row, widths)))
     return [r.rstrip() for r in rows]

@@ -171,7 +171,7 @@ class FlowGraph:
         """
         check_document(doc)
         graph = cls(
-            losses=[LossInfo(**_known(l, LossInfo)) for l in doc["losses"]],
+            losses=[LossInfo(**_known(entry, LossInfo)) for entry in doc["losses"]],
             scopes=list(doc["scopes"]),
             cells={loss: dict(row) for loss, row in doc["cells"].items()},
             blocked_edges=[_blocked_edge(e) for e in doc.get("blocked_edges", [])],

@@ -29,7 +29,7 @@ class Flow:
         self.losses = records.losses
         self.optimizer = {}
         for _, graph in records.flowgraphs:
-            self.optimizer.update({l.name: l.optimizer for l in graph.losses})
+            self.optimizer.update({loss.name: loss.optimizer for loss in graph.losses})
         self.updated: dict[str, dict[str, list[int]]] = {}
         self.reached: dict[str, dict[str, list[int]]] = {}
         for loss in self.losses:
@@ -47,7 +47,7 @@ class Flow:
 
     def owners(self, scope: str) -> list[str]:
         """Losses that update `scope`, in loss order."""
-        return [l for l in self.losses if scope in self.updated[l]]
+        return [loss for loss in self.losses if scope in self.updated[loss]]
 
     def own(self, loss: str) -> set[str]:
         """Scopes `loss` updates and no other loss does (targets are nobody's own)."""

@@ -147,7 +147,7 @@ def cross_loss(flow: Flow, exclude: Iterable[str] = ()) -> list[Finding]:
             hit = _judge(flow, loss, holder) or _optimizers(flow, loss, holder)
             if hit:
                 chosen[(loss, holder)] = hit
-    intruders = {holder: {l for (l, h) in chosen if h == holder} for holder in holders}
+    intruders = {holder: {loss for (loss, h) in chosen if h == holder} for holder in holders}
     for holder in holders:
         for loss in flow.losses:
             if (loss, holder) not in chosen and loss not in intruders[holder]:
@@ -311,7 +311,7 @@ def _optimizer(flow: Flow, loss: str) -> dict:
 
 
 def _label_order(flow: Flow, label: str) -> int:
-    order = list(dict.fromkeys(flow.optimizer[l] for l in flow.losses if l in flow.optimizer))
+    order = list(dict.fromkeys(flow.optimizer[loss] for loss in flow.losses if loss in flow.optimizer))
     return order.index(label) if label in order else -1
 
 

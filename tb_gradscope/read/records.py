@@ -92,7 +92,7 @@ class RunRecords:
     def losses(self) -> list[str]:
         """Every loss, in the order the FlowGraph lists them, then the rest."""
         if self._losses is None:
-            order = [l.name for l in self.flowgraph.losses] if self.flowgraph else []
+            order = [loss.name for loss in self.flowgraph.losses] if self.flowgraph else []
             for step in self.steps:
                 order += [loss for loss in self.grads[step] if loss not in order]
             self._losses = order

@@ -150,7 +150,7 @@ def evaluate(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> list[fmt.Event]:
 def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
     """Rules whose loss and scope patterns match somewhere in the run: a step
     recorded before a scope existed (its layout lacked it) is no typo."""
-    losses = {l for _, g in run.flowgraphs for l in g.cells} | {l for t in run.grads.values() for l in t}
+    losses = {loss for _, g in run.flowgraphs for loss in g.cells} | {loss for t in run.grads.values() for loss in t}
     scopes = {s for _, g in run.flowgraphs for s in g.scopes}
     layouts = {t.info.scopes for tables in run.grads.values() for t in tables.values()}
     scopes |= {s for layout in layouts for s in layout}
@@ -159,7 +159,7 @@ def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
         if isinstance(rule, rules_lib.Tracks):
             continue
         patterns = rule.scopes if isinstance(rule, rules_lib.Only) else (rule.scope,)
-        if any(loss_matches(l, rule.loss) for l in losses) and any(
+        if any(loss_matches(loss, rule.loss) for loss in losses) and any(
             rules_lib.scope_matches(s, p) for s in scopes for p in patterns
         ):
             found.add(str(rule))

@@ -180,7 +180,8 @@ def record_global(
             return None
         flat = compute()
     else:
-        skip = lambda: [[tf.zeros([0], d) for d in group] for group in dtypes]  # noqa: E731
+        def skip():
+            return [[tf.zeros([0], d) for d in group] for group in dtypes]
         flat = tf.cond(record, compute, skip)
 
     def merged(strategy: tf.distribute.Strategy, per_replica: list[list[Any]]) -> Any:

@@ -79,9 +79,11 @@ def snapshot_if_recording(
     handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
     variables = [vlayout.variables[i] for i in handed]
     if in_xla():  # XLA needs equal shapes on both branches
-        empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
+        def empty():
+            return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]
     else:
-        empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
+        def empty():
+            return [tf.zeros([0], v.dtype) for v in variables]
     copies = recorded_only(record, lambda: stats.snapshot(variables), empty) if variables else []
     before: list[Any] = [None] * len(vlayout.variables)
     for i, copy in zip(handed, copies):

@@ -124,7 +124,8 @@ def record_scaled_losses(state: Any, step: tf.Variable, makers: Mapping[str, Cal
         over = overflowed([t.value for t in tables if t.kind == Kind.GRAD_STATS])
         return tf.cond(over, lambda: _write_skipped(state.emitter, now, scale), lambda: state.emitter.write_due(now, rows))
 
-    make_aligned = lambda: {name: make() for name, make in makers.items()}  # noqa: E731
+    def make_aligned():
+        return {name: make() for name, make in makers.items()}
     found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, state.conflict, write,
                                        kernels=state.kernels, columns=state.grad_columns)[0]
     if state.checks is not None:

@@ -79,7 +79,8 @@ class Recording:
         ones; with a loss scale, unscaled (read now, before the optimizer changes it)."""
         s, step = self.s, self.step
         if self.loss_scale is None:
-            record = lambda given: s.record_losses(step, given)  # noqa: E731
+            def record(given):
+                return s.record_losses(step, given)
         elif in_xla():
             raise ValueError(
                 f"Recorder '{self.name}' with loss_scale cannot record inside a "
@@ -87,7 +88,8 @@ class Recording:
             )
         else:
             scale = loss_scale_lib.current_scale(self.loss_scale)
-            record = lambda given: loss_scale_lib.record_scaled_losses(s, step, given, scale)  # noqa: E731
+            def record(given):
+                return loss_scale_lib.record_scaled_losses(s, step, given, scale)
         if distribute.replicas_in_sync() > 1:
             return distribute.record_global(
                 s.should_record(step),
@@ -188,7 +190,8 @@ class Recording:
         returns it when rules need it (else None)."""
         s = self.s
         variables, rollup = s.layout.vlayout.variables, s.layout.rollup
-        maker = lambda: s.kernels.update_table(before, variables, rollup)  # noqa: E731
+        def maker():
+            return s.kernels.update_table(before, variables, rollup)
         if s.checks is None or in_xla():
             s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
             return None

@@ -124,16 +124,19 @@ class RecorderState:
                     {n: (lambda f=f: stats.grad_table(f(), rollup, self.grad_columns)) for n, f in makers.items()},
                 )
             scopes = self.layout.vlayout.layout.scopes
-            tables = lambda: [  # noqa: E731
-                (Kind.GRAD_STATS, n, scopes, None, stats.grad_table(f(), rollup, self.grad_columns))
-                for n, f in makers.items()
-            ]
+            def tables():
+                return [
+                    (Kind.GRAD_STATS, n, scopes, None, stats.grad_table(f(), rollup, self.grad_columns))
+                    for n, f in makers.items()
+                ]
             self._keep_snapshot(variables, self.emitter.write_when(record, now, tables, variables))
             return None
-        make_aligned = lambda: {n: f() for n, f in makers.items()}  # noqa: E731
+        def make_aligned():
+            return {n: f() for n, f in makers.items()}
         layout = self.layout.vlayout.layout
         if not in_xla():
-            write = lambda found: self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])  # noqa: E731
+            def write(found):
+                return self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])
             found, copies = tables_lib.recorded_tables(
                 record, make_aligned, layout, rollup, self.conflict, write, variables, self.kernels,
                 self.grad_columns,

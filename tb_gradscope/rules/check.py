@@ -60,7 +60,7 @@ def check_flowgraph(rules: Iterable[Rule], flowgraph: fmt.FlowGraph, step: int =
     for rule in rules:
         if isinstance(rule, Tracks):
             continue
-        matched = [l for l in losses if loss_matches(l, rule.loss)]
+        matched = [loss for loss in losses if loss_matches(loss, rule.loss)]
         unmatched = _unmatched(rule, matched, losses, flowgraph.scopes, step, TRACE)
         if unmatched:
             events.append(unmatched)
@@ -99,8 +99,8 @@ def check_stats(
     for rule in rules:
         if isinstance(rule, Tracks):
             continue
-        matched = [l for l in losses if loss_matches(l, rule.loss)]
-        scopes = list(dict.fromkeys(s for l in matched for s in grads[l].info.scopes))
+        matched = [loss for loss in losses if loss_matches(loss, rule.loss)]
+        scopes = list(dict.fromkeys(s for loss in matched for s in grads[loss].info.scopes))
         unmatched = _unmatched(rule, matched, losses, scopes or _all_scopes(grads), step, STEP)
         if unmatched:
             events.append(unmatched)

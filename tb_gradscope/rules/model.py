@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence
 
 from tb_gradscope import scopes as scopes_lib
 
@@ -146,7 +146,7 @@ class Tracks:
         return f"tracks({_q(self.target)}, {_q(self.online)}{extra})"
 
 
-Rule = Union[Never, Only, Blocked, Tracks]
+Rule = Never | Only | Blocked | Tracks
 RULE_KINDS = {"never": Never, "only": Only, "blocked": Blocked, "tracks": Tracks}
 
 

@@ -130,7 +130,7 @@ def rules_from_document(doc: Mapping[str, Any], text: str = "", name: str = "<ru
     if not isinstance(tables, list):
         line = _line_of(lines, r"^\s*\[?\s*rule\b")
         raise RulesFileError(f"{name}:{line}: write each rule as a [[rule]] table")
-    headers = [i + 1 for i, l in enumerate(lines) if _HEADER.match(l)]
+    headers = [i + 1 for i, line in enumerate(lines) if _HEADER.match(line)]
     for n, table in enumerate(tables):
         line = headers[n] if n < len(headers) else 1
         try:

@@ -175,7 +175,8 @@ def tf2_truth(probe: StepProbe) -> StepTruth:
             )
             base = _value(forward.value)
             has_grad = [_nonzero(g) for g in grads]
-            value = lambda: _value(loss.forward().value)  # noqa: E731
+            def value():
+                return _value(loss.forward().value)
             found = _dependent(
                 [i for i, g in enumerate(has_grad) if not g],
                 lambda idx: _changes([variables[i] for i in idx], _eager_io, value, base),
@@ -329,7 +330,8 @@ class TF1Oracle:
         with sess.graph.as_default():
             every = tf.compat.v1.global_variables()
         saved = sess.run(every)
-        restore = lambda: [v.load(value, sess) for v, value in zip(every, saved)]  # noqa: E731
+        def restore():
+            return [v.load(value, sess) for v, value in zip(every, saved)]
         facts: dict[str, dict[str, VariableFacts]] = {}
         try:
             for name, loss in probe.losses.items():

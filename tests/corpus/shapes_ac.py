@@ -73,7 +73,8 @@ def _ddpg(leaky: bool):
         def actor_loss(b):
             return -tf.reduce_mean(_q(critic, b["s"], tf.tanh(actor(b["s"]))))
 
-        pre = lambda b: None if leaky else backup(b)  # noqa: E731
+        def pre(b):
+            return None if leaky else backup(b)
 
         @tf.function
         def train_step(b):
@@ -133,8 +134,10 @@ def _td3(leaky: bool):
                   "target_actor": t_actor, "target_critic1": t1, "target_critic2": t2}
         pairs = [pair_models(t, o, tau=TAU) for t, o in ((t_actor, actor), (t1, c1), (t2, c2))]
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(TD3_RULES))
-        critic_vars = lambda: c1.trainable_variables + c2.trainable_variables  # noqa: E731
-        actor_vars = lambda: actor.trainable_variables + (c1.trainable_variables if leaky else [])  # noqa: E731
+        def critic_vars():
+            return c1.trainable_variables + c2.trainable_variables
+        def actor_vars():
+            return actor.trainable_variables + (c1.trainable_variables if leaky else [])
 
         def critic_loss(b):
             smooth = tf.clip_by_value(0.2 * b["noise"], -0.5, 0.5)
@@ -222,7 +225,8 @@ def _sac(leaky: bool):
         models = {"pi": pi, "q1": q1, "q2": q2, "target_q1": t1, "target_q2": t2, "alpha": temp}
         pairs = [pair_models(t1, q1, tau=TAU), pair_models(t2, q2, tau=TAU)]
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(SAC_RULES))
-        q_vars = lambda: q1.trainable_variables + q2.trainable_variables  # noqa: E731
+        def q_vars():
+            return q1.trainable_variables + q2.trainable_variables
 
         def sample(s, noise):
             mean, log_std = tf.split(pi(s), 2, axis=1)

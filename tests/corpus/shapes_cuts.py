@@ -38,7 +38,8 @@ def _simsiam(leaky: bool, symmetric: bool = True):
         opt = keras.optimizers.SGD(0.05)
         models = {"encoder": encoder, "predictor": predictor}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(SIMSIAM_RULES))
-        var_list = lambda: encoder.trainable_variables + predictor.trainable_variables  # noqa: E731
+        def var_list():
+            return encoder.trainable_variables + predictor.trainable_variables
         target = (lambda t: t) if leaky else tf.stop_gradient
 
         def simsiam_loss(b):

@@ -31,7 +31,8 @@ def _dqn(leaky: bool):
         models = {"online": online, "target": target}
         pair = pair_models(target, online, every=COPY_EVERY)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(RULES))
-        var_list = lambda: online.trainable_variables + (target.trainable_variables if leaky else [])  # noqa: E731
+        def var_list():
+            return online.trainable_variables + (target.trainable_variables if leaky else [])
 
         def td_loss(b):
             q2 = tf.reduce_max(target(b["s2"]), axis=1)
@@ -73,7 +74,8 @@ def _double_dqn(leaky: bool):
         models = {"online": online, "target": target}
         pair = pair_models(target, online, every=COPY_EVERY)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(RULES))
-        var_list = lambda: online.trainable_variables + (target.trainable_variables if leaky else [])  # noqa: E731
+        def var_list():
+            return online.trainable_variables + (target.trainable_variables if leaky else [])
 
         def next_value(b):
             a2 = tf.argmax(online(b["s2"]), axis=1, output_type=tf.int32)

@@ -135,8 +135,10 @@ def _fit_gan(leaky: bool):
         data = {"real": b["s"], "noise": b["noise"]}
 
         def probe():
-            d_forward = lambda: _taped(lambda: gan.d_loss(data["real"], data["noise"]))  # noqa: E731
-            g_forward = lambda: _taped(lambda: gan.g_loss(data["noise"]))  # noqa: E731
+            def d_forward():
+                return _taped(lambda: gan.d_loss(data["real"], data["noise"]))
+            def g_forward():
+                return _taped(lambda: gan.g_loss(data["noise"]))
             return StepProbe(
                 [kit.loss_probe("d_loss", d_forward, d_opt, lambda: gan.discriminator.trainable_weights),
                  kit.loss_probe("g_loss", g_forward, g_opt, gan.g_variables)],

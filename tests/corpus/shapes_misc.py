@@ -51,8 +51,10 @@ def _multihead(leaky: bool):
         opt1, opt2 = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
         rec = Recorder(logdir, every_n_steps=1, models={"Agent": agent}, rules=list(MULTIHEAD_RULES))
         layer = agent.get_layer
-        vars1 = lambda: layer("layer1").trainable_variables + layer("layer2_1").trainable_variables  # noqa: E731
-        vars2 = lambda: agent.trainable_variables if leaky else layer("layer2_2").trainable_variables  # noqa: E731
+        def vars1():
+            return layer("layer1").trainable_variables + layer("layer2_1").trainable_variables
+        def vars2():
+            return agent.trainable_variables if leaky else layer("layer2_2").trainable_variables
 
         def losses(b):
             y1, y2 = agent(b["s"])
@@ -95,7 +97,8 @@ def _start_point(leaky: bool):
         opt = keras.optimizers.RMSprop(0.01)
         models = {"online": online, "target": target}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(START_RULES))
-        var_list = lambda: online.trainable_variables + (target.trainable_variables if leaky else [])  # noqa: E731
+        def var_list():
+            return online.trainable_variables + (target.trainable_variables if leaky else [])
 
         def start(b):
             q_all = online(b["s"])
@@ -394,7 +397,8 @@ def _eager(leaky: bool, analyze: bool):
         opt = keras.optimizers.SGD(0.1)
         models = {"online": online, "target": target}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(EAGER_RULES))
-        var_list = lambda: online.trainable_variables + (target.trainable_variables if leaky else [])  # noqa: E731
+        def var_list():
+            return online.trainable_variables + (target.trainable_variables if leaky else [])
 
         def td_loss(b):
             y = b["r"] + GAMMA * tf.reduce_max(target(b["s2"]), axis=1)

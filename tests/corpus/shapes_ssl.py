@@ -45,8 +45,9 @@ def _byol(leaky: bool):
         models = {"online": online, "predictor": predictor, "target": target}
         pair = pair_models(target, online, tau=TAU)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(BYOL_RULES))
-        var_list = lambda: (online.trainable_variables + predictor.trainable_variables  # noqa: E731
-                            + (target.trainable_variables if leaky else []))
+        def var_list():
+            return (online.trainable_variables + predictor.trainable_variables
+                    + (target.trainable_variables if leaky else []))
 
         def teacher(b):
             return target(b["s2"])
@@ -56,7 +57,8 @@ def _byol(leaky: bool):
                 z = teacher(b)
             return _cosine_loss(predictor(online(b["s"])), z)
 
-        pre = lambda b: None if leaky else teacher(b)  # noqa: E731
+        def pre(b):
+            return None if leaky else teacher(b)
 
         @tf.function
         def train_step(b):
@@ -106,7 +108,8 @@ def _mean_teacher(leaky: bool):
         models = {"student": student, "teacher": teacher}
         pair = pair_models(teacher, student, tau=TAU)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(MT_RULES))
-        var_list = lambda: student.trainable_variables + (teacher.trainable_variables if leaky else [])  # noqa: E731
+        def var_list():
+            return student.trainable_variables + (teacher.trainable_variables if leaky else [])
 
         def losses(b):
             guess = teacher(b["s"] + 0.1 * b["s2"], training=False)
@@ -154,9 +157,11 @@ def _gan(leaky: bool):
         d_opt, g_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
         models = {"generator": gen, "discriminator": disc}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(GAN_RULES))
-        g_vars = lambda: gen.trainable_variables + (disc.trainable_variables if leaky else [])  # noqa: E731
-        bce = lambda logits, label: tf.reduce_mean(  # noqa: E731
-            tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.fill(tf.shape(logits), label), logits=logits))
+        def g_vars():
+            return gen.trainable_variables + (disc.trainable_variables if leaky else [])
+        def bce(logits, label):
+            return tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.fill(tf.shape(logits), label), logits=logits))
 
         def d_loss(b):
             fake = gen(b["noise"])

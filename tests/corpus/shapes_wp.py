@@ -89,8 +89,10 @@ def td3_odd(leaky: bool):
                   "target_actor": t_actor, "target_critic1": t1, "target_critic2": t2}
         pairs = [pair_models(t, o, tau=TAU) for t, o in nets]
         rec = Recorder(logdir, every_n_steps=every_n_steps, models=models, pairs=pairs, rules=list(TD3_ODD_RULES))
-        critic_vars = lambda: c1.trainable_variables + c2.trainable_variables  # noqa: E731
-        actor_vars = lambda: actor.trainable_variables + (c1.trainable_variables if leaky else [])  # noqa: E731
+        def critic_vars():
+            return c1.trainable_variables + c2.trainable_variables
+        def actor_vars():
+            return actor.trainable_variables + (c1.trainable_variables if leaky else [])
 
         def critic_loss(b):
             a2 = tf.clip_by_value(tf.tanh(t_actor(b["s2"])) + tf.clip_by_value(0.2 * b["noise"], -0.5, 0.5), -1, 1)
@@ -151,7 +153,8 @@ def _ppo(leaky: bool):
         pi_opt, v_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
         models = {"policy": policy, "value": value}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(PPO_RULES))
-        policy_vars = lambda: policy.trainable_variables + (value.trainable_variables if leaky else [])  # noqa: E731
+        def policy_vars():
+            return policy.trainable_variables + (value.trainable_variables if leaky else [])
 
         def log_prob(b):
             return tf.reduce_sum(tf.nn.log_softmax(policy(b["s"])) * tf.one_hot(b["a"], A), axis=1)

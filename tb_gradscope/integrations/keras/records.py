@@ -117,7 +117,8 @@ class KerasRecords:
 
     def _drainer(self, probe: StepProbe, names: tuple[str, ...]) -> Any:
         scopes = probe.vlayout.layout.scopes
-        zeros = lambda kind: np.zeros([len(scopes), len(KIND_SPECS[kind].columns)], np.float32)  # noqa: E731
+        def zeros(kind):
+            return np.zeros([len(scopes), len(KIND_SPECS[kind].columns)], np.float32)
         heads = [self._table(Kind.GRAD_STATS, loss, scopes, zeros(Kind.GRAD_STATS))[:2]
                  for loss in probe.losses if loss.name in names]
         update_head = self._table(Kind.UPDATE_STATS, None, scopes, zeros(Kind.UPDATE_STATS))[:2]

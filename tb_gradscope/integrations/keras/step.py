@@ -225,9 +225,11 @@ class StepProbe:
         scale = loss_scale.current_scale(optimizer) if loss_scale.is_loss_scale_optimizer(optimizer) else None
         variables = list(self.vlayout.variables)
         if in_xla():  # XLA needs equal shapes on both branches
-            empty = lambda: [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]  # noqa: E731
+            def empty():
+                return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]
         else:
-            empty = lambda: [tf.zeros([0], v.dtype) for v in variables]  # noqa: E731
+            def empty():
+                return [tf.zeros([0], v.dtype) for v in variables]
         before = tf.cond(record, lambda: stats.snapshot(variables), empty)
         return step, record, list(before), scale
 
@@ -273,9 +275,11 @@ class StepProbe:
             keys = {naming.variable_key(v) for v in watched[name]}
             return [g if naming.variable_key(v) in keys else None for g, v in zip(grads, variables)]
 
-        store = lambda grads: self._store(step, record, before, scale, grads)  # noqa: E731
+        def store(grads):
+            return self._store(step, record, before, scale, grads)
         if distribute.replicas_in_sync() > 1:
-            local = lambda: {name: gradient(name, value) for name, value in losses.items()}  # noqa: E731
+            def local():
+                return {name: gradient(name, value) for name, value in losses.items()}
             distribute.record_global(record, local, store, self._on_error)
         else:
             store({name: (lambda name=name, value=value: gradient(name, value)) for name, value in losses.items()})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 import tensorflow as tf
 
@@ -41,6 +41,9 @@ from tb_gradscope.record import options
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.scopes import ScopeSpec, build_layout, variable_name
+
+if TYPE_CHECKING:
+    from tb_gradscope.integrations.tf1.session import RecordingSession
 
 Run = Callable[..., Any]
 PAUSED_WINDOWS = 4  # update windows of train ops in blocks held at once (steps.py)
