@@ -380,6 +380,26 @@ class Recorder(tf.Module):
             )
         return self.flowgraph
 
+    def analyze_losses(
+        self, losses_fn: Callable[..., Mapping[str, Any]], optimizer: Any, variables: Sequence[Any], *args: Any
+    ) -> FlowGraph | None:
+        """`analyze` for a step whose tape cannot be traced, such as one tape
+        around an environment rollout: traces, without running it, your own
+        `losses_fn(*args) -> {name: loss}` in a tape whose summed gradient
+        `optimizer` applies to `variables`, as the step does.
+
+        `args` are the rollout's stacked tensors (or `tf.TensorSpec`s of them)
+        and `losses_fn` computes the losses from them, so the blocked edges'
+        source lines are your loss code's. Same rules as `analyze`.
+        """
+
+        def step(*stacked: Any) -> None:
+            with self.tape() as tape:
+                named = losses_fn(*stacked)
+            self.apply(optimizer, self.gradients(tape, named, variables))
+
+        return self.analyze(step, *args)
+
     @property
     def flowgraph(self) -> FlowGraph | None:
         """The FlowGraph of the first analyzed step, if any."""
