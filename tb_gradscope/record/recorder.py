@@ -369,12 +369,16 @@ class Recorder(tf.Module):
         FlowGraph found is written and returned (None if analysis is missing or
         failed, after a warning).
         """
+        return self._trace(fn, "analyze", getattr(fn, "__name__", fn), *args, **kwargs)
+
+    def _trace(self, fn: Callable[..., Any], method: str, label: Any, *args: Any, **kwargs: Any) -> FlowGraph | None:
+        """Traces `fn(*args)` once without running it; warns, naming `label`, if it cannot."""
         try:
             tf.function(fn).get_concrete_function(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - a failed trace must not stop training
             warn_once(
                 (id(self), "analyze_failed"),
-                f"Recorder '{self.name}'.analyze could not trace {getattr(fn, '__name__', fn)!r} "
+                f"Recorder '{self.name}'.{method} could not trace {label!r} "
                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the step still "
                 "runs, without a FlowGraph (trace it in tf.function to get one)",
             )
@@ -398,7 +402,7 @@ class Recorder(tf.Module):
                 named = losses_fn(*stacked)
             self.apply(optimizer, self.gradients(tape, named, variables))
 
-        return self.analyze(step, *args)
+        return self._trace(step, "analyze_losses", getattr(losses_fn, "__name__", losses_fn), *args)
 
     @property
     def flowgraph(self) -> FlowGraph | None:
