@@ -180,14 +180,18 @@ def test_doctor_says_findings_are_partial_exactly_when_the_run_has_no_flowgraph(
     assert ("its findings are partial" in err and "rec.analyze" in err) == (not shape.has_flowgraph), err[-1500:]
 
 
-def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed):
-    """The eager actor-critic's own episode function, traced as written (the
-    environment stepped through tf.numpy_function): the advantage's
-    stop_gradient is a blocked edge whose source line is in the shape's code,
-    not in a copy of the loss."""
+@pytest.mark.parametrize("name, module", [("eager_rollout_ac_analyzed", "shapes_doctor.py"),
+                                          ("eager_rollout_replayed", "shapes_rollout.py")])
+def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed, name, module):
+    """The eager actor-critic's own code traced, not a copy of its loss:
+    `eager_rollout_ac_analyzed` traces its episode function as written (the
+    environment stepped through tf.numpy_function), `eager_rollout_replayed`
+    its loss function of the stacked outputs (rec.analyze_losses). The
+    advantage's stop_gradient is a blocked edge whose source line is in the
+    shape's own file."""
     from tb_gradscope.read.logdir import load_logdir
 
-    trained = diagnosed(BY_NAME["eager_rollout_ac_analyzed"])[0]
+    trained = diagnosed(BY_NAME[name])[0]
     (logs,) = load_logdir(trained.logdir, trained.run)
     edges = [e for e in logs.flowgraphs[-1][1].blocked_edges if e.loss == "actor" and e.op_type == "StopGradient"]
-    assert edges and all(e.source and e.source.file.endswith("tests/corpus/shapes_doctor.py") for e in edges), edges
+    assert edges and all(e.source and e.source.file.endswith(f"tests/corpus/{module}") for e in edges), edges

@@ -100,7 +100,19 @@ TRUTHS = {
         cuts=(("byol", "target", TAPE),),
         drift=("target<-online",),
     ),
+    "byol_split": Truth(
+        {("byol", "encoder"): U, ("byol", "projector"): U, ("byol", "predictor"): U,
+         ("byol", "target_encoder"): B, ("byol", "target_projector"): B},
+        trained=("encoder", "projector", "predictor"),
+        cuts=(("byol", "target_encoder", TAPE), ("byol", "target_projector", TAPE)),
+    ),
     "actor_critic": Truth(
+        {("actor", "ac/trunk"): U, ("actor", "ac/policy_head"): U, ("actor", "ac/value_head"): B,
+         ("critic", "ac/trunk"): U, ("critic", "ac/value_head"): U, ("critic", "ac/policy_head"): N},
+        trained=("ac/trunk", "ac/policy_head", "ac/value_head"),
+        cuts=(("actor", "ac/value_head", STOP),),
+    ),
+    "a2c": Truth(
         {("actor", "ac/trunk"): U, ("actor", "ac/policy_head"): U, ("actor", "ac/value_head"): B,
          ("critic", "ac/trunk"): U, ("critic", "ac/value_head"): U, ("critic", "ac/policy_head"): N},
         trained=("ac/trunk", "ac/policy_head", "ac/value_head"),
@@ -347,3 +359,21 @@ def test_ddpg_recipe_rules_catch_an_actor_optimizer_given_the_critic(tmp_path):
     code, out, _ = ran.check
     assert ran.summary["cells"]["actor"]["critic"]["state"] == fmt.UPDATES
     assert code == 1 and "only(actor, [actor])" in out
+
+
+@pytest.mark.slow
+def test_a2c_recipe_catches_the_advantage_without_stop_gradient(tmp_path):
+    ran = run_recipe(_variant("a2c", "tf.stop_gradient(returns - values)", "returns - values", tmp_path),
+                     tmp_path / "logs")
+    code, out, _ = ran.check
+    assert ran.summary["cells"]["actor"]["ac/value_head"]["state"] == fmt.UPDATES
+    assert code == 1 and "blocked(actor, ac/value_head)" in out
+
+
+@pytest.mark.slow
+def test_byol_split_recipe_keeps_three_optimizer_iterations_per_step(tmp_path):
+    ran = run_recipe(RECIPES / "byol_split.py", tmp_path / "logs")
+    script = _ALIVE[-1]
+    assert int(script["optimizer"].iterations.numpy()) == 3 * 30
+    assert int(script["rec"].step.numpy()) == 30
+    assert sorted(ran.logs.grads) == RECORDED_STEPS

@@ -97,6 +97,28 @@ def test_eager_loop_is_analyzed_with_rec_analyze(tmp_path):
     assert sorted(records[(fmt.Kind.GRAD_STATS, "b")]) == [0, 2]
 
 
+def test_analyze_losses_traces_a_loss_function_from_tensor_specs_and_runs_nothing(tmp_path):
+    model, opt, rec = _setup(tmp_path)
+    variables = model.trainable_variables
+    before = [v.numpy() for v in variables]
+    spec = tf.TensorSpec([None, 5])
+    graph = rec.analyze_losses(lambda x, y: two_losses(model, x, y), opt, variables, spec, tf.TensorSpec([None, 1]))
+    assert int(rec.step.numpy()) == 0 and int(opt.iterations.numpy()) == 0
+    assert all((b == v.numpy()).all() for b, v in zip(before, variables))
+    assert graph is not None and graph.state("b", "online/trunk") == fmt.BLOCKED
+    assert graph.state("a", "online/trunk") == fmt.UPDATES
+
+
+def test_analyze_losses_of_an_untraceable_function_only_warns(tmp_path):
+    model, opt, rec = _setup(tmp_path)
+
+    def eager_only(x, y):
+        return {"a": tf.constant(float(two_losses(model, x, y)["a"].numpy()))}
+
+    with pytest.warns(GradscopeWarning, match="analyze_losses could not trace 'eager_only'"):
+        assert rec.analyze_losses(eager_only, opt, model.trainable_variables, *batch(0)) is None
+
+
 def test_failing_analysis_only_warns_and_stats_are_still_recorded(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("analysis exploded")

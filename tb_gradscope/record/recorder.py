@@ -369,16 +369,40 @@ class Recorder(tf.Module):
         FlowGraph found is written and returned (None if analysis is missing or
         failed, after a warning).
         """
+        return self._trace(fn, "analyze", getattr(fn, "__name__", fn), *args, **kwargs)
+
+    def _trace(self, fn: Callable[..., Any], method: str, label: Any, *args: Any, **kwargs: Any) -> FlowGraph | None:
+        """Traces `fn(*args)` once without running it; warns, naming `label`, if it cannot."""
         try:
             tf.function(fn).get_concrete_function(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - a failed trace must not stop training
             warn_once(
                 (id(self), "analyze_failed"),
-                f"Recorder '{self.name}'.analyze could not trace {getattr(fn, '__name__', fn)!r} "
+                f"Recorder '{self.name}'.{method} could not trace {label!r} "
                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the step still "
                 "runs, without a FlowGraph (trace it in tf.function to get one)",
             )
         return self.flowgraph
+
+    def analyze_losses(
+        self, losses_fn: Callable[..., Mapping[str, Any]], optimizer: Any, variables: Sequence[Any], *args: Any
+    ) -> FlowGraph | None:
+        """`analyze` for a step whose tape cannot be traced, such as one tape
+        around an environment rollout: traces, without running it, your own
+        `losses_fn(*args) -> {name: loss}` in a tape whose summed gradient
+        `optimizer` applies to `variables`, as the step does.
+
+        `args` are the rollout's stacked tensors (or `tf.TensorSpec`s of them)
+        and `losses_fn` computes the losses from them, so the blocked edges'
+        source lines are your loss code's. Same rules as `analyze`.
+        """
+
+        def step(*stacked: Any) -> None:
+            with self.tape() as tape:
+                named = losses_fn(*stacked)
+            self.apply(optimizer, self.gradients(tape, named, variables))
+
+        return self._trace(step, "analyze_losses", getattr(losses_fn, "__name__", losses_fn), *args)
 
     @property
     def flowgraph(self) -> FlowGraph | None:
