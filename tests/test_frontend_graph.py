@@ -198,3 +198,76 @@ def test_a_large_graph_opens_readable_on_the_chosen_losss_path(open_tab: OpenTab
     tab.frame.get_by_role("button", name="fit the graph").click()
     assert loss.locator("text").evaluate(LABEL_PX) < 10
     tab.assert_clean()
+
+
+def _report_blocked_lines(logdir: pathlib.Path, run: str, step: int) -> list[str]:
+    """The lines `tb-gradscope report` prints under "blocked edges:" for a run at a step."""
+    import argparse
+    import io
+
+    from tb_gradscope.commands import report
+
+    out = io.StringIO()
+    args = argparse.Namespace(logdir=str(logdir), run_name=run, step=step, rules=None, format="text")
+    assert report.run(args, out=out, err=io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    start = lines.index("blocked edges:") + 1
+    return [line.strip() for line in lines[start:lines.index("", start)]]
+
+
+@pytest.mark.parametrize("scope", ["target/l1", "target"])
+def test_a_blocked_cells_details_say_why_in_reports_words(open_tab: OpenTab, tensorboard: TensorBoard, scope: str) -> None:
+    matrix = tensorboard.json("matrix", run="dqn")
+    cell = matrix["cells"]["td"][scope]
+    assert cell["state"] == "blocked" and cell["blocked_by"]
+    (edge,) = tensorboard.json("flowgraph", run="dqn")["flowgraph"]["blocked_edges"]
+    printed = _report_blocked_lines(tensorboard.logdir, "dqn", matrix["step"])
+    tab = open_tab()
+    tab.cell("td", scope).click()
+    why = tab.frame.locator("#gs-details #gs-why-blocked")
+    cuts = why.locator('dd[data-field="cut"]').all_text_contents()
+    fixes = why.locator('dd[data-field="fix"]').all_text_contents()
+    assert cuts == [c["line"] for c in cell["blocked_by"]]
+    assert fixes == [c["fix"] for c in cell["blocked_by"]]
+    # The same text report prints for the run at that step: the op, the cause, file:line, the fix.
+    assert [x for pair in zip(cuts, fixes) for x in (pair[0], f"fix: {pair[1]}")] == printed
+    source = f'{edge["source"]["file"]}:{edge["source"]["line"]}'
+    assert f"StopGradient '{edge['op_name']}' (stop_gradient) at {source}" in cuts[0]
+    tab.assert_clean()
+
+
+def _path_points(edge) -> list[tuple[float, float]]:
+    parts = edge.locator(".gs-edge-line").get_attribute("d").replace("M", "").split("L")
+    return [tuple(float(v) for v in part.split()) for part in parts]
+
+
+def _click_along(tab: Tab, edge, fraction: float) -> None:
+    """Clicks the edge's line at `fraction` of the way between its first two points, away from its mark."""
+    (x0, y0), (x1, y1) = _path_points(edge)[:2]
+    x, y = x0 + (x1 - x0) * fraction, y0 + (y1 - y0) * fraction
+    point = tab.frame.locator("#gs-graph-svg").evaluate(
+        "(svg, [x, y]) => { const p = new DOMPoint(x, y).matrixTransform(svg.getScreenCTM()); return [p.x, p.y]; }",
+        [x, y])
+    tab.page.mouse.click(point[0], point[1])
+
+
+def test_a_click_anywhere_on_an_edge_selects_it(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    graph = tensorboard.json("flowgraph", run="dqn")["flowgraph"]
+    (blocked,) = graph["blocked_edges"]
+    tab = open_tab()
+    tab.frame.locator("#gs-graph-svg").scroll_into_view_if_needed()
+    edge = tab.frame.locator(".gs-edge-blocked")
+    _click_along(tab, edge, 0.4)  # on the dashed line, not on its ⊘
+    assert edge.get_attribute("data-selected") == "true"
+    details = tab.frame.locator("#gs-blocked")
+    assert details.locator('dd[data-field="report"]').text_content() == blocked["line"]
+    assert details.locator('dd[data-field="fix"]').text_content() == blocked["fix"]
+    # An edge that cuts nothing is selected too, and says what flows along it.
+    plain = tab.frame.locator('.gs-edge[data-blocked="false"][data-src="online/l1"][data-dst="online/l2"]')
+    (served,) = [e for e in graph["edges"] if (e["src"], e["dst"]) == ("online/l1", "online/l2")]
+    _click_along(tab, plain, 0.5)
+    assert plain.get_attribute("data-selected") == "true"
+    assert edge.get_attribute("data-selected") is None
+    assert details.locator('dd[data-field="tensors"]').text_content() == str(served["tensors"])
+    assert details.locator('dd[data-field="from"]').text_content() == "online/l1"
+    tab.assert_clean()

@@ -21,6 +21,7 @@ from tb_gradscope.plugin.cache import RunData
 from tb_gradscope.plugin.encoding import jsonable, num
 from tb_gradscope.read import flowstate, runs
 from tb_gradscope.read.anomalies import derived_anomalies
+from tb_gradscope.read.evidence import blocked_edge_dict, blocked_fix, blocked_line
 from tb_gradscope.read.reader import TableSeries
 
 LOSS_KINDS = ("loss", "start_point")
@@ -179,6 +180,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     grads = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
     grads = {loss: rows for loss, rows in grads.items() if rows is not None}
     scopes = scope_tree.tree_order(s for rows in grads.values() for s in rows)
+    forward = _forward(graph)
     cells: dict[str, dict[str, Any]] = {}
     for loss, rows in grads.items():
         static_row = graph.cells.get(loss, {}) if graph else {}
@@ -186,7 +188,9 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
         for scope in scopes:
             grad = rows.get(scope)
             static = static_row.get(scope)
-            cells[loss][scope] = _cell(grad, static, cell_violated(violated, loss, scope))
+            cell = cells[loss][scope] = _cell(grad, static, cell_violated(violated, loss, scope))
+            if cell["state"] == fmt.BLOCKED:
+                cell["blocked_by"] = _blocked_by(graph, forward, loss, scope)
     return {
         "run": view.run,
         "step": step,
@@ -213,6 +217,45 @@ def _cell(grad, static: str | None, violation: bool) -> dict[str, Any]:
         **{column: num(recorded_stat(grad, column)) if received else None for column in CELL_STATS},
         "violation": violation,
     }
+
+
+def blocked_text(edge: fmt.BlockedEdge) -> dict[str, str]:
+    """A blocked edge in `tb-gradscope report`'s words: its line and its fix."""
+    doc = blocked_edge_dict(edge)
+    return {"line": blocked_line(doc), "fix": blocked_fix(doc)}
+
+
+def _forward(graph: fmt.FlowGraph | None) -> dict[str, list[str]]:
+    """The scope graph's forward edges, src -> [dst]."""
+    forward: dict[str, list[str]] = {}
+    for edge in graph.edges if graph else ():
+        forward.setdefault(edge.src, []).append(edge.dst)
+    return forward
+
+
+def _blocked_by(
+    graph: fmt.FlowGraph | None, forward: dict[str, list[str]], loss: str, scope: str
+) -> list[dict[str, str]]:
+    """The cuts that block `loss` at `scope` (report's text for each): its
+    blocked edges leaving the scope, a scope under it, or a scope the forward
+    pass reaches from there (target/l1 -> target/q, cut at target/q)."""
+    if graph is None:
+        return []
+    edges = [e for e in graph.blocked_edges if e.loss == loss]
+    if not edges:
+        return []
+
+    def under(name: str) -> bool:
+        return name == scope or name.startswith(scope + "/")
+
+    reached = {n.id for n in graph.nodes if under(n.id)} | {e.producer_scope for e in edges if under(e.producer_scope)}
+    frontier = list(reached)
+    while frontier:
+        for nxt in forward.get(frontier.pop(), []):
+            if nxt not in reached:
+                reached.add(nxt)
+                frontier.append(nxt)
+    return [blocked_text(e) for e in edges if e.producer_scope in reached]
 
 
 def _update(row: dict[str, float] | None) -> dict[str, Any]:
@@ -248,7 +291,10 @@ def flowgraph(view: RunView) -> dict[str, Any]:
     if not view.flowgraphs:
         return {"run": view.run, "step": None, "flowgraph": None}
     step, _, graph = view.flowgraphs[-1]
-    return {"run": view.run, "step": step, "flowgraph": jsonable(graph.to_json())}
+    doc = jsonable(graph.to_json())
+    for edge, shown in zip(graph.blocked_edges, doc["blocked_edges"]):
+        shown.update(blocked_text(edge))
+    return {"run": view.run, "step": step, "flowgraph": doc}
 
 
 def events(view: RunView) -> dict[str, Any]:
