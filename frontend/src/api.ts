@@ -288,6 +288,9 @@ function decodeMatrix(raw: Matrix): Matrix {
         zero_frac: wireNumber(cell.zero_frac),
         violation: cell.violation === true,
       };
+      if (Array.isArray(cell.blocked_by)) {
+        decoded[scope]!.blocked_by = cell.blocked_by.map((b) => ({ line: String(b.line), fix: String(b.fix) }));
+      }
     }
     cells[loss] = decoded;
   }

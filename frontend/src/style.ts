@@ -153,6 +153,8 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-events-table .gs-name { max-width: 100%; }
 .gs-col-step { width: 9ch; } .gs-col-type { width: 10ch; } .gs-col-name { width: 18%; }
 .gs-col-concerns { width: 24%; } .gs-col-count { width: 7ch; }
+.gs-why-blocked h3 { font-size: 13px; margin: 8px 0 4px; }
+.gs-why-blocked dd, .gs-blocked-details dd[data-field=report], .gs-blocked-details dd[data-field=fix] { white-space: pre-wrap; }
 .gs-pointer { text-align: left; overflow-wrap: anywhere; }
 tr[data-pointed=true] { outline: 2px solid var(--focus); }
 .gs-tau { margin: 4px 0; font-variant-numeric: tabular-nums; }
