@@ -236,19 +236,21 @@ def test_a_blocked_cells_details_say_why_in_reports_words(open_tab: OpenTab, ten
     tab.assert_clean()
 
 
-def _path_points(edge) -> list[tuple[float, float]]:
-    parts = edge.locator(".gs-edge-line").get_attribute("d").replace("M", "").split("L")
-    return [tuple(float(v) for v in part.split()) for part in parts]
-
-
-def _click_along(tab: Tab, edge, fraction: float) -> None:
-    """Clicks the edge's line at `fraction` of the way between its first two points, away from its mark."""
-    (x0, y0), (x1, y1) = _path_points(edge)[:2]
-    x, y = x0 + (x1 - x0) * fraction, y0 + (y1 - y0) * fraction
-    point = tab.frame.locator("#gs-graph-svg").evaluate(
-        "(svg, [x, y]) => { const p = new DOMPoint(x, y).matrixTransform(svg.getScreenCTM()); return [p.x, p.y]; }",
-        [x, y])
-    tab.page.mouse.click(point[0], point[1])
+def _click_along(tab: Tab, edge) -> None:
+    """Clicks the edge's line where the pointer meets only its wide invisible
+    stroke (not its ⊘ mark, not a node), the first such point from its start."""
+    for fraction in (0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9):
+        found = edge.evaluate(
+            """(g, f) => { const path = g.querySelector('.gs-edge-line');
+                const at = path.getPointAtLength(path.getTotalLength() * f);
+                const p = new DOMPoint(at.x, at.y).matrixTransform(path.getScreenCTM());
+                const hit = document.elementFromPoint(p.x, p.y);
+                return hit?.getAttribute('class') === 'gs-edge-hit' && hit.closest('.gs-edge') === g ? [p.x, p.y] : null; }""",
+            fraction)
+        if found is not None:
+            tab.page.mouse.click(*found)
+            return
+    raise AssertionError("no point along the edge reaches its hit stroke")
 
 
 def test_a_click_anywhere_on_an_edge_selects_it(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
@@ -257,7 +259,7 @@ def test_a_click_anywhere_on_an_edge_selects_it(open_tab: OpenTab, tensorboard: 
     tab = open_tab()
     tab.frame.locator("#gs-graph-svg").scroll_into_view_if_needed()
     edge = tab.frame.locator(".gs-edge-blocked")
-    _click_along(tab, edge, 0.4)  # on the dashed line, not on its ⊘
+    _click_along(tab, edge)  # on the dashed line, not on its ⊘
     assert edge.get_attribute("data-selected") == "true"
     details = tab.frame.locator("#gs-blocked")
     assert details.locator('dd[data-field="report"]').text_content() == blocked["line"]
@@ -265,7 +267,7 @@ def test_a_click_anywhere_on_an_edge_selects_it(open_tab: OpenTab, tensorboard: 
     # An edge that cuts nothing is selected too, and says what flows along it.
     plain = tab.frame.locator('.gs-edge[data-blocked="false"][data-src="online/l1"][data-dst="online/l2"]')
     (served,) = [e for e in graph["edges"] if (e["src"], e["dst"]) == ("online/l1", "online/l2")]
-    _click_along(tab, plain, 0.5)
+    _click_along(tab, plain)
     assert plain.get_attribute("data-selected") == "true"
     assert edge.get_attribute("data-selected") is None
     assert details.locator('dd[data-field="tensors"]').text_content() == str(served["tensors"])

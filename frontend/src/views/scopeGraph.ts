@@ -193,7 +193,8 @@ export class ScopeGraphView {
     const points = this.layout.edges.get(edge.id)?.points ?? [];
     const d = points.map((p, i) => `${i === 0 ? "M" : "L"} ${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" ");
     const blocked = edge.blockedFor.length > 0;
-    const group = svg("g", { class: blocked ? "gs-edge gs-edge-blocked" : "gs-edge", "data-src": edge.src, "data-dst": edge.dst, "data-blocked": String(blocked) });
+    // data-clickable: a press on an edge selects it instead of starting a pan (viewport.ts).
+    const group = svg("g", { class: blocked ? "gs-edge gs-edge-blocked" : "gs-edge", "data-src": edge.src, "data-dst": edge.dst, "data-blocked": String(blocked), "data-clickable": "true" });
     const names = `${escapeName(edge.src)} → ${escapeName(edge.dst)}`;
     group.appendChild(svg("title", {}, `${names}: ${edge.tensors} tensor${edge.tensors === 1 ? "" : "s"}${blocked ? `; gradient blocked for ${edge.blockedFor.map(escapeName).join(", ")}` : ""}`));
     group.appendChild(svg("path", { d, class: "gs-edge-line", "marker-end": "url(#gs-arrow)" }));
@@ -210,7 +211,6 @@ export class ScopeGraphView {
     group.appendChild(svg("text", { x: mid.x, y: mid.y, class: "gs-edge-mark", "text-anchor": "middle", "dominant-baseline": "central" }, "⊘"));
     group.setAttribute("tabindex", "0");
     group.setAttribute("role", "button");
-    group.setAttribute("data-clickable", "true");
     group.setAttribute("aria-label", `blocked edge ${names}; show the blocking op`);
     group.addEventListener("keydown", (event) => {
       if (event.key !== "Enter" && event.key !== " ") return;
