@@ -33,6 +33,7 @@ class RunView:
     def __init__(self, data: RunData):
         self.run = data.run
         self.warnings = data.warnings
+        self._cuts: dict[int, list] = {}
         self.groups: dict[tuple[fmt.Kind, str], list[TableSeries]] = {}
         for record in sorted(data.listing.records.values(), key=lambda r: (len(r.tag), r.tag)):
             series = data.tables.get(record.tag)
@@ -68,6 +69,15 @@ class RunView:
         for series in sorted(drift, key=lambda s: s.record.tag):
             wall_of.update(zip(series.steps.tolist(), series.wall_times.tolist()))
         return [(e.step, wall_of.get(e.step, 0.0), e) for e in found]
+
+    def cuts(self, graph: fmt.FlowGraph | None) -> list:
+        """`blocked_cuts(graph)`, computed once per FlowGraph of the run."""
+        if graph is None:
+            return []
+        found = self._cuts.get(id(graph))
+        if found is None:
+            found = self._cuts[id(graph)] = blocked_cuts(graph)
+        return found
 
     def names(self, kind: fmt.Kind) -> list[str]:
         return sorted(name for k, name in self.groups if k == kind)
@@ -180,7 +190,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     grads = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
     grads = {loss: rows for loss, rows in grads.items() if rows is not None}
     scopes = scope_tree.tree_order(s for rows in grads.values() for s in rows)
-    forward = _forward(graph)
+    cuts = view.cuts(graph)
     cells: dict[str, dict[str, Any]] = {}
     for loss, rows in grads.items():
         static_row = graph.cells.get(loss, {}) if graph else {}
@@ -190,7 +200,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
             static = static_row.get(scope)
             cell = cells[loss][scope] = _cell(grad, static, cell_violated(violated, loss, scope))
             if cell["state"] == fmt.BLOCKED:
-                cell["blocked_by"] = _blocked_by(graph, forward, loss, scope)
+                cell["blocked_by"] = _blocked_by(cuts, loss, scope)
     return {
         "run": view.run,
         "step": step,
@@ -225,37 +235,32 @@ def blocked_text(edge: fmt.BlockedEdge) -> dict[str, str]:
     return {"line": blocked_line(doc), "fix": blocked_fix(doc)}
 
 
-def _forward(graph: fmt.FlowGraph | None) -> dict[str, list[str]]:
-    """The scope graph's forward edges, src -> [dst]."""
-    forward: dict[str, list[str]] = {}
-    for edge in graph.edges if graph else ():
-        forward.setdefault(edge.src, []).append(edge.dst)
-    return forward
+def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, str], set[str]]]:
+    """Each blocked edge of `graph`, report's text for it, and the scopes whose
+    cells it blocks: its producer scope and every scope-graph node the forward
+    pass reaches it from, with all their ancestors (roll-ups). One backward walk
+    per blocked edge, done once per FlowGraph."""
+    backward: dict[str, list[str]] = {}
+    for edge in graph.edges:
+        backward.setdefault(edge.dst, []).append(edge.src)
+    cuts = []
+    for blocked in graph.blocked_edges:
+        reach = {blocked.producer_scope}
+        frontier = [blocked.producer_scope]
+        while frontier:
+            for src in backward.get(frontier.pop(), []):
+                if src not in reach:
+                    reach.add(src)
+                    frontier.append(src)
+        scopes = {a for node in reach for a in scope_tree.ancestors(node)}
+        cuts.append((blocked, blocked_text(blocked), scopes))
+    return cuts
 
 
-def _blocked_by(
-    graph: fmt.FlowGraph | None, forward: dict[str, list[str]], loss: str, scope: str
-) -> list[dict[str, str]]:
-    """The cuts that block `loss` at `scope` (report's text for each): its
-    blocked edges leaving the scope, a scope under it, or a scope the forward
-    pass reaches from there (target/l1 -> target/q, cut at target/q)."""
-    if graph is None:
-        return []
-    edges = [e for e in graph.blocked_edges if e.loss == loss]
-    if not edges:
-        return []
-
-    def under(name: str) -> bool:
-        return name == scope or name.startswith(scope + "/")
-
-    reached = {n.id for n in graph.nodes if under(n.id)} | {e.producer_scope for e in edges if under(e.producer_scope)}
-    frontier = list(reached)
-    while frontier:
-        for nxt in forward.get(frontier.pop(), []):
-            if nxt not in reached:
-                reached.add(nxt)
-                frontier.append(nxt)
-    return [blocked_text(e) for e in edges if e.producer_scope in reached]
+def _blocked_by(cuts: list, loss: str, scope: str) -> list[dict[str, str]]:
+    """Report's text for each cut that blocks `loss` at `scope` (target/l1 is
+    blocked by the cut at target/q, which the forward pass reaches from it)."""
+    return [text for edge, text, scopes in cuts if edge.loss == loss and scope in scopes]
 
 
 def _update(row: dict[str, float] | None) -> dict[str, Any]:
