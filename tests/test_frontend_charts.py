@@ -83,7 +83,19 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     assert chart.get_attribute("data-points") == str(len(pair["steps"]))
     marker = chart.locator(f'.gs-marker[data-name="never_synced"][data-step="{never["step"]}"]')
     assert marker.text_content() == "never synced"
-    assert marker.get_attribute("title") == never["message"]
+    assert marker.get_attribute("title") == "never synced: its message is under Violations"
+    # The axis says what the route's drift is: distance over online's norm, a relative number.
+    assert chart.get_attribute("data-y-label") == "relative drift ‖θt − θo‖ / ‖θo‖"
+    last = [v for v in drift["target"] if v is not None][-1]
+    assert float(legend.first.get_attribute("data-last")) == last
+    (i,) = [i for i, v in enumerate(drift["target"]) if v == last][-1:]
+    assert last == pytest.approx(pair["values"]["distance"]["target"][i] / pair["values"]["online_norm"]["target"][i], rel=1e-5)
+    # The effective tau of the root, as the route gives it at its last step with one.
+    taus = [(s, v) for s, v in zip(pair["steps"], pair["values"]["tau"]["target"]) if isinstance(v, float)]
+    tau = tab.frame.locator(f'#gs-drift .gs-drift-pair[data-pair="{css(pair["name"])}"] .gs-tau')
+    assert (int(tau.get_attribute("data-step")), float(tau.get_attribute("data-tau"))) == taus[-1]
+    assert tau.text_content().startswith(f"effective τ of target at step {taus[-1][0]}: ")
+    assert f"declared τ {pair['attrs']['tau']:g}" in tau.text_content()
     # The marker stands at its step on the x axis: the first step is the plot's left edge.
     over = chart.locator(".u-over").bounding_box()
     left = marker.bounding_box()["x"] - over["x"]

@@ -231,3 +231,28 @@ def test_eager_run_says_what_is_missing_and_how_to_get_it(open_tab: OpenTab, ten
     assert "declare the pair to the Recorder" in row.locator(".gs-message").text_content()
     tab.frame.locator('#gs-findings[data-run="eager"]').wait_for()
     tab.assert_clean()
+
+
+@pytest.mark.slow
+def test_dqn_leakys_moved_by_optimizer_message_shows_once_and_the_others_point_at_it(
+        demo_page, demo_logs_tensorboard: TensorBoard) -> None:
+    page, problems = demo_page
+    run = "dqn/leaky"
+    events = demo_logs_tensorboard.json("events", run=run)["events"]
+    violations = demo_logs_tensorboard.json("violations", run=run)["violations"]
+    (moved,) = [e for e in events if e["name"] == "moved_by_optimizer"]
+    (index, broken), = [(i, v) for i, v in enumerate(violations) if v["message"] == moved["message"]]
+    _open(page, run)
+    page.locator("#gs-drift .gs-marker-list").wait_for()
+    panels = ["#gs-violations", "#gs-drift", "#gs-events"]
+    texts = [page.locator(p).inner_text() for p in panels]
+    assert sum(t.count(moved["message"]) for t in texts) == 1
+    assert page.locator(f"#gs-violation-{index} .gs-message").text_content() == moved["message"]
+    # The Anomalies row and the drift marker point at the violation's row.
+    pointers = page.locator(f'#gs-events .gs-pointer, #gs-drift .gs-marker-list li[data-name="moved_by_optimizer"] .gs-pointer')
+    assert pointers.count() == 2
+    assert pointers.all_text_contents() == [f"message under Violations: the violation of {broken['name']}"] * 2
+    assert set(pointers.evaluate_all("ps => ps.map(p => p.dataset.home)")) == {f"gs-violation-{index}"}
+    pointers.first.click()
+    assert page.evaluate("() => document.activeElement.closest('tr')?.id") == f"gs-violation-{index}"
+    assert problems == [], problems

@@ -196,3 +196,78 @@ def test_a_large_graph_opens_readable_on_the_chosen_losss_path(open_tab: OpenTab
     tab.frame.get_by_role("button", name="fit the graph").click()
     assert loss.locator("text").evaluate(LABEL_PX) < 10
     tab.assert_clean()
+
+
+def _report_blocked_lines(logdir: pathlib.Path, run: str, step: int) -> list[str]:
+    """The lines `tb-gradscope report` prints under "blocked edges:" for a run at a step."""
+    import argparse
+    import io
+
+    from tb_gradscope.commands import report
+
+    out = io.StringIO()
+    args = argparse.Namespace(logdir=str(logdir), run_name=run, step=step, rules=None, format="text")
+    assert report.run(args, out=out, err=io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    start = lines.index("blocked edges:") + 1
+    return [line.strip() for line in lines[start:lines.index("", start)]]
+
+
+@pytest.mark.parametrize("scope", ["target/l1", "target"])
+def test_a_blocked_cells_details_say_why_in_reports_words(open_tab: OpenTab, tensorboard: TensorBoard, scope: str) -> None:
+    matrix = tensorboard.json("matrix", run="dqn")
+    cell = matrix["cells"]["td"][scope]
+    assert cell["state"] == "blocked" and cell["blocked_by"]
+    (edge,) = tensorboard.json("flowgraph", run="dqn")["flowgraph"]["blocked_edges"]
+    printed = _report_blocked_lines(tensorboard.logdir, "dqn", matrix["step"])
+    tab = open_tab()
+    tab.cell("td", scope).click()
+    why = tab.frame.locator("#gs-details #gs-why-blocked")
+    cuts = why.locator('dd[data-field="cut"]').all_text_contents()
+    fixes = why.locator('dd[data-field="fix"]').all_text_contents()
+    assert cuts == [c["line"] for c in cell["blocked_by"]]
+    assert fixes == [c["fix"] for c in cell["blocked_by"]]
+    # The same text report prints for the run at that step: the op, the cause, file:line, the fix.
+    assert [x for pair in zip(cuts, fixes) for x in (pair[0], f"fix: {pair[1]}")] == printed
+    source = f'{edge["source"]["file"]}:{edge["source"]["line"]}'
+    assert f"StopGradient '{edge['op_name']}' (stop_gradient) at {source}" in cuts[0]
+    tab.assert_clean()
+
+
+def _click_along(tab: Tab, edge) -> None:
+    """Clicks the edge's line where the pointer meets only its wide invisible
+    stroke (not its ⊘ mark, not a node), the first such point from its start."""
+    for fraction in (0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9):
+        found = edge.evaluate(
+            """(g, f) => { const path = g.querySelector('.gs-edge-line');
+                const at = path.getPointAtLength(path.getTotalLength() * f);
+                const p = new DOMPoint(at.x, at.y).matrixTransform(path.getScreenCTM());
+                const hit = document.elementFromPoint(p.x, p.y);
+                return hit?.getAttribute('class') === 'gs-edge-hit' && hit.closest('.gs-edge') === g ? [p.x, p.y] : null; }""",
+            fraction)
+        if found is not None:
+            tab.page.mouse.click(*found)
+            return
+    raise AssertionError("no point along the edge reaches its hit stroke")
+
+
+def test_a_click_anywhere_on_an_edge_selects_it(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+    graph = tensorboard.json("flowgraph", run="dqn")["flowgraph"]
+    (blocked,) = graph["blocked_edges"]
+    tab = open_tab()
+    tab.frame.locator("#gs-graph-svg").scroll_into_view_if_needed()
+    edge = tab.frame.locator(".gs-edge-blocked")
+    _click_along(tab, edge)  # on the dashed line, not on its ⊘
+    assert edge.get_attribute("data-selected") == "true"
+    details = tab.frame.locator("#gs-blocked")
+    assert details.locator('dd[data-field="report"]').text_content() == blocked["line"]
+    assert details.locator('dd[data-field="fix"]').text_content() == blocked["fix"]
+    # An edge that cuts nothing is selected too, and says what flows along it.
+    plain = tab.frame.locator('.gs-edge[data-blocked="false"][data-src="online/l1"][data-dst="online/l2"]')
+    (served,) = [e for e in graph["edges"] if (e["src"], e["dst"]) == ("online/l1", "online/l2")]
+    _click_along(tab, plain)
+    assert plain.get_attribute("data-selected") == "true"
+    assert edge.get_attribute("data-selected") is None
+    assert details.locator('dd[data-field="tensors"]').text_content() == str(served["tensors"])
+    assert details.locator('dd[data-field="from"]').text_content() == "online/l1"
+    tab.assert_clean()

@@ -249,9 +249,24 @@ def test_the_filter_box_shows_matching_scopes_with_their_ancestors(open_tab: Ope
     box.fill("")
     expect(rows).to_have_count(520)
     assert count.text_content() == ""
+    tab.cell("value", "block03/layer07").click()
+    assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "block03/layer07"
     box.fill("no such scope")
     expect(count).to_have_text(f"0 of {len(spec.scopes)} scopes shown")
     assert tab.visible_scopes() == []
+    # Nothing matches: the tab says so in the filter's own words, and the hidden cell leaves the Details.
+    assert tab.frame.locator("#gs-filter-none").text_content() == f"no scope matches '{box.input_value()}'"
+    assert tab.frame.locator("#gs-matrix").is_hidden()
+    assert tab.frame.locator("#gs-details").text_content() == "DetailsSelect a cell to see all its numbers."
+    # A filter that hides the selected cell clears the Details too.
+    box.fill("")
+    expect(rows).to_have_count(520)
+    tab.cell("value", "block03/layer07").click()
+    assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "block03/layer07"
+    box.fill("block04/")
+    expect(count).not_to_have_text("")
+    assert tab.frame.locator("#gs-filter-none").count() == 0
+    assert tab.frame.locator('#gs-details dd[data-field="scope"]').count() == 0
     tab.assert_clean()
 
 

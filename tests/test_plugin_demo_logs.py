@@ -68,3 +68,72 @@ def test_events_route_derives_the_pair_anomalies_the_cli_reports(client):
         (e["name"], e["pair"], e["scope"], e["step"]) for e in leaky if e["type"] == "anomaly"
     }
     assert get(client, "run", run="ema_lstm/leaky")["event_count"] == len(leaky)
+
+
+def _report_blocked(run: str) -> tuple[dict, list[str]]:
+    """`tb-gradscope report --format json` and its text for one demo run, in-process."""
+    import argparse
+    import io
+
+    from tb_gradscope.commands import report
+
+    args = dict(logdir=str(DEMO_LOGS), run_name=run, step=None, rules=None)
+    out = io.StringIO()
+    assert report.run(argparse.Namespace(format="json", **args), out=out, err=io.StringIO()) == 0
+    text = io.StringIO()
+    assert report.run(argparse.Namespace(format="text", **args), out=text, err=io.StringIO()) == 0
+    (entry,) = json.loads(out.getvalue())["runs"]
+    lines = text.getvalue().splitlines()
+    start = lines.index("blocked edges:") + 1
+    return entry, lines[start:lines.index("", start)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["dqn/clean", "dqn_tf1/clean", "actor_critic/clean", "multihead/clean"])
+def test_a_blocked_cell_carries_reports_line_and_fix_for_its_cut(client, run):
+    entry, printed = _report_blocked(run)
+    matrix = get(client, "matrix", run=run, step=str(entry["step"]))
+    blocked = {(loss, scope): cell for loss, row in matrix["cells"].items() for scope, cell in row.items()
+               if cell["state"] == "blocked"}
+    shown = {(t["line"], t["fix"]) for cell in blocked.values() for t in cell["blocked_by"]}
+    # Every cut the tab gives a blocked cell is one report prints, word for word ("  line", "    fix: fix").
+    pairs = set(zip([p[2:] for p in printed[0::2]], [p[len("    fix: "):] for p in printed[1::2]]))
+    assert shown <= pairs and (shown or not blocked), run
+    for (loss, scope), cell in blocked.items():
+        cuts = [e for e in entry["blocked_edges"] if e["loss"] == loss]
+        if cell["static_state"] == "blocked" and cuts:
+            assert cell["blocked_by"], (run, loss, scope)
+            for text in cell["blocked_by"]:
+                assert any(f"at {e['source']}" in text["line"] for e in cuts if e["source"]), text
+    # Cells that are not blocked say nothing of cuts.
+    assert all("blocked_by" not in cell for row in matrix["cells"].values() for cell in row.values()
+               if cell["state"] != "blocked")
+    edges = get(client, "flowgraph", run=run)["flowgraph"]["blocked_edges"]
+    assert [f"  {e['line']}" for e in edges] == printed[0::2] or not edges
+    assert [f"    fix: {e['fix']}" for e in edges] == printed[1::2] or not edges
+
+
+@pytest.mark.slow
+def test_dqn_target_cells_are_blocked_by_the_stop_gradient_at_target_q(client):
+    cells = get(client, "matrix", run="dqn/clean")["cells"]["td"]
+    entry, _ = _report_blocked("dqn/clean")
+    (edge,) = entry["blocked_edges"]
+    assert edge["producer_scope"] == "target/q"
+    # target/l1 has no cut of its own: the forward pass reaches target/q, whose cut blocks it.
+    for scope in ("target", "target/l1", "target/l2", "target/q"):
+        (cut,) = cells[scope]["blocked_by"]
+        assert cut["line"].endswith(f"at {edge['source']} in {edge['function']}"), scope
+        assert cut["line"].startswith(f"td: target/q -> loss:td  StopGradient '{edge['op_name']}' (stop_gradient)")
+
+
+@pytest.mark.slow
+def test_never_synced_words_its_distances_alike(client):
+    (event,) = [e for e in get(client, "events", run="ema_lstm/leaky")["events"] if e["name"] == "never_synced"]
+    evidence = event["evidence"]
+    message = event["message"]
+    # Absolute distances as distances, the relative drift as a share of online's norm.
+    assert f"starts at distance {evidence['distance']:.3g} from online" in message
+    assert f"({evidence['drift']:.3g} of online's norm, drift > {evidence['threshold']:g})" in message
+    assert f"online moved about {evidence['online_path']:.3g} over steps" in message
+    assert "away" not in message and "apart" not in message
+    assert evidence["drift"] == pytest.approx(evidence["distance"] / evidence["online_norm"], rel=1e-5)

@@ -45,6 +45,14 @@ export interface CellStats {
   nonfinite: number | null;
   zero_frac: number | null;
   violation: boolean;
+  /** A blocked cell's cuts, in `tb-gradscope report`'s words (blocked cells only). */
+  blocked_by?: BlockedText[];
+}
+
+/** A blocked edge as `tb-gradscope report` prints it: its line and what to do about it. */
+export interface BlockedText {
+  line: string;
+  fix: string;
 }
 
 export interface UpdateStats {
@@ -78,6 +86,9 @@ export interface BlockedEdge {
   producer_scope: string;
   consumer_scope: string;
   source: SourceLine | null;
+  /** `tb-gradscope report`'s line for the edge, and its fix. */
+  line: string;
+  fix: string;
 }
 
 export type GraphNodeKind = "scope" | "input" | "loss";
@@ -277,6 +288,9 @@ function decodeMatrix(raw: Matrix): Matrix {
         zero_frac: wireNumber(cell.zero_frac),
         violation: cell.violation === true,
       };
+      if (Array.isArray(cell.blocked_by)) {
+        decoded[scope]!.blocked_by = cell.blocked_by.map((b) => ({ line: String(b.line), fix: String(b.fix) }));
+      }
     }
     cells[loss] = decoded;
   }

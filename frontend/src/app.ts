@@ -302,9 +302,9 @@ export class App {
       "div",
       { className: "gs-panels" },
       renderViolations(extras.violations, (step) => this.jumpTo(step)),
-      renderDriftCharts(extras.drift, extras.events),
+      renderDriftCharts(extras.drift, extras.events, extras.violations.violations),
       renderConflictCharts(extras.conflict),
-      renderEvents(extras.events, (step) => this.jumpTo(step)),
+      renderEvents(extras.events, (step) => this.jumpTo(step), extras.violations.violations),
     );
     view.findings = renderFindings(view.info.run, extras.findings, { onShow: (finding) => void this.showFinding(finding) });
     this.drawFindings();
@@ -462,14 +462,20 @@ export class App {
     const toggled = this.toggled.get(matrix.run) ?? new Set<string>();
     const filtered = view.tree.filter(this.filter);
     this.toolbar.setFilterCount(filtered === null ? "" : `${filtered.size} of ${view.info.scopes.length} scopes shown`);
+    // A cell the filter hides leaves the Details: they describe what is shown.
+    if (filtered !== null && this.selected !== null && !filtered.has(this.selected.scope)) this.selected = null;
+    const nothingMatches = filtered !== null && !matrix.scopes.some((scope) => filtered.has(scope));
     const diff: MatrixDiff | null = view.comparison === null ? null : { run: view.comparison.run, differ: view.comparison.differ };
     const focused = focusedIn(this.body);
     const matrixView = new MatrixView(matrix, view.info.losses, view.tree, { toggled, filtered }, this.selected, {
       onToggle: (scope) => this.toggle(scope),
       onSelect: (selection) => this.select(selection),
     }, diff);
+    if (nothingMatches) matrixView.element.hidden = true;
     replaceChildren(
       this.body,
+      nothingMatches && h("p", { className: "gs-note", attrs: { id: "gs-filter-none", role: "status" } },
+        `no scope matches '${escapeName(this.filter.trim())}'`),
       matrixView.element,
       h("div", { className: "gs-side" },
         !view.info.has_flowgraph && h("p", { className: "gs-note", attrs: { id: "gs-no-flowgraph", role: "note" } }, NO_FLOWGRAPH),

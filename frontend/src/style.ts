@@ -118,10 +118,10 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-arrow { fill: var(--muted); }
 .gs-edge[data-highlight=true] .gs-edge-line { stroke: hsl(145 60% 35%); stroke-width: 3; }
 .gs-edge-blocked .gs-edge-line { stroke: var(--violation); stroke-dasharray: 6 4; stroke-width: 2; }
-.gs-edge-hit { fill: none; stroke: transparent; stroke-width: 14; cursor: pointer; }
+.gs-edge-hit { fill: none; stroke: transparent; stroke-width: 14; cursor: pointer; pointer-events: stroke; }
+.gs-edge[data-selected=true] .gs-edge-line { stroke-width: 4; }
 .gs-edge-mark { fill: var(--violation); font-size: 18px; font-weight: 700; cursor: pointer;
   paint-order: stroke; stroke: var(--bg); stroke-width: 4px; }
-.gs-edge-blocked[data-selected=true] .gs-edge-line { stroke-width: 4; }
 .gs-edge-blocked:focus { outline: none; }
 .gs-edge-blocked:focus-visible .gs-edge-line { stroke-width: 4; stroke: var(--focus); }
 .gs-blocked-details h3 { font-size: 13px; margin: 0 0 6px; }
@@ -153,6 +153,11 @@ table.gs-matrix { border-collapse: separate; border-spacing: 2px; font-variant-n
 .gs-events-table .gs-name { max-width: 100%; }
 .gs-col-step { width: 9ch; } .gs-col-type { width: 10ch; } .gs-col-name { width: 18%; }
 .gs-col-concerns { width: 24%; } .gs-col-count { width: 7ch; }
+.gs-why-blocked h3 { font-size: 13px; margin: 8px 0 4px; }
+.gs-why-blocked dd, .gs-blocked-details dd[data-field=report], .gs-blocked-details dd[data-field=fix] { white-space: pre-wrap; }
+.gs-pointer { text-align: left; overflow-wrap: anywhere; }
+tr[data-pointed=true] { outline: 2px solid var(--focus); }
+.gs-tau { margin: 4px 0; font-variant-numeric: tabular-nums; }
 .gs-message { overflow-wrap: anywhere; display: -webkit-box; -webkit-line-clamp: 4; -webkit-box-orient: vertical; overflow: hidden; }
 .gs-table td button { font: inherit; color: var(--link); background: none; border: 1px solid var(--border); border-radius: 4px; cursor: pointer; }
 .gs-col-vstep { width: 13ch; } .gs-col-source { width: 10ch; } .gs-col-seen { width: 11ch; }

@@ -21,6 +21,7 @@ from tb_gradscope.plugin.cache import RunData
 from tb_gradscope.plugin.encoding import jsonable, num
 from tb_gradscope.read import flowstate, runs
 from tb_gradscope.read.anomalies import derived_anomalies
+from tb_gradscope.read.evidence import blocked_edge_dict, blocked_fix, blocked_line
 from tb_gradscope.read.reader import TableSeries
 
 LOSS_KINDS = ("loss", "start_point")
@@ -32,6 +33,7 @@ class RunView:
     def __init__(self, data: RunData):
         self.run = data.run
         self.warnings = data.warnings
+        self._cuts: dict[int, list] = {}
         self.groups: dict[tuple[fmt.Kind, str], list[TableSeries]] = {}
         for record in sorted(data.listing.records.values(), key=lambda r: (len(r.tag), r.tag)):
             series = data.tables.get(record.tag)
@@ -67,6 +69,15 @@ class RunView:
         for series in sorted(drift, key=lambda s: s.record.tag):
             wall_of.update(zip(series.steps.tolist(), series.wall_times.tolist()))
         return [(e.step, wall_of.get(e.step, 0.0), e) for e in found]
+
+    def cuts(self, graph: fmt.FlowGraph | None) -> list:
+        """`blocked_cuts(graph)`, computed once per FlowGraph of the run."""
+        if graph is None:
+            return []
+        found = self._cuts.get(id(graph))
+        if found is None:
+            found = self._cuts[id(graph)] = blocked_cuts(graph)
+        return found
 
     def names(self, kind: fmt.Kind) -> list[str]:
         return sorted(name for k, name in self.groups if k == kind)
@@ -179,6 +190,7 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     grads = {loss: view.rows_at(fmt.Kind.GRAD_STATS, loss, step) for loss in view.losses}
     grads = {loss: rows for loss, rows in grads.items() if rows is not None}
     scopes = scope_tree.tree_order(s for rows in grads.values() for s in rows)
+    cuts = view.cuts(graph)
     cells: dict[str, dict[str, Any]] = {}
     for loss, rows in grads.items():
         static_row = graph.cells.get(loss, {}) if graph else {}
@@ -186,7 +198,9 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
         for scope in scopes:
             grad = rows.get(scope)
             static = static_row.get(scope)
-            cells[loss][scope] = _cell(grad, static, cell_violated(violated, loss, scope))
+            cell = cells[loss][scope] = _cell(grad, static, cell_violated(violated, loss, scope))
+            if cell["state"] == fmt.BLOCKED:
+                cell["blocked_by"] = _blocked_by(cuts, loss, scope)
     return {
         "run": view.run,
         "step": step,
@@ -213,6 +227,40 @@ def _cell(grad, static: str | None, violation: bool) -> dict[str, Any]:
         **{column: num(recorded_stat(grad, column)) if received else None for column in CELL_STATS},
         "violation": violation,
     }
+
+
+def blocked_text(edge: fmt.BlockedEdge) -> dict[str, str]:
+    """A blocked edge in `tb-gradscope report`'s words: its line and its fix."""
+    doc = blocked_edge_dict(edge)
+    return {"line": blocked_line(doc), "fix": blocked_fix(doc)}
+
+
+def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, str], set[str]]]:
+    """Each blocked edge of `graph`, report's text for it, and the scopes whose
+    cells it blocks: its producer scope and every scope-graph node the forward
+    pass reaches it from, with all their ancestors (roll-ups). One backward walk
+    per blocked edge, done once per FlowGraph."""
+    backward: dict[str, list[str]] = {}
+    for edge in graph.edges:
+        backward.setdefault(edge.dst, []).append(edge.src)
+    cuts = []
+    for blocked in graph.blocked_edges:
+        reach = {blocked.producer_scope}
+        frontier = [blocked.producer_scope]
+        while frontier:
+            for src in backward.get(frontier.pop(), []):
+                if src not in reach:
+                    reach.add(src)
+                    frontier.append(src)
+        scopes = {a for node in reach for a in scope_tree.ancestors(node)}
+        cuts.append((blocked, blocked_text(blocked), scopes))
+    return cuts
+
+
+def _blocked_by(cuts: list, loss: str, scope: str) -> list[dict[str, str]]:
+    """Report's text for each cut that blocks `loss` at `scope` (target/l1 is
+    blocked by the cut at target/q, which the forward pass reaches from it)."""
+    return [text for edge, text, scopes in cuts if edge.loss == loss and scope in scopes]
 
 
 def _update(row: dict[str, float] | None) -> dict[str, Any]:
@@ -248,7 +296,10 @@ def flowgraph(view: RunView) -> dict[str, Any]:
     if not view.flowgraphs:
         return {"run": view.run, "step": None, "flowgraph": None}
     step, _, graph = view.flowgraphs[-1]
-    return {"run": view.run, "step": step, "flowgraph": jsonable(graph.to_json())}
+    doc = jsonable(graph.to_json())
+    for edge, shown in zip(graph.blocked_edges, doc["blocked_edges"]):
+        shown.update(blocked_text(edge))
+    return {"run": view.run, "step": step, "flowgraph": doc}
 
 
 def events(view: RunView) -> dict[str, Any]:

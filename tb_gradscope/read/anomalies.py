@@ -168,9 +168,9 @@ def _never_synced(p: _Pair, moves: Mapping[int, float]) -> list[Event]:
              if seen else "no move of online was recorded before it")
     return [p.event(
         NEVER_SYNCED, 0,
-        f"pair '{p.name}': target '{p.root}' starts {drift:.3g} away from online "
-        f"'{p.online}' (drift > {p.th.never_synced_drift:g}) at the first recorded "
-        f"step, {distance:.3g} apart while {moved}: it was never initialised from "
+        f"pair '{p.name}': target '{p.root}' starts at distance {distance:.3g} from online "
+        f"'{p.online}' at the first recorded step ({drift:.3g} of online's norm, drift > "
+        f"{p.th.never_synced_drift:g}), while {moved}: it was never initialised from "
         "the online weights; copy them once before training",
         drift=drift, threshold=p.th.never_synced_drift,
         distance=distance, online_norm=s.online_norm[0],

@@ -1,5 +1,7 @@
 // What a click on a blocked edge shows: per blocking op, the loss it cuts, the
-// op's type and name, why it cuts, both sides, and the user's source line.
+// op's type and name, why it cuts, both sides, the user's source line, and the
+// line and fix `tb-gradscope report` prints for it (from the route). A click on
+// any other edge shows what flows along it.
 
 import type { BlockedEdge } from "../api";
 import { h } from "../dom";
@@ -37,10 +39,23 @@ export function renderBlockedDetails(edge: FoldedEdge): HTMLElement {
       ["producer", `${blocked.producer} (${blocked.producer_scope})`],
       ["consumer", `${blocked.consumer} (${blocked.consumer_scope})`],
       ["source", sourceText(blocked)],
+      ["report", blocked.line],
+      ["fix", blocked.fix],
     ];
     const list = h("dl", { data: { op: blocked.op_name } });
     for (const [term, value] of rows) list.append(h("dt", {}, term), h("dd", { data: { field: term } }, escapeName(value)));
     panel.append(list);
   }
   return panel;
+}
+
+/** What a click on an edge that cuts no gradient shows: its ends and what flows along it. */
+export function renderEdgeDetails(edge: FoldedEdge): HTMLElement {
+  const list = h("dl", {},
+    h("dt", {}, "from"), h("dd", { data: { field: "from" } }, escapeName(edge.src)),
+    h("dt", {}, "to"), h("dd", { data: { field: "to" } }, escapeName(edge.dst)),
+    h("dt", {}, "tensors"), h("dd", { data: { field: "tensors" } }, String(edge.tensors)),
+    h("dt", {}, "blocked for"), h("dd", { data: { field: "blocked for" } }, "no loss: gradient may flow back along it"));
+  return h("section", { className: "gs-details gs-blocked-details gs-edge-details" },
+    h("h3", {}, `Edge: ${escapeName(edge.src)} → ${escapeName(edge.dst)}`), list);
 }

@@ -1,7 +1,7 @@
 // The details panel: every number of the selected (loss, scope) cell and the
 // scope's applied update at the shown step.
 
-import type { Matrix } from "../api";
+import type { CellStats, Matrix } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { escapeName } from "../names";
@@ -51,5 +51,24 @@ export function renderDetails(matrix: Matrix, selection: Selection | null, diff:
   }
   const heading = `${escapeName(selection.loss)} × ${escapeName(selection.scope)}`;
   panel.append(h("h2", { attrs: { title: heading } }, heading), list);
+  if (stats?.state === "blocked") panel.append(whyBlocked(stats));
   return panel;
+}
+
+/** Why a blocked cell is blocked: each cut as `tb-gradscope report` prints it (the route's words). */
+function whyBlocked(stats: CellStats): HTMLElement {
+  const cuts = stats.blocked_by ?? [];
+  const section = h("div", { className: "gs-why-blocked", attrs: { id: "gs-why-blocked" } }, h("h3", {}, "Why it is blocked"));
+  if (cuts.length === 0) {
+    section.append(h("p", { className: "gs-muted" }, stats.static_state === "blocked"
+      ? "The FlowGraph names no cut for this cell."
+      : `No gradient arrived at this step, though the FlowGraph's static state is ${stats.static_state ?? "unknown"}.`));
+    return section;
+  }
+  for (const cut of cuts) {
+    section.append(h("dl", {},
+      h("dt", {}, "cut"), h("dd", { data: { field: "cut" } }, escapeName(cut.line)),
+      h("dt", {}, "fix"), h("dd", { data: { field: "fix" } }, escapeName(cut.fix))));
+  }
+  return section;
 }

@@ -5,10 +5,16 @@
 // line, and the scopes that drift most, MAX_SERIES lines in all; two switches
 // unfold the rest.
 
-import type { DriftPair, GradEvent } from "../api";
+import type { DriftPair, GradEvent, Violation } from "../api";
 import { h, replaceChildren } from "../dom";
 import { escapeName } from "../names";
+import { formatFull } from "../numbers";
+import { groupEvents } from "./eventsList";
 import { type ChartSeries, destroyCharts, renderLineChart, type StepMarker } from "./lineChart";
+import { anomalyRowId, eventKey, type MessageHome, pointer, violationHome } from "./messageHome";
+
+/** The y axis of a drift chart: what the drift route's `drift` column is. */
+export const DRIFT_AXIS = "relative drift ‖θt − θo‖ / ‖θo‖";
 
 /** Lines a drift chart draws until the user asks for all of them. */
 export const MAX_SERIES = 12;
@@ -146,25 +152,59 @@ function renderPair(pair: DriftPair, index: number, markers: StepMarker[]): HTML
       series: lines.series,
       log: false,
       markers,
-      yLabel: "drift",
+      yLabel: DRIFT_AXIS,
     });
     chart.dataset["pair"] = pair.name;
     replaceChildren(slot, chart);
   };
   draw();
-  return h("div", { className: "gs-drift-pair", data: { pair: pair.name } }, slot, controls);
+  return h("div", { className: "gs-drift-pair", data: { pair: pair.name } }, slot, tauNote(pair), controls);
 }
 
-export function renderDriftCharts(pairs: DriftPair[], events: GradEvent[]): HTMLElement {
+/** The last recorded step at which `values` holds a finite number, and the number. */
+export function lastFinite(steps: readonly number[], values: readonly (number | null)[]): [number, number] | null {
+  for (let i = Math.min(steps.length, values.length) - 1; i >= 0; i--) {
+    const v = values[i];
+    if (v !== null && v !== undefined && Number.isFinite(v)) return [steps[i]!, v];
+  }
+  return null;
+}
+
+/** The effective τ of the pair's root (the drift route's `tau`) at its last step with one, beside the declared τ or copy period. */
+function tauNote(pair: DriftPair): HTMLElement {
+  const root = pairRoot(pair);
+  const last = root === null ? null : lastFinite(pair.steps, pair.values["tau"]?.[root] ?? []);
+  const declared: string[] = [];
+  if (typeof pair.attrs["tau"] === "number") declared.push(`declared τ ${String(pair.attrs["tau"])}`);
+  if (typeof pair.attrs["every"] === "number") declared.push(`declared copy every ${String(pair.attrs["every"])} steps`);
+  const text = last === null
+    ? `effective τ of ${escapeName(root ?? pair.name)}: not defined at any recorded step`
+    : `effective τ of ${escapeName(root!)} at step ${last[0]}: ${formatFull(last[1])}`;
+  return h("p", { className: "gs-tau", data: { step: last === null ? "" : String(last[0]), tau: last === null ? "" : String(last[1]) } },
+    declared.length > 0 ? `${text} (${declared.join(", ")})` : text);
+}
+
+/** Per pair, its charts; each anomaly marker says where its message is shown (Violations, else Anomalies). */
+export function renderDriftCharts(pairs: DriftPair[], events: GradEvent[], violations: readonly Violation[] = []): HTMLElement {
   const section = h("section", { className: "gs-drift", attrs: { id: "gs-drift", "aria-label": "drift" } }, h("h2", {}, "Drift of target/online pairs"));
   if (pairs.length === 0) {
     section.append(h("p", { className: "gs-muted", attrs: { id: "gs-drift-empty" } }, "This run records no target/online pair."));
     return section;
   }
+  const rowOf = new Map(groupEvents(events.filter((e) => e.type !== "violation")).map((g, i) => [eventKey(g.first), i]));
+  const homeOf = (e: GradEvent): MessageHome => violationHome(e, violations)
+    ?? { id: anomalyRowId(rowOf.get(eventKey(e)) ?? 0), panel: "Anomalies", what: `${anomalyLabel(escapeName(e.name))} at step ${e.step}` };
   pairs.forEach((pair, index) => {
     const markers: StepMarker[] = events
       .filter((e) => e.type === "anomaly" && e.pair === pair.name)
-      .map((e) => ({ step: e.step, label: anomalyLabel(escapeName(e.name)), title: escapeName(e.message), name: e.name }));
+      .map((e) => {
+        const home = homeOf(e);
+        return {
+          step: e.step, label: anomalyLabel(escapeName(e.name)), name: e.name,
+          title: `${anomalyLabel(escapeName(e.name))}: its message is under ${home.panel}`,
+          detail: () => pointer(home),
+        };
+      });
     section.append(renderPair(pair, index, markers));
   });
   return section;

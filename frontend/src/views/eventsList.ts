@@ -4,9 +4,10 @@
 // `check` prints). Names and messages are escaped and ellipsised (full text on
 // hover): the table keeps the page's width whatever the logs say.
 
-import type { GradEvent } from "../api";
+import type { GradEvent, Violation } from "../api";
 import { h } from "../dom";
 import { escapeName, nameElement } from "../names";
+import { anomalyRowId, eventKey, pointer, violationHome } from "./messageHome";
 
 export interface EventGroup {
   first: GradEvent;
@@ -17,7 +18,7 @@ export interface EventGroup {
 export function groupEvents(events: GradEvent[]): EventGroup[] {
   const groups = new Map<string, EventGroup>();
   for (const event of [...events].sort((a, b) => a.step - b.step)) {
-    const key = [event.type, event.name, event.loss, event.scope, event.pair].join("\u0000");
+    const key = eventKey(event);
     const group = groups.get(key);
     if (group === undefined) groups.set(key, { first: event, count: 1 });
     else group.count += 1;
@@ -37,8 +38,9 @@ const COLUMNS: [string, string][] = [
   ["concerns", "gs-col-concerns"], ["message", "gs-col-message"], ["times seen", "gs-col-count"],
 ];
 
-/** The events that are not violations (those are the Violations panel's). */
-export function renderEvents(events: GradEvent[], onJump: (step: number) => void): HTMLElement {
+/** The events that are not violations (those are the Violations panel's); an
+ * anomaly whose message a Violations row shows points at that row instead. */
+export function renderEvents(events: GradEvent[], onJump: (step: number) => void, violations: readonly Violation[] = []): HTMLElement {
   const section = h("section", { className: "gs-events", attrs: { id: "gs-events", "aria-label": "anomalies" } },
     h("h2", {}, "Anomalies ", h("span", { className: "gs-muted" }, "— target/online pairs, skipped and lost steps")));
   const groups = groupEvents(events.filter((e) => e.type !== "violation"));
@@ -46,15 +48,16 @@ export function renderEvents(events: GradEvent[], onJump: (step: number) => void
     section.append(h("p", { className: "gs-muted", attrs: { id: "gs-events-empty" } }, "No anomaly recorded or derived in this run."));
     return section;
   }
-  const rows = groups.map(({ first, count }) => {
+  const rows = groups.map(({ first, count }, index) => {
     const message = escapeName(first.message);
-    return h("tr", { data: { type: first.type, name: first.name, step: String(first.step) } },
+    const home = violationHome(first, violations);
+    return h("tr", { attrs: { id: anomalyRowId(index) }, data: { type: first.type, name: first.name, step: String(first.step), key: eventKey(first) } },
       h("td", { className: "gs-num" },
         h("button", { attrs: { type: "button", title: `show step ${first.step}` }, on: { click: () => onJump(first.step) } }, String(first.step))),
       h("td", {}, nameElement(first.type)),
       h("td", {}, nameElement(first.name)),
       h("td", {}, concerns(first)),
-      h("td", {}, h("div", { className: "gs-message", attrs: { title: message } }, message)),
+      h("td", {}, home === null ? h("div", { className: "gs-message", attrs: { title: message } }, message) : pointer(home)),
       h("td", { className: "gs-num" }, String(count)));
   });
   section.append(h("table", { className: "gs-table gs-events-table" },

@@ -25,6 +25,8 @@ export interface StepMarker {
   label: string;
   title: string;
   name: string;
+  /** What the marker list says after the label (default: the title), built anew at each draw. */
+  detail?: () => HTMLElement;
 }
 
 export interface LineChartSpec {
@@ -86,7 +88,7 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
   const figure = h("figure", {
     className: "gs-chart",
     attrs: { id: spec.id, "aria-label": spec.title },
-    data: { log: String(spec.log), points: String(spec.steps.length), series: String(spec.series.length) },
+    data: { log: String(spec.log), points: String(spec.steps.length), series: String(spec.series.length), yLabel: spec.yLabel },
   });
   figure.append(h("figcaption", { attrs: { title: spec.title } }, spec.title));
   const plotBox = h("div", { className: "gs-plot" });
@@ -120,7 +122,7 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
   figure.append(renderLegend(spec.series));
   if (markers.length > 0) {
     figure.append(h("ul", { className: "gs-marker-list", attrs: { "aria-label": "marked steps" } },
-      ...markers.map((m) => h("li", { data: { step: String(m.step), name: m.name } }, `step ${m.step}: ${m.label} — ${m.title}`))));
+      ...markers.map((m) => h("li", { data: { step: String(m.step), name: m.name } }, `step ${m.step}: ${m.label} — `, m.detail?.() ?? m.title))));
   }
   return figure;
 }

@@ -11,7 +11,7 @@ import { type Layout, layoutGraph, nodeText } from "../graph/layout";
 import { type Box, Viewport } from "../graph/viewport";
 import { escapeName, shortName } from "../names";
 import { svg } from "../svg";
-import { renderBlockedDetails } from "./blockedDetails";
+import { renderBlockedDetails, renderEdgeDetails } from "./blockedDetails";
 
 /** The folded graph starts with at most this many scope nodes. */
 export const READABLE_SCOPES = 60;
@@ -73,7 +73,7 @@ export class ScopeGraphView {
         button("+", "zoom in", () => this.viewport?.zoom(1.25)),
         button("−", "zoom out", () => this.viewport?.zoom(0.8)),
         button("Fit", "fit the graph", () => this.viewport?.fit()),
-        h("span", { className: "gs-muted" }, "Drag or arrow keys pan; wheel or +/− zoom. Blocked edges: dashed red ⊘, click one for its op."),
+        h("span", { className: "gs-muted" }, "Drag or arrow keys pan; wheel or +/− zoom. Click an edge to select it; blocked edges (dashed red ⊘) show their op."),
       ),
       this.drawing,
       this.details,
@@ -173,7 +173,7 @@ export class ScopeGraphView {
     this.viewport = new Viewport(drawing, bounds);
     replaceChildren(this.drawing, drawing);
     replaceChildren(this.details, h("p", { className: "gs-muted" }, folded.edges.some((e) => e.blocked.length > 0 || e.blockedFor.length > 0)
-      ? "Select a blocked edge to see the op that cuts the gradient."
+      ? "Click an edge to select it; a blocked one shows the op that cuts the gradient."
       : "No gradient path is blocked in this graph."));
     const lit = this.highlight();
     this.viewport.startReadable(this.focusBox(lit), START_LABEL_PX / LABEL_PX);
@@ -193,24 +193,25 @@ export class ScopeGraphView {
     const points = this.layout.edges.get(edge.id)?.points ?? [];
     const d = points.map((p, i) => `${i === 0 ? "M" : "L"} ${p.x.toFixed(1)} ${p.y.toFixed(1)}`).join(" ");
     const blocked = edge.blockedFor.length > 0;
-    const group = svg("g", { class: blocked ? "gs-edge gs-edge-blocked" : "gs-edge", "data-src": edge.src, "data-dst": edge.dst, "data-blocked": String(blocked) });
+    // data-clickable: a press on an edge selects it instead of starting a pan (viewport.ts).
+    const group = svg("g", { class: blocked ? "gs-edge gs-edge-blocked" : "gs-edge", "data-src": edge.src, "data-dst": edge.dst, "data-blocked": String(blocked), "data-clickable": "true" });
     const names = `${escapeName(edge.src)} → ${escapeName(edge.dst)}`;
     group.appendChild(svg("title", {}, `${names}: ${edge.tensors} tensor${edge.tensors === 1 ? "" : "s"}${blocked ? `; gradient blocked for ${edge.blockedFor.map(escapeName).join(", ")}` : ""}`));
     group.appendChild(svg("path", { d, class: "gs-edge-line", "marker-end": "url(#gs-arrow)" }));
-    if (!blocked) return group;
-    const mid = points[Math.floor(points.length / 2)] ?? { x: 0, y: 0 };
+    // A wide invisible stroke over the line: a click anywhere along the edge selects it.
     group.appendChild(svg("path", { d, class: "gs-edge-hit" }));
-    group.appendChild(svg("text", { x: mid.x, y: mid.y, class: "gs-edge-mark", "text-anchor": "middle", "dominant-baseline": "central" }, "⊘"));
-    group.setAttribute("tabindex", "0");
-    group.setAttribute("role", "button");
-    group.setAttribute("data-clickable", "true");
-    group.setAttribute("aria-label", `blocked edge ${names}; show the blocking op`);
     const show = (): void => {
       for (const other of this.edgeElements.values()) other.removeAttribute("data-selected");
       group.setAttribute("data-selected", "true");
-      replaceChildren(this.details, renderBlockedDetails(edge));
+      replaceChildren(this.details, blocked ? renderBlockedDetails(edge) : renderEdgeDetails(edge));
     };
     group.addEventListener("click", show);
+    if (!blocked) return group;
+    const mid = points[Math.floor(points.length / 2)] ?? { x: 0, y: 0 };
+    group.appendChild(svg("text", { x: mid.x, y: mid.y, class: "gs-edge-mark", "text-anchor": "middle", "dominant-baseline": "central" }, "⊘"));
+    group.setAttribute("tabindex", "0");
+    group.setAttribute("role", "button");
+    group.setAttribute("aria-label", `blocked edge ${names}; show the blocking op`);
     group.addEventListener("keydown", (event) => {
       if (event.key !== "Enter" && event.key !== " ") return;
       event.preventDefault();

@@ -9,6 +9,7 @@
 import type { Violation, ViolationsAnswer } from "../api";
 import { h } from "../dom";
 import { escapeName, nameElement } from "../names";
+import { violationRowId } from "./messageHome";
 
 const COLUMNS: [string, string][] = [
   ["when", "gs-col-vstep"], ["source", "gs-col-source"], ["rule", "gs-col-name"],
@@ -21,10 +22,11 @@ function concerns(violation: Violation): HTMLElement {
     h("div", {}, `${what} `, nameElement(name))));
 }
 
-function row(violation: Violation, onJump: (step: number) => void): HTMLElement {
+function row(violation: Violation, index: number, onJump: (step: number) => void): HTMLElement {
   const message = escapeName(violation.message);
   const evidence = violation.evidence_text.map(escapeName).join("; ");
   return h("tr", {
+    attrs: { id: violationRowId(index) },
     data: {
       name: violation.name, step: String(violation.step), source: violation.source,
       loss: violation.loss, scope: violation.scope, pair: violation.pair,
@@ -62,6 +64,6 @@ export function renderViolations(answer: ViolationsAnswer, onJump: (step: number
   section.append(h("table", { className: "gs-table gs-events-table" },
     h("colgroup", {}, ...COLUMNS.map(([, className]) => h("col", { className }))),
     h("thead", {}, h("tr", {}, ...COLUMNS.map(([title]) => h("th", { attrs: { scope: "col" } }, title)))),
-    h("tbody", {}, ...answer.violations.map((v) => row(v, onJump)))));
+    h("tbody", {}, ...answer.violations.map((v, i) => row(v, i, onJump)))));
   return section;
 }
