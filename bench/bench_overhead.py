@@ -33,15 +33,26 @@ and as a one-trace `tf.function`; Keras `fit` with the callback and a rule;
 TF1 `GraphRecorder`), a two-optimizer DDPG-shaped step in `rec.training_step()`
 and an eager actor-critic loop.
 
-Headline (last two lines): overhead_every_step_ratio (dqn, every step) and
+Beside the README loops (16 and 256 units), the loggers users write by hand
+instead, on the same model at the same frequency (`user_steps.HAND_LOGGERS`):
+per-variable gradient L2 + global norm with `tf.summary.scalar`, host-picked
+(a second tf.function every 10 steps) and gated in the graph
+(`tf.summary.record_if`); gradient + weight histograms, host-picked; and
+TF-Agents' `summarize_grads_and_vars` (histograms + norms, `record_if`).
+
+Headline (last three lines): overhead_every_step_ratio (dqn, every step),
 overhead_default_ratio: the worst of what users run at the default frequency
-(the loops as `rec.function`); `overhead_default_tf_function_worst` is the same
-with the loops as one-trace `tf.function`.
+(the loops as `rec.function`; `overhead_default_tf_function_worst` is the same
+with the loops as one-trace `tf.function`), and overhead_vs_hand_logger: the
+worst, over the README loops and the DDPG step, of our step time
+(`rec.function`) over the host-picked hand scalar logger's (the eager, Keras
+and TF1 configurations have no hand-logger twin yet).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -53,8 +64,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.harness import parse_args, report, rotated_medians, step_loop  # noqa: E402
-from bench import user_steps  # noqa: E402
+from bench.harness import median_ratio, parse_args, report, rotated_samples, step_loop  # noqa: E402
+from bench import peers, user_steps  # noqa: E402
 from bench.tf_steps import baseline_step, built_optimizer, recorded_step, single_thread  # noqa: E402
 # record before demos: importing tb_gradscope.demos.dqn first hits a circular
 # import (demos -> pairs -> record -> pairs.detect) in the library.
@@ -220,7 +231,7 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         start = time.perf_counter()
         runs[label]()  # trace and warm up
         report(f"{prefix}_{label}_trace_s", time.perf_counter() - start)
-    wall, cpu = rotated_medians(runs, repetitions)
+    wall, cpu = rotated_samples(runs, repetitions)
     values = {label: recorded_values(rec, 2 if label == "attrib" else 1,
                                      len(GRAD_COLUMNS) - (len(OPTIONAL_GRAD_COLUMNS) if label == "every_step_lean" else 0))
               for label, rec in recorders.items() if label in steps_of}
@@ -233,24 +244,33 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         writer.close()
     report(f"{prefix}_params", int(sum(np.prod(v.shape) for v in variables)))
     report(f"{prefix}_variables", len(variables))
-    report(f"{prefix}_baseline_cpu_ms_per_step", 1000 * cpu["baseline"] / steps)
-    report(f"{prefix}_baseline_ms_per_step", 1000 * wall["baseline"] / steps)
+    report(f"{prefix}_baseline_cpu_ms_per_step", 1000 * statistics.median(cpu["baseline"]) / steps)
+    report(f"{prefix}_baseline_ms_per_step", 1000 * statistics.median(wall["baseline"]) / steps)
     ratios = {}
     for label in steps_of:
         if label.startswith("baseline"):
             continue
         base = "baseline2" if label == "attrib" else "baseline"
-        ratios[label] = cpu[label] / cpu[base]
-        report(f"{prefix}_{label}_wall_ratio", wall[label] / wall[base])
+        ratios[label] = median_ratio(cpu, label, base)
+        report(f"{prefix}_{label}_wall_ratio", median_ratio(wall, label, base))
         report(f"{prefix}_{label}_cpu_ratio", ratios[label])
         if label in values:
             report(f"{prefix}_{label}_values_per_recorded_step", values[label])
+    if {"every_step", "hand_scalar"} <= set(steps_of):  # every step: ours / the per-variable scalar logger's
+        report(f"{prefix}_every_step_vs_hand_scalar", median_ratio(cpu, "every_step", "hand_scalar"))
     return ratios
 
 
 def measure_users(logdir, quick):
-    """Each user configuration against its own baseline; returns {name: CPU ratio}."""
-    reps = 5 if quick else 15
+    """Each user configuration against its own baseline and its hand logger;
+    returns ({group: {candidate: CPU ratio to the baseline}}, {group: ours / hand logger}).
+
+    Ratios are medians over rounds of the two runs' ratio in that round. After
+    the timing, every candidate's event files are checked against what it
+    claims to write (`peers.check`), so a logger that silently wrote nothing
+    cannot pass for a cheap one.
+    """
+    reps = 7 if quick else 21
     groups = {
         "readme16": lambda: user_steps.readme_loop(16, logdir, 50),
         "readme256": lambda: user_steps.readme_loop(256, logdir, 50),
@@ -259,20 +279,27 @@ def measure_users(logdir, quick):
         "keras": lambda: user_steps.keras_fit(logdir, 40, DEFAULT_EVERY),
         "tf1": lambda: user_steps.tf1_session(logdir, 50, DEFAULT_EVERY),
     }
-    if quick:
-        groups.pop("readme256")
-    ratios = {}
+    ratios, vs_hand = {}, {}
     for group, build in groups.items():
-        runs = build()
+        runs, claims = build()
         for run in runs.values():
             run()  # trace and warm up
-        wall, cpu = rotated_medians(runs, reps)
-        base = next(iter(runs))
+        wall, cpu = rotated_samples(runs, reps)
+        peers.check(claims, 1 + reps)
+        report(f"user_{group}_checked_candidates", len(claims))
+        base, ratios[group] = next(iter(runs)), {}
         for label in list(runs)[1:]:
-            ratios[f"{group}_{label}"] = cpu[label] / cpu[base]
-            report(f"user_{group}_{label}_wall_ratio", wall[label] / wall[base])
-            report(f"user_{group}_{label}_cpu_ratio", ratios[f"{group}_{label}"])
-    return ratios
+            ratios[group][label] = median_ratio(cpu, label, base)
+            report(f"user_{group}_{label}_wall_ratio", median_ratio(wall, label, base))
+            report(f"user_{group}_{label}_cpu_ratio", ratios[group][label])
+        kind = group.rstrip("0123456789")
+        ours, hand = user_steps.OURS[kind], user_steps.HAND[kind]
+        vs_hand[group] = median_ratio(cpu, ours, hand)
+        report(f"user_{group}_{ours}_vs_{hand}", vs_hand[group])
+        for label in list(runs)[1:]:
+            if label.startswith(("hand_", "tf_agents")) and label != hand:
+                report(f"user_{group}_{ours}_vs_{label}", median_ratio(cpu, ours, label))
+    return ratios, vs_hand
 
 
 def main() -> None:
@@ -291,16 +318,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logdir:
         found = {prefix: measure(prefix, setup, steps, reps, logdir, only)
                  for prefix, setup, steps, reps, only in plan}
-        users = measure_users(logdir, args.quick)
+        users, vs_hand = measure_users(logdir, args.quick)
     report("load_average_1m_end", os.getloadavg()[0])
     if "attrib" in found["dqn"]:
         report("attrib_2loss_every10_ratio", found["dqn"]["attrib"])
     report("mlp1m_every_step_ratio", found["mlp1m"]["every_step"])
     report("mlp1m_every_step_lean_ratio", found["mlp1m"]["every_step_lean"])
     report("dqn_bare_default_ratio", found["dqn"]["default"])
-    report("overhead_default_tf_function_worst", max(v for k, v in users.items() if not k.endswith("rec_function")))
+    worst = lambda label: max(r[label] for r in users.values() if label in r)  # noqa: E731
+    report("overhead_rare_worst", worst("rec_function_rare"))  # README and DDPG at every_n_steps=1000
+    report("overhead_default_tf_function_worst", worst("tf_function"))
     report("overhead_every_step_ratio", found["dqn"]["every_step"])
-    report("overhead_default_ratio", max(v for k, v in users.items() if not k.endswith("tf_function")))
+    report("overhead_default_ratio", max(users[g][user_steps.OURS[g.rstrip("0123456789")]] for g in users))
+    report("overhead_vs_hand_logger", max(vs_hand.values()))
 
 
 if __name__ == "__main__":
