@@ -263,24 +263,26 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
 
 def measure_users(logdir, quick):
     """Each user configuration against its own baseline and its hand logger;
-    returns ({group: {candidate: CPU ratio to the baseline}}, {group: ours / hand logger}).
+    returns ({group: (kind, {candidate: CPU ratio to the baseline})}, {group: ours / hand logger}).
 
     Ratios are medians over rounds of the two runs' ratio in that round. After
     the timing, every candidate's event files are checked against what it
     claims to write (`peers.check`), so a logger that silently wrote nothing
     cannot pass for a cheap one.
     """
-    reps = 7 if quick else 21
-    groups = {
-        "readme16": lambda: user_steps.readme_loop(16, logdir, 50),
-        "readme256": lambda: user_steps.readme_loop(256, logdir, 50),
-        "ddpg": lambda: user_steps.ddpg(64, logdir, 30),
-        "eager": lambda: user_steps.eager_actor_critic(64, logdir, 20),
-        "keras": lambda: user_steps.keras_fit(logdir, 40, DEFAULT_EVERY),
-        "tf1": lambda: user_steps.tf1_session(logdir, 50, DEFAULT_EVERY),
+    reps = 5 if quick else 21
+    groups = {  # group: (builder kind in user_steps.OURS / HAND, build)
+        "readme16": ("readme", lambda: user_steps.readme_loop(16, logdir, 50)),
+        "readme256": ("readme", lambda: user_steps.readme_loop(256, logdir, 50)),
+        "ddpg": ("ddpg", lambda: user_steps.ddpg(64, logdir, 30)),
+        "eager": ("eager", lambda: user_steps.eager_actor_critic(64, logdir, 20)),
+        "keras": ("keras", lambda: user_steps.keras_fit(logdir, 40, DEFAULT_EVERY)),
+        "tf1": ("tf1", lambda: user_steps.tf1_session(logdir, 50, DEFAULT_EVERY)),
     }
+    if quick:  # its peers are readme16's
+        groups.pop("readme256")
     ratios, vs_hand = {}, {}
-    for group, build in groups.items():
+    for group, (kind, build) in groups.items():
         runs, claims = build()
         for run in runs.values():
             run()  # trace and warm up
@@ -292,14 +294,13 @@ def measure_users(logdir, quick):
             ratios[group][label] = median_ratio(cpu, label, base)
             report(f"user_{group}_{label}_wall_ratio", median_ratio(wall, label, base))
             report(f"user_{group}_{label}_cpu_ratio", ratios[group][label])
-        kind = group.rstrip("0123456789")
         ours, hand = user_steps.OURS[kind], user_steps.HAND[kind]
         vs_hand[group] = median_ratio(cpu, ours, hand)
         report(f"user_{group}_{ours}_vs_{hand}", vs_hand[group])
         for label in list(runs)[1:]:
             if label.startswith(("hand_", "tf_agents")) and label != hand:
                 report(f"user_{group}_{ours}_vs_{label}", median_ratio(cpu, ours, label))
-    return ratios, vs_hand
+    return {group: (groups[group][0], r) for group, r in ratios.items()}, vs_hand
 
 
 def main() -> None:
@@ -325,11 +326,11 @@ def main() -> None:
     report("mlp1m_every_step_ratio", found["mlp1m"]["every_step"])
     report("mlp1m_every_step_lean_ratio", found["mlp1m"]["every_step_lean"])
     report("dqn_bare_default_ratio", found["dqn"]["default"])
-    worst = lambda label: max(r[label] for r in users.values() if label in r)  # noqa: E731
+    worst = lambda label: max(r[label] for _, r in users.values() if label in r)  # noqa: E731
     report("overhead_rare_worst", worst("rec_function_rare"))  # README and DDPG at every_n_steps=1000
     report("overhead_default_tf_function_worst", worst("tf_function"))
     report("overhead_every_step_ratio", found["dqn"]["every_step"])
-    report("overhead_default_ratio", max(users[g][user_steps.OURS[g.rstrip("0123456789")]] for g in users))
+    report("overhead_default_ratio", max(r[user_steps.OURS[kind]] for kind, r in users.values()))
     report("overhead_vs_hand_logger", max(vs_hand.values()))
 
 
