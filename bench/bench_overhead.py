@@ -7,8 +7,9 @@ Three models, each trained by a tf.function step (Adam):
   - `mlp1m`: a ~1M-parameter MLP (512-1024-512-10, batch 256);
   - `cnn`: a small CNN (32x32x3, conv16-conv32-dense64-10, batch 64).
 Candidates per model, run round-robin in one process with the order rotated
-every round (figures are medians of the repetitions, ratios are candidate /
-baseline in process CPU time with TF on one thread, as in bench_recording):
+every round (ratios are candidate / baseline in process CPU time with TF on one
+thread, as in bench_recording, the median over rounds of the ratio of that
+round's two runs):
   - `baseline`: tape.gradient + apply_gradients, nothing recorded;
   - `every_step` / `default`: way 2 (rec.tape / rec.gradients / rec.apply) at
     every_n_steps=1 and at the default every_n_steps=10;
@@ -23,7 +24,7 @@ baseline in process CPU time with TF on one thread, as in bench_recording):
     against `baseline2` (the same two-loss sum, nothing recorded).
 `<model>_values_per_recorded_step` says how much each candidate writes.
 
-    python -m bench.bench_overhead --quick   # < 60 s: dqn and mlp1m
+    python -m bench.bench_overhead --quick   # dqn, mlp1m and the user configurations but readme256, 5 rounds
     python -m bench.bench_overhead           # full: all three models
 
 What users run (`bench.user_steps`, each against the same training without
@@ -33,20 +34,25 @@ and as a one-trace `tf.function`; Keras `fit` with the callback and a rule;
 TF1 `GraphRecorder`), a two-optimizer DDPG-shaped step in `rec.training_step()`
 and an eager actor-critic loop.
 
-Beside the README loops (16 and 256 units), the loggers users write by hand
-instead, on the same model at the same frequency (`user_steps.HAND_LOGGERS`):
-per-variable gradient L2 + global norm with `tf.summary.scalar`, host-picked
-(a second tf.function every 10 steps) and gated in the graph
-(`tf.summary.record_if`); gradient + weight histograms, host-picked; and
-TF-Agents' `summarize_grads_and_vars` (histograms + norms, `record_if`).
+Beside each of them, the logger a user writes by hand instead, on the same
+model at the same frequency (`bench.peers`): on the README loops and the DDPG
+step, per-variable gradient L2 + global norm with `tf.summary.scalar`, picked
+on the host (a second tf.function every 10 steps) and in a `tf.cond`; gradient +
+weight histograms, both ways; TF-Agents' `summarize_grads_and_vars`
+(`record_if`). On the eager loop the scalar logger under a Python `if`; on
+Keras a `train_step` override writing it in a `tf.cond`; on TF1
+`tf.compat.v1.summary.scalar` ops fetched every 10th step. The README loop and
+the DDPG step also run at every_n_steps=1000 (`rec_function_rare`). After
+timing, every candidate's event files are checked against what it claims to
+write (`peers.check`; the run fails otherwise).
 
-Headline (last three lines): overhead_every_step_ratio (dqn, every step),
-overhead_default_ratio: the worst of what users run at the default frequency
-(the loops as `rec.function`; `overhead_default_tf_function_worst` is the same
-with the loops as one-trace `tf.function`), and overhead_vs_hand_logger: the
-worst, over the README loops and the DDPG step, of our step time
-(`rec.function`) over the host-picked hand scalar logger's (the eager, Keras
-and TF1 configurations have no hand-logger twin yet).
+Headline (last lines): overhead_rare_worst (README and DDPG at every 1000),
+overhead_every_step_ratio (dqn, every step), overhead_default_ratio: the worst
+of what users run at the default frequency (the loops as `rec.function`;
+`overhead_default_tf_function_worst` is the same with the loops as one-trace
+`tf.function`), and overhead_vs_hand_logger last: the worst, over the six user
+configurations, of our step time over the hand scalar logger's on the same
+model (`user_<group>_<ours>_vs_<hand>`).
 """
 
 from __future__ import annotations
