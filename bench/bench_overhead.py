@@ -7,8 +7,9 @@ Three models, each trained by a tf.function step (Adam):
   - `mlp1m`: a ~1M-parameter MLP (512-1024-512-10, batch 256);
   - `cnn`: a small CNN (32x32x3, conv16-conv32-dense64-10, batch 64).
 Candidates per model, run round-robin in one process with the order rotated
-every round (figures are medians of the repetitions, ratios are candidate /
-baseline in process CPU time with TF on one thread, as in bench_recording):
+every round (ratios are candidate / baseline in process CPU time with TF on one
+thread, as in bench_recording, the median over rounds of the ratio of that
+round's two runs):
   - `baseline`: tape.gradient + apply_gradients, nothing recorded;
   - `every_step` / `default`: way 2 (rec.tape / rec.gradients / rec.apply) at
     every_n_steps=1 and at the default every_n_steps=10;
@@ -23,7 +24,7 @@ baseline in process CPU time with TF on one thread, as in bench_recording):
     against `baseline2` (the same two-loss sum, nothing recorded).
 `<model>_values_per_recorded_step` says how much each candidate writes.
 
-    python -m bench.bench_overhead --quick   # < 60 s: dqn and mlp1m
+    python -m bench.bench_overhead --quick   # dqn, mlp1m and the user configurations but readme256, 5 rounds
     python -m bench.bench_overhead           # full: all three models
 
 What users run (`bench.user_steps`, each against the same training without
@@ -33,15 +34,31 @@ and as a one-trace `tf.function`; Keras `fit` with the callback and a rule;
 TF1 `GraphRecorder`), a two-optimizer DDPG-shaped step in `rec.training_step()`
 and an eager actor-critic loop.
 
-Headline (last two lines): overhead_every_step_ratio (dqn, every step) and
-overhead_default_ratio: the worst of what users run at the default frequency
-(the loops as `rec.function`); `overhead_default_tf_function_worst` is the same
-with the loops as one-trace `tf.function`.
+Beside each of them, the logger a user writes by hand instead, on the same
+model at the same frequency (`bench.peers`): on the README loops and the DDPG
+step, per-variable gradient L2 + global norm with `tf.summary.scalar`, picked
+on the host (a second tf.function every 10 steps) and in a `tf.cond`; gradient +
+weight histograms, both ways; TF-Agents' `summarize_grads_and_vars`
+(`record_if`). On the eager loop the scalar logger under a Python `if`; on
+Keras a `train_step` override writing it in a `tf.cond`; on TF1
+`tf.compat.v1.summary.scalar` ops fetched every 10th step. The README loop and
+the DDPG step also run at every_n_steps=1000 (`rec_function_rare`). After
+timing, every candidate's event files are checked against what it claims to
+write (`peers.check`; the run fails otherwise).
+
+Headline (last lines): overhead_rare_worst (README and DDPG at every 1000),
+overhead_every_step_ratio (dqn, every step), overhead_default_ratio: the worst
+of what users run at the default frequency (the loops as `rec.function`;
+`overhead_default_tf_function_worst` is the same with the loops as one-trace
+`tf.function`), and overhead_vs_hand_logger last: the worst, over the six user
+configurations, of our step time over the hand scalar logger's on the same
+model (`user_<group>_<ours>_vs_<hand>`).
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -53,8 +70,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.harness import parse_args, report, rotated_medians, step_loop  # noqa: E402
-from bench import user_steps  # noqa: E402
+from bench.harness import median_ratio, parse_args, report, rotated_samples, step_loop  # noqa: E402
+from bench import peers, user_steps  # noqa: E402
 from bench.tf_steps import baseline_step, built_optimizer, recorded_step, single_thread  # noqa: E402
 # record before demos: importing tb_gradscope.demos.dqn first hits a circular
 # import (demos -> pairs -> record -> pairs.detect) in the library.
@@ -222,7 +239,7 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         start = time.perf_counter()
         runs[label]()  # trace and warm up
         report(f"{prefix}_{label}_trace_s", time.perf_counter() - start)
-    wall, cpu = rotated_medians(runs, repetitions)
+    wall, cpu = rotated_samples(runs, repetitions)
     values = {label: recorded_values(rec, 2 if label == "attrib" else 1,
                                      len(GRAD_COLUMNS) - (len(OPTIONAL_GRAD_COLUMNS) if label == "every_step_lean" else 0))
               for label, rec in recorders.items() if label in steps_of}
@@ -235,46 +252,63 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         writer.close()
     report(f"{prefix}_params", int(sum(np.prod(v.shape) for v in variables)))
     report(f"{prefix}_variables", len(variables))
-    report(f"{prefix}_baseline_cpu_ms_per_step", 1000 * cpu["baseline"] / steps)
-    report(f"{prefix}_baseline_ms_per_step", 1000 * wall["baseline"] / steps)
+    report(f"{prefix}_baseline_cpu_ms_per_step", 1000 * statistics.median(cpu["baseline"]) / steps)
+    report(f"{prefix}_baseline_ms_per_step", 1000 * statistics.median(wall["baseline"]) / steps)
     ratios = {}
     for label in steps_of:
         if label.startswith("baseline"):
             continue
         base = "baseline2" if label == "attrib" else "baseline"
-        ratios[label] = cpu[label] / cpu[base]
-        report(f"{prefix}_{label}_wall_ratio", wall[label] / wall[base])
+        ratios[label] = median_ratio(cpu, label, base)
+        report(f"{prefix}_{label}_wall_ratio", median_ratio(wall, label, base))
         report(f"{prefix}_{label}_cpu_ratio", ratios[label])
         if label in values:
             report(f"{prefix}_{label}_values_per_recorded_step", values[label])
+    if {"every_step", "hand_scalar"} <= set(steps_of):  # every step: ours / the per-variable scalar logger's
+        report(f"{prefix}_every_step_vs_hand_scalar", median_ratio(cpu, "every_step", "hand_scalar"))
     return ratios
 
 
 def measure_users(logdir, quick):
-    """Each user configuration against its own baseline; returns {name: CPU ratio}."""
-    reps = 5 if quick else 15
-    groups = {
-        "readme16": lambda: user_steps.readme_loop(16, logdir, 50),
-        "readme256": lambda: user_steps.readme_loop(256, logdir, 50),
-        "ddpg": lambda: user_steps.ddpg(64, logdir, 30),
-        "eager": lambda: user_steps.eager_actor_critic(64, logdir, 20),
-        "keras": lambda: user_steps.keras_fit(logdir, 40, DEFAULT_EVERY),
-        "tf1": lambda: user_steps.tf1_session(logdir, 50, DEFAULT_EVERY),
+    """Each user configuration against its own baseline and its hand logger;
+    returns ({group: (kind, {candidate: CPU ratio to the baseline})}, {group: ours / hand logger}).
+
+    Ratios are medians over rounds of the two runs' ratio in that round. After
+    the timing, every candidate's event files are checked against what it
+    claims to write (`peers.check`), so a logger that silently wrote nothing
+    cannot pass for a cheap one.
+    """
+    reps = 5 if quick else 21
+    groups = {  # group: (builder kind in user_steps.OURS / HAND, build)
+        "readme16": ("readme", lambda: user_steps.readme_loop(16, logdir, 50)),
+        "readme256": ("readme", lambda: user_steps.readme_loop(256, logdir, 50)),
+        "ddpg": ("ddpg", lambda: user_steps.ddpg(64, logdir, 30)),
+        "eager": ("eager", lambda: user_steps.eager_actor_critic(64, logdir, 20)),
+        "keras": ("keras", lambda: user_steps.keras_fit(logdir, 40, DEFAULT_EVERY)),
+        "tf1": ("tf1", lambda: user_steps.tf1_session(logdir, 50, DEFAULT_EVERY)),
     }
-    if quick:
+    if quick:  # its peers are readme16's
         groups.pop("readme256")
-    ratios = {}
-    for group, build in groups.items():
-        runs = build()
+    ratios, vs_hand = {}, {}
+    for group, (kind, build) in groups.items():
+        runs, claims = build()
         for run in runs.values():
             run()  # trace and warm up
-        wall, cpu = rotated_medians(runs, reps)
-        base = next(iter(runs))
+        wall, cpu = rotated_samples(runs, reps)
+        peers.check(claims, 1 + reps)
+        report(f"user_{group}_checked_candidates", len(claims))
+        base, ratios[group] = next(iter(runs)), {}
         for label in list(runs)[1:]:
-            ratios[f"{group}_{label}"] = cpu[label] / cpu[base]
-            report(f"user_{group}_{label}_wall_ratio", wall[label] / wall[base])
-            report(f"user_{group}_{label}_cpu_ratio", ratios[f"{group}_{label}"])
-    return ratios
+            ratios[group][label] = median_ratio(cpu, label, base)
+            report(f"user_{group}_{label}_wall_ratio", median_ratio(wall, label, base))
+            report(f"user_{group}_{label}_cpu_ratio", ratios[group][label])
+        ours, hand = user_steps.OURS[kind], user_steps.HAND[kind]
+        vs_hand[group] = median_ratio(cpu, ours, hand)
+        report(f"user_{group}_{ours}_vs_{hand}", vs_hand[group])
+        for label in list(runs)[1:]:
+            if label.startswith(("hand_", "tf_agents")) and label != hand:
+                report(f"user_{group}_{ours}_vs_{label}", median_ratio(cpu, ours, label))
+    return {group: (groups[group][0], r) for group, r in ratios.items()}, vs_hand
 
 
 def main() -> None:
@@ -293,16 +327,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as logdir:
         found = {prefix: measure(prefix, setup, steps, reps, logdir, only)
                  for prefix, setup, steps, reps, only in plan}
-        users = measure_users(logdir, args.quick)
+        users, vs_hand = measure_users(logdir, args.quick)
     report("load_average_1m_end", os.getloadavg()[0])
     if "attrib" in found["dqn"]:
         report("attrib_2loss_every10_ratio", found["dqn"]["attrib"])
     report("mlp1m_every_step_ratio", found["mlp1m"]["every_step"])
     report("mlp1m_every_step_lean_ratio", found["mlp1m"]["every_step_lean"])
     report("dqn_bare_default_ratio", found["dqn"]["default"])
-    report("overhead_default_tf_function_worst", max(v for k, v in users.items() if not k.endswith("rec_function")))
+    worst = lambda label: max(r[label] for _, r in users.values() if label in r)  # noqa: E731
+    report("overhead_rare_worst", worst("rec_function_rare"))  # README and DDPG at every_n_steps=1000
+    report("overhead_default_tf_function_worst", worst("tf_function"))
     report("overhead_every_step_ratio", found["dqn"]["every_step"])
-    report("overhead_default_ratio", max(v for k, v in users.items() if not k.endswith("tf_function")))
+    report("overhead_default_ratio", max(r[user_steps.OURS[kind]] for kind, r in users.values()))
+    report("overhead_vs_hand_logger", max(vs_hand.values()))
 
 
 if __name__ == "__main__":

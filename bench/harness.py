@@ -44,14 +44,15 @@ def interleaved_medians(
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def rotated_medians(
+def rotated_samples(
     runs: dict[str, Callable[[], object]], repetitions: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median wall and CPU seconds of each run, round-robin, order rotated every round.
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Every wall and CPU time (s) of each run, round-robin, order rotated every round.
 
     Rotation keeps a "first after a pause" effect from always hitting the same
     candidate. CPU time is the process's (all TF threads), which other
     processes on a busy machine do not inflate the way they inflate wall time.
+    Sample `i` of every run comes from round `i` (see `median_ratio`).
     """
     names = list(runs)
     wall: dict[str, list[float]] = {name: [] for name in names}
@@ -62,10 +63,27 @@ def rotated_medians(
             runs[name]()
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
+    return wall, cpu
+
+
+def rotated_medians(
+    runs: dict[str, Callable[[], object]], repetitions: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU seconds of each run of `rotated_samples`."""
+    wall, cpu = rotated_samples(runs, repetitions)
     return (
         {name: statistics.median(t) for name, t in wall.items()},
         {name: statistics.median(t) for name, t in cpu.items()},
     )
+
+
+def median_ratio(samples: dict[str, list[float]], candidate: str, baseline: str) -> float:
+    """Median over rounds of candidate / baseline, each ratio of one round's two runs.
+
+    Pairing by round cancels the machine's slow drifts (another process
+    starting or ending), which a ratio of the two medians does not.
+    """
+    return statistics.median(c / b for c, b in zip(samples[candidate], samples[baseline]))
 
 
 def step_loop(step: Callable[..., object], batch: tuple, steps: int) -> Callable[[], None]:

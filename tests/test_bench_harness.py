@@ -62,6 +62,21 @@ def test_interleaved_samples_keeps_every_time_of_every_candidate():
     assert all(t >= 0 for times in samples.values() for t in times)
 
 
+def test_rotated_samples_rotates_the_order_and_keeps_one_sample_per_round():
+    calls = []
+    wall, cpu = harness.rotated_samples({n: (lambda n=n: calls.append(n)) for n in "abc"}, 4)
+    assert calls == list("abc" "bca" "cab" "abc")
+    assert {n: (len(wall[n]), len(cpu[n])) for n in "abc"} == {n: (4, 4) for n in "abc"}
+
+
+def test_median_ratio_pairs_the_runs_of_one_round():
+    # The machine slows down over the rounds; each round's two runs slow alike.
+    samples = {"ours": [1.1, 2.2, 4.4], "base": [1.0, 2.0, 4.0]}
+    assert harness.median_ratio(samples, "ours", "base") == pytest.approx(1.1)
+    samples = {"ours": [1.0, 5.0, 5.0], "base": [4.0, 1.0, 4.0]}  # medians 5 / 4; per round 0.25, 5, 1.25
+    assert harness.median_ratio(samples, "ours", "base") == pytest.approx(1.25)
+
+
 def test_bench_plugin_names_sizes_as_its_runs_and_lines_do():
     from bench import bench_plugin
 
