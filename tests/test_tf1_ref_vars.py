@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations.tf1 import ops_private
+from tb_gradscope import _tf_private as ops_private
 from tb_gradscope.integrations.tf1.ref_reads import aliased_variable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
