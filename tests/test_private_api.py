@@ -13,6 +13,7 @@ The rule, outside `_tf_private.py`:
 - from `_tf_private`, only the names of its `__all__`.
 A static walk cannot know a receiver's type, so the rule is on the attribute:
 every private attribute of an object not `self` is foreign unless listed here.
+An attribute name built at run time (`getattr(x, name)`) is out of its reach.
 """
 
 from __future__ import annotations
@@ -86,8 +87,7 @@ def offenders(source: str, filename: str = "<module>", allowed: set[str] | None 
     `allowed`: the names `_tf_private` exports (None: every name is refused)."""
     tree = ast.parse(source, filename=filename)
     allowed = allowed or set()
-    aliases = {"tensorflow": "tensorflow", "keras": "keras", "tf_keras": "tf_keras"}
-    private_aliases: set[str] = set()
+    aliases, private_aliases = _aliases(tree)
     found: list[str] = []
 
     def bad(node: ast.AST, what: str) -> None:
@@ -98,13 +98,8 @@ def offenders(source: str, filename: str = "<module>", allowed: set[str] | None 
             for alias in node.names:
                 if _forbidden_module(alias.name):
                     bad(node, f"import {alias.name}")
-                if alias.name.split(".")[0] in FRAMEWORKS:
-                    aliases[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
-                if alias.name == "tb_gradscope._tf_private" and alias.asname:
-                    private_aliases.add(alias.asname)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "tb_gradscope" and any(a.name == "_tf_private" for a in node.names):
-                private_aliases.update(a.asname or a.name for a in node.names if a.name == "_tf_private")
                 continue
             if node.module == "tb_gradscope._tf_private":
                 for alias in node.names:
@@ -140,6 +135,24 @@ def offenders(source: str, filename: str = "<module>", allowed: set[str] | None 
                     continue
             _check_attr(node, node.value, node.attr, bad)
     return sorted(set(found), key=lambda s: (int(s.split(":")[1].split()[0]), s))
+
+
+def _aliases(tree: ast.AST) -> tuple[dict[str, str], set[str]]:
+    """The names a module binds to TF/Keras modules (`tf` -> `tensorflow`), anywhere in it,
+    and those it binds to `_tf_private`."""
+    aliases = {name: name for name in FRAMEWORKS}
+    private_aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in FRAMEWORKS:
+                    aliases[alias.asname or top] = alias.name if alias.asname else top
+                if alias.name == "tb_gradscope._tf_private" and alias.asname:
+                    private_aliases.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom) and node.module == "tb_gradscope" and node.level == 0:
+            private_aliases.update(a.asname or a.name for a in node.names if a.name == "_tf_private")
+    return aliases, private_aliases
 
 
 def _check_attr(node: ast.AST, owner: ast.AST, attr: str, bad) -> None:
