@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope import scopes as scopes_lib
 
 
@@ -37,7 +38,7 @@ def _distributed(variable: Any) -> Any:
     """The tf.distribute variable behind `variable` (itself or a Keras 3 wrapper's), if any."""
     if isinstance(variable, tf.distribute.DistributedValues):
         return variable
-    inner = getattr(variable, "_value", None)  # Keras 3 Variable -> its tf.Variable
+    inner = private.keras_inner_variable(variable)  # Keras 3 Variable -> its tf.Variable
     return inner if isinstance(inner, tf.distribute.DistributedValues) else None
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations.tf1 import ops_private
+from tb_gradscope import _tf_private as private
 from tb_gradscope.integrations.tf1.ref_reads import aliased_variable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +38,7 @@ def two_runs(tmp_path_factory):
 
 def test_program_really_uses_reference_variables(two_runs):
     assert two_runs[0]["ref"] is True
-    assert two_runs[0]["cond_context"] is True  # ops_private.in_control_flow under v1 control flow
+    assert two_runs[0]["cond_context"] is True  # private.in_control_flow under v1 control flow
 
 
 def test_recorded_norms_equal_tf_gradients_at_the_same_weights_and_feed(two_runs):
@@ -64,10 +64,10 @@ def test_private_tensorflow_symbols_the_tf1_integration_uses_still_work():
             w = tf.get_variable("w", [2, 2])
         read = tf.identity(w)
         y = tf.matmul(tf.ones([1, 2]), read)
-    assert ops_private.is_ref_dtype(w._ref().dtype) and not ops_private.is_ref_dtype(read.dtype)
+    assert private.is_ref_dtype(w._ref().dtype) and not private.is_ref_dtype(read.dtype)
     assert aliased_variable(read) is w.op and aliased_variable(y) is None
-    assert not ops_private.in_control_flow(y.op)
+    assert not private.in_control_flow(y.op)
     with graph.as_default():
         other = tf.ones([2, 2])
-    ops_private.update_input(y.op, 1, other)
+    private.update_input(y.op, 1, other)
     assert y.op.inputs[1] is other

@@ -29,8 +29,8 @@ tf.disable_v2_behavior()
 from tensorboard.backend.event_processing import event_file_loader  # noqa: E402
 
 from tb_gradscope import format as fmt  # noqa: E402
+from tb_gradscope._tf_private import in_control_flow  # noqa: E402
 from tb_gradscope.integrations.tf1 import GraphRecorder  # noqa: E402
-from tb_gradscope.integrations.tf1.ops_private import in_control_flow  # noqa: E402
 
 STEPS = 12
 

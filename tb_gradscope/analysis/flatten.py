@@ -17,6 +17,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope import _tf_private as private
+
 LINK = "_Link"
 LOOP_VAR = "_LoopVar"
 BRANCH = "_Branch"
@@ -242,7 +244,7 @@ def _body_graph(graph: Any, name: str) -> Any:
     """The FuncGraph of function `name`, searched from `graph` outwards."""
     g = graph
     while g is not None:
-        fn = g._functions.get(name) if hasattr(g, "_functions") else None  # noqa: SLF001
+        fn = private.library_function(g, name)
         if fn is not None:
             body = getattr(fn, "graph", None)
             if body is not None:
@@ -250,8 +252,6 @@ def _body_graph(graph: Any, name: str) -> Any:
             definition = getattr(fn, "definition", None)
             if definition is None:
                 return None
-            from tensorflow.python.framework import function_def_to_graph
-
-            return function_def_to_graph.function_def_to_graph(definition)
+            return private.function_def_to_graph(definition)
         g = getattr(g, "outer_graph", None)
     return None

@@ -14,9 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 import tensorflow as tf
-from tensorflow.python.framework import func_graph as func_graph_module
-from tensorflow.python.framework import ops as tf_ops
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.analysis.flatten import SYNTHETIC, FlatGraph
 from tb_gradscope.format.flowgraph import (
     CAUSE_NO_GRADIENT,
@@ -105,7 +104,7 @@ def _type_rule(op_type: str) -> Rule:
     if op_type in NONE_GRADIENT_OPS:
         return Rule(CAUSE_NON_DIFFERENTIABLE)
     try:
-        fn = tf_ops.gradient_registry.lookup(op_type)
+        fn = private.gradient_function(op_type)
     except LookupError:
         return Rule(CAUSE_NO_GRADIENT)
     return PASS if fn is not None else Rule(CAUSE_NON_DIFFERENTIABLE)
@@ -125,12 +124,12 @@ def _custom_gradient_rule(op: tf.Operation) -> Rule:
         return PASS
     key = key.decode() if isinstance(key, bytes) else str(key)
     try:
-        fn = tf_ops.gradient_registry.lookup(key)
+        fn = private.gradient_function(key)
     except LookupError:
         return Rule(CAUSE_NO_GRADIENT)
     if fn is None:
         return Rule(CAUSE_NON_DIFFERENTIABLE)
-    scratch = func_graph_module.FuncGraph("gradscope_custom_gradient")
+    scratch = private.scratch_func_graph("gradscope_custom_gradient")
     scratch.outer_graph = op.graph
     try:
         with scratch.as_default():

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.analysis.flatten import FlatGraph, is_trainable
 from tb_gradscope.scopes import variable_name
 
@@ -85,7 +86,7 @@ def _is_eager(tensor: Any) -> bool:
 
 def handle_of(variable: Any) -> Any:
     """The resource handle (or TF1 ref tensor) behind a tf.Variable or Keras 3 variable."""
-    for candidate in (variable, getattr(variable, "value", None), getattr(variable, "_value", None)):
+    for candidate in (variable, getattr(variable, "value", None), private.keras_inner_variable(variable)):
         if candidate is None:
             continue
         try:
@@ -94,7 +95,7 @@ def handle_of(variable: Any) -> Any:
             handle = None
         if handle is not None:
             return handle
-        ref = getattr(candidate, "_variable", None)
+        ref = private.ref_variable_tensor(candidate)
         if ref is not None:
             return ref
     return None
@@ -162,7 +163,7 @@ def _replica_copies(variable: Any) -> list[Any]:
     Their handles are what a distributed step's graph captures; the variable's
     own `.handle` depends on the replica context it is asked from.
     """
-    for candidate in (variable, getattr(variable, "_value", None)):
+    for candidate in (variable, private.keras_inner_variable(variable)):
         if isinstance(candidate, tf.distribute.DistributedValues):
             return list(candidate.values)
     return []

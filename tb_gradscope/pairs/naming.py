@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope import naming as var_naming
 
 full_name = var_naming.full_name
@@ -64,7 +65,7 @@ def optimizer_variable_keys(optimizers: Sequence[Any]) -> set[int]:
     """
     keys: set[int] = set()
     for opt in optimizers:
-        for v in getattr(opt, "_trainable_variables", None) or ():
+        for v in private.optimizer_built_variables(opt) or ():
             keys.add(variable_key(v))
     return keys
 

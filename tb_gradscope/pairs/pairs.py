@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.pairs import naming
 
@@ -202,7 +203,7 @@ def pair_ema(
     online_root = _common_root([n for _, n in o_items])
     label = name or (f"{root}<-{online_root}" if online_root else root)
     decay = getattr(ema, "decay", None)
-    decay = ema._decay if decay is None else decay  # TF names it only privately
+    decay = private.ema_decay(ema) if decay is None else decay
     decay = tf.get_static_value(tf.convert_to_tensor(decay))
     tau = None if decay is None or float(decay) >= 1.0 else 1.0 - float(decay)
     return _make_pair(label, t_items, o_items, root, online_root, tau, None, by_order=True)

@@ -29,8 +29,8 @@ import os
 from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
-from tensorflow.python.distribute import mirrored_run  # its replica-stop signal: no public API
-from tensorflow.python.ops import resource_variable_ops  # a variable no strategy mirrors
+
+from tb_gradscope import _tf_private as private
 
 Aligned = Mapping[str, Sequence[Any]]  # {loss: gradients aligned with the layout}
 
@@ -98,7 +98,7 @@ def local_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
 
     def plain(next_creator: Any, **args: Any) -> tf.Variable:
         del next_creator  # the strategy's creator would mirror it
-        return resource_variable_ops.ResourceVariable(**args)
+        return private.unmirrored_variable(**args)
 
     with tf.init_scope(), tf.variable_creator_scope(plain):
         value = initial_value() if callable(initial_value) else initial_value
@@ -111,7 +111,7 @@ OnError = Callable[[Exception], None]  # re-raises what must stop training
 def is_coordination(error: BaseException) -> bool:
     """True for the exception MirroredStrategy raises in a replica to stop it
     after another replica failed: it must propagate, never be swallowed."""
-    return isinstance(error, mirrored_run._RequestedStop)  # noqa: SLF001
+    return private.is_replica_stop(error)
 
 
 def once(fn: Callable[..., Any], *args: Any, on_error: OnError) -> Any:

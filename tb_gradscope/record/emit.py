@@ -15,8 +15,8 @@ import weakref
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
 from tb_gradscope.format.records import encode_json
@@ -63,9 +63,9 @@ def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[],
     first = len(graph.get_operations())
     out = tf.cond(record, work, skip)
     for op in graph.get_operations()[first:]:
-        branch = getattr(op, "_true_graph", None)  # set by cond_v2 on its If op
+        branch = private.cond_true_branch(op)
         if op.type in ("If", "StatelessIf") and branch is not None and not _handles_big(branch):
-            op._set_attr("_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False))  # noqa: SLF001
+            private.keep_cond_as_call(op)
     return out
 
 

@@ -26,8 +26,8 @@ import time
 from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.python.ops import gen_summary_ops, summary_ops_v2  # no public API for these
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope import format as fmt
 from tb_gradscope.record.warn import warn_once
 
@@ -190,7 +190,7 @@ class EventFile:
             return False  # already detached: keep the scratch file
         self._detached_records = 0
         with contextlib.suppress(tf.errors.OpError):
-            gen_summary_ops.close_summary_writer(self.writer._resource)  # noqa: SLF001
+            private.close_writer_file(self.writer)
         before = set(_event_files(self.logdir)) if logdir_ok else set()
         opened = False
         if logdir_ok:
@@ -242,15 +242,11 @@ class EventFile:
         )
         info = fmt.make_info(fmt.Kind.EVENTS, "dropped", attrs={"recorder": self.name})
         # Straight to this writer, not through its as_default(): its exit adds a flush.
-        state = summary_ops_v2._summary_state  # noqa: SLF001
-        previous, state.writer = state.writer, self.writer
-        try:
+        with private.default_writer_set(self.writer):
             tf.summary.write(
                 DROPPED_TAG, tf.constant(fmt.encode_blobs(info, [event.to_json()])), step=step,
                 metadata=fmt.create_summary_metadata(info).SerializeToString(),
             )
-        finally:
-            state.writer = previous
         self._unreported.clear()
 
 
@@ -287,10 +283,7 @@ def _size(path: str | None) -> int | None:
 
 def _open_file(writer: Any, logdir: str) -> None:
     """(Re)creates the file writer behind `writer`'s resource: a new event file."""
-    gen_summary_ops.create_summary_file_writer(
-        writer._resource, logdir=logdir, max_queue=_NEVER, flush_millis=_NEVER,  # noqa: SLF001
-        filename_suffix=".v2",
-    )
+    private.open_writer_file(writer, logdir, max_queue=_NEVER, flush_millis=_NEVER, filename_suffix=".v2")
 
 
 def _create_writer(logdir: str, name: str) -> Any:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.record import losses as losses_lib
 from tb_gradscope.record import stats
 from tb_gradscope.record.emit import recorded_only
@@ -31,7 +32,7 @@ def total_gradients(tape: Any, losses: Mapping[str, Any], variables: Sequence[An
         return tape.gradient(list(targets), variables, output_gradients=seeds)
     if len(targets) == 1:
         return tape.gradient(targets[0], variables)
-    recording = getattr(tape, "_recording", False)
+    recording = private.tape_is_recording(tape)
     with contextlib.nullcontext() if recording else tape:
         total = tf.add_n(list(targets))
     return tape.gradient(total, variables)

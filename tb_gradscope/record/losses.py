@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.naming import full_name
 
 
@@ -150,7 +151,7 @@ def check_gradients_call(tape: Any, losses: Mapping[str, Any], variables: Any) -
             "gradients: variables is empty; pass the variables to differentiate, "
             "e.g. model.trainable_variables"
         )
-    if len(losses) > 1 and not getattr(tape, "_persistent", True):
+    if len(losses) > 1 and not private.tape_is_persistent(tape):
         raise ValueError(
             "gradients needs a persistent tape to compute each loss's gradients: "
             "use `with rec.tape() as tape:` or tf.GradientTape(persistent=True)"

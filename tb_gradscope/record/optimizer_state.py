@@ -22,9 +22,9 @@ def build_outside_trace(optimizer: Any, variables: Sequence[Any]) -> None:
         return
     if not type(optimizer).__module__.startswith("keras.") or not hasattr(optimizer, "build"):
         return  # tf_keras and other optimizers build their state their own way
-    from keras.src import backend  # only here: Keras 3 is there, its optimizer is in hand
+    import keras  # only here: Keras 3 is there, its optimizer is in hand
 
     with tf.init_scope():
-        with backend.name_scope(optimizer.name, caller=optimizer):
+        with keras.name_scope(optimizer.name, caller=optimizer):  # keras.src.backend.name_scope itself
             optimizer.build(list(variables))
         optimizer.built = True

@@ -19,7 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # XLA context: no public API
+
+from tb_gradscope import _tf_private as private
 
 # Tensors with at least this many elements are reduced one by one.
 BIG = 1 << 16
@@ -61,7 +62,7 @@ def in_xla() -> bool:
     """True while tracing inside an XLA-compiled function (jit_compile=True)."""
     if tf.executing_eagerly():
         return False
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    return private.in_xla_context(tf.compat.v1.get_default_graph())
 
 
 class TensorGroup:

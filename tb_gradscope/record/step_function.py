@@ -68,8 +68,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
-from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.record.warn import warn_once
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ class Variants:
             mode = self._modes.get(graph)
             if mode is not None:
                 return mode
-            if not isinstance(graph, ControlFlowFuncGraph):
+            if not private.is_control_flow_graph(graph):
                 return None
             graph = getattr(graph, "outer_graph", None)
         return None
@@ -283,11 +283,10 @@ class StepFunction:
         # (the FlowGraph shows them); no __wrapped__, through which TF would
         # count the variants' traces as retraces of one function.
         functools.update_wrapper(variant, fn)
-        del variant.__wrapped__
         variant.__signature__ = inspect.signature(fn)
         variant.__name__ = f"{getattr(fn, '__name__', 'step')}_{mode}"
         # TF counts retraces per code object: one of its own per variant.
-        variant.__code__ = variant.__code__.replace(co_name=variant.__name__)
+        private.count_traces_apart(variant)
         return variant
 
     def _learn(self, mode: str, trace: Trace) -> None:

@@ -31,9 +31,8 @@ import itertools
 from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
-from tensorflow.python.framework import config as tf_config  # no public API for these
-from tensorflow.python.ops import summary_ops_v2
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.record import distribute
 from tb_gradscope.record.event_file import EventFile
 
@@ -113,14 +112,10 @@ class SummarySink:
         if self._writer is not None:
             # Not writer.as_default(): its exit adds a flush op to the traced
             # step, which raises inside the step when the disk is full.
-            state = summary_ops_v2._summary_state  # noqa: SLF001
-            previous, state.writer = state.writer, self._writer
-            try:
+            with private.default_writer_set(self._writer):
                 yield
-            finally:
-                state.writer = previous
             return
-        if not summary_ops_v2.has_default_writer():
+        if not private.has_default_writer():
             raise NoWriterError(
                 f"Recorder '{self.name}' has no summary writer: pass "
                 "Recorder(logdir=...) or run the step inside "
@@ -147,7 +142,7 @@ class SummarySink:
             return _compute_only(value, record)
         with self.as_default():
             # Per writer: a user who switches default writers starts a new file.
-            key = f"{_writer_token(summary_ops_v2._summary_state.writer)}:{tag}"  # noqa: SLF001
+            key = f"{_writer_token(private.default_writer())}:{tag}"
             first = tf.logical_not(tf.reduce_any(tf.equal(self._written, key)))
             condition = tf.logical_and(record, first) if once else record
             with tf.summary.record_if(condition):
@@ -237,7 +232,7 @@ class SummarySink:
         if tf.executing_eagerly():
             return self._write_compiled(items)
         with self.as_default():
-            token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
+            token = _writer_token(private.default_writer())
             keys = tf.constant([f"{token}:{tag}" for tag, *_ in items])
             seen = self._written.read_value()
             # Every record's test at once (a handful of ops, not four per record):
@@ -262,7 +257,7 @@ class SummarySink:
         set of records (written op by op it is ~40 eager ops, ~6 ms of CPU);
         the host counts its records after the call, as for `batched`."""
         with self.as_default():
-            token = _writer_token(summary_ops_v2._summary_state.writer)  # noqa: SLF001
+            token = _writer_token(private.default_writer())
         key = (token, tuple((tag, metadata, once) for tag, metadata, _, once, _ in items))
         write = self._compiled.get(key)
         if write is None:
@@ -297,7 +292,7 @@ class SummarySink:
         first = step if first is None else tf.cast(first, tf.int64)
         queued = self._unticked.assign_add(records)
         self._first_step.assign(tf.where(tf.equal(queued, records), first, self._first_step))
-        if tf_config.is_op_determinism_enabled():
+        if private.op_determinism_enabled():
             return self._host_tick_op(step)
         due = tf.logical_or(tf.timestamp() >= self._tick_after, queued >= FLUSH_RECORDS)
         return tf.cond(due, lambda: self._host_tick_op(step), lambda: tf.constant(True))
@@ -307,11 +302,11 @@ class SummarySink:
         # other writes to it (automatic control dependencies on resources).
         wait = tf.py_function(
             self._host_tick,
-            [self._writer._resource, self._unticked.read_value(), self._first_step.read_value(), step],  # noqa: SLF001
+            [private.writer_resource(self._writer), self._unticked.read_value(), self._first_step.read_value(), step],
             tf.float64,
         )
         self._unticked.assign(0)
-        if not tf_config.is_op_determinism_enabled():
+        if not private.op_determinism_enabled():
             self._tick_after.assign(tf.timestamp() + wait)
         return tf.constant(True)
 
@@ -334,7 +329,7 @@ class SummarySink:
         they are held, as at a recorded step)."""
         if self._file is not None:
             self._file.flush()
-        elif self.chief and summary_ops_v2.has_default_writer():
+        elif self.chief and private.has_default_writer():
             tf.summary.flush()
 
     def close(self) -> None:

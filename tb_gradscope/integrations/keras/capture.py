@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from tb_gradscope.integrations.keras import _keras_private as private
+from tb_gradscope import _tf_private as private
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ class _Capturing:
 _current = threading.local()  # .captured: the Captured of the step this thread traces
 
 # Keras 3 keeps its per-output loss functions in its CompileLoss, tf_keras in its
-# LossesContainer; both are private (`_keras_private.py`).
+# LossesContainer; both are private (`tb_gradscope/_tf_private.py`).
 _KERAS3, _LEGACY = "keras3", "legacy"
 _STATE = "_gradscope_capture"  # the container's install state, while any capture is open
 

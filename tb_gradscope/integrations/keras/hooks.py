@@ -12,7 +12,7 @@ import itertools
 from typing import Any, Collection, Sequence
 
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
-from tb_gradscope.integrations.keras import _keras_private as private
+from tb_gradscope import _tf_private as private
 from tb_gradscope.integrations.keras.custom import overrides_train_step
 from tb_gradscope.integrations.keras.functions import TrainFunctions
 from tb_gradscope.integrations.keras.records import KerasRecords

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tb_gradscope.integrations.tf1.ops_private import (
+from tb_gradscope._tf_private import (
     in_control_flow,
     is_ref_dtype,
     update_input,

@@ -26,9 +26,9 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
+from tb_gradscope._tf_private import in_control_flow as _in_control_flow
+from tb_gradscope._tf_private import is_ref_dtype
 from tb_gradscope.integrations.tf1.graph import apply_ops, variable_op
-from tb_gradscope.integrations.tf1.ops_private import in_control_flow as _in_control_flow
-from tb_gradscope.integrations.tf1.ops_private import is_ref_dtype
 
 _GRADIENT_ARGS = ("grad", "delta")  # the gradient input of dense apply ops
 # Attributes that say where an op runs or how it is ordered, not what it computes:

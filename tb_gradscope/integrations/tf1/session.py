@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.client import session as tf_session  # SessionInterface: no public alias
 
+from tb_gradscope import _tf_private as private
 from tb_gradscope.integrations.tf1.graph import replace_ops
 from tb_gradscope.rules.policy import FlowRuleViolation
 
 
-class RecordingSession(tf_session.SessionInterface):
+class RecordingSession(private.SessionInterface):
     """A session whose `run()` also records gradient flow; see GraphRecorder.wrap.
 
     It is a `SessionInterface`, so `Saver.save(sess, ...)` accepts it. Only
