@@ -9,7 +9,7 @@ SCRATCH ?= scratch
 PORT    ?= 6006
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: setup browser demo demo-train demo-logs test test-fast test-compat soak bench bench-quick frontend check-bundle clean
+.PHONY: setup browser demo demo-train demo-logs lint test test-fast test-compat soak bench bench-quick frontend check-bundle clean
 
 # pip (26) shows the build backend's warnings; setuptools adds an
 # "Editable installation" notice to every editable install, which says nothing
@@ -48,6 +48,11 @@ demo-logs: setup
 # session fixture (tests/conftest.py SHARED_UNITS), runs whole on one of them.
 # `make test XDIST=` runs the suite in one process.
 XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
+
+# ruff's lint and format check (settings in pyproject.toml); CI runs it first.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: setup browser
 	$(PY) -m pytest tests $(XDIST) --durations=15

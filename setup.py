@@ -35,6 +35,9 @@ setuptools.setup(
             # Legacy Keras 2 for the tf_keras / tf.compat.v1.layers tests; its
             # version tracks tensorflow's.
             "tf-keras~=2.21",
+            # Lint and format (pyproject.toml); pinned: a formatter's output
+            # changes between releases.
+            "ruff==0.17.6",
         ],
         "gym": ["gymnasium"],
     },
