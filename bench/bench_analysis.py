@@ -31,7 +31,9 @@ WIDTH = 8
 def mlp_step(layers: int):
     """A training step of `layers` dense layers; returns (tf.function factory, scopes)."""
     rng = np.random.default_rng(0)
-    kernels = [tf.Variable(rng.normal(size=(WIDTH, WIDTH)).astype("float32") * 0.3) for _ in range(layers)]
+    kernels = [
+        tf.Variable(rng.normal(size=(WIDTH, WIDTH)).astype("float32") * 0.3) for _ in range(layers)
+    ]
     biases = [tf.Variable(np.zeros(WIDTH, "float32")) for _ in range(layers)]
     variables = kernels + biases
     scopes = [(v, f"net/block_{i // 10}/layer_{i}") for i, v in enumerate(kernels)]
@@ -62,8 +64,12 @@ def resnet_step():
 
     def step(x, y):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x, training=True)))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            loss = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
+            )
+        opt.apply_gradients(
+            zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        )
         return {"loss": loss}
 
     scopes = [(v, v.path.rpartition("/")[0] or v.path) for v in model.variables]

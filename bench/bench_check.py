@@ -17,10 +17,10 @@ import tempfile
 import time
 
 import numpy as np
+from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider as mux_provider
 from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard import context as tb_context
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
@@ -35,8 +35,12 @@ LOSSES = ("td", "aux", "entropy", "reward")
 RULES = [
     rules_lib.parse_rule(r)
     for r in (
-        "never(td, net7/*)", "never(aux, net6)", "only(entropy, [net0/*, net1/*])",
-        "blocked(reward, net5/*)", "never(*, net4/layer3)", "only(td, [net0/*, net1/*, net2/*])",
+        "never(td, net7/*)",
+        "never(aux, net6)",
+        "only(entropy, [net0/*, net1/*])",
+        "blocked(reward, net5/*)",
+        "never(*, net4/layer3)",
+        "only(td, [net0/*, net1/*, net2/*])",
     )
 ]
 
@@ -45,8 +49,13 @@ _FLOWING = np.array([s.startswith(("net0", "net1")) for s in SCOPES])
 
 
 def _flowgraph() -> fmt.FlowGraph:
-    cells = {loss: {s: fmt.UPDATES if s.startswith(("net0", "net1")) else fmt.BLOCKED for s in SCOPES} for loss in LOSSES}
-    return fmt.FlowGraph(losses=[fmt.LossInfo(loss) for loss in LOSSES], scopes=list(SCOPES), cells=cells)
+    cells = {
+        loss: {s: fmt.UPDATES if s.startswith(("net0", "net1")) else fmt.BLOCKED for s in SCOPES}
+        for loss in LOSSES
+    }
+    return fmt.FlowGraph(
+        losses=[fmt.LossInfo(loss) for loss in LOSSES], scopes=list(SCOPES), cells=cells
+    )
 
 
 def write_logdir(root: str, steps: int, leaky: bool) -> None:
@@ -82,12 +91,17 @@ def check(root: str) -> int:
 
 
 def bare_ingestion(root: str) -> int:
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={fmt.PLUGIN_NAME: 0})
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
+    )
     multiplexer.AddRunsFromDirectory(root)
     multiplexer.Reload()
     provider = mux_provider.MultiplexerDataProvider(multiplexer, root)
     data = provider.read_tensors(
-        tb_context.RequestContext(), experiment_id="", plugin_name=fmt.PLUGIN_NAME, downsample=2**31 - 1
+        tb_context.RequestContext(),
+        experiment_id="",
+        plugin_name=fmt.PLUGIN_NAME,
+        downsample=2**31 - 1,
     )
     return sum(len(series) for tags in data.values() for series in tags.values())
 
@@ -101,7 +115,11 @@ def main() -> None:
         write_logdir(leaky, steps, leaky=True)
         found = {"clean": check(clean), "leaky": check(leaky)}
         medians = harness.interleaved_medians(
-            {"clean": lambda: check(clean), "leaky": lambda: check(leaky), "ingestion": lambda: bare_ingestion(clean)},
+            {
+                "clean": lambda: check(clean),
+                "leaky": lambda: check(leaky),
+                "ingestion": lambda: bare_ingestion(clean),
+            },
             repetitions,
         )
     harness.report("check_steps", steps)

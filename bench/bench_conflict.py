@@ -90,8 +90,10 @@ def main() -> None:
     keras.utils.set_random_seed(0)
     model = three_head_model()
     rng = np.random.default_rng(0)
-    batch = (tf.constant(rng.normal(size=(128, 256)).astype(np.float32)),
-             tf.constant(rng.normal(size=(128, 8)).astype(np.float32)))
+    batch = (
+        tf.constant(rng.normal(size=(128, 256)).astype(np.float32)),
+        tf.constant(rng.normal(size=(128, 8)).astype(np.float32)),
+    )
     candidates = {"plain": plain_step(model)}
     recorders = []
     with tempfile.TemporaryDirectory() as logdir:
@@ -113,7 +115,9 @@ def main() -> None:
         with_c, without = cpu[f"{label}_conflict"], cpu[f"{label}_no_conflict"]
         report(f"{label}_no_conflict_cpu_ms_per_step", 1000 * without / steps)
         report(f"{label}_conflict_cpu_ms_per_step", 1000 * with_c / steps)
-        report(f"{label}_conflict_wall_ratio", wall[f"{label}_conflict"] / wall[f"{label}_no_conflict"])
+        report(
+            f"{label}_conflict_wall_ratio", wall[f"{label}_conflict"] / wall[f"{label}_no_conflict"]
+        )
         ratios[label] = with_c / without
     report("conflict_overhead_every_step_ratio", ratios["every_step"])
     report("conflict_overhead_default_ratio", ratios["default"])

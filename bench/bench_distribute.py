@@ -72,8 +72,10 @@ def make_step(strategy: tf.distribute.Strategy, kind: str, logdir: str):
 
     def loss_of(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         start = tf.distribute.get_replica_context().replica_id_in_sync_group * share
-        logits = model(x[start:start + share])
-        ce = keras.losses.sparse_categorical_crossentropy(y[start:start + share], logits, from_logits=True)
+        logits = model(x[start : start + share])
+        ce = keras.losses.sparse_categorical_crossentropy(
+            y[start : start + share], logits, from_logits=True
+        )
         return tf.reduce_sum(ce) / GLOBAL_BATCH
 
     def replica(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
@@ -98,7 +100,9 @@ def make_step(strategy: tf.distribute.Strategy, kind: str, logdir: str):
 
     @tf.function
     def step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica, args=(x, y)), axis=None)
+        return strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(replica, args=(x, y)), axis=None
+        )
 
     return step, recorder
 
@@ -118,8 +122,13 @@ def main() -> None:
     )
     report("load_average_1m", os.getloadavg()[0])
     with tempfile.TemporaryDirectory() as logdir:
-        made = {kind: make_step(strategy, kind, os.path.join(logdir, kind)) for kind in ("baseline", "reduction", "every_step", "default")}
-        wall, cpu = step_medians({kind: step for kind, (step, _) in made.items()}, batch, steps, repetitions)
+        made = {
+            kind: make_step(strategy, kind, os.path.join(logdir, kind))
+            for kind in ("baseline", "reduction", "every_step", "default")
+        }
+        wall, cpu = step_medians(
+            {kind: step for kind, (step, _) in made.items()}, batch, steps, repetitions
+        )
         for _, recorder in made.values():
             if recorder is not None:
                 recorder.close()

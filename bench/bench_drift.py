@@ -75,8 +75,6 @@ def _loop(sizes: tuple[int, ...], batch: int, logdir: str | None, every: int, st
     return run, sum(int(np.prod(v.shape)) for v in online.weights)
 
 
-
-
 def _measure(prefix: str, steps: int, repetitions: int, root: str) -> dict[str, float]:
     sizes, batch = SHAPES[prefix]
     baseline, params = _loop(sizes, batch, None, 10, steps)

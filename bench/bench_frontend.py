@@ -56,7 +56,9 @@ def record(logdir: pathlib.Path, steps: int) -> None:
     from tb_gradscope.demos import spec as demo_spec
 
     run_dir = logdir / DQN_RUN
-    demo_spec.load_demo("dqn").train(demo_spec.RunSpec(twin="clean", run_dir=str(run_dir), steps=steps))
+    demo_spec.load_demo("dqn").train(
+        demo_spec.RunSpec(twin="clean", run_dir=str(run_dir), steps=steps)
+    )
     writer = tf.summary.create_file_writer(str(run_dir), filename_suffix=".scalars")
     with writer.as_default():
         for step in range(steps):
@@ -78,7 +80,9 @@ def gradscope_first_render(browser, url: str) -> None:
     try:
         frame = None
         while frame is None:
-            frame = next((f for f in page.frames if "plugin_entry.html?name=gradscope" in f.url), None)
+            frame = next(
+                (f for f in page.frames if "plugin_entry.html?name=gradscope" in f.url), None
+            )
             if frame is None:
                 page.wait_for_timeout(5)
         frame.wait_for_selector("#gs-matrix tbody tr .gs-cell", timeout=60_000)
@@ -105,7 +109,9 @@ def in_page_medians(browser, url: str, repetitions: int, steps: list[int]) -> tu
         page.wait_for_selector('#gs-graph-svg[data-depth="1"]')
         graph = [page.evaluate(GRAPH_UNFOLD_MS) for _ in range(repetitions)]
         page.select_option("#gs-run", value=DQN_RUN)
-        page.wait_for_function("run => document.querySelector('#gs-matrix')?.dataset.run === run", arg=DQN_RUN)
+        page.wait_for_function(
+            "run => document.querySelector('#gs-matrix')?.dataset.run === run", arg=DQN_RUN
+        )
         page.wait_for_selector("#gs-graph-svg")
         slider = []
         for i in range(2 * repetitions):
@@ -136,7 +142,9 @@ def main() -> None:
             from playwright.sync_api import sync_playwright
 
             with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=ff.CHROMIUM, headless=True, args=ff.CHROMIUM_ARGS)
+                browser = playwright.chromium.launch(
+                    executable_path=ff.CHROMIUM, headless=True, args=ff.CHROMIUM_ARGS
+                )
                 try:
                     graph_ms, slider_ms = in_page_medians(browser, tensorboard.url, page_reps, kept)
                     medians = harness.interleaved_medians(

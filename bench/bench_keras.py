@@ -23,7 +23,7 @@ Headline (last line): gradscope_default_cpu_ratio (gradscope / plain).
 from __future__ import annotations
 
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -65,8 +65,6 @@ def _fit(width: int, batches: int, batch: int, callbacks: list) -> Callable[[], 
     return run
 
 
-
-
 def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
     tf_steps.single_thread()
@@ -91,7 +89,9 @@ def main() -> None:
         harness.report(f"{name}_wall_ratio", wall[name] / wall["plain"])
     harness.report("gradscope_every1_cpu_ratio", cpu["gradscope_every1"] / cpu["plain"])
     harness.report("tensorboard_hist1_cpu_ratio", cpu["tensorboard"] / cpu["plain"])
-    harness.report("gradscope_vs_tensorboard_hist1_cpu_ratio", cpu["gradscope"] / cpu["tensorboard"])
+    harness.report(
+        "gradscope_vs_tensorboard_hist1_cpu_ratio", cpu["gradscope"] / cpu["tensorboard"]
+    )
     harness.report("gradscope_default_cpu_ratio", cpu["gradscope"] / cpu["plain"])
 
 

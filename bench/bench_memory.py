@@ -46,15 +46,25 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.tf_steps import single_thread  # noqa: E402
 from bench.bench_scaling import make_losses, make_variables  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
+from bench.tf_steps import single_thread  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-_TF_TYPES = (tf.Variable, tf.Tensor, tf.Graph, tf.Operation, tf.Module, keras.layers.Layer,
-             tf.types.experimental.GenericFunction, types.FunctionType, types.MethodType,
-             types.ModuleType, type)
+_TF_TYPES = (
+    tf.Variable,
+    tf.Tensor,
+    tf.Graph,
+    tf.Operation,
+    tf.Module,
+    keras.layers.Layer,
+    tf.types.experimental.GenericFunction,
+    types.FunctionType,
+    types.MethodType,
+    types.ModuleType,
+    type,
+)
 
 
 def python_bytes(root) -> int:
@@ -175,10 +185,18 @@ def transient(width: int, repetitions: int):
     extras = {True: [], False: []}
     params = None
     for rep in range(repetitions):
-        for recorded in ((True, False) if rep % 2 == 0 else (False, True)):
-            env = dict(os.environ, BENCH_MEMORY_CHILD=f"{width},{int(recorded)}", TF_CPP_MIN_LOG_LEVEL="3")
-            out = subprocess.run([sys.executable, "-m", "bench.bench_memory"], env=env, cwd=ROOT,
-                                 capture_output=True, text=True, check=True).stdout
+        for recorded in (True, False) if rep % 2 == 0 else (False, True):
+            env = dict(
+                os.environ, BENCH_MEMORY_CHILD=f"{width},{int(recorded)}", TF_CPP_MIN_LOG_LEVEL="3"
+            )
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.bench_memory"],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             values = dict(line.split(": ") for line in out.splitlines() if ": " in line)
             extras[recorded].append(int(values["peak_extra_bytes"]))
             params = int(values["params"])
@@ -199,8 +217,10 @@ def main() -> None:
     var_counts = (50, 200, 500) if args.quick else (100, 1000, 3000)
     widths = (1024, 2048) if args.quick else (512, 1024, 2048, 3072)
     found = [transient(width, 1 if args.quick else 3) for width in widths]
-    report("transient_rss_extra_per_param_bytes",
-           float(np.polyfit([p for p, _ in found], [e for _, e in found], 1)[0]))
+    report(
+        "transient_rss_extra_per_param_bytes",
+        float(np.polyfit([p for p, _ in found], [e for _, e in found], 1)[0]),
+    )
     with tempfile.TemporaryDirectory() as logdir:
         points = [persistent(n, logdir) for n in var_counts]
     scopes = [s for s, _ in points]

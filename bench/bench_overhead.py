@@ -70,16 +70,18 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.harness import median_ratio, parse_args, report, rotated_samples, step_loop  # noqa: E402
 from bench import peers, user_steps  # noqa: E402
+from bench.harness import median_ratio, parse_args, report, rotated_samples, step_loop  # noqa: E402
 from bench.tf_steps import baseline_step, built_optimizer, recorded_step, single_thread  # noqa: E402
+from tb_gradscope.demos import common, dqn  # noqa: E402
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS  # noqa: E402
+
 # record before demos: importing tb_gradscope.demos.dqn first hits a circular
 # import (demos -> pairs -> record -> pairs.detect) in the library.
 from tb_gradscope.record import Recorder  # noqa: E402, I001
-from tb_gradscope.demos import common, dqn  # noqa: E402
-from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS  # noqa: E402
 from tb_gradscope.record.stats import GRAD_COLUMNS, UPDATE_COLUMNS  # noqa: E402
 
+N_GRAD_COLUMNS = len(GRAD_COLUMNS)
 DEFAULT_EVERY = 10  # Recorder's default every_n_steps
 AUX_WEIGHT = 1e-3
 
@@ -205,7 +207,7 @@ def hand_step(variables, losses, logdir, kind):
 # ----- measuring
 
 
-def recorded_values(rec, n_losses, grad_columns=len(GRAD_COLUMNS)):
+def recorded_values(rec, n_losses, grad_columns=N_GRAD_COLUMNS):
     """Values one recorded step writes: per (loss, scope) grad stats + per scope updates."""
     scopes = len(rec.layout.layout.scopes)
     return scopes * (n_losses * grad_columns + len(UPDATE_COLUMNS))
@@ -215,21 +217,30 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
     """Reports each candidate's ratio for one model (`only`: a subset); returns the CPU ratios."""
     variables, models, losses, batch = setup()
     variables2, models2, losses2, batch2 = setup(two_losses=True)
+
     def path(label):
         return os.path.join(logdir, f"{prefix}_{label}")
+
     steps_of = {"baseline": baseline_step(variables, losses)}
     closers, recorders = [], {}
+
     def lean(*a):
         return recorded_step(*a, grad_columns=())
-    for label, maker, every in (("every_step", recorded_step, 1), ("default", recorded_step, DEFAULT_EVERY),
-                                ("every_step_lean", lean, 1), ("way1_every", way1_step, 1)):
+
+    for label, maker, every in (
+        ("every_step", recorded_step, 1),
+        ("default", recorded_step, DEFAULT_EVERY),
+        ("every_step_lean", lean, 1),
+        ("way1_every", way1_step, 1),
+    ):
         steps_of[label], recorders[label] = maker(variables, models, losses, every, path(label))
     for kind in ("scalar", "hist"):
         steps_of[f"hand_{kind}"], writer = hand_step(variables, losses, path(kind), kind)
         closers.append(writer)
     steps_of["baseline2"] = baseline_step(variables2, losses2)
-    steps_of["attrib"], recorders["attrib"] = recorded_step(variables2, models2, losses2, DEFAULT_EVERY,
-                                                        path("attrib"))
+    steps_of["attrib"], recorders["attrib"] = recorded_step(
+        variables2, models2, losses2, DEFAULT_EVERY, path("attrib")
+    )
     if only is not None:
         steps_of = {k: v for k, v in steps_of.items() if k in only or k == "baseline"}
     runs = {}
@@ -240,11 +251,19 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         runs[label]()  # trace and warm up
         report(f"{prefix}_{label}_trace_s", time.perf_counter() - start)
     wall, cpu = rotated_samples(runs, repetitions)
-    values = {label: recorded_values(rec, 2 if label == "attrib" else 1,
-                                     len(GRAD_COLUMNS) - (len(OPTIONAL_GRAD_COLUMNS) if label == "every_step_lean" else 0))
-              for label, rec in recorders.items() if label in steps_of}
+    values = {
+        label: recorded_values(
+            rec,
+            2 if label == "attrib" else 1,
+            len(GRAD_COLUMNS) - (len(OPTIONAL_GRAD_COLUMNS) if label == "every_step_lean" else 0),
+        )
+        for label, rec in recorders.items()
+        if label in steps_of
+    }
     values["hand_scalar"] = len(variables)
-    values["hand_hist"] = sum(int(np.prod(v.shape)) for v in variables)  # bucketed, but one sample per element
+    values["hand_hist"] = sum(
+        int(np.prod(v.shape)) for v in variables
+    )  # bucketed, but one sample per element
     values = {k: v for k, v in values.items() if k in steps_of}
     for rec in recorders.values():
         rec.close()
@@ -264,8 +283,12 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
         report(f"{prefix}_{label}_cpu_ratio", ratios[label])
         if label in values:
             report(f"{prefix}_{label}_values_per_recorded_step", values[label])
-    if {"every_step", "hand_scalar"} <= set(steps_of):  # every step: ours / the per-variable scalar logger's
-        report(f"{prefix}_every_step_vs_hand_scalar", median_ratio(cpu, "every_step", "hand_scalar"))
+    if {"every_step", "hand_scalar"} <= set(
+        steps_of
+    ):  # every step: ours / the per-variable scalar logger's
+        report(
+            f"{prefix}_every_step_vs_hand_scalar", median_ratio(cpu, "every_step", "hand_scalar")
+        )
     return ratios
 
 
@@ -319,14 +342,21 @@ def main() -> None:
     # holds the same share of recorded steps.
     # --quick traces only what the headlines need (tracing dominates a short run).
     if args.quick:
-        plan = (("mlp1m", mlp1m_setup, 10, 5, {"every_step", "every_step_lean", "hand_scalar"}),
-                ("dqn", dqn_setup, 20, 7, {"every_step", "default", "hand_scalar"}))
+        plan = (
+            ("mlp1m", mlp1m_setup, 10, 5, {"every_step", "every_step_lean", "hand_scalar"}),
+            ("dqn", dqn_setup, 20, 7, {"every_step", "default", "hand_scalar"}),
+        )
     else:
-        plan = (("mlp1m", mlp1m_setup, 10, 21, None), ("cnn", cnn_setup, 20, 21, None),
-                ("dqn", dqn_setup, 50, 31, None))
+        plan = (
+            ("mlp1m", mlp1m_setup, 10, 21, None),
+            ("cnn", cnn_setup, 20, 21, None),
+            ("dqn", dqn_setup, 50, 31, None),
+        )
     with tempfile.TemporaryDirectory() as logdir:
-        found = {prefix: measure(prefix, setup, steps, reps, logdir, only)
-                 for prefix, setup, steps, reps, only in plan}
+        found = {
+            prefix: measure(prefix, setup, steps, reps, logdir, only)
+            for prefix, setup, steps, reps, only in plan
+        }
         users, vs_hand = measure_users(logdir, args.quick)
     report("load_average_1m_end", os.getloadavg()[0])
     if "attrib" in found["dqn"]:
@@ -334,8 +364,13 @@ def main() -> None:
     report("mlp1m_every_step_ratio", found["mlp1m"]["every_step"])
     report("mlp1m_every_step_lean_ratio", found["mlp1m"]["every_step_lean"])
     report("dqn_bare_default_ratio", found["dqn"]["default"])
-    worst = lambda label: max(r[label] for _, r in users.values() if label in r)  # noqa: E731
-    report("overhead_rare_worst", worst("rec_function_rare"))  # README and DDPG at every_n_steps=1000
+
+    def worst(label):
+        return max(r[label] for _, r in users.values() if label in r)
+
+    report(
+        "overhead_rare_worst", worst("rec_function_rare")
+    )  # README and DDPG at every_n_steps=1000
     report("overhead_default_tf_function_worst", worst("tf_function"))
     report("overhead_every_step_ratio", found["dqn"]["every_step"])
     report("overhead_default_ratio", max(r[user_steps.OURS[kind]] for kind, r in users.values()))

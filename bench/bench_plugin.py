@@ -88,27 +88,45 @@ def write_events_run(root: str, steps: int = EVENTS_STEPS, scopes: list[str] = S
 
     infos = [fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes) for loss in LOSSES[:2]]
     events = fmt.make_info(fmt.Kind.EVENTS, "step")
-    writer = tf.summary.create_file_writer(os.path.join(root, EVENTS_RUN), max_queue=100_000, flush_millis=600_000)
+    writer = tf.summary.create_file_writer(
+        os.path.join(root, EVENTS_RUN), max_queue=100_000, flush_millis=600_000
+    )
     scalar_meta = pf.scalar_metadata.create_summary_metadata("", "").SerializeToString()
 
     def documents(step):
         text = tf.strings.as_string(step)
-        return tf.stack([
-            tf.strings.join([
-                '{"evidence": {"l2": 0.5}, "loss": "td", "message": "loss \'td\' reaches scope \'',
-                scopes[i], '\' at step ', text, '", "name": "never(td, target/*)", "pair": "", "scope": "',
-                scopes[i], '", "step": ', text, ', "type": "violation"}',
-            ])
-            for i in range(EVENTS_PER_STEP)
-        ])
+        return tf.stack(
+            [
+                tf.strings.join(
+                    [
+                        '{"evidence": {"l2": 0.5}, "loss": "td", "message": "loss \'td\' reaches scope \'',
+                        scopes[i],
+                        "' at step ",
+                        text,
+                        '", "name": "never(td, target/*)", "pair": "", "scope": "',
+                        scopes[i],
+                        '", "step": ',
+                        text,
+                        ', "type": "violation"}',
+                    ]
+                )
+                for i in range(EVENTS_PER_STEP)
+            ]
+        )
 
     def write_step(step, metadata: bool):
         for k, info in enumerate(infos):
             meta = fmt.create_summary_metadata(info).SerializeToString() if metadata else b""
-            table = tf.random.stateless_uniform([len(scopes), len(info.columns)], seed=tf.stack([step, k]))
-            tf.summary.write(fmt.tag_for(info.kind, info.name), table + 0.5, step=step, metadata=meta)
+            table = tf.random.stateless_uniform(
+                [len(scopes), len(info.columns)], seed=tf.stack([step, k])
+            )
+            tf.summary.write(
+                fmt.tag_for(info.kind, info.name), table + 0.5, step=step, metadata=meta
+            )
         meta = fmt.create_summary_metadata(events).SerializeToString() if metadata else b""
-        tf.summary.write(fmt.tag_for(events.kind, events.name), documents(step), step=step, metadata=meta)
+        tf.summary.write(
+            fmt.tag_for(events.kind, events.name), documents(step), step=step, metadata=meta
+        )
         tf.summary.write(SCALAR_TAG, tf.cast(step, tf.float32), step=step, metadata=scalar_meta)
 
     @tf.function
@@ -168,17 +186,35 @@ def measure(
 ) -> dict[str, float]:
     """Interleaved timings of the three routes on one run of one TensorBoard process."""
     scalars = "data/plugin/scalars/scalars?" + urlencode({"run": run, "tag": SCALAR_TAG})
-    series = API + "series?" + urlencode(
-        {"run": run, "kind": "grad_stats", "name": "aux", "scope": SCOPES[9], "stat": "l2",
-         "points": SERIES_POINTS}
+    series = (
+        API
+        + "series?"
+        + urlencode(
+            {
+                "run": run,
+                "kind": "grad_stats",
+                "name": "aux",
+                "scope": SCOPES[9],
+                "stat": "l2",
+                "points": SERIES_POINTS,
+            }
+        )
     )
     probe = [kept[(i * 7919) % len(kept)] for i in range(repetitions)]
-    matrices = itertools.cycle([API + "matrix?" + urlencode({"run": run, "step": step}) for step in probe])
+    matrices = itertools.cycle(
+        [API + "matrix?" + urlencode({"run": run, "step": step}) for step in probe]
+    )
     # The first calls warm the plugin's cache and tell what each route returns.
-    scalars_body, series_body, matrix_body = fetch(server, scalars), fetch(server, series), fetch(server, next(matrices))
+    scalars_body, series_body, matrix_body = (
+        fetch(server, scalars),
+        fetch(server, series),
+        fetch(server, next(matrices)),
+    )
     scalars_points = len(json.loads(scalars_body))
     if scalars_points < min(steps, SERIES_POINTS):
-        raise RuntimeError(f"the scalars baseline has {scalars_points} points: {scalars_body[:200]!r}")
+        raise RuntimeError(
+            f"the scalars baseline has {scalars_points} points: {scalars_body[:200]!r}"
+        )
     samples = harness.interleaved_samples(
         {
             "matrix": lambda: fetch(server, next(matrices)),
@@ -204,7 +240,9 @@ def measure(
     return figures
 
 
-def measure_backends(root: str, sizes: tuple[int, ...], repetitions: int) -> dict[str, dict[str, float]]:
+def measure_backends(
+    root: str, sizes: tuple[int, ...], repetitions: int
+) -> dict[str, dict[str, float]]:
     """{"<backend>_<size>": figures} from one TensorBoard process per backend."""
     # Both processes start together (each takes seconds to import); they are
     # measured one after the other. No reloads: the logs are complete, and a
@@ -228,16 +266,26 @@ def measure_backends(root: str, sizes: tuple[int, ...], repetitions: int) -> dic
             results = {}
             for backend, server in servers.items():
                 seconds, body = first_open(server, EVENTS_RUN)
-                if len(body["steps"]) != EVENTS_STEPS or body["event_count"] < EVENTS_STEPS * EVENTS_PER_STEP:
-                    raise RuntimeError(f"{backend}: {EVENTS_RUN} opened with {len(body['steps'])} steps, "
-                                       f"{body['event_count']} events: {body['warnings'][:3]}")
-                results[f"{backend}_{EVENTS_RUN}"] = {"first_run_s": seconds, "events": body["event_count"]}
-            results.update({
-                f"{backend}_{label(steps)}": measure(
-                    servers[backend], label(steps), kept[backend, steps], steps, repetitions
-                )
-                for backend, steps in kept
-            })
+                if (
+                    len(body["steps"]) != EVENTS_STEPS
+                    or body["event_count"] < EVENTS_STEPS * EVENTS_PER_STEP
+                ):
+                    raise RuntimeError(
+                        f"{backend}: {EVENTS_RUN} opened with {len(body['steps'])} steps, "
+                        f"{body['event_count']} events: {body['warnings'][:3]}"
+                    )
+                results[f"{backend}_{EVENTS_RUN}"] = {
+                    "first_run_s": seconds,
+                    "events": body["event_count"],
+                }
+            results.update(
+                {
+                    f"{backend}_{label(steps)}": measure(
+                        servers[backend], label(steps), kept[backend, steps], steps, repetitions
+                    )
+                    for backend, steps in kept
+                }
+            )
             return results
         finally:
             list(pool.map(lambda server: server.stop(), servers.values()))

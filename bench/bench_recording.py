@@ -95,7 +95,11 @@ def measure(prefix, setup, steps, repetitions, logdir):
     recorders = []
     for label, every in (("every_step", 1), ("default", DEFAULT_EVERY)):
         step, rec = tf_steps.recorded_step(
-            model.trainable_variables, models, losses, every, os.path.join(logdir, f"{prefix}_{label}")
+            model.trainable_variables,
+            models,
+            losses,
+            every,
+            os.path.join(logdir, f"{prefix}_{label}"),
         )
         candidates[label] = step
         recorders.append(rec)

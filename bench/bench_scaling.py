@@ -52,9 +52,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.harness import rotated_medians  # noqa: E402
+from bench.harness import (
+    report,  # noqa: E402
+    rotated_medians,  # noqa: E402
+)
 from bench.tf_steps import single_thread  # noqa: E402
-from bench.harness import report  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
 
 WIDTH = 16
@@ -124,7 +126,9 @@ def wrapped_for(variables, losses, logdir):
 def point(label, variables, n_losses, steps, repetitions, logdir, wrapped=False):
     """Extra recorded CPU ms per step at one point; reports trace times too
     (with `wrapped`, also the first call of the step as `rec.function`)."""
-    baseline, recorded, rec = steps_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label))
+    baseline, recorded, rec = steps_for(
+        variables, make_losses(variables, n_losses), os.path.join(logdir, label)
+    )
     traces, trace_cpu, build_cpu = {}, {}, {}
     for name, fn in (("baseline", baseline), ("recorded", recorded)):
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -140,13 +144,18 @@ def point(label, variables, n_losses, steps, repetitions, logdir, wrapped=False)
         report(f"{label}_trace_{name}_first_run_cpu_s", trace_cpu[name] - build_cpu[name])
 
     if wrapped:
-        step, wrapped_rec = wrapped_for(variables, make_losses(variables, n_losses), os.path.join(logdir, label + "_rf"))
+        step, wrapped_rec = wrapped_for(
+            variables, make_losses(variables, n_losses), os.path.join(logdir, label + "_rf")
+        )
         start_cpu = time.process_time()
         step().numpy()
         trace_cpu["rec_function"] = time.process_time() - start_cpu
         wrapped_rec.close()
         report(f"{label}_trace_rec_function_cpu_s", trace_cpu["rec_function"])
-        report(f"{label}_trace_rec_function_over_plain", trace_cpu["rec_function"] / trace_cpu["baseline"])
+        report(
+            f"{label}_trace_rec_function_over_plain",
+            trace_cpu["rec_function"] / trace_cpu["baseline"],
+        )
 
     def loop(fn):
         def run():
@@ -183,8 +192,12 @@ def axis(name, xs, extras, unit):
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (< 60 s)")
-    parser.add_argument("--variables", type=int, metavar="N",
-                        help="only the variables axis' point at N variables (traces and steps)")
+    parser.add_argument(
+        "--variables",
+        type=int,
+        metavar="N",
+        help="only the variables axis' point at N variables (traces and steps)",
+    )
     return parser.parse_args()
 
 
@@ -197,8 +210,15 @@ def main() -> None:
             raise SystemExit(f"--variables must be at least 1, got {args.variables}")
         with tempfile.TemporaryDirectory() as logdir:
             n = args.variables
-            point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, 3 if n >= 3000 else 11, logdir,
-                  wrapped=True)
+            point(
+                f"vars{n}",
+                make_variables(n),
+                1,
+                3 if n >= 1000 else 10,
+                3 if n >= 3000 else 11,
+                logdir,
+                wrapped=True,
+            )
         report("load_average_1m_end", os.getloadavg()[0])
         return
     sizes = (10, 100, 1000) if args.quick else (10, 100, 1000, 3000, 10000)
@@ -208,16 +228,36 @@ def main() -> None:
         # --quick: tracing dominates (the 1000-variable point's two traces take
         # ~10 s of CPU each), so the loss and depth axes keep three and two points.
         loss_counts = (1, 2, 4) if args.quick else (1, 2, 4, 8)
-        extras = [point(f"losses{k}", make_variables(base_vars), k, 5, reps, logdir)[0] for k in loss_counts]
+        extras = [
+            point(f"losses{k}", make_variables(base_vars), k, 5, reps, logdir)[0]
+            for k in loss_counts
+        ]
         axis("losses", loss_counts, extras, "loss")
         depths = (1, 8) if args.quick else (1, 4, 8)
-        extras = [point(f"depth{d}", make_variables(base_vars, d), 1, 5, reps, logdir)[0] for d in depths]
+        extras = [
+            point(f"depth{d}", make_variables(base_vars, d), 1, 5, reps, logdir)[0] for d in depths
+        ]
         axis("depth", depths, extras, "level")
-        found = [point(f"vars{n}", make_variables(n), 1, 3 if n >= 1000 else 10, reps if n < 3000 else 3, logdir,
-                       wrapped=not args.quick and n >= 1000)
-                 for n in sizes]
-        report("vars_trace_recorded_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, t, _ in found]))
-        report("vars_trace_baseline_cpu_loglog_slope", slope(sizes, [max(t, 1e-3) for _, _, t in found]))
+        found = [
+            point(
+                f"vars{n}",
+                make_variables(n),
+                1,
+                3 if n >= 1000 else 10,
+                reps if n < 3000 else 3,
+                logdir,
+                wrapped=not args.quick and n >= 1000,
+            )
+            for n in sizes
+        ]
+        report(
+            "vars_trace_recorded_cpu_loglog_slope",
+            slope(sizes, [max(t, 1e-3) for _, t, _ in found]),
+        )
+        report(
+            "vars_trace_baseline_cpu_loglog_slope",
+            slope(sizes, [max(t, 1e-3) for _, _, t in found]),
+        )
         for n, (_, recorded_trace, plain_trace) in zip(sizes, found):
             if n in (1000, 10000):
                 report(f"recorded_trace_over_plain_{n}", recorded_trace / plain_trace)

@@ -85,8 +85,9 @@ def _call_overhead(logdir: str, repetitions: int) -> float:
         loss = tf.reduce_mean(_dense(x, 1, "net"))
         train = tf.train.GradientDescentOptimizer(1e-6).minimize(loss)
         raw = tf.Session(graph=graph)
-        recorder = GraphRecorder(logdir, losses={"fit": loss}, train_ops={"fit": train},
-                                 every_n_steps=10**9)
+        recorder = GraphRecorder(
+            logdir, losses={"fit": loss}, train_ops={"fit": train}, every_n_steps=10**9
+        )
         raw.run(tf.global_variables_initializer())
     wrapped = recorder.wrap(raw)
     feed = {x: np.ones((2, 2), np.float32)}
@@ -96,6 +97,7 @@ def _call_overhead(logdir: str, repetitions: int) -> float:
         def go():
             for _ in range(100):
                 run([train, loss], feed)
+
         return go
 
     medians = harness.interleaved_medians(
@@ -130,7 +132,7 @@ def _per_step(runs: dict, step, block: int, repetitions: int) -> dict[str, float
             times[name].append(time.perf_counter() - start)
     return {
         name: statistics.median(
-            statistics.fmean(t[k * block:(k + 1) * block]) for k in range(repetitions)
+            statistics.fmean(t[k * block : (k + 1) * block]) for k in range(repetitions)
         )
         for name, t in times.items()
     }
@@ -144,10 +146,12 @@ def main() -> None:
     config = tf.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=1)
     rng = np.random.default_rng(0)
     feeds = [
-        (rng.normal(size=(batch, n_features)).astype(np.float32),
-         rng.normal(size=(batch, n_features)).astype(np.float32),
-         rng.normal(size=(batch,)).astype(np.float32),
-         rng.integers(0, n_actions, size=(batch,)).astype(np.int32))
+        (
+            rng.normal(size=(batch, n_features)).astype(np.float32),
+            rng.normal(size=(batch, n_features)).astype(np.float32),
+            rng.normal(size=(batch,)).astype(np.float32),
+            rng.integers(0, n_actions, size=(batch,)).astype(np.int32),
+        )
         for _ in range(8)
     ]
     logdir = tempfile.mkdtemp(prefix="bench_tf1_")
@@ -155,8 +159,12 @@ def main() -> None:
     with graph.as_default():
         raw = tf.Session(graph=graph, config=config)
         recorders = {
-            name: GraphRecorder(f"{logdir}/{name}", losses={"td": loss}, train_ops={"td": train},
-                                every_n_steps=every)
+            name: GraphRecorder(
+                f"{logdir}/{name}",
+                losses={"td": loss},
+                train_ops={"td": train},
+                every_n_steps=every,
+            )
             for name, every in (("wrapped", 100), ("hooked", 100), ("every_step", 1))
         }
         raw.run(init)
@@ -192,12 +200,16 @@ def main() -> None:
     )
     update_ops = recorders["every_step"]._update_ops
     calls = harness.interleaved_medians(
-        {"snapshot": lambda: raw.run(update_ops.snapshot),
-         "update_norms": lambda: raw.run(update_ops.table)},
+        {
+            "snapshot": lambda: raw.run(update_ops.snapshot),
+            "update_norms": lambda: raw.run(update_ops.table),
+        },
         repetitions=50 if args.quick else 200,
     )
-    builds = [_build_costs(50 if args.quick else 400, f"{logdir}/build{i}")
-              for i in range(1 if args.quick else 3)]
+    builds = [
+        _build_costs(50 if args.quick else 400, f"{logdir}/build{i}")
+        for i in range(1 if args.quick else 3)
+    ]
     overhead = _call_overhead(f"{logdir}/overhead", 20 if args.quick else 100)
     for recorder in recorders.values():
         recorder.close(raw)
@@ -214,16 +226,19 @@ def main() -> None:
     harness.report("build_variables", builds[0][0])
     harness.report("minimize_build_seconds", statistics.median(b[1] for b in builds))
     harness.report("recorder_build_seconds", statistics.median(b[2] for b in builds))
-    harness.report("recorder_build_ratio_vs_minimize",
-                   statistics.median(b[2] / b[1] for b in builds))
+    harness.report(
+        "recorder_build_ratio_vs_minimize", statistics.median(b[2] / b[1] for b in builds)
+    )
     harness.report("unrecorded_call_overhead_seconds", overhead)
     harness.report("wrapped_step_seconds", per_step["wrapped"])
-    harness.report("tf1_wrapped_run_ratio_default_vs_plain",
-                   per_step["wrapped"] / per_step["plain"])
+    harness.report(
+        "tf1_wrapped_run_ratio_default_vs_plain", per_step["wrapped"] / per_step["plain"]
+    )
     harness.report("monitored_step_seconds", per_step["monitored"])
     harness.report("hooked_step_seconds", per_step["hooked"])
-    harness.report("tf1_hook_run_ratio_default_vs_without",
-                   per_step["hooked"] / per_step["monitored"])
+    harness.report(
+        "tf1_hook_run_ratio_default_vs_without", per_step["hooked"] / per_step["monitored"]
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def parse_args(description: str) -> argparse.Namespace:
@@ -58,7 +58,7 @@ def rotated_samples(
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(repetitions):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
             start, start_cpu = time.perf_counter(), time.process_time()
             runs[name]()
             wall[name].append(time.perf_counter() - start)

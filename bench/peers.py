@@ -20,11 +20,17 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 
-HAND_LOGGERS = ("hand_scalar_host", "hand_scalar_cond", "hand_hist_host", "hand_hist_cond", "tf_agents")
+HAND_LOGGERS = (
+    "hand_scalar_host",
+    "hand_scalar_cond",
+    "hand_hist_host",
+    "hand_hist_cond",
+    "tf_agents",
+)
 
 
 def summaries(kind: str, grads: list, variables: list, names: list[str]) -> None:
@@ -53,7 +59,11 @@ def summary_tags(kind: str, names: list[str], scope: str = "") -> frozenset[str]
     elif kind == "hist":
         tags = [f"grad/{n}" for n in names] + [f"weight/{n}" for n in names]
     else:
-        tags = [f"{n}_{part}" for n in names for part in ("value", "value_norm", "gradient", "gradient_norm")]
+        tags = [
+            f"{n}_{part}"
+            for n in names
+            for part in ("value", "value_norm", "gradient", "gradient_norm")
+        ]
     return frozenset(scope + t for t in tags)
 
 
@@ -99,15 +109,18 @@ def check(claims: dict[str, Claim], runs_done: int) -> None:
         due = len(range(0, claim.steps_per_run * runs_done, claim.every))
         for tag in claim.tags:
             steps = tags[tag]
-            assert len(steps) == len(set(steps)) == due and all(s % claim.every == 0 for s in steps), (
-                f"{label} wrote {tag} at {len(steps)} steps ({sorted(steps)[:4]} ...), {due} due")
+            assert len(steps) == len(set(steps)) == due and all(
+                s % claim.every == 0 for s in steps
+            ), f"{label} wrote {tag} at {len(steps)} steps ({sorted(steps)[:4]} ...), {due} due"
 
 
 class HandLogger:
     """One hand-written logger (`label` from HAND_LOGGERS) over `variables`,
     stepped by the integer variable `step` (the train step, read in the graph)."""
 
-    def __init__(self, label: str, logdir: str, variables: list, step: tf.Variable, every: int = 10):
+    def __init__(
+        self, label: str, logdir: str, variables: list, step: tf.Variable, every: int = 10
+    ):
         self.kind = label.split("_")[1] if label.startswith("hand_") else "tf_agents"
         self.host = label.endswith("_host")
         self.logdir, self.step, self.every = logdir, step, every
@@ -143,5 +156,10 @@ class HandLogger:
 
     def claim(self, steps_per_run: int) -> Claim:
         scope = "" if self.host or self.kind == "tf_agents" else "cond/"
-        return Claim(self.logdir, summary_tags(self.kind, self.names, scope), steps_per_run, self.every,
-                     close=self.writer.close)
+        return Claim(
+            self.logdir,
+            summary_tags(self.kind, self.names, scope),
+            steps_per_run,
+            self.every,
+            close=self.writer.close,
+        )

@@ -49,7 +49,9 @@ def main() -> int:
     }
     failed = []
     for script in scripts:
-        command = [sys.executable, "-m", f"bench.{script.stem}"] + (["--quick"] if args.quick else [])
+        command = [sys.executable, "-m", f"bench.{script.stem}"] + (
+            ["--quick"] if args.quick else []
+        )
         print(f"== {script.stem}", flush=True)
         start = time.monotonic()
         proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)

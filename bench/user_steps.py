@@ -27,7 +27,7 @@ logger it is compared with.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -44,10 +44,20 @@ COPY_EVERY = 50  # the README's hard target copy
 TAU = 0.005
 EVERY = 10  # the recorders' default frequency
 RARE = 1000  # the README configuration recording rarely
-OURS = {"readme": "rec_function", "ddpg": "rec_function", "eager": "recorded", "keras": "callback",
-        "tf1": "graph_recorder"}
-HAND = {"readme": "hand_scalar_host", "ddpg": "hand_scalar_host", "eager": "hand_scalar_host",
-        "keras": "hand_train_step", "tf1": "hand_v1_summary"}
+OURS = {
+    "readme": "rec_function",
+    "ddpg": "rec_function",
+    "eager": "recorded",
+    "keras": "callback",
+    "tf1": "graph_recorder",
+}
+HAND = {
+    "readme": "hand_scalar_host",
+    "ddpg": "hand_scalar_host",
+    "eager": "hand_scalar_host",
+    "keras": "hand_train_step",
+    "tf1": "hand_v1_summary",
+}
 
 
 def _loop(step: Callable, batch: tuple, steps: int) -> Run:
@@ -57,20 +67,34 @@ def _loop(step: Callable, batch: tuple, steps: int) -> Run:
             out = step(*batch)
         if out is not None:
             out.numpy()
+
     return run
 
 
 def _ours(rec: Recorder, logdir: str, tags: list[str], steps: int, every: int = EVERY) -> Claim:
     """What a Recorder writing to `logdir` claims: its `tags` (under gradscope/) at every `every`-th step."""
-    return Claim(logdir, frozenset(f"gradscope/{t}" for t in tags), steps, every, exact=False, close=rec.close)
+    return Claim(
+        logdir,
+        frozenset(f"gradscope/{t}" for t in tags),
+        steps,
+        every,
+        exact=False,
+        close=rec.close,
+    )
 
 
 # ----- the README's custom loop ---------------------------------------------
 
 
 def _q_net(name: str, units: int) -> keras.Model:
-    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation="relu", name="l1"),
-                             keras.layers.Dense(2, name="l2")], name=name)
+    return keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(units, activation="relu", name="l1"),
+            keras.layers.Dense(2, name="l2"),
+        ],
+        name=name,
+    )
 
 
 def _dqn_nets(units: int):
@@ -85,8 +109,12 @@ def _dqn_nets(units: int):
 def _dqn_batch() -> tuple:
     rng = np.random.default_rng(0)
     s, s2 = rng.normal(size=(2, 32, 4)).astype("float32")
-    return (tf.constant(s), tf.constant(rng.integers(0, 2, 32)), tf.constant(rng.normal(size=32).astype("float32")),
-            tf.constant(s2))
+    return (
+        tf.constant(s),
+        tf.constant(rng.integers(0, 2, 32)),
+        tf.constant(rng.normal(size=32).astype("float32")),
+        tf.constant(s2),
+    )
 
 
 def _dqn_step(online, target, optimizer, counter, log: Callable | None) -> Callable:
@@ -107,6 +135,7 @@ def _dqn_step(online, target, optimizer, counter, log: Callable | None) -> Calla
             for t, o in zip(target.weights, online.weights):
                 t.assign(o)
         return loss
+
     return step
 
 
@@ -118,7 +147,10 @@ def readme_loop(units: int, logdir: str, steps: int) -> Built:
         where = os.path.join(logdir, f"readme{units}_{label}")
         if label == "plain" or label in peers.HAND_LOGGERS:
             counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-            make = lambda log, o=online, t=target, opt=optimizer, c=counter: _dqn_step(o, t, opt, c, log)  # noqa: E731
+
+            def make(log, o=online, t=target, opt=optimizer, c=counter):
+                return _dqn_step(o, t, opt, c, log)
+
             if label == "plain":
                 step = tf.function(make(None))
             else:
@@ -126,8 +158,13 @@ def readme_loop(units: int, logdir: str, steps: int) -> Built:
                 step, claims[label] = hand.train_step(make), hand.claim(steps)
         else:
             every = RARE if label == "rec_function_rare" else EVERY
-            rec = Recorder(logdir=where, every_n_steps=every, models={"online": online, "target": target},
-                           pairs=[pair_models(target, online, every=COPY_EVERY)], rules=["never(td, target/*)"])
+            rec = Recorder(
+                logdir=where,
+                every_n_steps=every,
+                models={"online": online, "target": target},
+                pairs=[pair_models(target, online, every=COPY_EVERY)],
+                rules=["never(td, target/*)"],
+            )
 
             def step(s, a, r, s2, online=online, target=target, optimizer=optimizer, rec=rec):
                 with rec.tape() as tape:
@@ -143,7 +180,9 @@ def readme_loop(units: int, logdir: str, steps: int) -> Built:
 
             step = tf.function(step) if label == "tf_function" else rec.function(step)
             drift = ["drift/target<-online"] if every == EVERY else []
-            claims[label] = _ours(rec, where, ["grad_stats/td", "update_stats"] + drift, steps, every)
+            claims[label] = _ours(
+                rec, where, ["grad_stats/td", "update_stats"] + drift, steps, every
+            )
         runs[label] = _loop(step, batch, steps)
     return runs, claims
 
@@ -152,15 +191,24 @@ def readme_loop(units: int, logdir: str, steps: int) -> Built:
 
 
 def _mlp(name: str, inputs: int, units: int, outputs: int, activation=None) -> keras.Model:
-    return keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(units, activation="relu", name="h1"),
-                             keras.layers.Dense(units, activation="relu", name="h2"),
-                             keras.layers.Dense(outputs, activation=activation, name="out")], name=name)
+    return keras.Sequential(
+        [
+            keras.Input((inputs,)),
+            keras.layers.Dense(units, activation="relu", name="h1"),
+            keras.layers.Dense(units, activation="relu", name="h2"),
+            keras.layers.Dense(outputs, activation=activation, name="out"),
+        ],
+        name=name,
+    )
 
 
 def _ddpg_nets(units: int) -> tuple:
     keras.utils.set_random_seed(1)
     actor, critic = _mlp("actor", 8, units, 2, "tanh"), _mlp("critic", 10, units, 1)
-    actor_t, critic_t = _mlp("actor_target", 8, units, 2, "tanh"), _mlp("critic_target", 10, units, 1)
+    actor_t, critic_t = (
+        _mlp("actor_target", 8, units, 2, "tanh"),
+        _mlp("critic_target", 10, units, 1),
+    )
     actor_t.set_weights(actor.get_weights())
     critic_t.set_weights(critic.get_weights())
     a_opt, c_opt = keras.optimizers.Adam(1e-4), keras.optimizers.Adam(1e-3)
@@ -172,10 +220,12 @@ def _ddpg_nets(units: int) -> tuple:
 def ddpg(units: int, logdir: str, steps: int) -> Built:
     """A DDPG update (critic then actor, two Adams, Polyak targets)."""
     rng = np.random.default_rng(1)
-    batch = (tf.constant(rng.normal(size=(64, 8)).astype("float32")),
-             tf.constant(rng.normal(size=(64, 2)).astype("float32")),
-             tf.constant(rng.normal(size=64).astype("float32")),
-             tf.constant(rng.normal(size=(64, 8)).astype("float32")))
+    batch = (
+        tf.constant(rng.normal(size=(64, 8)).astype("float32")),
+        tf.constant(rng.normal(size=(64, 2)).astype("float32")),
+        tf.constant(rng.normal(size=64).astype("float32")),
+        tf.constant(rng.normal(size=(64, 8)).astype("float32")),
+    )
     runs, claims = {}, {}
     for label in ("plain", "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS:
         nets = _ddpg_nets(units)
@@ -185,32 +235,58 @@ def ddpg(units: int, logdir: str, steps: int) -> Built:
             step = tf.function(_ddpg_step(nets, None))
         elif label in peers.HAND_LOGGERS:
             counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-            hand = HandLogger(label, where, critic.trainable_variables + actor.trainable_variables, counter)
-            step = hand.train_step(lambda log, nets=nets, counter=counter: _ddpg_step(nets, None, log, counter))
+            hand = HandLogger(
+                label, where, critic.trainable_variables + actor.trainable_variables, counter
+            )
+            step = hand.train_step(
+                lambda log, nets=nets, counter=counter: _ddpg_step(nets, None, log, counter)
+            )
             claims[label] = hand.claim(steps)
         else:
             every = RARE if label == "rec_function_rare" else EVERY
-            rec = Recorder(logdir=where, every_n_steps=every,
-                           models={"actor": actor, "critic": critic, "actor_target": actor_t,
-                                   "critic_target": critic_t},
-                           pairs=[pair_models(actor_t, actor, tau=TAU), pair_models(critic_t, critic, tau=TAU)])
+            rec = Recorder(
+                logdir=where,
+                every_n_steps=every,
+                models={
+                    "actor": actor,
+                    "critic": critic,
+                    "actor_target": actor_t,
+                    "critic_target": critic_t,
+                },
+                pairs=[
+                    pair_models(actor_t, actor, tau=TAU),
+                    pair_models(critic_t, critic, tau=TAU),
+                ],
+            )
             step = _ddpg_step(nets, rec)
             step = tf.function(step) if label == "tf_function" else rec.function(step)
             drift = ["drift/actor_target<-actor", "drift/critic_target<-critic"]
-            claims[label] = _ours(rec, where, ["grad_stats/critic", "grad_stats/actor", "update_stats"] + drift, steps, every)
+            claims[label] = _ours(
+                rec,
+                where,
+                ["grad_stats/critic", "grad_stats/actor", "update_stats"] + drift,
+                steps,
+                every,
+            )
         runs[label] = _loop(step, batch, steps)
     return runs, claims
 
 
-def _ddpg_step(nets: tuple, rec: Recorder | None, log: Callable | None = None,
-               counter: tf.Variable | None = None) -> Callable:
+def _ddpg_step(
+    nets: tuple,
+    rec: Recorder | None,
+    log: Callable | None = None,
+    counter: tf.Variable | None = None,
+) -> Callable:
     """The DDPG update: recorded by `rec`, or plain; a hand logger's `log(grads,
     variables)` sees both networks' gradients, then `counter` advances."""
     actor, critic, actor_t, critic_t, a_opt, c_opt = nets
 
     def losses(s, a, r, s2):
         y = r + 0.99 * tf.squeeze(critic_t(tf.concat([s2, actor_t(s2)], 1)), 1)
-        return tf.reduce_mean(tf.square(tf.stop_gradient(y) - tf.squeeze(critic(tf.concat([s, a], 1)), 1)))
+        return tf.reduce_mean(
+            tf.square(tf.stop_gradient(y) - tf.squeeze(critic(tf.concat([s, a], 1)), 1))
+        )
 
     def polyak():
         for t, o in zip(actor_t.weights + critic_t.weights, actor.weights + critic.weights):
@@ -234,19 +310,23 @@ def _ddpg_step(nets: tuple, rec: Recorder | None, log: Callable | None = None,
                 counter.assign_add(1)
             polyak()
             return critic_loss
+
         return step
 
     def step(s, a, r, s2):
         with rec.training_step():
             with rec.tape() as tape:
                 critic_loss = losses(s, a, r, s2)
-            rec.apply(c_opt, rec.gradients(tape, {"critic": critic_loss}, critic.trainable_variables))
+            rec.apply(
+                c_opt, rec.gradients(tape, {"critic": critic_loss}, critic.trainable_variables)
+            )
             with rec.tape() as tape:
                 actor_loss = -tf.reduce_mean(critic(tf.concat([s, actor(s)], 1)))
             rec.apply(a_opt, rec.gradients(tape, {"actor": actor_loss}, actor.trainable_variables))
             polyak()
             rec.record_drift()
         return critic_loss
+
     return step
 
 
@@ -264,19 +344,35 @@ def eager_actor_critic(units: int, logdir: str, steps: int) -> Built:
         keras.utils.set_random_seed(2)
         inputs = keras.Input((8,))
         trunk = keras.layers.Dense(units, activation="relu", name="trunk")(inputs)
-        model = keras.Model(inputs, [keras.layers.Dense(4, name="policy")(trunk),
-                                     keras.layers.Dense(1, name="value")(trunk)], name="ac")
+        model = keras.Model(
+            inputs,
+            [
+                keras.layers.Dense(4, name="policy")(trunk),
+                keras.layers.Dense(1, name="value")(trunk),
+            ],
+            name="ac",
+        )
         opt = keras.optimizers.Adam(1e-3)
         opt.build(model.trainable_variables)
         where = os.path.join(logdir, f"eager_{label}")
-        rec = Recorder(logdir=where, every_n_steps=EVERY, models={"ac": model}) if label == "recorded" else None
+        rec = (
+            Recorder(logdir=where, every_n_steps=EVERY, models={"ac": model})
+            if label == "recorded"
+            else None
+        )
         writer = tf.summary.create_file_writer(where) if label == "hand_scalar_host" else None
         names = peers.variable_names(model.trainable_variables)
         if rec is not None:
-            claims[label] = _ours(rec, where, ["grad_stats/policy", "grad_stats/value", "update_stats",
-                                        "conflict/policy|value"], steps)
+            claims[label] = _ours(
+                rec,
+                where,
+                ["grad_stats/policy", "grad_stats/value", "update_stats", "conflict/policy|value"],
+                steps,
+            )
         if writer is not None:
-            claims[label] = Claim(where, peers.summary_tags("scalar", names), steps, close=writer.close)
+            claims[label] = Claim(
+                where, peers.summary_tags("scalar", names), steps, close=writer.close
+            )
 
         def update(model=model, opt=opt, rec=rec, writer=writer, names=names, calls=[0]):  # noqa: B006
             tape = rec.tape() if rec is not None else tf.GradientTape()
@@ -284,8 +380,10 @@ def eager_actor_critic(units: int, logdir: str, steps: int) -> Built:
                 logits, value = model(obs)
                 advantage = returns - tf.squeeze(value, 1)
                 logp = tf.gather(tf.nn.log_softmax(logits), actions, batch_dims=1)
-                named = {"policy": -tf.reduce_mean(logp * tf.stop_gradient(advantage)),
-                         "value": tf.reduce_mean(tf.square(advantage))}
+                named = {
+                    "policy": -tf.reduce_mean(logp * tf.stop_gradient(advantage)),
+                    "value": tf.reduce_mean(tf.square(advantage)),
+                }
                 if rec is None:
                     total = named["policy"] + named["value"]
             if rec is not None:
@@ -347,25 +445,49 @@ def keras_fit(logdir: str, batches: int, every: int) -> Built:
         where = os.path.join(logdir, f"keras_{label}")
         inputs = keras.Input((4,))
         body = keras.layers.Dense(8, activation="relu", name="body")(inputs)
-        outputs = {"q": keras.layers.Dense(1, name="q")(body), "aux": keras.layers.Dense(1, name="aux")(body)}
+        outputs = {
+            "q": keras.layers.Dense(1, name="q")(body),
+            "aux": keras.layers.Dense(1, name="aux")(body),
+        }
         callbacks = []
         if label == "hand_train_step":
             writer = tf.summary.create_file_writer(where)
             model = _HandLoggedModel(inputs, outputs, name="agent", writer=writer, every=every)
             names = peers.variable_names(model.trainable_variables)
-            claims[label] = Claim(where, peers.summary_tags("scalar", names, "cond/"), batches, every,
-                                  close=writer.close)
+            claims[label] = Claim(
+                where,
+                peers.summary_tags("scalar", names, "cond/"),
+                batches,
+                every,
+                close=writer.close,
+            )
         else:
             model = keras.Model(inputs, outputs, name="agent")
         if label == "callback":
-            callbacks = [GradscopeCallback(where, every_n_batches=every, rules=["never(q, agent/aux)"])]
-            claims[label] = Claim(where, frozenset({"gradscope/grad_stats/q", "gradscope/grad_stats/aux",
-                                                    "gradscope/update_stats"}), batches, every, exact=False)
+            callbacks = [
+                GradscopeCallback(where, every_n_batches=every, rules=["never(q, agent/aux)"])
+            ]
+            claims[label] = Claim(
+                where,
+                frozenset(
+                    {"gradscope/grad_stats/q", "gradscope/grad_stats/aux", "gradscope/update_stats"}
+                ),
+                batches,
+                every,
+                exact=False,
+            )
         model.compile("adam", loss={"q": "mse", "aux": "mse"}, loss_weights={"q": 1.0, "aux": 0.2})
 
         def run(model=model, callbacks=callbacks):
-            model.fit(x, {"q": x[:, :1], "aux": x[:, 1:2]}, epochs=1, batch_size=32, verbose=0,
-                      shuffle=False, callbacks=callbacks)
+            model.fit(
+                x,
+                {"q": x[:, :1], "aux": x[:, 1:2]},
+                epochs=1,
+                batch_size=32,
+                verbose=0,
+                shuffle=False,
+                callbacks=callbacks,
+            )
 
         runs[label] = run
     return runs, claims
@@ -392,37 +514,83 @@ def tf1_session(logdir: str, steps: int, every: int) -> Built:
                     y1 = tf.matmul(s, v1.get_variable("w21", [8, 1]))
                 with v1.variable_scope("layer2_2"):
                     y2 = tf.matmul(s, v1.get_variable("w22", [8, 1]))
+
             def scope(name):
                 return v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, scope=name)
+
             loss1 = v1.losses.mean_squared_error(labels=Y1, predictions=y1)
             loss2 = v1.losses.mean_squared_error(labels=Y2, predictions=y2)
-            vars1, vars2 = scope("Agent/layer1") + scope("Agent/layer2_1"), scope("Agent/layer1") + scope("Agent/layer2_2")
+            vars1, vars2 = (
+                scope("Agent/layer1") + scope("Agent/layer2_1"),
+                scope("Agent/layer1") + scope("Agent/layer2_2"),
+            )
             opt1, opt2 = v1.train.AdamOptimizer(1e-3), v1.train.AdamOptimizer(1e-3)
             fetch1 = fetch2 = writer = None
-            if label == "hand_v1_summary":  # minimize() is these two calls; the summaries read its gradients
-                gv1, gv2 = opt1.compute_gradients(loss1, var_list=vars1), opt2.compute_gradients(loss2, var_list=vars2)
+            if (
+                label == "hand_v1_summary"
+            ):  # minimize() is these two calls; the summaries read its gradients
+                gv1, gv2 = (
+                    opt1.compute_gradients(loss1, var_list=vars1),
+                    opt2.compute_gradients(loss2, var_list=vars2),
+                )
                 train1, train2 = opt1.apply_gradients(gv1), opt2.apply_gradients(gv2)
-                fetch1, fetch2, tags = _v1_summaries("loss1", gv1), _v1_summaries("loss2", gv2), set()
+                fetch1, fetch2, tags = (
+                    _v1_summaries("loss1", gv1),
+                    _v1_summaries("loss2", gv2),
+                    set(),
+                )
                 writer = v1.summary.FileWriter(where)
                 for name, gv in (("loss1", gv1), ("loss2", gv2)):
-                    tags |= {f"{name}/grad_norm/{v.op.name}" for _, v in gv} | {f"{name}/grad_norm/global"}
+                    tags |= {f"{name}/grad_norm/{v.op.name}" for _, v in gv} | {
+                        f"{name}/grad_norm/global"
+                    }
                 claims[label] = Claim(where, frozenset(tags), steps, every, close=writer.close)
             else:
-                train1, train2 = opt1.minimize(loss1, var_list=vars1), opt2.minimize(loss2, var_list=vars2)
+                train1, train2 = (
+                    opt1.minimize(loss1, var_list=vars1),
+                    opt2.minimize(loss2, var_list=vars2),
+                )
             sess = v1.Session(graph=graph)
             if label == "graph_recorder":
-                gs = GraphRecorder(where, losses={"loss1": loss1, "loss2": loss2},
-                                   train_ops={"loss1": train1, "loss2": train2}, every_n_steps=every)
+                gs = GraphRecorder(
+                    where,
+                    losses={"loss1": loss1, "loss2": loss2},
+                    train_ops={"loss1": train1, "loss2": train2},
+                    every_n_steps=every,
+                )
                 sess = gs.wrap(sess)
-                claims[label] = Claim(where, frozenset({"gradscope/grad_stats/loss1", "gradscope/grad_stats/loss2",
-                                                        "gradscope/update_stats"}), steps, every, exact=False,
-                                      close=lambda gs=gs, sess=sess: gs.close(sess))
+                claims[label] = Claim(
+                    where,
+                    frozenset(
+                        {
+                            "gradscope/grad_stats/loss1",
+                            "gradscope/grad_stats/loss2",
+                            "gradscope/update_stats",
+                        }
+                    ),
+                    steps,
+                    every,
+                    exact=False,
+                    close=lambda gs=gs, sess=sess: gs.close(sess),
+                )
             sess.run(v1.global_variables_initializer())
         rng = np.random.default_rng(0)
-        feed = {X: rng.normal(size=(32, 10)), Y1: rng.normal(size=(32, 1)), Y2: rng.normal(size=(32, 1))}
+        feed = {
+            X: rng.normal(size=(32, 10)),
+            Y1: rng.normal(size=(32, 1)),
+            Y2: rng.normal(size=(32, 1)),
+        }
 
-        def run(sess=sess, feed=feed, train1=train1, train2=train2, fetch1=fetch1, fetch2=fetch2,
-                writer=writer, calls=[0]):  # noqa: B006
+        def run(
+            sess=sess,
+            feed=feed,
+            train1=train1,
+            train2=train2,
+            fetch1=fetch1,
+            fetch2=fetch2,
+            writer=writer,
+            calls=[0],  # noqa: B006 - the call count, kept across runs
+        ):
             for _ in range(steps):
                 if writer is not None and calls[0] % every == 0:
                     for train, fetch in ((train1, fetch1), (train2, fetch2)):
@@ -438,6 +606,11 @@ def tf1_session(logdir: str, steps: int, every: int) -> Built:
 
 def _v1_summaries(loss: str, grads_and_vars: list) -> tf.Tensor:
     """The TF1 hand logger of one train op: per-variable gradient L2 + the global norm, merged."""
-    norms = [tf.compat.v1.summary.scalar(f"{loss}/grad_norm/{v.op.name}", tf.norm(g)) for g, v in grads_and_vars]
-    total = tf.compat.v1.summary.scalar(f"{loss}/grad_norm/global", tf.linalg.global_norm([g for g, _ in grads_and_vars]))
+    norms = [
+        tf.compat.v1.summary.scalar(f"{loss}/grad_norm/{v.op.name}", tf.norm(g))
+        for g, v in grads_and_vars
+    ]
+    total = tf.compat.v1.summary.scalar(
+        f"{loss}/grad_norm/global", tf.linalg.global_norm([g for g, _ in grads_and_vars])
+    )
     return tf.compat.v1.summary.merge(norms + [total])

@@ -10,7 +10,6 @@ TensorBoard loads `tb_gradscope.plugin` through it. Imported by users and by
 every package below it (docs/ARCHITECTURE.md draws the arrows).
 """
 
-
 from typing import Any
 
 from tb_gradscope.scopes import ScopeSpec as ScopeSpec

@@ -12,7 +12,8 @@ attribute of an object not its own. Write side only: `format/`, `read/`,
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
@@ -22,7 +23,12 @@ from tensorflow.python.framework import config as _config
 from tensorflow.python.framework import func_graph as _func_graph
 from tensorflow.python.framework import function_def_to_graph as _function_def_to_graph
 from tensorflow.python.framework import ops as _ops
-from tensorflow.python.ops import control_flow_util, gen_summary_ops, resource_variable_ops, summary_ops_v2
+from tensorflow.python.ops import (
+    control_flow_util,
+    gen_summary_ops,
+    resource_variable_ops,
+    summary_ops_v2,
+)
 from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 __all__ = [
@@ -155,11 +161,16 @@ def close_writer_file(writer: Any) -> None:
     gen_summary_ops.close_summary_writer(writer._resource)  # noqa: SLF001
 
 
-def open_writer_file(writer: Any, logdir: str, max_queue: int, flush_millis: int, filename_suffix: str) -> None:
+def open_writer_file(
+    writer: Any, logdir: str, max_queue: int, flush_millis: int, filename_suffix: str
+) -> None:
     """(Re)creates the event file behind `writer`'s resource, which traced steps keep (`gen_summary_ops`):
     `tf.summary.create_file_writer` makes a new resource."""
     gen_summary_ops.create_summary_file_writer(
-        writer._resource, logdir=logdir, max_queue=max_queue, flush_millis=flush_millis,  # noqa: SLF001
+        writer._resource,
+        logdir=logdir,
+        max_queue=max_queue,
+        flush_millis=flush_millis,  # noqa: SLF001
         filename_suffix=filename_suffix,
     )
 

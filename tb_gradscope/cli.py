@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from tb_gradscope.commands import READ_COMMANDS, dispatch
 
@@ -19,7 +19,8 @@ COMMANDS = {"demo": "tb_gradscope.demos.command", **READ_COMMANDS}
 def build_parser() -> argparse.ArgumentParser:
     """The parser with every command."""
     return dispatch.build_parser(
-        COMMANDS, "See which subgraphs each loss updates: demos and log tools for the Gradscope TensorBoard tab."
+        COMMANDS,
+        "See which subgraphs each loss updates: demos and log tools for the Gradscope TensorBoard tab.",
     )
 
 

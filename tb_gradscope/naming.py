@@ -12,7 +12,8 @@ are matched by their resource handle, which a Keras variable and the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -139,7 +140,11 @@ def _sub_models(owner: Any) -> list[Any]:
 
 def _is_keras_model(obj: Any) -> bool:
     """A Keras model (functional, Sequential or subclassed; Keras 3 or tf_keras): it lists its layers."""
-    return hasattr(obj, "layers") and hasattr(obj, "trainable_weights") and isinstance(getattr(obj, "name", None), str)
+    return (
+        hasattr(obj, "layers")
+        and hasattr(obj, "trainable_weights")
+        and isinstance(getattr(obj, "name", None), str)
+    )
 
 
 def _without_model_prefix(name: str, models: Sequence[str]) -> str:
@@ -153,7 +158,7 @@ def _without_model_prefix(name: str, models: Sequence[str]) -> str:
     for start in range(len(models)):
         prefix = list(models[start:])
         if len(parts) > len(prefix) and parts[: len(prefix)] == prefix:
-            return scopes_lib.SEPARATOR.join(parts[len(prefix):])
+            return scopes_lib.SEPARATOR.join(parts[len(prefix) :])
     return name
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 SEPARATOR = "/"
 
@@ -166,12 +166,39 @@ def _any_match(chain: Iterable[str], patterns: Iterable[str]) -> bool:
 # follows (`target_net` / `eval_net`, `teacher` / `student`): shared by pair
 # detection on the write side and doctor's target scopes on the read side.
 TARGET_WORDS = frozenset(
-    {"target", "targets", "tgt", "targ", "tare", "ema", "avg", "average", "polyak",
-     "shadow", "slow", "teacher", "momentum"}
+    {
+        "target",
+        "targets",
+        "tgt",
+        "targ",
+        "tare",
+        "ema",
+        "avg",
+        "average",
+        "polyak",
+        "shadow",
+        "slow",
+        "teacher",
+        "momentum",
+    }
 )
 ONLINE_WORDS = frozenset(
-    {"online", "eval", "evaluate", "evaluation", "main", "behavior", "behaviour", "beh",
-     "local", "current", "student", "fast", "learner", "policy"}
+    {
+        "online",
+        "eval",
+        "evaluate",
+        "evaluation",
+        "main",
+        "behavior",
+        "behaviour",
+        "beh",
+        "local",
+        "current",
+        "student",
+        "fast",
+        "learner",
+        "policy",
+    }
 )
 _WORD = re.compile(r"[A-Za-z]+[0-9]*|[0-9]+")
 
@@ -179,7 +206,9 @@ _WORD = re.compile(r"[A-Za-z]+[0-9]*|[0-9]+")
 def segment_role(segment: str) -> tuple[str, str]:
     """('target' | 'online' | '', the segment's words without role words) of a scope segment."""
     tokens = [t.lower() for t in _WORD.findall(segment)]
-    kind = "target" if any(t in TARGET_WORDS for t in tokens) else (
-        "online" if any(t in ONLINE_WORDS for t in tokens) else "")
+    kind = (
+        "target"
+        if any(t in TARGET_WORDS for t in tokens)
+        else ("online" if any(t in ONLINE_WORDS for t in tokens) else "")
+    )
     return kind, "_".join(t for t in tokens if t not in TARGET_WORDS and t not in ONLINE_WORDS)
-

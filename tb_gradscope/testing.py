@@ -24,7 +24,8 @@ imported only by `trace_flow`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
@@ -57,8 +58,8 @@ def trace_flow(
       variables: further variables to scope by their own names.
       losses: the loss names to analyse (default: all returned).
     """
-    from tb_gradscope.analysis import analyze_function
     from tb_gradscope import naming
+    from tb_gradscope.analysis import analyze_function
 
     roots = naming.model_roots(models)
     named = [pair for root, model in roots for pair in naming.model_variables(root, model)]
@@ -68,8 +69,11 @@ def trace_flow(
         return analyze_function(fn, *example_args, losses=losses)
     layout = naming.build_variable_layout(named)
     return analyze_function(
-        fn, *example_args, losses=losses,
-        variable_scopes=layout.variable_scopes(), scopes=list(layout.layout.scopes),
+        fn,
+        *example_args,
+        losses=losses,
+        variable_scopes=layout.variable_scopes(),
+        scopes=list(layout.layout.scopes),
     )
 
 
@@ -121,7 +125,9 @@ def describe(flow: fmt.FlowGraph, events: Sequence[fmt.Event]) -> str:
         lines.append(f"- {event.name}: {event.message}")
         cut = event.evidence.get("missing_cut")
         if cut:
-            lines.append(f"    missing cut: {cut[0]} -> {cut[1]} (no tf.stop_gradient on this edge)")
+            lines.append(
+                f"    missing cut: {cut[0]} -> {cut[1]} (no tf.stop_gradient on this edge)"
+            )
         path = event.evidence.get("path")
         if path and len(path) > 2:
             lines.append(f"    gradient path: {' -> '.join(path)}")

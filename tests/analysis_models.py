@@ -37,8 +37,11 @@ class Built:
 
 def _tf1_scopes(graph: tf.Graph) -> list:
     with graph.as_default():
-        return [(v, leaf_scope(v.name)) for v in v1.global_variables() if "Adam" not in v.name
-                and "power" not in v.name and "RMSProp" not in v.name]
+        return [
+            (v, leaf_scope(v.name))
+            for v in v1.global_variables()
+            if "Adam" not in v.name and "power" not in v.name and "RMSProp" not in v.name
+        ]
 
 
 def seed01_multihead() -> Built:
@@ -69,8 +72,9 @@ def seed01_multihead() -> Built:
         scopes = [(v, leaf_scope(v.name)) for v in layer1 + layer21 + layer22]
         train1 = v1.train.AdamOptimizer(0.01).minimize(loss1, var_list=layer1 + layer21)
         train2 = v1.train.AdamOptimizer(0.01).minimize(loss2, var_list=layer1 + layer22)
-    return Built(graph, {"loss1": loss1, "loss2": loss2}, scopes,
-                 {"loss1": train1, "loss2": train2})
+    return Built(
+        graph, {"loss1": loss1, "loss2": loss2}, scopes, {"loss1": train1, "loss2": train2}
+    )
 
 
 def _tf1_net(x, scope: str):
@@ -99,7 +103,9 @@ def seed01_dqn_tf1(variant: str) -> Built:
                     q_target = tf.stop_gradient(q_target)  # CUT:tf1_dqn
         q_eval_wrt_a = tf.gather(q_eval, a, axis=1, batch_dims=1)
         with v1.variable_scope("loss"):
-            loss = tf.reduce_mean(tf.math.squared_difference(q_target, q_eval_wrt_a, name="TD_error"))
+            loss = tf.reduce_mean(
+                tf.math.squared_difference(q_target, q_eval_wrt_a, name="TD_error")
+            )
         eval_vars = v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, scope="eval_net")
         var_list = eval_vars if variant == "var_list" else None
         train = v1.train.RMSPropOptimizer(0.01).minimize(loss, var_list=var_list)
@@ -144,9 +150,15 @@ def seed01_dqn_tf2(with_optimizer: bool = True) -> Built:
         return {"td": loss}
 
     spec = tf.TensorSpec([None, 4])
-    cf = step.get_concrete_function(spec, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]), spec)
-    return Built(cf.graph, {"td": cf.structured_outputs["td"]}, online.scopes() + target.scopes(),
-                 extra={"step": step, "online": online, "target": target})
+    cf = step.get_concrete_function(
+        spec, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]), spec
+    )
+    return Built(
+        cf.graph,
+        {"td": cf.structured_outputs["td"]},
+        online.scopes() + target.scopes(),
+        extra={"step": step, "online": online, "target": target},
+    )
 
 
 @dataclasses.dataclass
@@ -170,10 +182,15 @@ def seed02_start_point() -> Built:
         return {"q": q_all, "targets": targets}
 
     spec = tf.TensorSpec([None, 4])
-    cf = step.get_concrete_function(spec, spec, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]))
+    cf = step.get_concrete_function(
+        spec, spec, tf.TensorSpec([None], tf.int32), tf.TensorSpec([None])
+    )
     out = cf.structured_outputs
-    return Built(cf.graph, {"q_update": StartPoint(out["q"], out["targets"])},
-                 online.scopes() + target.scopes())
+    return Built(
+        cf.graph,
+        {"q_update": StartPoint(out["q"], out["targets"])},
+        online.scopes() + target.scopes(),
+    )
 
 
 def seed03_ema_lstm() -> Built:
@@ -182,7 +199,11 @@ def seed03_ema_lstm() -> Built:
 
     def make(name):
         return keras.Sequential(
-            [keras.Input((5, 3)), keras.layers.LSTM(4, name="lstm"), keras.layers.Dense(2, name="head")],
+            [
+                keras.Input((5, 3)),
+                keras.layers.LSTM(4, name="lstm"),
+                keras.layers.Dense(2, name="head"),
+            ],
             name=name,
         )
 
@@ -195,7 +216,9 @@ def seed03_ema_lstm() -> Built:
         with tf.GradientTape() as tape:
             pred = online(x)
             anchor = tf.stop_gradient(target(x))  # CUT:lstm_target
-            loss = tf.reduce_mean(tf.square(pred - y)) + 0.1 * tf.reduce_mean(tf.square(pred - anchor))
+            loss = tf.reduce_mean(tf.square(pred - y)) + 0.1 * tf.reduce_mean(
+                tf.square(pred - anchor)
+            )
         grads = tape.gradient(loss, online.trainable_variables)
         opt.apply_gradients(zip(grads, online.trainable_variables))
         for t, o in zip(target.variables, online.variables):
@@ -234,5 +257,8 @@ def actor_critic() -> Built:
         tf.TensorSpec([None, 4]), tf.TensorSpec([None, 2]), tf.TensorSpec([None, 1])
     )
     out = cf.structured_outputs
-    return Built(cf.graph, {"actor": out["actor"], "critic": out["critic"]},
-                 [(actor, "actor"), (critic, "critic")])
+    return Built(
+        cf.graph,
+        {"actor": out["actor"], "critic": out["critic"]},
+        [(actor, "actor"), (critic, "critic")],
+    )

@@ -12,13 +12,19 @@ def byol_step(rec, online, target, head, predictor, optimizer, tau: float):
     import keras
     import tensorflow as tf
 
-    variables = online.trainable_variables + head.trainable_variables + predictor.trainable_variables
+    variables = (
+        online.trainable_variables + head.trainable_variables + predictor.trainable_variables
+    )
 
     @tf.function
     def step(x, labels):
         with rec.tape() as tape:
             features = online(x, training=True)
-            cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, head(features), from_logits=True))
+            cls = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(
+                    labels, head(features), from_logits=True
+                )
+            )
             anchor = tf.stop_gradient(tf.math.l2_normalize(target(x, training=False), axis=1))
             guess = tf.math.l2_normalize(predictor(features), axis=1)
             byol = tf.reduce_mean(tf.reduce_sum(tf.square(guess - anchor), axis=1))

@@ -13,7 +13,9 @@ from __future__ import annotations
 import pytest
 
 # The browser tests' helpers assert; rewritten before any test module imports them.
-pytest.register_assert_rewrite("tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab")
+pytest.register_assert_rewrite(
+    "tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab"
+)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -64,8 +66,20 @@ def trained_shapes(tmp_path_factory):
 # against the fixtures the tests really use (`_check_units`).
 SHARED_UNITS = [
     ("tests/test_corpus.py", "tests/test_doctor_corpus.py"),  # trained_shapes
-    tuple(f"tests/test_frontend_{name}.py" for name in (  # the session's TensorBoard
-        "charts", "compare", "events", "findings", "graph", "matrix", "names", "numbers", "theme")),
+    tuple(
+        f"tests/test_frontend_{name}.py"
+        for name in (  # the session's TensorBoard
+            "charts",
+            "compare",
+            "events",
+            "findings",
+            "graph",
+            "matrix",
+            "names",
+            "numbers",
+            "theme",
+        )
+    ),
 ]
 UNIT_OF = {path: unit[0] for unit in SHARED_UNITS for path in unit}
 
@@ -83,7 +97,7 @@ def _shared_fixtures(item: pytest.Item) -> set[str]:
     """The expensive session fixtures (defined in tests/) an item needs, directly or not."""
     defs = getattr(item, "_fixtureinfo", None)
     found = set()
-    for name, fixturedefs in (defs.name2fixturedefs.items() if defs else ()):
+    for name, fixturedefs in defs.name2fixturedefs.items() if defs else ():
         fixturedef = fixturedefs[-1]
         module = getattr(fixturedef.func, "__module__", "")
         if fixturedef.scope == "session" and module.startswith("tests.") and name not in PER_WORKER:
@@ -102,7 +116,8 @@ def _check_units(items: list[pytest.Item]) -> None:
         if len({UNIT_OF.get(path, path) for path in paths}) > 1:
             raise pytest.UsageError(
                 f"{', '.join(sorted(paths))} share the session fixture {fixture}: "
-                "list them together in SHARED_UNITS (tests/conftest.py)")
+                "list them together in SHARED_UNITS (tests/conftest.py)"
+            )
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, when installed

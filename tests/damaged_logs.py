@@ -18,7 +18,8 @@ import dataclasses
 import json
 import os
 import struct
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2
@@ -29,7 +30,11 @@ from tb_gradscope import format as fmt
 
 PAIR = "target<-online"
 DRIFT_COLUMNS = fmt.KIND_SPECS[fmt.Kind.DRIFT].columns + (
-    "online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars",
+    "online_step",
+    "gap",
+    "tau_reverse",
+    "gap_reverse",
+    "optimizer_vars",
 )
 
 
@@ -53,7 +58,8 @@ class Record:
 
 def flowgraph_doc(losses: Sequence[str], scopes: Sequence[str]) -> dict[str, Any]:
     cells = {
-        loss: {s: fmt.BLOCKED if s.startswith("target") else fmt.UPDATES for s in scopes} for loss in losses
+        loss: {s: fmt.BLOCKED if s.startswith("target") else fmt.UPDATES for s in scopes}
+        for loss in losses
     }
     return fmt.FlowGraph(
         losses=[fmt.LossInfo(loss) for loss in losses],
@@ -66,13 +72,19 @@ def flowgraph_doc(losses: Sequence[str], scopes: Sequence[str]) -> dict[str, Any
 
 def event_doc(step: int, loss: str, scope: str, index: int = 0) -> dict[str, Any]:
     return fmt.Event(
-        type=fmt.VIOLATION, name=f"never({loss}, target/*)", step=step,
+        type=fmt.VIOLATION,
+        name=f"never({loss}, target/*)",
+        step=step,
         message=f"loss '{loss}' reaches scope '{scope}' ({index})",
-        loss=loss, scope=scope, evidence={"l2": 0.5 + index},
+        loss=loss,
+        scope=scope,
+        evidence={"l2": 0.5 + index},
     ).to_json()
 
 
-def table_values(kind: fmt.Kind, columns: Sequence[str], scopes: Sequence[str], step: int, salt: int) -> np.ndarray:
+def table_values(
+    kind: fmt.Kind, columns: Sequence[str], scopes: Sequence[str], step: int, salt: int
+) -> np.ndarray:
     """Deterministic, finite values (grad_vars 2 so every cell has a gradient)."""
     rows = np.arange(len(scopes), dtype=np.float32)[:, None]
     cols = np.arange(len(columns), dtype=np.float32)[None, :]
@@ -104,8 +116,13 @@ class RunPlan:
         tables = [(fmt.Kind.GRAD_STATS, loss, {}) for loss in self.losses]
         tables.append((fmt.Kind.UPDATE_STATS, "", {}))
         if self.drift:
-            tables.append((fmt.Kind.DRIFT, PAIR, {"target": "target", "online": "online",
-                                                 "state_scopes": [], "tau": 0.01}))
+            tables.append(
+                (
+                    fmt.Kind.DRIFT,
+                    PAIR,
+                    {"target": "target", "online": "online", "state_scopes": [], "tau": 0.01},
+                )
+            )
         if self.conflict and len(self.losses) >= 2:
             pair = list(self.losses[:2])
             tables.append((fmt.Kind.CONFLICT, "|".join(pair), {"losses": pair}))
@@ -114,13 +131,28 @@ class RunPlan:
                 info = fmt.make_info(kind, name, self.scopes, attrs)
                 if kind == fmt.Kind.DRIFT:
                     info = dataclasses.replace(info, columns=DRIFT_COLUMNS)
-                add(fmt.tag_for(kind, name), step, info, table_values(kind, info.columns, self.scopes, step, salt))
+                add(
+                    fmt.tag_for(kind, name),
+                    step,
+                    info,
+                    table_values(kind, info.columns, self.scopes, step, salt),
+                )
             if step == self.steps[0]:
-                info = fmt.make_info(fmt.Kind.FLOWGRAPH, attrs={"rules": [f"never({self.losses[0]}, target/*)"]})
-                add(fmt.tag_for(fmt.Kind.FLOWGRAPH), step, info, [flowgraph_doc(self.losses, self.scopes)])
+                info = fmt.make_info(
+                    fmt.Kind.FLOWGRAPH, attrs={"rules": [f"never({self.losses[0]}, target/*)"]}
+                )
+                add(
+                    fmt.tag_for(fmt.Kind.FLOWGRAPH),
+                    step,
+                    info,
+                    [flowgraph_doc(self.losses, self.scopes)],
+                )
             if self.events_per_step:
                 info = fmt.make_info(fmt.Kind.EVENTS, "step")
-                docs = [event_doc(step, self.losses[0], "target/l1", i) for i in range(self.events_per_step)]
+                docs = [
+                    event_doc(step, self.losses[0], "target/l1", i)
+                    for i in range(self.events_per_step)
+                ]
                 add(fmt.tag_for(fmt.Kind.EVENTS, "step"), step, info, docs)
         return out
 
@@ -142,7 +174,9 @@ def to_event(record: Record, wall_time: float) -> event_pb2.Event:
             value.metadata.plugin_data.content = record.content
     else:  # as the recorder writes later events: empty metadata
         value.metadata.CopyFrom(summary_pb2.SummaryMetadata())
-    return event_pb2.Event(step=record.step, wall_time=wall_time, summary=summary_pb2.Summary(value=[value]))
+    return event_pb2.Event(
+        step=record.step, wall_time=wall_time, summary=summary_pb2.Summary(value=[value])
+    )
 
 
 def encode(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]:
@@ -166,7 +200,9 @@ def encode(records: Sequence[Record]) -> tuple[bytes, list[tuple[int, int]]]:
 
 def write_run(logdir: str, run: str, records: Sequence[Record], data: bytes | None = None) -> str:
     """Writes one event file for `run` (its bytes `data` if given); returns its path."""
-    path = os.path.join(logdir, run, f"events.out.tfevents.1000.gradscope.{run.replace(os.sep, '_')}")
+    path = os.path.join(
+        logdir, run, f"events.out.tfevents.1000.gradscope.{run.replace(os.sep, '_')}"
+    )
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(encode(records)[0] if data is None else data)
@@ -203,10 +239,7 @@ def _blob_tensor(documents: Sequence[bytes]):
 
 
 def _others(records: Sequence[Record], target: Record, same_tag_too: bool) -> set[tuple[str, int]]:
-    return {
-        r.key for r in records
-        if r is not target and (same_tag_too or r.tag != target.tag)
-    }
+    return {r.key for r in records if r is not target and (same_tag_too or r.tag != target.tag)}
 
 
 # Each semantic damage: (name, applies to record?, mutate(record) -> bool "the
@@ -358,7 +391,7 @@ def damage_bytes(records: list[Record], index: int, how: str) -> Damage:
         from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
         header = struct.pack("<Q", 1 << 40)
-        raw[offset:offset + 12] = header + struct.pack("<I", masked_crc32c(header))
+        raw[offset : offset + 12] = header + struct.pack("<I", masked_crc32c(header))
     else:
         raise ValueError(how)
     records[index].damaged = True
@@ -390,12 +423,23 @@ def served(get: Callable[..., Any], run: str, records: Sequence[Record]) -> set[
         elif fmt.KIND_SPECS[info.kind].is_table:
             col = min(1, len(info.columns) - 1)  # a value column, not grad_vars
             scope, column = info.scopes[0], info.columns[col]
-            body = get("series", run=run, kind=info.kind.value, name=info.name, scope=scope, stat=column,
-                       points=100_000)
+            body = get(
+                "series",
+                run=run,
+                kind=info.kind.value,
+                name=info.name,
+                scope=scope,
+                stat=column,
+                points=100_000,
+            )
             points = {step: value for step, _, value in (body or {}).get("points", [])}
             for r in group:
                 expected = float(np.float32(r.payload[0, col]))
-                if r.step in points and points[r.step] is not None and abs(points[r.step] - expected) <= 1e-6 * abs(expected):
+                if (
+                    r.step in points
+                    and points[r.step] is not None
+                    and abs(points[r.step] - expected) <= 1e-6 * abs(expected)
+                ):
                     found.add(r.key)
         elif info.kind == fmt.Kind.EVENTS:
             for r in group:

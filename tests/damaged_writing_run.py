@@ -66,11 +66,19 @@ def main(logdir: str, kind: str, steps: int, fault_at: int, heal_at: int) -> Non
             train_step()
         rec.close()
     sink = rec._s.emitter.sink  # noqa: SLF001
-    print(json.dumps({
-        "trained": steps, "losses": sink.losses, "reopened": sink.reopened,
-        "dropped": sink.dropped,
-        "warnings": [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)],
-    }))
+    print(
+        json.dumps(
+            {
+                "trained": steps,
+                "losses": sink.losses,
+                "reopened": sink.reopened,
+                "dropped": sink.dropped,
+                "warnings": [
+                    str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)
+                ],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

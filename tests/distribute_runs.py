@@ -37,7 +37,10 @@ OVERFLOW_STEP = 2  # the batch of the mixed-precision fit run whose gradients ov
 def batches() -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(7)
     return [
-        (rng.normal(size=(GLOBAL_BATCH, 4)).astype(np.float32), rng.normal(size=(GLOBAL_BATCH, 1)).astype(np.float32))
+        (
+            rng.normal(size=(GLOBAL_BATCH, 4)).astype(np.float32),
+            rng.normal(size=(GLOBAL_BATCH, 1)).astype(np.float32),
+        )
         for _ in range(STEPS)
     ]
 
@@ -59,7 +62,11 @@ RULES = ["never(aux, net/q)", "never(q, net/body)"]
 
 
 def loop_run(
-    strategy: tf.distribute.Strategy, logdir: str, mixed: bool = False, overflow: bool = False, target: bool = False
+    strategy: tf.distribute.Strategy,
+    logdir: str,
+    mixed: bool = False,
+    overflow: bool = False,
+    target: bool = False,
 ) -> None:
     """A custom loop with a Recorder (way 2), two losses, every step recorded.
 
@@ -84,7 +91,11 @@ def loop_run(
         # slots inside a MirroredStrategy step (it fails without tb_gradscope too).
         optimizer.build(model.trainable_variables)
         recorder = Recorder(
-            logdir, every_n_steps=1, models={"net": model, "tgt": ema}, loss_scale=optimizer if mixed else None, **extras
+            logdir,
+            every_n_steps=1,
+            models={"net": model, "tgt": ema},
+            loss_scale=optimizer if mixed else None,
+            **extras,
         )
     replicas = strategy.num_replicas_in_sync
 
@@ -93,7 +104,7 @@ def loop_run(
         def replica() -> None:
             share = GLOBAL_BATCH // replicas
             start = tf.distribute.get_replica_context().replica_id_in_sync_group * share
-            xb, yb = x[start:start + share], y[start:start + share]
+            xb, yb = x[start : start + share], y[start : start + share]
             with recorder.tape() as tape:
                 out = model(xb)
                 losses = {
@@ -115,7 +126,9 @@ def loop_run(
     recorder.close()
 
 
-def fit_run(strategy: tf.distribute.Strategy, logdir: str, overflow: bool = False, **compile_args: Any) -> None:
+def fit_run(
+    strategy: tf.distribute.Strategy, logdir: str, overflow: bool = False, **compile_args: Any
+) -> None:
     """Keras fit with GradscopeCallback, two compiled losses, every batch recorded.
 
     With `overflow`, batch OVERFLOW_STEP's targets are so large that its
@@ -133,11 +146,18 @@ def fit_run(strategy: tf.distribute.Strategy, logdir: str, overflow: bool = Fals
     with strategy.scope():
         model = two_output_model()
         model.compile(
-            keras.optimizers.SGD(0.05), loss={"q": "mse", "aux": "mse"}, loss_weights={"q": 1.0, "aux": AUX_WEIGHT},
+            keras.optimizers.SGD(0.05),
+            loss={"q": "mse", "aux": "mse"},
+            loss_weights={"q": 1.0, "aux": AUX_WEIGHT},
             **compile_args,
         )
     model.fit(
-        x, {"q": y, "aux": np.zeros_like(y)}, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0,
+        x,
+        {"q": y, "aux": np.zeros_like(y)},
+        batch_size=GLOBAL_BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
         callbacks=[GradscopeCallback(logdir, every_n_batches=1)],
     )
 
@@ -152,15 +172,24 @@ def legacy_fit_run(logdir: str, overflow: bool = False) -> None:
     x = np.concatenate([b[0] for b in batches()])
     y = np.concatenate([b[1] for b in batches()])
     if overflow:
-        y[OVERFLOW_STEP * GLOBAL_BATCH:(OVERFLOW_STEP + 1) * GLOBAL_BATCH] *= 1e4
+        y[OVERFLOW_STEP * GLOBAL_BATCH : (OVERFLOW_STEP + 1) * GLOBAL_BATCH] *= 1e4
     inputs = tf_keras.Input((4,))
     body = tf_keras.layers.Dense(6, activation="tanh", name="body")(inputs)
-    model = tf_keras.Model(inputs, {"q": tf_keras.layers.Dense(1, name="q", dtype="float32")(body)}, name="net")
+    model = tf_keras.Model(
+        inputs, {"q": tf_keras.layers.Dense(1, name="q", dtype="float32")(body)}, name="net"
+    )
     rng = np.random.default_rng(5)
-    model.set_weights([rng.normal(scale=0.5, size=w.shape).astype(np.float32) for w in model.get_weights()])
+    model.set_weights(
+        [rng.normal(scale=0.5, size=w.shape).astype(np.float32) for w in model.get_weights()]
+    )
     model.compile(tf_keras.optimizers.SGD(0.05), loss={"q": "mse"})
     model.fit(
-        x, {"q": y}, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0,
+        x,
+        {"q": y},
+        batch_size=GLOBAL_BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
         callbacks=[LegacyGradscopeCallback(logdir, every_n_batches=1)],
     )
 
@@ -173,7 +202,9 @@ def main() -> None:
     out = pathlib.Path(args.out)
     if args.mode == "mirrored":
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+        )
         mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         one = tf.distribute.get_strategy()
         loop_run(mirrored, str(out / "loop_mirrored"))

@@ -16,20 +16,21 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser
 
 from tests.frontend_logs import (
     HOSTILE,
-    DqnTrainer,
-    graph_spec,
     LONG_RUN,
+    DqnTrainer,
     eager_spec,
-    many_drift_spec,
+    graph_spec,
     hostile_spec,
     long_names_spec,
+    many_drift_spec,
     numbers_spec,
     record_demo_runs,
     states_spec,
@@ -52,6 +53,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 _TB_URL = re.compile(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/")
+
 
 @dataclasses.dataclass
 class TensorBoard:
@@ -139,7 +141,9 @@ def launch_tensorboard(
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=log.parent)
 
 
-def await_tensorboard(process: subprocess.Popen, logdir: pathlib.Path, log: pathlib.Path) -> TensorBoard:
+def await_tensorboard(
+    process: subprocess.Popen, logdir: pathlib.Path, log: pathlib.Path
+) -> TensorBoard:
     """Waits for the URL a launched TensorBoard prints on stderr."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -151,7 +155,9 @@ def await_tensorboard(process: subprocess.Popen, logdir: pathlib.Path, log: path
         time.sleep(0.2)
     process.kill()
     process.wait()
-    raise AssertionError(f"tensorboard did not start; its stderr:\n{log.read_text(errors='replace')}")
+    raise AssertionError(
+        f"tensorboard did not start; its stderr:\n{log.read_text(errors='replace')}"
+    )
 
 
 def start_tensorboard(
@@ -162,7 +168,9 @@ def start_tensorboard(
     reload_interval: float | None = 1,
 ) -> TensorBoard:
     """`launch_tensorboard`, then `await_tensorboard`."""
-    return await_tensorboard(launch_tensorboard(logdir, log, executable, module, reload_interval), logdir, log)
+    return await_tensorboard(
+        launch_tensorboard(logdir, log, executable, module, reload_interval), logdir, log
+    )
 
 
 def stop_tensorboard(process: subprocess.Popen) -> None:
@@ -244,8 +252,21 @@ def tensorboard(tensorboard_launch: Launch, gradscope_logs: Logs) -> TensorBoard
     """The session's TensorBoard, serving every run of `gradscope_logs`."""
     launch = tensorboard_launch
     tb = await_tensorboard(launch.process, launch.logdir, launch.log)
-    tb.wait_for_runs(["dqn", "live", HOSTILE, "states", "wide", "graph500", "numbers", LONG_RUN, "eager", "drift_many",
-                     "unrecorded"])
+    tb.wait_for_runs(
+        [
+            "dqn",
+            "live",
+            HOSTILE,
+            "states",
+            "wide",
+            "graph500",
+            "numbers",
+            LONG_RUN,
+            "eager",
+            "drift_many",
+            "unrecorded",
+        ]
+    )
     return tb
 
 
@@ -266,7 +287,9 @@ DEMO_LOGS = REPO / "demo_logs"
 
 def demo_log_runs() -> list[str]:
     """The runs of the committed demo_logs/ (every folder holding an event file)."""
-    return sorted({path.parent.relative_to(DEMO_LOGS).as_posix() for path in DEMO_LOGS.rglob("*tfevents*")})
+    return sorted(
+        {path.parent.relative_to(DEMO_LOGS).as_posix() for path in DEMO_LOGS.rglob("*tfevents*")}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -289,7 +312,9 @@ def browser() -> Iterator[Browser]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         try:
             yield chromium
         finally:

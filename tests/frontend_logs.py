@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from tb_gradscope import format as fmt
 
@@ -87,11 +87,19 @@ def hostile_spec() -> RunSpec:
     scopes = (root, f"{root}/{HOSTILE}")
     leaf, loss_node, input_node = scopes[-1], f"loss:{HOSTILE}", f"input:{HOSTILE}"
     blocked = fmt.BlockedEdge(
-        loss=HOSTILE, producer=HOSTILE, consumer=HOSTILE, op_name=HOSTILE, op_type=HOSTILE,
-        cause="stop_gradient", producer_scope=leaf, consumer_scope=loss_node,
+        loss=HOSTILE,
+        producer=HOSTILE,
+        consumer=HOSTILE,
+        op_name=HOSTILE,
+        op_type=HOSTILE,
+        cause="stop_gradient",
+        producer_scope=leaf,
+        consumer_scope=loss_node,
         source=fmt.SourceLine(file=f"{HOSTILE}.py", line=7, function=HOSTILE),
     )
-    violation = fmt.Event(type=fmt.VIOLATION, name=HOSTILE, step=10, message=HOSTILE, loss=HOSTILE, scope=leaf)
+    violation = fmt.Event(
+        type=fmt.VIOLATION, name=HOSTILE, step=10, message=HOSTILE, loss=HOSTILE, scope=leaf
+    )
     return RunSpec(
         name=HOSTILE,
         scopes=scopes,
@@ -133,17 +141,39 @@ def long_names_spec() -> RunSpec:
     nodes += [fmt.GraphNode(id=input_node, kind="input", label=input_node[6:])]
     nodes += [fmt.GraphNode(id=f"loss:{loss}", kind="loss", label=loss) for loss in losses]
     edges = [fmt.GraphEdge(src=input_node, dst=s, tensors=1) for s in leaves]
-    edges += [fmt.GraphEdge(src=s, dst=f"loss:{loss}", tensors=1, blocked_for=(BIDI_LOSS,) if s == LONG_SCOPE and loss == BIDI_LOSS else ())
-              for s in leaves for loss in losses]
+    edges += [
+        fmt.GraphEdge(
+            src=s,
+            dst=f"loss:{loss}",
+            tensors=1,
+            blocked_for=(BIDI_LOSS,) if s == LONG_SCOPE and loss == BIDI_LOSS else (),
+        )
+        for s in leaves
+        for loss in losses
+    ]
     blocked = fmt.BlockedEdge(
-        loss=BIDI_LOSS, producer=LONG_SCOPE + "/read", consumer="StopGradient\u202e", op_name="stop\u202egrad" + "o" * 300,
-        op_type="StopGradient", cause="stop_gradient", producer_scope=LONG_SCOPE, consumer_scope=f"loss:{BIDI_LOSS}",
+        loss=BIDI_LOSS,
+        producer=LONG_SCOPE + "/read",
+        consumer="StopGradient\u202e",
+        op_name="stop\u202egrad" + "o" * 300,
+        op_type="StopGradient",
+        cause="stop_gradient",
+        producer_scope=LONG_SCOPE,
+        consumer_scope=f"loss:{BIDI_LOSS}",
         source=fmt.SourceLine(file="train\u202eyp.py", line=3, function="step"),
     )
     events = tuple(
-        fmt.Event(type=fmt.VIOLATION, name=f"never({loss}, {scope})", step=10,
-                  message=f"loss '{loss}' reaches scope '{scope}'", loss=loss, scope=scope, pair="t" * 300 + "<-online")
-        for loss in losses for scope in leaves
+        fmt.Event(
+            type=fmt.VIOLATION,
+            name=f"never({loss}, {scope})",
+            step=10,
+            message=f"loss '{loss}' reaches scope '{scope}'",
+            loss=loss,
+            scope=scope,
+            pair="t" * 300 + "<-online",
+        )
+        for loss in losses
+        for scope in leaves
     )
     return RunSpec(
         name=LONG_RUN,
@@ -177,8 +207,12 @@ def states_spec() -> RunSpec:
         "net/vanishing": grad_row(0.0),
     }
     violation = fmt.Event(
-        type=fmt.VIOLATION, name="blocked(main, net/updates)", step=10,
-        message="loss 'main' reaches scope 'net/updates'", loss="main", scope="net/updates",
+        type=fmt.VIOLATION,
+        name="blocked(main, net/updates)",
+        step=10,
+        message="loss 'main' reaches scope 'net/updates'",
+        loss="main",
+        scope="net/updates",
     )
     return RunSpec(
         name="states",
@@ -196,7 +230,11 @@ def unrecorded_spec() -> RunSpec:
     leaves them out, so they read NaN) on `net/dense`; `net/kept` recorded them."""
     scopes = ("net", "net/dense", "net/kept")
     nan = float("nan")
-    grads = {"net": (3.0, 0.875, nan, 0.0, nan), "net/dense": (2.0, 0.75, nan, 0.0, nan), "net/kept": grad_row(0.375, 1)}
+    grads = {
+        "net": (3.0, 0.875, nan, 0.0, nan),
+        "net/dense": (2.0, 0.75, nan, 0.0, nan),
+        "net/kept": grad_row(0.375, 1),
+    }
     return RunSpec(
         name="unrecorded",
         scopes=scopes,
@@ -220,7 +258,9 @@ def eager_spec() -> RunSpec:
         name="eager",
         scopes=scopes,
         static={},
-        grads={"td": {s: grad_row(0.5) if s.startswith("online") else NO_GRADIENT_ROW for s in scopes}},
+        grads={
+            "td": {s: grad_row(0.5) if s.startswith("online") else NO_GRADIENT_ROW for s in scopes}
+        },
         updates={s: (0.01 if s.startswith("online") else 0.0, 2.0) for s in scopes},
         flowgraph=False,
         rules=EAGER_RULES,
@@ -231,7 +271,9 @@ def many_drift_spec(blocks: int = 15) -> RunSpec:
     """A ResNet-like pair: the root `target`, per block a roll-up, a conv and a
     BatchNorm scope (later blocks drift more), and two BatchNorm moving
     statistics per block, declared as state rows: 76 rows in all."""
-    state = tuple(f"target/block{i:02d}/bn/moving_{s}" for i in range(blocks) for s in ("mean", "variance"))
+    state = tuple(
+        f"target/block{i:02d}/bn/moving_{s}" for i in range(blocks) for s in ("mean", "variance")
+    )
     scopes = ["target"]
     for i in range(blocks):
         scopes += [f"target/block{i:02d}", f"target/block{i:02d}/bn", f"target/block{i:02d}/conv"]
@@ -240,7 +282,9 @@ def many_drift_spec(blocks: int = 15) -> RunSpec:
 
     def row(scope: str, step: int) -> tuple[float, ...]:
         block = int(scope.split("/")[1][5:]) if "/" in scope else blocks
-        weight = 2.0 if scope in state else {"conv": 1.5, "bn": 1.0}.get(scope.rpartition("/")[2], 1.25)
+        weight = (
+            2.0 if scope in state else {"conv": 1.5, "bn": 1.0}.get(scope.rpartition("/")[2], 1.25)
+        )
         online = 4.0 + block
         distance = 0.01 * (block + 1) * weight * (1 + step)
         return (distance / online, distance, online, 0.0, 0.01)
@@ -284,10 +328,27 @@ def wide_spec(top: int = 20, middle: int = 25, leaves: int = 20) -> RunSpec:
 # edges of their notation: integer zeros kept, exponents where plain notation
 # would need more than four characters of zeros.
 COMPACT_SHOWN = {
-    10.0: "10", 20.0: "20", 30.16: "30", 39.74: "40", 90.0: "90", 99.96: "100", 100.0: "100",
-    398.0: "400", 999.6: "1.0e+3", 1234.0: "1.2e+3", 5e6: "5.0e+6", 1e20: "1.0e+20",
-    0.01: "0.01", 0.00999: "0.01", 0.012: "0.012", 0.0049: "4.9e-3", 1e-5: "1.0e-5",
-    2.5e-10: "2.5e-10", 1.5: "1.5", 2.0: "2", 0.25: "0.25",
+    10.0: "10",
+    20.0: "20",
+    30.16: "30",
+    39.74: "40",
+    90.0: "90",
+    99.96: "100",
+    100.0: "100",
+    398.0: "400",
+    999.6: "1.0e+3",
+    1234.0: "1.2e+3",
+    5e6: "5.0e+6",
+    1e20: "1.0e+20",
+    0.01: "0.01",
+    0.00999: "0.01",
+    0.012: "0.012",
+    0.0049: "4.9e-3",
+    1e-5: "1.0e-5",
+    2.5e-10: "2.5e-10",
+    1.5: "1.5",
+    2.0: "2",
+    0.25: "0.25",
 }
 
 
@@ -309,9 +370,16 @@ def graph_spec(blocks: int = 10, layers: int = 50) -> RunSpec:
     """A 500-scope scope graph: `blocks` chains of `layers` leaf scopes each,
     fed by one input and all flowing into one loss."""
     leaves = [f"block{i:02d}/layer{j:02d}" for i in range(blocks) for j in range(layers)]
-    scopes = tuple(s for i in range(blocks) for s in [f"block{i:02d}"] + [leaf for leaf in leaves if leaf.startswith(f"block{i:02d}/")])
+    scopes = tuple(
+        s
+        for i in range(blocks)
+        for s in [f"block{i:02d}"] + [leaf for leaf in leaves if leaf.startswith(f"block{i:02d}/")]
+    )
     nodes = [fmt.GraphNode(id=s, kind="scope", label=s) for s in leaves]
-    nodes += [fmt.GraphNode(id="input:x", kind="input", label="x"), fmt.GraphNode(id="loss:fit", kind="loss", label="fit")]
+    nodes += [
+        fmt.GraphNode(id="input:x", kind="input", label="x"),
+        fmt.GraphNode(id="loss:fit", kind="loss", label="fit"),
+    ]
     edges = []
     for i in range(blocks):
         chain = [f"block{i:02d}/layer{j:02d}" for j in range(layers)]
@@ -344,9 +412,15 @@ def write_run(logdir: pathlib.Path, spec: RunSpec) -> None:
             info = fmt.make_info(fmt.Kind.UPDATE_STATS, "", spec.scopes)
             _write_table(info, [spec.updates[s] for s in spec.scopes], step)
             for pair in spec.drift:
-                _write_table(fmt.make_info(fmt.Kind.DRIFT, pair.name, pair.scopes, pair.attrs), list(pair.rows[step]), step)
+                _write_table(
+                    fmt.make_info(fmt.Kind.DRIFT, pair.name, pair.scopes, pair.attrs),
+                    list(pair.rows[step]),
+                    step,
+                )
             if spec.events and step == spec.steps[-1]:
-                _write_blobs(fmt.make_info(fmt.Kind.EVENTS), [e.to_json() for e in spec.events], step)
+                _write_blobs(
+                    fmt.make_info(fmt.Kind.EVENTS), [e.to_json() for e in spec.events], step
+                )
     writer.flush()
     writer.close()
 
@@ -415,7 +489,8 @@ class DqnTrainer:
         target.set_weights(online.get_weights())
         optimizer = keras.optimizers.Adam(1e-2)
         self.recorder = Recorder(
-            logdir=str(run_dir), every_n_steps=every_n_steps,
+            logdir=str(run_dir),
+            every_n_steps=every_n_steps,
             models={"online": online, "target": target},
         )
         rec = self.recorder
@@ -435,11 +510,13 @@ class DqnTrainer:
 
     @staticmethod
     def _net(keras):
-        return keras.Sequential([
-            keras.Input((4,)),
-            keras.layers.Dense(8, activation="relu", name="l1"),
-            keras.layers.Dense(2, name="l2"),
-        ])
+        return keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="relu", name="l1"),
+                keras.layers.Dense(2, name="l2"),
+            ]
+        )
 
     def train(self, steps: int) -> None:
         """Runs `steps` training steps on random transitions, then flushes."""
@@ -464,14 +541,16 @@ def record_demo_runs(logdir: pathlib.Path) -> list[str]:
     anomalies that `tb_gradscope.read.anomalies` derives from its recorded drift
     (what `tb-gradscope report` lists for the run).
     """
+    from tb_gradscope.demos import spec as demo_spec
     from tb_gradscope.read.logdir import load_logdir
     from tb_gradscope.read.summary import run_anomalies
-    from tb_gradscope.demos import spec as demo_spec
 
     runs = []
     for demo, twin in DEMO_TWINS:
         run_dir = logdir / demo / twin
-        demo_spec.load_demo(demo).train(demo_spec.RunSpec(twin=twin, run_dir=str(run_dir), steps=DEMO_STEPS))
+        demo_spec.load_demo(demo).train(
+            demo_spec.RunSpec(twin=twin, run_dir=str(run_dir), steps=DEMO_STEPS)
+        )
         runs.append(f"{demo}/{twin}")
     (logs,) = load_logdir(str(logdir / "ema_lstm"), run="leaky")
     write_events(logdir / "ema_lstm" / "leaky", run_anomalies(logs)[0])
@@ -485,6 +564,10 @@ def write_events(run_dir: pathlib.Path, events: list[fmt.Event]) -> None:
     writer = tf.summary.create_file_writer(str(run_dir), filename_suffix=".anomalies")
     with writer.as_default():
         for step in sorted({e.step for e in events}):
-            _write_blobs(fmt.make_info(fmt.Kind.EVENTS), [e.to_json() for e in events if e.step == step], step)
+            _write_blobs(
+                fmt.make_info(fmt.Kind.EVENTS),
+                [e.to_json() for e in events if e.step == step],
+                step,
+            )
     writer.flush()
     writer.close()

@@ -18,7 +18,7 @@ fixture `resnet_tensorboard`.
 from __future__ import annotations
 
 import pathlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -46,16 +46,28 @@ def train_resnet(logdir: pathlib.Path, steps: int = STEPS) -> None:
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    online = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg", input_shape=IMAGE, name="online")
-    target = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg", input_shape=IMAGE, name="target")
+    online = keras.applications.ResNet50(
+        weights=None, include_top=False, pooling="avg", input_shape=IMAGE, name="online"
+    )
+    target = keras.applications.ResNet50(
+        weights=None, include_top=False, pooling="avg", input_shape=IMAGE, name="target"
+    )
     target.set_weights(online.get_weights())
-    head = keras.Sequential([keras.Input((2048,)), keras.layers.Dense(10, name="logits")], name="head")
-    predictor = keras.Sequential([
-        keras.Input((2048,)), keras.layers.Dense(256, activation="relu", name="hidden"), keras.layers.Dense(2048, name="out"),
-    ], name="predictor")
+    head = keras.Sequential(
+        [keras.Input((2048,)), keras.layers.Dense(10, name="logits")], name="head"
+    )
+    predictor = keras.Sequential(
+        [
+            keras.Input((2048,)),
+            keras.layers.Dense(256, activation="relu", name="hidden"),
+            keras.layers.Dense(2048, name="out"),
+        ],
+        name="predictor",
+    )
     optimizer = keras.optimizers.SGD(1e-3)
     rec = Recorder(
-        logdir=str(logdir / RUN), every_n_steps=EVERY,
+        logdir=str(logdir / RUN),
+        every_n_steps=EVERY,
         models={"online": online, "target": target, "head": head, "predictor": predictor},
         pairs=[pair_models(target, online, tau=TAU)],
         rules=["never(*, target/*)", f"tracks(target, online, tau={TAU})"],

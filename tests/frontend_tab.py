@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Frame, Locator, Page
@@ -36,7 +36,9 @@ class Tab:
         return self.frame.locator(f'tr[data-scope="{css(scope)}"]')
 
     def visible_scopes(self) -> list[str]:
-        return self.frame.locator("#gs-matrix tbody tr").evaluate_all("rows => rows.map(r => r.dataset.scope)")
+        return self.frame.locator("#gs-matrix tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.scope)"
+        )
 
     def select_run(self, run: str) -> None:
         self.frame.locator("#gs-run").select_option(value=run)
@@ -83,7 +85,9 @@ def open_tab(browser: Browser, tensorboard: TensorBoard) -> Iterator[OpenTab]:
     contexts = []
 
     def opener(embedded: bool = False, color_scheme: str = "light", run: str | None = "dqn") -> Tab:
-        context = browser.new_context(color_scheme=color_scheme, viewport={"width": 1280, "height": 800})
+        context = browser.new_context(
+            color_scheme=color_scheme, viewport={"width": 1280, "height": 800}
+        )
         contexts.append(context)
         page = context.new_page()
         problems = watch(page)

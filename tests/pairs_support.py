@@ -11,7 +11,8 @@ training step and its target update.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -107,7 +108,9 @@ def train(
     optimizer = keras.optimizers.Adam(lr)
     pairs = pairs_of(target, online)
     monitor = DriftMonitor(
-        pairs, logdir=logdir, every_n_steps=every_n_steps,
+        pairs,
+        logdir=logdir,
+        every_n_steps=every_n_steps,
         optimizers=[optimizer] if monitor_optimizer else [],
     )
     variables = online.trainable_weights

@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from tensorboard.plugins.scalar import metadata as scalar_metadata
@@ -180,7 +180,9 @@ def write_run(logdir: str, run: str, spec: RunSpec, writer=None, first: set | No
             scopes = NEW_SCOPES if layout else tuple(spec.scopes)
             for loss in spec.losses:
                 info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, scopes)
-                write(info, fmt.tag_for(info.kind, loss, layout), grad_table(loss, scopes, step), step)
+                write(
+                    info, fmt.tag_for(info.kind, loss, layout), grad_table(loss, scopes, step), step
+                )
             for kind, name, table, attrs in (
                 (fmt.Kind.UPDATE_STATS, "", update_table, {}),
                 (fmt.Kind.DRIFT, PAIR, drift_table, {"target": "target", "online": "online"}),
@@ -224,7 +226,9 @@ def write_bulk(
     if tables:
         infos.append(fmt.make_info(fmt.Kind.UPDATE_STATS, "", scopes))
     tags = [fmt.tag_for(i.kind, i.name) for i in infos]
-    writer = tf.summary.create_file_writer(f"{logdir}/{run}", max_queue=100_000, flush_millis=600_000)
+    writer = tf.summary.create_file_writer(
+        f"{logdir}/{run}", max_queue=100_000, flush_millis=600_000
+    )
     scalar_meta = scalar_metadata.create_summary_metadata("", "").SerializeToString()
 
     def table(step, k: int, columns: int):
@@ -286,8 +290,10 @@ def write_unreadable_run(logdir: str, run: str) -> None:
     writer = tf.summary.create_file_writer(f"{logdir}/{run}")
     with writer.as_default():
         for step in (0, 1):
+
             def meta(m):
                 return m if step == 0 else b""
+
             tf.summary.write(
                 fmt.tag_for(fmt.Kind.GRAD_STATS, "td"),
                 grad_table("td", SCOPES, step),
@@ -332,7 +338,11 @@ def write_standard_logdir(root: str) -> str:
     """The logdir most plugin tests read: a DQN-like run with a mid-run
     layout change, a run with hostile names, one without gradscope data and
     one with unreadable records."""
-    write_run(root, MAIN_RUN, RunSpec(steps=MAIN_STEPS, new_layout_from=LAYOUT_CHANGE, scalar_tag="loss/td"))
+    write_run(
+        root,
+        MAIN_RUN,
+        RunSpec(steps=MAIN_STEPS, new_layout_from=LAYOUT_CHANGE, scalar_tag="loss/td"),
+    )
     write_run(root, HOSTILE_RUN, RunSpec(steps=range(0, 4), scopes=HOSTILE_SCOPES, flowgraph=False))
     write_plain_run(root, "plain", range(5))
     write_unreadable_run(root, "broken")
@@ -352,15 +362,30 @@ class TensorBoardServer:
     def __init__(self, logdir: str, load_fast: str, *extra: str):
         self.logdir, self.load_fast = logdir, load_fast
         binary = pathlib.Path(sys.executable).with_name("tensorboard")
-        self.argv = [str(binary), "--logdir", logdir, "--port", "0", "--host", "127.0.0.1",
-                     f"--load_fast={load_fast}", "--reload_interval", "1", *extra]
+        self.argv = [
+            str(binary),
+            "--logdir",
+            logdir,
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            f"--load_fast={load_fast}",
+            "--reload_interval",
+            "1",
+            *extra,
+        ]
         self.lines: list[str] = []
         self.url = ""
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 120.0) -> "TensorBoardServer":
+    def start(self, timeout: float = 120.0) -> TensorBoardServer:
         self.process = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         found = threading.Event()
 
@@ -375,7 +400,9 @@ class TensorBoardServer:
         threading.Thread(target=pump, daemon=True).start()
         if not found.wait(timeout):
             self.stop()
-            raise RuntimeError(f"tensorboard printed no URL in {timeout}s: {''.join(self.lines)[-2000:]}")
+            raise RuntimeError(
+                f"tensorboard printed no URL in {timeout}s: {''.join(self.lines)[-2000:]}"
+            )
         return self
 
     def get(self, path: str, timeout: float = 60.0) -> tuple[int, dict[str, str], bytes]:

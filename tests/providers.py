@@ -8,7 +8,7 @@ TensorBoard does, and stops it on exit.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from tensorboard.backend.event_processing import data_provider as mux_provider
 from tensorboard.backend.event_processing import plugin_event_multiplexer

@@ -9,7 +9,8 @@ gradients and weights, scope by scope, straight from the variable names.
 from __future__ import annotations
 
 import collections
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

@@ -53,7 +53,9 @@ def main(logdir: str, fault: str, steps: int, fault_at: int, heal_at: int) -> No
                 if fault == "delete":
                     shutil.rmtree(logdir)
                 else:
-                    size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(logdir, "*tfevents*")))
+                    size = sum(
+                        os.path.getsize(p) for p in glob.glob(os.path.join(logdir, "*tfevents*"))
+                    )
                     resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
             if step == heal_at:
                 if fault == "delete":
@@ -63,10 +65,19 @@ def main(logdir: str, fault: str, steps: int, fault_at: int, heal_at: int) -> No
             loss = float(train_step())
         rec.close()
     sink = rec._s.emitter.sink  # noqa: SLF001
-    print(json.dumps({
-        "trained": steps, "loss": loss, "losses": sink.losses, "reopened": sink.reopened,
-        "warnings": [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)],
-    }))
+    print(
+        json.dumps(
+            {
+                "trained": steps,
+                "loss": loss,
+                "losses": sink.losses,
+                "reopened": sink.reopened,
+                "warnings": [
+                    str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)
+                ],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

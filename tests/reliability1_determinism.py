@@ -40,7 +40,11 @@ def _recorded_bytes() -> int:
     import glob
     import os
 
-    total = sum(os.path.getsize(f) for d in _LOGDIRS for f in glob.glob(os.path.join(d, "**", "*tfevents*"), recursive=True))
+    total = sum(
+        os.path.getsize(f)
+        for d in _LOGDIRS
+        for f in glob.glob(os.path.join(d, "**", "*tfevents*"), recursive=True)
+    )
     _LOGDIRS.clear()
     return total
 
@@ -55,18 +59,21 @@ def _sha(arrays) -> str:
 def _batches(seed: int, steps: int, obs: int, actions: int):
     rng = np.random.default_rng(seed)
     for _ in range(steps):
-        yield (rng.normal(size=(BATCH, obs)).astype(np.float32),
-               rng.integers(0, actions, BATCH).astype(np.int32),
-               rng.normal(size=BATCH).astype(np.float32),
-               rng.normal(size=(BATCH, obs)).astype(np.float32),
-               (rng.random(BATCH) < 0.1).astype(np.float32))
+        yield (
+            rng.normal(size=(BATCH, obs)).astype(np.float32),
+            rng.integers(0, actions, BATCH).astype(np.int32),
+            rng.normal(size=BATCH).astype(np.float32),
+            rng.normal(size=(BATCH, obs)).astype(np.float32),
+            (rng.random(BATCH) < 0.1).astype(np.float32),
+        )
 
 
 def dqn(twin: str, steps: int, recorded: bool) -> str:
     import keras
     import tensorflow as tf
 
-    from tb_gradscope.demos import common, dqn as demo
+    from tb_gradscope.demos import common
+    from tb_gradscope.demos import dqn as demo
     from tb_gradscope.record import Recorder
 
     common.seed_everything(3)
@@ -76,8 +83,11 @@ def dqn(twin: str, steps: int, recorded: bool) -> str:
     optimizer = keras.optimizers.Adam(1e-3)
     leaky = twin == "leaky"
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = Recorder(_logdir(), every_n_steps=1,
-                   models={"online": online, "target": target}) if recorded else None
+    rec = (
+        Recorder(_logdir(), every_n_steps=1, models={"online": online, "target": target})
+        if recorded
+        else None
+    )
 
     @tf.function
     def train_step(s, a, r, s2, done):
@@ -107,14 +117,19 @@ def multihead(twin: str, steps: int, recorded: bool) -> str:
     import keras
     import tensorflow as tf
 
-    from tb_gradscope.demos import common, multihead as demo
+    from tb_gradscope.demos import common
+    from tb_gradscope.demos import multihead as demo
     from tb_gradscope.record import Recorder
 
     common.seed_everything(5)
     agent = demo.build_agent()
     var_list1 = demo._variables(agent, "layer1", "layer2_1")  # noqa: SLF001
-    var_list2 = list(agent.trainable_variables) if twin == "leaky" else demo._variables(agent, "layer2_2")  # noqa: SLF001
-    opt = demo.PerLossOptimizers(keras.optimizers.Adam(1e-2), len(var_list1), keras.optimizers.Adam(1e-2))
+    var_list2 = (
+        list(agent.trainable_variables) if twin == "leaky" else demo._variables(agent, "layer2_2")
+    )  # noqa: SLF001
+    opt = demo.PerLossOptimizers(
+        keras.optimizers.Adam(1e-2), len(var_list1), keras.optimizers.Adam(1e-2)
+    )
     rec = Recorder(_logdir(), every_n_steps=1, models={"Agent": agent}) if recorded else None
 
     @tf.function
@@ -127,7 +142,9 @@ def multihead(twin: str, steps: int, recorded: bool) -> str:
         gv2 = [(g, v) for g, v in zip(tape.gradient(loss2, var_list2), var_list2) if g is not None]
         opt.split = len(gv1)
         if rec:
-            rec.record_gradients({"loss1": gv1, "loss2": gv2}, losses={"loss1": loss1, "loss2": loss2})
+            rec.record_gradients(
+                {"loss1": gv1, "loss2": gv2}, losses={"loss1": loss1, "loss2": loss2}
+            )
             rec.apply(opt, gv1 + gv2)
         else:
             opt.apply_gradients(gv1 + gv2)
@@ -145,7 +162,8 @@ def multihead(twin: str, steps: int, recorded: bool) -> str:
 def multihead_fit(twin: str, steps: int, recorded: bool) -> str:
     import keras
 
-    from tb_gradscope.demos import common, multihead as demo
+    from tb_gradscope.demos import common
+    from tb_gradscope.demos import multihead as demo
     from tb_gradscope.integrations.keras import GradscopeCallback
 
     common.seed_everything(7)
@@ -153,7 +171,9 @@ def multihead_fit(twin: str, steps: int, recorded: bool) -> str:
     agent.compile(keras.optimizers.Adam(1e-2), loss=["mse", "mse"])
     x, y1, y2 = demo.make_task(7, n=steps * BATCH)
     callbacks = [GradscopeCallback(_logdir(), every_n_batches=1)] if recorded else []
-    agent.fit(x, [y1, y2], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+    agent.fit(
+        x, [y1, y2], batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks
+    )
     return _sha(agent.get_weights())
 
 
@@ -168,8 +188,9 @@ def dqn_tf1(twin: str, steps: int, recorded: bool) -> str:
     with m.graph.as_default():
         sess = v1.Session(graph=m.graph)
         if recorded:
-            gs = GraphRecorder(_logdir(), losses={"td": m.loss}, train_ops={"td": m.train_op},
-                               every_n_steps=1)
+            gs = GraphRecorder(
+                _logdir(), losses={"td": m.loss}, train_ops={"td": m.train_op}, every_n_steps=1
+            )
             sess = gs.wrap(sess)
         with sess:
             sess.run(m.init)

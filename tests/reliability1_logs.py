@@ -22,16 +22,16 @@ from tb_gradscope import format as fmt
 from tests import plugin_fixtures as pf
 
 STEPS = range(0, 12)
-RESUME_FROM = 6          # the resumed writer rewrites steps RESUME_FROM.. and goes on
+RESUME_FROM = 6  # the resumed writer rewrites steps RESUME_FROM.. and goes on
 RESUMED_STEPS = range(RESUME_FROM, 18)
 
 CLEAN = "clean"
-TRUNCATED = "truncated"   # the last record cut in half
-BAD_CRC = "bad_crc"       # a byte flipped inside the record of one step mid-file
-EMPTY = "empty"           # a zero-byte event file next to nothing else
-RANDOM = "random"         # random bytes under an event-file name
-FUTURE = "future"         # one loss written by a newer format version
-RESUMED = "resumed"       # two writers, overlapping steps
+TRUNCATED = "truncated"  # the last record cut in half
+BAD_CRC = "bad_crc"  # a byte flipped inside the record of one step mid-file
+EMPTY = "empty"  # a zero-byte event file next to nothing else
+RANDOM = "random"  # random bytes under an event-file name
+FUTURE = "future"  # one loss written by a newer format version
+RESUMED = "resumed"  # two writers, overlapping steps
 
 SPEC = pf.RunSpec(steps=STEPS, events=False)
 
@@ -45,7 +45,7 @@ def records(path: str) -> list[tuple[int, int]]:
     """(offset, total length) of each TFRecord in an intact event file."""
     out, data, pos = [], open(path, "rb").read(), 0
     while pos + 12 <= len(data):
-        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
         out.append((pos, 12 + length + 4))
         pos += 12 + length + 4
     return out
@@ -88,6 +88,7 @@ def write_damaged_logdir(root: str) -> dict[str, list[int]]:
     # steps RESUME_FROM.. with the same record layout and continues.
     pf.write_run(root, RESUMED, SPEC)
     import time
+
     time.sleep(1.1)  # event files are ordered by their name's timestamp
     pf.write_run(root, RESUMED, pf.RunSpec(steps=RESUMED_STEPS, events=False))
     intact[RESUMED] = sorted(set(STEPS) | set(RESUMED_STEPS))
@@ -109,7 +110,10 @@ def _write_future_loss(root: str, run: str) -> None:
     meta.plugin_data.content = json.dumps(content).encode()
     with writer.as_default():
         for step in STEPS:
-            tf.summary.write(fmt.tag_for(fmt.Kind.GRAD_STATS, "next", 0),
-                             pf.grad_table("td", pf.SCOPES, step), step=step,
-                             metadata=meta.SerializeToString() if step == 0 else b"")
+            tf.summary.write(
+                fmt.tag_for(fmt.Kind.GRAD_STATS, "next", 0),
+                pf.grad_table("td", pf.SCOPES, step),
+                step=step,
+                metadata=meta.SerializeToString() if step == 0 else b"",
+            )
     writer.close()

@@ -23,7 +23,7 @@ LONG = "L" * 10_000
 # payloads that need a slash go into loss names instead.
 SCOPES = (
     f"<img src=x onerror=window.{FLAG}=1>",
-    f"<svg onload=alert(1)><b>bold",
+    "<svg onload=alert(1)><b>bold",
     f"javascript:window.{FLAG}=2",
     LONG,
     "\u202eevil\u05d0\u05d1 rtl",
@@ -34,8 +34,8 @@ SCOPES = (
 FILE = f"<img src=x onerror=window.{FLAG}=5>\u202e.py"
 LOSSES = (
     f"</script><script>window.{FLAG}=3</script>",
-    f"<img src=x onerror=alert(1)>",
-    f"javascript:alert(1)",
+    "<img src=x onerror=alert(1)>",
+    "javascript:alert(1)",
     "\x1b[31mred\x1b[0m\nloss",
     "\u202eloss",
     "L" * 10_000 + "oss",
@@ -52,7 +52,9 @@ def write(logdir: str) -> None:
     class Net(tf.Module):
         def __init__(self):
             super().__init__(name="net")
-            self.weights = [tf.Variable(tf.ones([3]) * (i + 1), name=f"{s}/w") for i, s in enumerate(SCOPES)]
+            self.weights = [
+                tf.Variable(tf.ones([3]) * (i + 1), name=f"{s}/w") for i, s in enumerate(SCOPES)
+            ]
 
     net = Net()
     rec = Recorder(logdir=f"{logdir}/{RUN}", every_n_steps=1, variables=net.weights)

@@ -27,8 +27,12 @@ def main(logdir: str, seconds: float) -> None:
         def __init__(self, name: str):
             super().__init__(name=name)
             with self.name_scope:
-                self.l1 = tf.Variable(tf.random.stateless_normal([4, 16], seed=[1, 2]) * 0.3, name="l1/kernel")
-                self.l2 = tf.Variable(tf.random.stateless_normal([16, 2], seed=[3, 4]) * 0.3, name="l2/kernel")
+                self.l1 = tf.Variable(
+                    tf.random.stateless_normal([4, 16], seed=[1, 2]) * 0.3, name="l1/kernel"
+                )
+                self.l2 = tf.Variable(
+                    tf.random.stateless_normal([16, 2], seed=[3, 4]) * 0.3, name="l2/kernel"
+                )
 
         def __call__(self, x):
             return tf.nn.relu(x @ self.l1) @ self.l2

@@ -46,7 +46,9 @@ def batch(seed: int = 0):
     return tf.constant(s), tf.constant(a), tf.constant(returns)
 
 
-def write_actor_critic_run(run_dir: str, leaky: bool, steps: int = 4, every_n_steps: int = 2) -> None:
+def write_actor_critic_run(
+    run_dir: str, leaky: bool, steps: int = 4, every_n_steps: int = 2
+) -> None:
     """Trains `steps` steps with the Recorder writing into `run_dir`."""
     keras.utils.set_random_seed(0)
     model = build_model()
@@ -99,7 +101,9 @@ def write_records(run_dir: str, records: list) -> None:
     with writer.as_default():
         for info, step, payload, *layout in records:
             tag = fmt.tag_for(info.kind, info.name, *layout)
-            metadata = b"" if tag in first_seen else fmt.create_summary_metadata(info).SerializeToString()
+            metadata = (
+                b"" if tag in first_seen else fmt.create_summary_metadata(info).SerializeToString()
+            )
             first_seen.add(tag)
             if fmt.KIND_SPECS[info.kind].is_table:
                 value = fmt.encode_table(info, payload)
@@ -118,17 +122,44 @@ def dqn_records(leaky: bool, steps=(0, 10, 20)) -> list:
     from tb_gradscope import format as fmt
 
     target_state = fmt.UPDATES if leaky else fmt.BLOCKED
-    cells = {"td": {"online": fmt.UPDATES, "online/l1": fmt.UPDATES, "target": target_state, "target/l1": target_state}}
-    blocked = [] if leaky else [fmt.BlockedEdge(
-        loss="td", producer="target/l1/MatMul", consumer="StopGradient", op_name="StopGradient",
-        op_type="StopGradient", cause="stop_gradient", producer_scope="target/l1", consumer_scope="loss:td",
-        source=fmt.SourceLine("train.py", 42, "train_step"),
-    )]
+    cells = {
+        "td": {
+            "online": fmt.UPDATES,
+            "online/l1": fmt.UPDATES,
+            "target": target_state,
+            "target/l1": target_state,
+        }
+    }
+    blocked = (
+        []
+        if leaky
+        else [
+            fmt.BlockedEdge(
+                loss="td",
+                producer="target/l1/MatMul",
+                consumer="StopGradient",
+                op_name="StopGradient",
+                op_type="StopGradient",
+                cause="stop_gradient",
+                producer_scope="target/l1",
+                consumer_scope="loss:td",
+                source=fmt.SourceLine("train.py", 42, "train_step"),
+            )
+        ]
+    )
     flowgraph = fmt.FlowGraph(
-        losses=[fmt.LossInfo("td")], scopes=list(DQN_SCOPES), cells=cells, blocked_edges=blocked,
-        nodes=[fmt.GraphNode(s, "scope", s) for s in ("online/l1", "target/l1")] + [fmt.GraphNode("loss:td", "loss", "td")],
-        edges=[fmt.GraphEdge("online/l1", "loss:td", 1), fmt.GraphEdge("target/l1", "loss:td", 1, () if leaky else ("td",))],
-        applied=["online", "online/l1"] + (["target", "target/l1"] if leaky else []), source="tf2",
+        losses=[fmt.LossInfo("td")],
+        scopes=list(DQN_SCOPES),
+        cells=cells,
+        blocked_edges=blocked,
+        nodes=[fmt.GraphNode(s, "scope", s) for s in ("online/l1", "target/l1")]
+        + [fmt.GraphNode("loss:td", "loss", "td")],
+        edges=[
+            fmt.GraphEdge("online/l1", "loss:td", 1),
+            fmt.GraphEdge("target/l1", "loss:td", 1, () if leaky else ("td",)),
+        ],
+        applied=["online", "online/l1"] + (["target", "target/l1"] if leaky else []),
+        source="tf2",
     )
     grads = fmt.make_info(fmt.Kind.GRAD_STATS, "td", DQN_SCOPES)
     updates = fmt.make_info(fmt.Kind.UPDATE_STATS, "", DQN_SCOPES)
@@ -149,16 +180,28 @@ def dqn_logdir(root) -> str:
 
     write_records(str(root / "leaky"), dqn_records(True))
     write_records(str(root / "clean"), dqn_records(False))
-    event = fmt.Event(type=fmt.VIOLATION, name="never(td, target/*)", step=30,
-                      message="loss 'td' reaches scope 'target/\x1b[31mred'", loss="td",
-                      scope="target/\x1b[31mred", evidence={"l2": 0.5})
-    write_records(str(root / "recorded"), dqn_records(False, steps=(30,)) + [
-        (fmt.make_info(fmt.Kind.EVENTS), 30, [event.to_json()]),
-    ])
+    event = fmt.Event(
+        type=fmt.VIOLATION,
+        name="never(td, target/*)",
+        step=30,
+        message="loss 'td' reaches scope 'target/\x1b[31mred'",
+        loss="td",
+        scope="target/\x1b[31mred",
+        evidence={"l2": 0.5},
+    )
+    write_records(
+        str(root / "recorded"),
+        dqn_records(False, steps=(30,))
+        + [
+            (fmt.make_info(fmt.Kind.EVENTS), 30, [event.to_json()]),
+        ],
+    )
     return str(root)
 
 
-def write_drift_run(run_dir: str, tau_used: float, declared_tau: float, frozen: bool = False, steps: int = 40) -> None:
+def write_drift_run(
+    run_dir: str, tau_used: float, declared_tau: float, frozen: bool = False, steps: int = 40
+) -> None:
     """Two same-architecture models; the target follows the online one by an
     EMA of rate `tau_used` (or not at all), recorded by the real DriftMonitor."""
     from tb_gradscope.pairs import pair_models
@@ -172,7 +215,9 @@ def write_drift_run(run_dir: str, tau_used: float, declared_tau: float, frozen: 
 
     online, target = net("online"), net("target")
     target.set_weights(online.get_weights())
-    monitor = DriftMonitor([pair_models(target, online, tau=declared_tau)], logdir=run_dir, every_n_steps=5)
+    monitor = DriftMonitor(
+        [pair_models(target, online, tau=declared_tau)], logdir=run_dir, every_n_steps=5
+    )
     rng = np.random.default_rng(0)
     for _ in range(steps):
         for v in online.trainable_variables:

@@ -130,6 +130,7 @@ def test_while_loop_output_depends_only_on_its_carried_inputs():
 def test_flowgraph_round_trips_and_fingerprint_is_stable():
     def step(x):
         return {"l": tf.reduce_sum(tf.stop_gradient(x @ W))}
+
     first, second = run(step), run(step)
     assert first == second and fingerprint(first) == fingerprint(second)
     assert FlowGraph.from_json(first.to_json()) == first
@@ -165,8 +166,9 @@ def test_integer_loss_and_unknown_loss_name_are_clear_errors():
     with pytest.raises(AnalysisError, match="dtype int32"):
         analyze_function(lambda x: {"n": tf.shape(x)[0]}, X, variable_scopes=SCOPES)
     with pytest.raises(AnalysisError, match=r"losses \['nope'\] are not returned"):
-        analyze_function(lambda x: {"l": tf.reduce_sum(x @ W)}, X, losses=["nope"],
-                         variable_scopes=SCOPES)
+        analyze_function(
+            lambda x: {"l": tf.reduce_sum(x @ W)}, X, losses=["nope"], variable_scopes=SCOPES
+        )
 
 
 def test_untraceable_function_says_what_is_lost():
@@ -179,8 +181,9 @@ def test_untraceable_function_says_what_is_lost():
 
 def test_unused_variable_is_independent_with_a_warning():
     unused = tf.Variable(0.0, name="spare/v")
-    fg = analyze_function(lambda x: {"l": tf.reduce_sum(x @ W)}, X,
-                          variable_scopes=SCOPES + [(unused, "spare")])
+    fg = analyze_function(
+        lambda x: {"l": tf.reduce_sum(x @ W)}, X, variable_scopes=SCOPES + [(unused, "spare")]
+    )
     assert fg.cells["l"]["spare"] == "independent"
     assert any("spare/v" in w for w in fg.warnings)
 

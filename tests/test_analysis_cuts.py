@@ -3,22 +3,25 @@ stop_gradient separating several producer scopes."""
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 from tb_gradscope import Recorder
 from tb_gradscope import format as fmt
-from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.format.flowgraph import CAUSE_TAPE_BOUNDARY
+from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.summary import run_summary
 
 
 def _mlp(name: str, inputs: int, outputs: int = 2) -> keras.Model:
     return keras.Sequential(
-        [keras.Input((inputs,)), keras.layers.Dense(4, activation="relu", name="l1"),
-         keras.layers.Dense(outputs, name="l2")],
+        [
+            keras.Input((inputs,)),
+            keras.layers.Dense(4, activation="relu", name="l1"),
+            keras.layers.Dense(outputs, name="l2"),
+        ],
         name=name,
     )
 
@@ -39,8 +42,12 @@ def mean_teacher(tmp_path_factory):
     student, teacher = _mlp("student", 3), _mlp("teacher", 3)
     teacher.set_weights(student.get_weights())
     opt = keras.optimizers.SGD(0.1)
-    rec = Recorder(logdir, every_n_steps=1, models={"student": student, "teacher": teacher},
-                   rules=["blocked(consistency, teacher/*)", "never(consistency, teacher/*)"])
+    rec = Recorder(
+        logdir,
+        every_n_steps=1,
+        models={"student": student, "teacher": teacher},
+        rules=["blocked(consistency, teacher/*)", "never(consistency, teacher/*)"],
+    )
 
     @tf.function
     def step(x):
@@ -92,9 +99,13 @@ def test_one_stop_gradient_names_every_producer_scope_it_separates(tmp_path):
 
     logs = _train(rec, str(tmp_path), step)
     graph = logs.flowgraph_at(0)
-    producers = {e.producer_scope.split("/")[0] for e in graph.blocked_edges if e.loss == "value_loss"}
+    producers = {
+        e.producer_scope.split("/")[0] for e in graph.blocked_edges if e.loss == "value_loss"
+    }
     assert producers == {"q1_t", "q2_t", "pi"}
-    blocked_graph_edges = {e.src.split("/")[0] for e in graph.edges if "value_loss" in e.blocked_for}
+    blocked_graph_edges = {
+        e.src.split("/")[0] for e in graph.edges if "value_loss" in e.blocked_for
+    }
     assert blocked_graph_edges == {"q1_t", "q2_t", "pi"}
     cells = run_summary(logs)["cells"]["value_loss"]
     assert {cells[s]["state"] for s in ("q1_t", "q2_t", "pi")} == {fmt.BLOCKED}

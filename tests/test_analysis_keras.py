@@ -48,7 +48,9 @@ def test_frozen_layer_is_gradient_reachable_but_ignored(frozen_and_ema):
 def test_ema_shadow_writes_are_not_optimizer_updates(frozen_and_ema):
     applied = frozen_and_ema.applied
     assert applied == ["net", "net/head"]
-    shadow_cells = {s: st for s, st in frozen_and_ema.cells["mse"].items() if s.startswith("shadow")}
+    shadow_cells = {
+        s: st for s, st in frozen_and_ema.cells["mse"].items() if s.startswith("shadow")
+    }
     assert shadow_cells and set(shadow_cells.values()) == {"independent"}
 
 
@@ -56,8 +58,11 @@ def test_keras_functional_step_without_optimizer_reports_unknown_applied():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="m")
     x = tf.constant(np.ones((2, 3), "float32"))
     cf = tf.function(lambda x: {"l": tf.reduce_sum(model(x))}).get_concrete_function(x)
-    fg = analyze_graph(cf.graph, {"l": cf.structured_outputs["l"]},
-                       [(v, leaf_scope(v.path)) for v in model.variables])
+    fg = analyze_graph(
+        cf.graph,
+        {"l": cf.structured_outputs["l"]},
+        [(v, leaf_scope(v.path)) for v in model.variables],
+    )
     assert fg.applied is None
     assert fg.cells["l"] and set(fg.cells["l"].values()) == {"updates"}
 
@@ -70,7 +75,9 @@ def test_mirrored_variables_are_matched_through_their_replicas():
 
     @tf.function
     def step(x):
-        per_replica = strategy.run(lambda x: tf.reduce_mean(x @ w + tf.stop_gradient(x @ t)), args=(x,))
+        per_replica = strategy.run(
+            lambda x: tf.reduce_mean(x @ w + tf.stop_gradient(x @ t)), args=(x,)
+        )
         return {"l": strategy.reduce("MEAN", per_replica, axis=None)}
 
     cf = step.get_concrete_function(tf.TensorSpec([2, 3]))

@@ -19,20 +19,28 @@ from tb_gradscope.format.flowgraph import CAUSE_STOP_GRADIENT
 
 
 def _line_of(marker: str) -> int:
-    return next(i for i, line in enumerate(pathlib.Path(__file__).read_text().splitlines(), 1)
-                if line.rstrip().endswith(marker))
+    return next(
+        i
+        for i, line in enumerate(pathlib.Path(__file__).read_text().splitlines(), 1)
+        if line.rstrip().endswith(marker)
+    )
 
 
 def _mlp(name: str, inputs: int, outputs: int) -> keras.Model:
     return keras.Sequential(
-        [keras.Input((inputs,)), keras.layers.Dense(4, activation="tanh", name="l1"),
-         keras.layers.Dense(outputs, name="l2")],
+        [
+            keras.Input((inputs,)),
+            keras.layers.Dense(4, activation="tanh", name="l1"),
+            keras.layers.Dense(outputs, name="l2"),
+        ],
         name=name,
     )
 
 
 def _cosine(p, z):
-    return -tf.reduce_mean(tf.reduce_sum(tf.math.l2_normalize(p, 1) * tf.math.l2_normalize(z, 1), 1))
+    return -tf.reduce_mean(
+        tf.reduce_sum(tf.math.l2_normalize(p, 1) * tf.math.l2_normalize(z, 1), 1)
+    )
 
 
 def _simsiam_flow(cut: bool, symmetric: bool = True) -> fmt.FlowGraph:
@@ -95,7 +103,10 @@ def test_encoder_still_updates_the_cut_is_extra_evidence(simsiam):
 def test_the_cut_edge_is_drawn_blocked_for_the_loss(simsiam):
     cut = {(e.src, e.dst) for e in simsiam.edges if "simsiam" in e.blocked_for}
     assert cut and all(src.startswith("enc") and dst == "loss:simsiam" for src, dst in cut)
-    assert any(e.src.startswith("pred") and e.dst == "loss:simsiam" and not e.blocked_for for e in simsiam.edges)
+    assert any(
+        e.src.startswith("pred") and e.dst == "loss:simsiam" and not e.blocked_for
+        for e in simsiam.edges
+    )
 
 
 def test_without_stop_gradient_the_flowgraph_differs(simsiam, simsiam_without_cut):
@@ -115,8 +126,15 @@ def test_stop_gradient_inside_a_layer_is_not_a_path_cut():
     """tf.nn.moments (BatchNormalization) stops the gradient of the mean inside
     the layer: no scope-graph edge is cut, nothing to report."""
     keras.utils.set_random_seed(5)
-    net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="l1"),
-                            keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(1, name="l2")], name="net")
+    net = keras.Sequential(
+        [
+            keras.Input((3,)),
+            keras.layers.Dense(4, name="l1"),
+            keras.layers.BatchNormalization(name="bn"),
+            keras.layers.Dense(1, name="l2"),
+        ],
+        name="net",
+    )
 
     def step(x):
         return {"mse": tf.reduce_mean(tf.square(net(x, training=True)))}

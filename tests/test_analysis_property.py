@@ -112,7 +112,13 @@ def tf_truth(variables, step, seed):
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(model=models(), seed=st.integers(0, 2**16))
 def test_static_states_match_tape_gradient_and_perturbation(model, seed):
     layers, used, scopes = model

@@ -35,16 +35,22 @@ def test_nested_tf_function_is_inlined_into_the_scope_graph():
     def encoder(x):
         return tf.nn.relu(x @ CELL)
 
-    fg = analyze_function(lambda x: {"l": tf.reduce_sum(encoder(x) @ HEAD)},
-                          tf.TensorSpec([2, 3]), variable_scopes=SCOPES)
+    fg = analyze_function(
+        lambda x: {"l": tf.reduce_sum(encoder(x) @ HEAD)},
+        tf.TensorSpec([2, 3]),
+        variable_scopes=SCOPES,
+    )
     edges = {(e.src, e.dst): e.tensors for e in fg.edges}
     assert edges[("input:x", "rnn/cell")] == 1
     assert edges[("rnn/cell", "head")] == 1
 
 
 def test_stop_gradient_on_a_weight_points_from_its_scope_to_where_it_is_used():
-    fg = analyze_function(lambda x: {"l": tf.reduce_sum(x @ tf.stop_gradient(CELL) @ HEAD)},
-                          tf.TensorSpec([2, 3]), variable_scopes=SCOPES)
+    fg = analyze_function(
+        lambda x: {"l": tf.reduce_sum(x @ tf.stop_gradient(CELL) @ HEAD)},
+        tf.TensorSpec([2, 3]),
+        variable_scopes=SCOPES,
+    )
     [edge] = fg.blocked_edges
     assert (edge.producer_scope, edge.consumer_scope) == ("rnn/cell", "head")
     assert fg.cells["l"]["rnn/cell"] == "blocked"
@@ -52,6 +58,9 @@ def test_stop_gradient_on_a_weight_points_from_its_scope_to_where_it_is_used():
 
 def test_handles_of_variables_outside_the_model_are_not_inputs():
     other = tf.Variable(2.0, name="not_in_model")
-    fg = analyze_function(lambda x: {"l": tf.reduce_sum(x @ CELL) * other},
-                          tf.TensorSpec([2, 3]), variable_scopes=SCOPES)
+    fg = analyze_function(
+        lambda x: {"l": tf.reduce_sum(x @ CELL) * other},
+        tf.TensorSpec([2, 3]),
+        variable_scopes=SCOPES,
+    )
     assert [n.id for n in fg.nodes if n.kind == "input"] == ["input:x"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tb_gradscope.analysis import analyze_graph
+from tb_gradscope.analysis.flatten import flatten
 from tests.analysis_models import (
     actor_critic,
     marker_line,
@@ -13,14 +15,14 @@ from tests.analysis_models import (
     seed02_start_point,
     seed03_ema_lstm,
 )
-from tb_gradscope.analysis import analyze_graph
-from tb_gradscope.analysis.flatten import flatten
 
 MODELS = "tests/analysis_models.py"
 
 
 def analyze(built):
-    return analyze_graph(built.graph, built.losses, built.variable_scopes, train_ops=built.train_ops)
+    return analyze_graph(
+        built.graph, built.losses, built.variable_scopes, train_ops=built.train_ops
+    )
 
 
 def test_multihead_var_list_updates_own_head_only():

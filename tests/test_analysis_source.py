@@ -41,4 +41,6 @@ def test_user_source_is_the_line_that_created_the_op():
 def test_demo_files_are_named_from_the_package_wherever_it_lives(tmp_path):
     from tb_gradscope.demos import dqn
 
-    assert relative_path(dqn.__file__, cwd=str(tmp_path)) == os.path.join("tb_gradscope", "demos", "dqn.py")
+    assert relative_path(dqn.__file__, cwd=str(tmp_path)) == os.path.join(
+        "tb_gradscope", "demos", "dqn.py"
+    )

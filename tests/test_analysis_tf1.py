@@ -58,7 +58,9 @@ def test_v1_while_loop_and_cond_are_followed():
         _, h = tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(h @ w)), [0, x])
         gated = tf.cond(tf.reduce_sum(x) > 0, lambda: h * tf.stop_gradient(g), lambda: h)
         loss = tf.reduce_sum(gated)
-    assert {"Enter", "Switch", "Merge", "NextIteration"} <= {op.type for op in graph.get_operations()}
+    assert {"Enter", "Switch", "Merge", "NextIteration"} <= {
+        op.type for op in graph.get_operations()
+    }
     fg = analyze_graph(graph, {"loss": loss}, scoped(graph))
     assert fg.cells["loss"]["rnn"] == "updates"
     assert fg.cells["loss"]["gate"] == "blocked"

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
-from tb_gradscope.pairs import pair_models
 from tb_gradscope.format import DRIFT_EXTRA_COLUMNS
+from tb_gradscope.pairs import pair_models
+from tb_gradscope.read import anomalies
 from tb_gradscope.read.drift import update_mode
 from tests import pairs_support as ps
 
@@ -28,7 +28,9 @@ def _rewrite_with_required_columns(record, logdir: str) -> None:
         for i, (step, table) in enumerate(zip(record.steps, record.tables)):
             values = np.stack([table.column(c) for c in info.columns], axis=1)
             tf.summary.write(
-                fmt.tag_for(fmt.Kind.DRIFT, info.name), fmt.encode_table(info, values), step=step,
+                fmt.tag_for(fmt.Kind.DRIFT, info.name),
+                fmt.encode_table(info, values),
+                step=step,
                 metadata=fmt.create_summary_metadata(info).SerializeToString() if i == 0 else b"",
             )
     writer.close()
@@ -38,8 +40,14 @@ def test_required_columns_alone_give_mode_and_never_synced(tmp_path):
     online = ps.mlp("online", seed=2)
     target = keras.models.clone_model(online)
     target.name = "target"
-    run = ps.train(str(tmp_path / "full"), target, online, lambda t, o: [pair_models(t, o)],
-                   ps.ema_update(0.05), steps=40)
+    run = ps.train(
+        str(tmp_path / "full"),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.05),
+        steps=40,
+    )
     (full,) = ps.read_drift(run.logdir).values()
     _rewrite_with_required_columns(full, str(tmp_path / "lean"))
     (lean,) = ps.read_drift(str(tmp_path / "lean")).values()

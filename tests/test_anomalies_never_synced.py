@@ -25,8 +25,8 @@ from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
-from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.anomalies import derived_anomalies
+from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.online_path import online_moves, path_estimate
 from tb_gradscope.read.reader import Record, RunListing, TableSeries
 from tb_gradscope.read.runs import RunLogs, decode_run, drift_series, run_records, update_tables
@@ -64,14 +64,26 @@ def _update(scopes: dict[str, float]) -> fmt.Table:
 
 
 def test_online_moves_are_the_online_scopes_update_norm_up_to_the_step_judged():
-    updates = {0: _update({"online": 6.0, "online/l1": 5.0, "head": 1.0}),
-               5: _update({"online": 0.1, "online/l1": 0.1}), 10: _update({"online": 0.2})}
+    updates = {
+        0: _update({"online": 6.0, "online/l1": 5.0, "head": 1.0}),
+        5: _update({"online": 0.1, "online/l1": 0.1}),
+        10: _update({"online": 0.2}),
+    }
     assert online_moves(updates, "online", 5) == {0: 6.0, 5: 0.1}
 
 
 def test_without_the_online_row_the_highest_scopes_under_it_are_pooled():
-    updates = {0: _update({"online/l1": 3.0, "online/l1/kernel": 2.0, "online/l2": 4.0, "online/l3": math.nan,
-                           "onlineish": 100.0})}
+    updates = {
+        0: _update(
+            {
+                "online/l1": 3.0,
+                "online/l1/kernel": 2.0,
+                "online/l2": 4.0,
+                "online/l3": math.nan,
+                "onlineish": 100.0,
+            }
+        )
+    }
     assert online_moves(updates, "online", 0) == {0: pytest.approx(5.0)}
 
 
@@ -87,17 +99,33 @@ def test_no_update_tables_or_no_online_scope_in_them_or_a_hostile_name_give_no_m
 def _drift(distance: float, online_step: float = math.nan) -> fmt.Table:
     """A DRIFT table of one target scope `distance` away from an online network of norm ONLINE_NORM,
     moving as an EMA at tau 0.01; `online_step`: online's last single step (NaN: not recorded)."""
-    info = dataclasses.replace(fmt.make_info(fmt.Kind.DRIFT, PAIR, ["target"], ATTRS), columns=fmt.DRIFT_COLUMNS)
+    info = dataclasses.replace(
+        fmt.make_info(fmt.Kind.DRIFT, PAIR, ["target"], ATTRS), columns=fmt.DRIFT_COLUMNS
+    )
     gap = distance
-    row = {"drift": distance / ONLINE_NORM, "distance": distance, "online_norm": ONLINE_NORM,
-           "target_step": 0.01 * gap, "tau": 0.01, "online_step": online_step, "gap": gap,
-           "tau_reverse": math.nan, "gap_reverse": math.nan, "optimizer_vars": 0.0, "target_moved": math.nan}
+    row = {
+        "drift": distance / ONLINE_NORM,
+        "distance": distance,
+        "online_norm": ONLINE_NORM,
+        "target_step": 0.01 * gap,
+        "tau": 0.01,
+        "online_step": online_step,
+        "gap": gap,
+        "tau_reverse": math.nan,
+        "gap_reverse": math.nan,
+        "optimizer_vars": 0.0,
+        "target_moved": math.nan,
+    }
     return fmt.Table(info, np.asarray([[row[c] for c in fmt.DRIFT_COLUMNS]]))
 
 
-def _never_synced(distance: float, moves: dict[int, float] | None, online_step: float = 0.05, first: int = 5):
+def _never_synced(
+    distance: float, moves: dict[int, float] | None, online_step: float = 0.05, first: int = 5
+):
     tables = [_drift(distance * 0.95**i, online_step) for i in range(3)]
-    found = anomalies.find_anomalies(PAIR, ATTRS, [first, first + 5, first + 10], tables, moves=moves)
+    found = anomalies.find_anomalies(
+        PAIR, ATTRS, [first, first + 5, first + 10], tables, moves=moves
+    )
     return [e for e in found if e.name == anomalies.NEVER_SYNCED]
 
 
@@ -110,7 +138,9 @@ def test_a_target_farther_than_online_moved_is_never_synced_with_the_path_in_evi
     (event,) = _never_synced(8.6, {0: 0.06})
     assert (event.step, event.scope, event.pair) == (5, "target", PAIR)
     assert event.evidence["online_path"] == pytest.approx(0.06 * 5 + 0.05)
-    assert event.evidence["online_moves_recorded"] == 2 and event.evidence["distance"] == pytest.approx(8.6)
+    assert event.evidence["online_moves_recorded"] == 2 and event.evidence[
+        "distance"
+    ] == pytest.approx(8.6)
     assert "online moved about 0.35 over steps 0..5 (2 recorded)" in event.message
 
 
@@ -121,7 +151,9 @@ def test_drift_below_the_threshold_is_never_never_synced_however_little_online_m
 def test_a_record_without_any_move_of_online_is_judged_by_drift_alone():
     # a DRIFT record without online_step (another writer, an older one) and no UPDATE tables
     (event,) = _never_synced(8.6, None, online_step=math.nan)
-    assert event.evidence["online_path"] == 0.0 and "no move of online was recorded" in event.message
+    assert (
+        event.evidence["online_path"] == 0.0 and "no move of online was recorded" in event.message
+    )
 
 
 def test_online_step_of_the_first_drift_record_alone_counts_as_a_recorded_move():
@@ -149,21 +181,33 @@ def test_doctor_report_and_check_agree_on_never_synced(first_move, found):
     logs = _logs(first_move)
     (pair,) = run_records(logs).pairs
     assert pair.online_moves == {0: first_move, 5: 0.05}  # up to the first drift record
-    doctor = [f for f in diagnose(run_records(logs)) if f.evidence.get("anomaly") == anomalies.NEVER_SYNCED]
+    doctor = [
+        f
+        for f in diagnose(run_records(logs))
+        if f.evidence.get("anomaly") == anomalies.NEVER_SYNCED
+    ]
     report = [e for e in run_anomalies(logs)[0] if e.name == anomalies.NEVER_SYNCED]
     rule = rules_lib.parse_rule("tracks(target, online, tau=0.01)")
-    check = [e for e in evaluate(logs, [rule]) if e.evidence.get("anomaly") == anomalies.NEVER_SYNCED]
+    check = [
+        e for e in evaluate(logs, [rule]) if e.evidence.get("anomaly") == anomalies.NEVER_SYNCED
+    ]
     assert (bool(doctor), bool(report), bool(check)) == (found,) * 3
     if found:
         assert doctor[0].kind == F.PAIR_ANOMALY and doctor[0].scope == "target"
-        assert doctor[0].evidence["online_path"] == report[0].evidence["online_path"] == check[0].evidence["online_path"]
+        assert (
+            doctor[0].evidence["online_path"]
+            == report[0].evidence["online_path"]
+            == check[0].evidence["online_path"]
+        )
 
 
 def test_tracks_rules_read_the_moves_only_when_given_the_update_tables():
     logs = _logs(6.0)
     rule = rules_lib.parse_rule("tracks(target, online, tau=0.01)")
     assert check_drift([rule], logs.drift, 15, logs.updates) == []
-    (event,) = check_drift([rule], logs.drift, 15)  # the drift record alone: online_step 0.05 over steps 0..5
+    (event,) = check_drift(
+        [rule], logs.drift, 15
+    )  # the drift record alone: online_step 0.05 over steps 0..5
     assert event.evidence["anomaly"] == anomalies.NEVER_SYNCED
 
 
@@ -171,18 +215,35 @@ def test_update_tables_of_a_run_listing_are_the_updates_decode_run_builds():
     """What the tab's events route can hand `derived_anomalies` from its table series."""
     logs = _logs(6.0)
     series = []
-    for kind, name, by_step in ((fmt.Kind.UPDATE_STATS, "", sorted(logs.updates.items())),
-                                (fmt.Kind.DRIFT, PAIR, logs.drift[PAIR])):
+    for kind, name, by_step in (
+        (fmt.Kind.UPDATE_STATS, "", sorted(logs.updates.items())),
+        (fmt.Kind.DRIFT, PAIR, logs.drift[PAIR]),
+    ):
         info = by_step[0][1].info
         record = Record(fmt.tag_for(kind, name), info, (0,))
-        series.append(TableSeries(record, np.asarray([s for s, _ in by_step]), np.zeros(len(by_step)),
-                                  np.stack([t.values for _, t in by_step]).astype(np.float32)))
+        series.append(
+            TableSeries(
+                record,
+                np.asarray([s for s, _ in by_step]),
+                np.zeros(len(by_step)),
+                np.stack([t.values for _, t in by_step]).astype(np.float32),
+            )
+        )
     listing = RunListing("r", {s.record.tag: s.record for s in series})
     decoded = decode_run(listing, {s.record.tag: s for s in series}, {}, {})
     updates = update_tables(series)
     assert sorted(updates) == sorted(decoded.updates) == [0, 5, 10, 15]
     assert all(np.array_equal(updates[s].values, decoded.updates[s].values) for s in updates)
-    assert sorted(update_tables(series, until=5)) == [0, 5]  # what the first drift record (step 5) needs
-    assert derived_anomalies("r", drift_series(series), [], updates) == run_anomalies(decoded) == ([], [])
+    assert sorted(update_tables(series, until=5)) == [
+        0,
+        5,
+    ]  # what the first drift record (step 5) needs
+    assert (
+        derived_anomalies("r", drift_series(series), [], updates)
+        == run_anomalies(decoded)
+        == ([], [])
+    )
     (event,), _ = derived_anomalies("r", drift_series(series), [])
-    assert event.name == anomalies.NEVER_SYNCED  # the drift series alone cannot see online's first step
+    assert (
+        event.name == anomalies.NEVER_SYNCED
+    )  # the drift series alone cannot see online's first step

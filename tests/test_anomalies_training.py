@@ -13,16 +13,18 @@ import keras
 import numpy as np
 import pytest
 
-from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import detect_pairs, pair_models
+from tb_gradscope.read import anomalies
 from tb_gradscope.read.drift import scope_modes, update_mode
 from tests import pairs_support as ps
 from tests import providers
 
 
 def _events(record):
-    return anomalies.find_anomalies(record.info.name, record.info.attrs, record.steps, record.tables)
+    return anomalies.find_anomalies(
+        record.info.name, record.info.attrs, record.steps, record.tables
+    )
 
 
 def _names(events):
@@ -38,8 +40,12 @@ def test_undeclared_ema_is_detected_and_tau_estimated_within_5_percent(tmp_path)
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
-        ps.ema_update(0.01), steps=100,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: detect_pairs(models=[t, o]),
+        ps.ema_update(0.01),
+        steps=100,
     )
     record = _only(ps.read_drift(run.logdir))
     assert record.info.name == "target<-online"
@@ -56,8 +62,12 @@ def test_declared_wrong_tau_names_both_values(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, tau=0.1)],
-        ps.ema_update(0.01), steps=100,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o, tau=0.1)],
+        ps.ema_update(0.01),
+        steps=100,
     )
     events = _events(_only(ps.read_drift(run.logdir)))
     assert _names(events) == [anomalies.TAU_MISMATCH]
@@ -73,8 +83,12 @@ def test_reinitialised_clone_is_never_synced_at_step_0(tmp_path):
     target = keras.models.clone_model(online)  # same architecture, fresh weights
     target.name = "target"
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
-        ps.ema_update(0.01), steps=30,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.01),
+        steps=30,
     )
     record = _only(ps.read_drift(run.logdir))
     events = _events(record)
@@ -89,8 +103,13 @@ def test_hard_copy_every_100_steps_is_exact_and_mode_hard_100(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
-        ps.hard_copy(100), steps=350, every_n_steps=25,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: detect_pairs(models=[t, o]),
+        ps.hard_copy(100),
+        steps=350,
+        every_n_steps=25,
     )
     record = _only(ps.read_drift(run.logdir))
     drift = dict(zip(record.steps, record.column("target", "drift")))
@@ -109,8 +128,13 @@ def test_target_in_optimizer_variables_is_moved_by_optimizer(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
-        ps.ema_update(0.01), steps=60, optimizer_vars="both",
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.01),
+        steps=60,
+        optimizer_vars="both",
     )
     events = _events(_only(ps.read_drift(run.logdir)))
     moved = [e for e in events if e.name == anomalies.MOVED_BY_OPTIMIZER]
@@ -123,8 +147,14 @@ def test_target_moved_by_gradient_is_seen_without_optimizer_introspection(tmp_pa
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
-        ps.ema_update(0.01), steps=60, optimizer_vars="both", monitor_optimizer=False,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o)],
+        ps.ema_update(0.01),
+        steps=60,
+        optimizer_vars="both",
+        monitor_optimizer=False,
     )
     events = _events(_only(ps.read_drift(run.logdir)))
     moved = [e for e in events if e.name == anomalies.MOVED_BY_OPTIMIZER]
@@ -136,8 +166,12 @@ def test_copy_online_from_target_is_wrong_direction(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=100)],
-        ps.hard_copy(100, reverse=True), steps=220,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o, every=100)],
+        ps.hard_copy(100, reverse=True),
+        steps=220,
     )
     record = _only(ps.read_drift(run.logdir))
     events = _events(record)
@@ -157,8 +191,12 @@ def test_ema_of_trainable_weights_only_leaves_moving_statistics_untracked(tmp_pa
     online = ps.mlp("online", batchnorm=True, seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
-        ps.ema_update(0.05, weights="trainable_weights"), steps=80,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: detect_pairs(models=[t, o]),
+        ps.ema_update(0.05, weights="trainable_weights"),
+        steps=80,
     )
     record = _only(ps.read_drift(run.logdir))
     events = _events(record)
@@ -178,8 +216,12 @@ def test_ema_of_all_weights_tracks_moving_statistics(tmp_path):
     online = ps.mlp("online", batchnorm=True, seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: detect_pairs(models=[t, o]),
-        ps.ema_update(0.05), steps=80,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: detect_pairs(models=[t, o]),
+        ps.ema_update(0.05),
+        steps=80,
     )
     record = _only(ps.read_drift(run.logdir))
     assert _events(record) == []
@@ -192,8 +234,12 @@ def test_target_never_updated_is_frozen(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
-        lambda t, o, s: None, steps=60,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o)],
+        lambda t, o, s: None,
+        steps=60,
     )
     events = _events(_only(ps.read_drift(run.logdir)))
     assert _names(events) == [anomalies.TARGET_FROZEN]
@@ -206,8 +252,12 @@ def test_rust_data_server_gives_the_same_series_and_anomalies(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, tau=0.1)],
-        ps.hard_copy(20, reverse=True), steps=40,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o, tau=0.1)],
+        ps.hard_copy(20, reverse=True),
+        steps=40,
     )
     expected = _only(ps.read_drift(run.logdir))
     with providers.rust_provider(run.logdir, {"gradscope": 100000}) as rust:
@@ -231,8 +281,13 @@ def test_hard_copies_that_stop_make_the_target_frozen(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)
     run = ps.train(
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o, every=20)],
-        ps.hard_copy(20, until=40), steps=120, every_n_steps=10,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o, every=20)],
+        ps.hard_copy(20, until=40),
+        steps=120,
+        every_n_steps=10,
     )
     record = _only(ps.read_drift(run.logdir))
     _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
@@ -246,8 +301,13 @@ def test_hard_copies_that_stop_make_the_target_frozen(tmp_path):
 def test_copy_before_the_optimizer_step_is_still_hard_and_events_encode(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     run = ps.train(  # never synced at start, then synced at the top of every 30th step
-        str(tmp_path), target, online, lambda t, o: [pair_models(t, o)],
-        ps.hard_copy(30), steps=100, update_first=True,
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o)],
+        ps.hard_copy(30),
+        steps=100,
+        update_first=True,
     )
     record = _only(ps.read_drift(run.logdir))
     _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)

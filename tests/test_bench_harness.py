@@ -49,14 +49,18 @@ def test_report_prints_what_parse_lines_reads(capsys):
 
 def test_interleaved_medians_runs_each_candidate_every_round():
     calls = []
-    medians = harness.interleaved_medians({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+    medians = harness.interleaved_medians(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3
+    )
     assert calls == ["a", "b"] * 3
     assert set(medians) == {"a", "b"}
 
 
 def test_interleaved_samples_keeps_every_time_of_every_candidate():
     calls = []
-    samples = harness.interleaved_samples({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 4)
+    samples = harness.interleaved_samples(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 4
+    )
     assert calls == ["a", "b"] * 4
     assert {name: len(times) for name, times in samples.items()} == {"a": 4, "b": 4}
     assert all(t >= 0 for times in samples.values() for t in times)
@@ -65,7 +69,7 @@ def test_interleaved_samples_keeps_every_time_of_every_candidate():
 def test_rotated_samples_rotates_the_order_and_keeps_one_sample_per_round():
     calls = []
     wall, cpu = harness.rotated_samples({n: (lambda n=n: calls.append(n)) for n in "abc"}, 4)
-    assert calls == list("abc" "bca" "cab" "abc")
+    assert calls == list("abcbcacababc")
     assert {n: (len(wall[n]), len(cpu[n])) for n in "abc"} == {n: (4, 4) for n in "abc"}
 
 
@@ -73,7 +77,10 @@ def test_median_ratio_pairs_the_runs_of_one_round():
     # The machine slows down over the rounds; each round's two runs slow alike.
     samples = {"ours": [1.1, 2.2, 4.4], "base": [1.0, 2.0, 4.0]}
     assert harness.median_ratio(samples, "ours", "base") == pytest.approx(1.1)
-    samples = {"ours": [1.0, 5.0, 5.0], "base": [4.0, 1.0, 4.0]}  # medians 5 / 4; per round 0.25, 5, 1.25
+    samples = {
+        "ours": [1.0, 5.0, 5.0],
+        "base": [4.0, 1.0, 4.0],
+    }  # medians 5 / 4; per round 0.25, 5, 1.25
     assert harness.median_ratio(samples, "ours", "base") == pytest.approx(1.25)
 
 
@@ -95,7 +102,11 @@ def help_outputs():
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-m", f"bench.{name}", "--help"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name in BENCHES + ["run_all"]
     }

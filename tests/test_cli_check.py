@@ -122,12 +122,17 @@ def test_console_script_exit_codes(logdir, rules_file, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     leaky = subprocess.run(
         [sys.executable, "-m", "tb_gradscope.commands", "check", logdir, "--rules", rules_file],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert leaky.returncode == 1, leaky.stderr
     assert "leaky  never(td, target/*)  at trace, and at" in leaky.stdout
     script = shutil.which("tb-gradscope", path=os.path.dirname(sys.executable))
-    missing = subprocess.run([script, "check", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [script, "check", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
+    )
     assert missing.returncode == 2, missing.stderr
     assert "does not exist" in missing.stderr
     usage = subprocess.run([script, "check"], capture_output=True, text=True, timeout=120)
@@ -148,7 +153,9 @@ def test_rules_a_run_recorded_are_checked_without_rules_file(tmp_path):
     records = rf.dqn_records(leaky=True)
     info, step, docs = records[0]
     assert info.kind == fmt.Kind.FLOWGRAPH
-    with_rules = fmt.make_info(fmt.Kind.FLOWGRAPH, attrs={"rules": ["never(td, target/*)", "bogus("]})
+    with_rules = fmt.make_info(
+        fmt.Kind.FLOWGRAPH, attrs={"rules": ["never(td, target/*)", "bogus("]}
+    )
     rf.write_records(str(tmp_path / "run"), [(with_rules, step, docs)] + records[1:])
     code, out, err = check(str(tmp_path))
     assert code == 1
@@ -160,11 +167,15 @@ def test_rules_a_run_recorded_are_checked_without_rules_file(tmp_path):
 def test_check_on_real_recorder_logs_fails_the_leak_and_passes_the_fix(tmp_path_factory, tmp_path):
     logdir = rf.actor_critic_logdir(tmp_path_factory)
     path = tmp_path / "rules.toml"
-    path.write_text(f'rules = ["{rf.LEAK_RULE}", "blocked(actor, ac/critic_head)"]\n', encoding="utf-8")
+    path.write_text(
+        f'rules = ["{rf.LEAK_RULE}", "blocked(actor, ac/critic_head)"]\n', encoding="utf-8"
+    )
     code, out, _ = check(logdir, "--rules", str(path), "--run", "leaky")
     assert code == 1
-    assert ("leaky  never(actor, ac/critic_head)  at trace, and at 2 steps (0-2)  loss 'actor' reaches scope "
-            "'ac/critic_head' with gradient norm") in out
+    assert (
+        "leaky  never(actor, ac/critic_head)  at trace, and at 2 steps (0-2)  loss 'actor' reaches scope "
+        "'ac/critic_head' with gradient norm"
+    ) in out
     # blocked(...) broken in the same words: folded under never(...), one line for one problem.
     assert out.count("\n") == 1 and "(also breaks blocked(actor, ac/critic_head))" in out
     assert check(logdir, "--rules", str(path), "--run", "clean")[0] == 0
@@ -175,7 +186,9 @@ def test_logdir_whose_records_are_all_unreadable_exits_2_saying_why(tmp_path):
 
     from tb_gradscope import format as fmt
 
-    info = dataclasses.replace(fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["net"]), version=fmt.FORMAT_VERSION + 1)
+    info = dataclasses.replace(
+        fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["net"]), version=fmt.FORMAT_VERSION + 1
+    )
     rf.write_records(str(tmp_path / "future"), [(info, 0, [[1.0, 0.5, 0.5, 0.0, 0.0]])])
     code, out, err = check(str(tmp_path))
     assert (code, out) == (2, "")
@@ -188,11 +201,14 @@ def test_scope_layout_change_mid_run_is_merged_by_step(tmp_path):
 
     first = fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["online"])
     later = fmt.make_info(fmt.Kind.GRAD_STATS, "td", ["online", "target"])
-    rf.write_records(str(tmp_path / "run"), [
-        (first, 0, [[1.0, 0.5, 0.5, 0.0, 0.0]]),
-        (first, 10, [[1.0, 0.5, 0.5, 0.0, 0.0]]),
-        (later, 20, [[1.0, 0.5, 0.5, 0.0, 0.0], [1.0, 0.125, 0.1, 0.0, 0.0]], 1),
-    ])
+    rf.write_records(
+        str(tmp_path / "run"),
+        [
+            (first, 0, [[1.0, 0.5, 0.5, 0.0, 0.0]]),
+            (first, 10, [[1.0, 0.5, 0.5, 0.0, 0.0]]),
+            (later, 20, [[1.0, 0.5, 0.5, 0.0, 0.0], [1.0, 0.125, 0.1, 0.0, 0.0]], 1),
+        ],
+    )
     path = tmp_path / "rules.toml"
     path.write_text('rules = ["never(td, target/*)"]\n', encoding="utf-8")
     code, out, err = check(str(tmp_path), "--rules", str(path))

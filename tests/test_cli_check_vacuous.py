@@ -27,8 +27,12 @@ def test_given_rules_with_no_recorded_step_to_check_them_exit_2(tmp_path):
 
 
 def test_recorded_rules_naming_only_losses_never_recorded_exit_2(tmp_path):
-    grads = fmt.make_info(fmt.Kind.GRAD_STATS, "unknown", SCOPES, attrs={"rules": ["never(td, target/*)"]})
-    rf.write_records(str(tmp_path / "run"), [(grads, step, [[2.0, 1.0, 0.5, 0.0, 0.0]] * 2) for step in (0, 10)])
+    grads = fmt.make_info(
+        fmt.Kind.GRAD_STATS, "unknown", SCOPES, attrs={"rules": ["never(td, target/*)"]}
+    )
+    rf.write_records(
+        str(tmp_path / "run"), [(grads, step, [[2.0, 1.0, 0.5, 0.0, 0.0]] * 2) for step in (0, 10)]
+    )
     code, out, err = check(str(tmp_path))
     assert code == 2, (out, err)
     assert "rules were given but no recorded step could check them" in err

@@ -19,6 +19,8 @@ def test_report_and_check_run_without_importing_tensorflow(tmp_path):
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))\n"
         "print('RESULT', codes, bad)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(tmp_path)
+    )
     last = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
     assert last == ["RESULT [1, 0] []"], result.stderr[-2000:]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tb_gradscope.commands import build_parser
 from tb_gradscope import format as fmt
+from tb_gradscope.commands import build_parser
 from tests import rules_fixtures as rf
 
 
@@ -22,12 +22,21 @@ def report(*argv: str) -> tuple[int, str, str]:
 def logdir(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("report_logs")
     rf.dqn_logdir(root)
-    conflict = fmt.make_info(fmt.Kind.CONFLICT, "td|aux", ["online", "online/l1", "online/l2"], {"losses": ["td", "aux"]})
-    rf.write_records(str(root / "ema"), rf.dqn_records(False) + [
-        (conflict, 10, [[0.2], [0.9], [-0.6]]), (conflict, 20, [[-0.1], [0.5], [-0.8]]),
-    ])
+    conflict = fmt.make_info(
+        fmt.Kind.CONFLICT, "td|aux", ["online", "online/l1", "online/l2"], {"losses": ["td", "aux"]}
+    )
+    rf.write_records(
+        str(root / "ema"),
+        rf.dqn_records(False)
+        + [
+            (conflict, 10, [[0.2], [0.9], [-0.6]]),
+            (conflict, 20, [[-0.1], [0.5], [-0.8]]),
+        ],
+    )
     rf.write_drift_run(str(root / "ema"), tau_used=0.05, declared_tau=0.05, steps=21)
-    rf.write_drift_run(str(root / "frozen"), tau_used=0.05, declared_tau=0.05, steps=21, frozen=True)
+    rf.write_drift_run(
+        str(root / "frozen"), tau_used=0.05, declared_tau=0.05, steps=21, frozen=True
+    )
     return str(root)
 
 
@@ -38,7 +47,11 @@ def test_text_shows_scope_rows_loss_columns_states_and_norms(logdir):
     assert lines[0] == "run leaky at step 20 (3 recorded steps, 0..20); FlowGraph traced from tf2"
     header = next(line for line in lines if line.strip().startswith("scope"))
     assert header.split() == ["scope", "td"]
-    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("  ") and line.split()[0] in rf.DQN_SCOPES}
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in lines
+        if line.startswith("  ") and line.split()[0] in rf.DQN_SCOPES
+    }
     assert rows["target/l1"] == ["updates", "0.75"]
     assert rows["online/l1"] == ["updates", "3"]
     assert "    target/l1" in out  # children indented under their parent
@@ -48,9 +61,16 @@ def test_clean_run_lists_the_blocked_edge_with_its_source_line(logdir):
     code, out, _ = report(logdir, "--run", "clean", "--step", "10")
     assert code == 0
     assert "run clean at step 10" in out
-    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ") and line.split()}
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in out.splitlines()
+        if line.startswith("  ") and line.split()
+    }
     assert rows["target/l1"] == ["blocked"]
-    assert "td: target/l1 -> loss:td  StopGradient 'StopGradient' (stop_gradient) at train.py:42 in train_step" in out
+    assert (
+        "td: target/l1 -> loss:td  StopGradient 'StopGradient' (stop_gradient) at train.py:42 in train_step"
+        in out
+    )
 
 
 def test_drift_summary_shows_the_latest_drift_per_pair(logdir):
@@ -79,19 +99,32 @@ def test_anomalies_derived_from_drift_are_listed(logdir):
 
 def test_json_is_one_document_with_cells_drift_and_violations(logdir, tmp_path):
     rules = tmp_path / "rules.toml"
-    rules.write_text('rules = ["never(td, target/*)", "tracks(target, online, tau=0.05)"]\n', encoding="utf-8")
+    rules.write_text(
+        'rules = ["never(td, target/*)", "tracks(target, online, tau=0.05)"]\n', encoding="utf-8"
+    )
     code, out, err = report(logdir, "--format", "json", "--rules", str(rules))
     assert code == 0, err
     doc = json.loads(out)
     runs = {r["run"]: r for r in doc["runs"]}
     assert sorted(runs) == ["clean", "ema", "frozen", "leaky", "recorded"]
     leaky = runs["leaky"]
-    assert leaky["cells"]["td"]["target"] == {"state": "updates", "static": "updates", "l2": 0.75, "nonfinite": 0.0}
+    assert leaky["cells"]["td"]["target"] == {
+        "state": "updates",
+        "static": "updates",
+        "l2": 0.75,
+        "nonfinite": 0.0,
+    }
     # One entry for the rule: seen at trace time and over the steps.
-    assert [(v["name"], v["at_trace"], v["evidence"]["at"]) for v in leaky["violations"] if v["name"].startswith("never")] == [
+    assert [
+        (v["name"], v["at_trace"], v["evidence"]["at"])
+        for v in leaky["violations"]
+        if v["name"].startswith("never")
+    ] == [
         ("never(td, target/*)", True, "step"),
     ]
-    assert [v["evidence"]["unmatched"] for v in runs["clean"]["violations"]] == ["pair"]  # no drift there
+    assert [v["evidence"]["unmatched"] for v in runs["clean"]["violations"]] == [
+        "pair"
+    ]  # no drift there
     assert runs["ema"]["drift"][0]["tau"] == pytest.approx(0.05, rel=1e-3)
     recorded = [v for v in runs["recorded"]["violations"] if v["name"].startswith("never")]
     assert [(v["source"], v["step"]) for v in recorded] == [("recorded", 30)]
@@ -114,7 +147,9 @@ def test_hostile_names_are_escaped_in_text(logdir):
     ],
 )
 def test_bad_step_or_run_exits_2_saying_what_exists(logdir, argv, message):
-    code, out, err = report(logdir, "--run", "clean", *argv) if argv[0] == "--step" else report(logdir, *argv)
+    code, out, err = (
+        report(logdir, "--run", "clean", *argv) if argv[0] == "--step" else report(logdir, *argv)
+    )
     assert code == 2 and out == ""
     assert message in err
 
@@ -127,12 +162,21 @@ def test_missing_logdir_exits_2(tmp_path):
 def test_hostile_log_gives_strict_json_and_escaped_text(tmp_path):
     scopes = ["net", "net/\x1b]0;pwned\x07", "net/line\nbreak", "net/\u202eevil"]
     grads = fmt.make_info(fmt.Kind.GRAD_STATS, "l\x1bss", scopes)
-    drift = fmt.make_info(fmt.Kind.DRIFT, "p\x9b", ["net"], {"target": "net", "online": "x", "tau": float("nan")})
+    drift = fmt.make_info(
+        fmt.Kind.DRIFT, "p\x9b", ["net"], {"target": "net", "online": "x", "tau": float("nan")}
+    )
     nan, inf = float("nan"), float("inf")
-    rf.write_records(str(tmp_path / "run\x1b"), [
-        (grads, 0, [[1, nan, nan, 3, 0], [1, inf, inf, 1, 0], [1, 0.5, 0.5, 0, 0], [0, 0, 0, 0, 0]]),
-        (drift, 0, [[nan, nan, 1.0, 0.0, nan]]),
-    ])
+    rf.write_records(
+        str(tmp_path / "run\x1b"),
+        [
+            (
+                grads,
+                0,
+                [[1, nan, nan, 3, 0], [1, inf, inf, 1, 0], [1, 0.5, 0.5, 0, 0], [0, 0, 0, 0, 0]],
+            ),
+            (drift, 0, [[nan, nan, 1.0, 0.0, nan]]),
+        ],
+    )
 
     def strict(constant):
         raise AssertionError(f"non-standard JSON constant {constant}")
@@ -156,7 +200,11 @@ def test_run_with_only_a_flowgraph_shows_the_static_states(tmp_path):
     code, out, err = report(str(tmp_path))
     assert code == 0, err
     assert out.startswith("run traced (no recorded steps); FlowGraph traced from tf2")
-    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("  ") and line.split()}
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in out.splitlines()
+        if line.startswith("  ") and line.split()
+    }
     assert rows["target/l1"] == ["updates"] and rows["online"] == ["updates"]
 
 
@@ -176,7 +224,9 @@ def test_run_holding_only_update_stats_still_reports_them(tmp_path):
     for _ in range(2):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(net(tf.ones((4, 3))) ** 2)
-        rec.apply(opt, list(zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables)))
+        rec.apply(
+            opt, list(zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables))
+        )
     rec.close()
     (logs,) = load_logdir(str(tmp_path))
     report = run_summary(logs, step=1)

@@ -14,7 +14,9 @@ SCOPES = ["policy", "policy/l1", "value", "value/l1"]
 
 def test_report_at_a_step_shows_the_drift_of_that_step(tmp_path):
     rf.write_records(str(tmp_path / "ema"), rf.dqn_records(False))  # grads at steps 0, 10, 20
-    rf.write_drift_run(str(tmp_path / "ema"), tau_used=0.05, declared_tau=0.05, steps=21)  # drift every 5
+    rf.write_drift_run(
+        str(tmp_path / "ema"), tau_used=0.05, declared_tau=0.05, steps=21
+    )  # drift every 5
     code, out, err = report(str(tmp_path), "--run", "ema", "--step", "10", "--format", "json")
     assert code == 0, err
     (run,) = json.loads(out)["runs"]

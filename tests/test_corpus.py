@@ -62,14 +62,18 @@ def test_corpus_has_the_shapes_and_mutants_the_issue_asks_for():
         assert BY_NAME[m.mutant_of].rules == m.rules, f"mutant {m.name} must keep its shape's rules"
 
 
-@pytest.mark.parametrize("shape", _params("test_matrix_route_states_equal_the_oracle_at_every_recorded_step"))
+@pytest.mark.parametrize(
+    "shape", _params("test_matrix_route_states_equal_the_oracle_at_every_recorded_step")
+)
 def test_matrix_route_states_equal_the_oracle_at_every_recorded_step(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     assert sorted(trained.truths) == list(shape.recorded_steps)
     _fail_on(harness.matrix_disagreements(trained, view), "matrix cells")
 
 
-@pytest.mark.parametrize("shape", _params("test_report_json_states_equal_the_oracle_at_every_recorded_step"))
+@pytest.mark.parametrize(
+    "shape", _params("test_report_json_states_equal_the_oracle_at_every_recorded_step")
+)
 def test_report_json_states_equal_the_oracle_at_every_recorded_step(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     _fail_on(harness.report_disagreements(trained, view), "report cells")
@@ -84,7 +88,9 @@ def test_run_without_flowgraph_says_so_and_only_then(shape, trained_shapes):
     )
 
 
-@pytest.mark.parametrize("shape", _params("test_check_passes_exactly_when_the_oracle_says_the_rules_hold"))
+@pytest.mark.parametrize(
+    "shape", _params("test_check_passes_exactly_when_the_oracle_says_the_rules_hold")
+)
 def test_check_passes_exactly_when_the_oracle_says_the_rules_hold(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     verdict = harness.rules_verdict(trained)
@@ -98,10 +104,15 @@ def test_check_passes_exactly_when_the_oracle_says_the_rules_hold(shape, trained
         f"stdout:\n{out}\nstderr:\n{err}"
     )
     for rule in broken:
-        assert rule.replace(" ", "") in out.replace(" ", ""), f"check did not name the broken rule {rule}:\n{out}"
+        assert rule.replace(" ", "") in out.replace(" ", ""), (
+            f"check did not name the broken rule {rule}:\n{out}"
+        )
 
 
-@pytest.mark.parametrize("shape", _params("test_mutant_violation_advice_names_the_right_fix", [s for s in SHAPES if s.advice]))
+@pytest.mark.parametrize(
+    "shape",
+    _params("test_mutant_violation_advice_names_the_right_fix", [s for s in SHAPES if s.advice]),
+)
 def test_mutant_violation_advice_names_the_right_fix(shape, trained_shapes):
     _, view = trained_shapes(shape)
     code, out, _ = view.check()
@@ -118,13 +129,25 @@ def test_recorder_wrote_the_shape_rules_into_the_log(shape, trained_shapes):
     assert not missing, f"rules given to the recorder but absent from the log: {missing}"
 
 
-@pytest.mark.parametrize("shape", _params("test_blocked_edges_name_every_producer_scope_the_cut_separates", [s for s in SHAPES if s.has_flowgraph]))
+@pytest.mark.parametrize(
+    "shape",
+    _params(
+        "test_blocked_edges_name_every_producer_scope_the_cut_separates",
+        [s for s in SHAPES if s.has_flowgraph],
+    ),
+)
 def test_blocked_edges_name_every_producer_scope_the_cut_separates(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     _fail_on(harness.blocked_edge_disagreements(trained, view), "blocked producers")
 
 
-@pytest.mark.parametrize("shape", _params("test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them", [s for s in SHAPES if s.has_flowgraph]))
+@pytest.mark.parametrize(
+    "shape",
+    _params(
+        "test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them",
+        [s for s in SHAPES if s.has_flowgraph],
+    ),
+)
 def test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them(shape, trained_shapes):
     trained, view = trained_shapes(shape)
     _fail_on(harness.path_cut_disagreements(trained, view), "per-path cuts")

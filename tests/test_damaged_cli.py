@@ -6,7 +6,6 @@ claiming 2^40 bytes costs only what follows it.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -21,8 +20,12 @@ from tests.test_damaged_records import CASES
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tb_gradscope.cli", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tb_gradscope.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _no_traceback(done: subprocess.CompletedProcess) -> None:

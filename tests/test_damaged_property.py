@@ -48,12 +48,20 @@ COUNTS: dict[str, int] = {}
 
 @st.composite
 def damaged_runs(draw) -> dl.Damage:
-    losses = draw(st.lists(st.sampled_from(["td", "aux", "pi", "v"]), min_size=1, max_size=3, unique=True))
-    scopes = draw(st.lists(st.sampled_from(SCOPE_TREE), min_size=0, max_size=len(SCOPE_TREE), unique=True))
+    losses = draw(
+        st.lists(st.sampled_from(["td", "aux", "pi", "v"]), min_size=1, max_size=3, unique=True)
+    )
+    scopes = draw(
+        st.lists(st.sampled_from(SCOPE_TREE), min_size=0, max_size=len(SCOPE_TREE), unique=True)
+    )
     steps = sorted(draw(st.sets(st.integers(0, 40), min_size=1, max_size=5)))
     plan = dl.RunPlan(
-        losses=losses, scopes=scopes, steps=steps,
-        events_per_step=draw(st.integers(0, 2)), drift=draw(st.booleans()), conflict=draw(st.booleans()),
+        losses=losses,
+        scopes=scopes,
+        steps=steps,
+        events_per_step=draw(st.integers(0, 2)),
+        drift=draw(st.booleans()),
+        conflict=draw(st.booleans()),
     )
     records = plan.records()
     how = draw(st.sampled_from(["record", "record", "attrs", "bytes"]))
@@ -75,18 +83,23 @@ def damaged_runs(draw) -> dl.Damage:
             offset, length = frames[index]
             start = offset + draw(st.integers(0, length - 1))
             junk = draw(st.binary(min_size=1, max_size=32))
-            damage.data = data[:start] + junk + data[start + len(junk):]
+            damage.data = data[:start] + junk + data[start + len(junk) :]
             damage.name = "bytes:garbage"
             return damage
         return dl.damage_bytes(records, index, byte_how)
     kind = records[index].info.kind
-    choices = dl.EVENT_DAMAGES if kind == fmt.Kind.EVENTS else (
-        dl.FLOWGRAPH_DAMAGES if kind == fmt.Kind.FLOWGRAPH else dl.TABLE_DAMAGES)
+    choices = (
+        dl.EVENT_DAMAGES
+        if kind == fmt.Kind.EVENTS
+        else (dl.FLOWGRAPH_DAMAGES if kind == fmt.Kind.FLOWGRAPH else dl.TABLE_DAMAGES)
+    )
     return dl.damage_record(records, index, draw(st.sampled_from(sorted(choices))))
 
 
 def _client(data_provider):
-    plugin = GradscopePlugin(base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES))
+    plugin = GradscopePlugin(
+        base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES)
+    )
     return werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
 
@@ -96,7 +109,11 @@ def _getter(client, failures: list):
         text = response.get_data(as_text=True)
         if response.status_code >= 500 or "Traceback" in text or 'File "' in text:
             failures.append((route, params, response.status_code, text[-500:]))
-        return response.get_json() if response.status_code == 200 and not params.get("format") else None
+        return (
+            response.get_json()
+            if response.status_code == 200 and not params.get("format")
+            else None
+        )
 
     return get
 
@@ -123,18 +140,29 @@ def _check_cli(logdir: str, damage: dl.Damage) -> None:
             status = cli.main(argv)
         text = out.getvalue() + err.getvalue()
         assert status in (0, 1, 2), (damage.name, argv, status, text[-2000:])
-        assert "Traceback" not in text and "could not finish" not in text, (damage.name, argv, text[-2000:])
+        assert "Traceback" not in text and "could not finish" not in text, (
+            damage.name,
+            argv,
+            text[-2000:],
+        )
         COUNTS[f"cli_{argv[0]}_exit_{status}"] = COUNTS.get(f"cli_{argv[0]}_exit_{status}", 0) + 1
 
 
 @pytest.mark.slow
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(damage=damaged_runs())
 def test_one_damaged_record_never_breaks_routes_or_cli_python_backend(damage):
     with tempfile.TemporaryDirectory(prefix="gradscope_damage_") as logdir:
         dl.write_run(logdir, RUN, damage.records, damage.data)
-        if damage.name != "bytes:huge_length":  # TensorBoard's own loaders crash on it (docs/RELIABILITY.md)
+        if (
+            damage.name != "bytes:huge_length"
+        ):  # TensorBoard's own loaders crash on it (docs/RELIABILITY.md)
             _check_routes(_client(providers.python_provider(logdir, SAMPLES)), RUN, damage)
         _check_cli(logdir, damage)
     COUNTS["python"] = COUNTS.get("python", 0) + 1
@@ -148,16 +176,28 @@ def _loaded(data_provider, runs: set[str]) -> bool:
 
 
 @pytest.mark.slow
-@settings(max_examples=RUST_BATCHES, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(batch=st.lists(damaged_runs().filter(lambda d: d.name != "bytes:huge_length"),
-                      min_size=RUST_BATCH, max_size=RUST_BATCH))
+@settings(
+    max_examples=RUST_BATCHES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    batch=st.lists(
+        damaged_runs().filter(lambda d: d.name != "bytes:huge_length"),
+        min_size=RUST_BATCH,
+        max_size=RUST_BATCH,
+    )
+)
 def test_one_damaged_record_never_breaks_routes_rust_backend(batch):
     with tempfile.TemporaryDirectory(prefix="gradscope_damage_rust_") as logdir:
         for i, damage in enumerate(batch):
             dl.write_run(logdir, f"run{i}", damage.records, damage.data)
         # Runs whose first record is damaged in its bytes hold nothing readable.
-        expected = {f"run{i}" for i, d in enumerate(batch) if d.kept and not d.name.startswith("bytes:")}
+        expected = {
+            f"run{i}" for i, d in enumerate(batch) if d.kept and not d.name.startswith("bytes:")
+        }
         with providers.rust_provider(logdir, SAMPLES) as rust:
             deadline = time.monotonic() + 60
             while not _loaded(rust, expected):

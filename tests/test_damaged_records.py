@@ -40,8 +40,11 @@ def _index(records: list[dl.Record], kind: fmt.Kind, first: bool = False) -> int
 def _cases() -> dict[str, dl.Damage]:
     """{run name: damage}: one damage per run."""
     cases = {}
-    for kind, damages in ((fmt.Kind.GRAD_STATS, dl.TABLE_DAMAGES), (fmt.Kind.EVENTS, dl.EVENT_DAMAGES),
-                          (fmt.Kind.FLOWGRAPH, dl.FLOWGRAPH_DAMAGES)):
+    for kind, damages in (
+        (fmt.Kind.GRAD_STATS, dl.TABLE_DAMAGES),
+        (fmt.Kind.EVENTS, dl.EVENT_DAMAGES),
+        (fmt.Kind.FLOWGRAPH, dl.FLOWGRAPH_DAMAGES),
+    ):
         for how in damages:
             records = dl.RunPlan().records()
             index = _index(records, kind, first=kind == fmt.Kind.FLOWGRAPH)
@@ -49,7 +52,9 @@ def _cases() -> dict[str, dl.Damage]:
     for kind, damages in dl.ATTR_DAMAGES.items():
         for how in damages:
             records = dl.RunPlan().records()
-            cases[f"{kind.value}.attrs.{how}"] = dl.damage_record(records, _index(records, kind, first=True), f"attrs.{how}")
+            cases[f"{kind.value}.attrs.{how}"] = dl.damage_record(
+                records, _index(records, kind, first=True), f"attrs.{how}"
+            )
     for how in ("truncate", "flip"):
         records = dl.RunPlan().records()
         cases[f"bytes.{how}"] = dl.damage_bytes(records, len(records) // 2, how)
@@ -83,14 +88,23 @@ def get(request, logdir):
     """get(route, **params) -> (status, json or None) through TensorBoard's WSGI app."""
 
     def make(data_provider):
-        plugin = GradscopePlugin(base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES))
+        plugin = GradscopePlugin(
+            base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES)
+        )
         client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
         def get(route, **params):
             response = client.get(PREFIX + route, query_string=params)
             text = response.get_data(as_text=True)
-            assert response.status_code < 500 and "Traceback" not in text, (route, params, text[-2000:])
-            return response.status_code, response.get_json() if response.status_code == 200 else None
+            assert response.status_code < 500 and "Traceback" not in text, (
+                route,
+                params,
+                text[-2000:],
+            )
+            return (
+                response.status_code,
+                response.get_json() if response.status_code == 200 else None,
+            )
 
         get.backend = request.param
         return get
@@ -123,7 +137,9 @@ def test_damage_is_reported_naming_run_tag_and_step(get, run):
     _, body = get("run", run=run)
     mentions = [w for w in body["warnings"] if repr(run) in w and repr(target.tag) in w]
     if get.backend == "rust" and run in RUST_DROPS:
-        assert target.key not in dl.served(lambda route, **p: get(route, **p)[1], run, damage.records)
+        assert target.key not in dl.served(
+            lambda route, **p: get(route, **p)[1], run, damage.records
+        )
         assert not mentions, mentions
         return
     assert mentions, body["warnings"]

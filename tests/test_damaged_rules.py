@@ -22,7 +22,9 @@ def test_never_and_blocked_refuse_a_list_of_scopes(text):
         parse_rule(text)
 
 
-@pytest.mark.parametrize("text", ["blocked(td, **)", "never(td, target/**)", "only(td, [a, '**'])", "never(**, x)"])
+@pytest.mark.parametrize(
+    "text", ["blocked(td, **)", "never(td, target/**)", "only(td, [a, '**'])", "never(**, x)"]
+)
 def test_double_star_is_refused_with_what_to_write(text):
     with pytest.raises(RuleError, match=r"uses '\*\*'.*write '\*'"):
         parse_rule(text)
@@ -37,9 +39,13 @@ def test_unbalanced_brackets_are_named(text):
 def test_rules_file_tables_refuse_a_scope_list_and_double_star(tmp_path):
     path = tmp_path / "rules.toml"
     path.write_text('[[rule]]\nkind = "never"\nloss = "td"\nscope = ["a", "b"]\n')
-    with pytest.raises(RulesFileError, match=r"rules.toml:1: never rule: scope is one pattern, not a list"):
+    with pytest.raises(
+        RulesFileError, match=r"rules.toml:1: never rule: scope is one pattern, not a list"
+    ):
         parse_rules_file(path)
-    path.write_text('rules = ["never(td, x)"]\n\n[[rule]]\nkind = "blocked"\nloss = "td"\nscope = "**"\n')
+    path.write_text(
+        'rules = ["never(td, x)"]\n\n[[rule]]\nkind = "blocked"\nloss = "td"\nscope = "**"\n'
+    )
     with pytest.raises(RulesFileError, match=r"rules.toml:3: blocked rule: pattern '\*\*'"):
         parse_rules_file(path)
     assert rules.parse_rule("never(td, target/*)") == rules.never("td", "target/*")

@@ -32,9 +32,21 @@ def _train(tmp_path, fault: str) -> tuple[dict, list[int], list[fmt.Event], str]
     logdir, scratch = tmp_path / "logs" / "run", tmp_path / "tmp"
     scratch.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "tests.damaged_writing_run", str(logdir), fault,
-         str(STEPS), str(FAULT_AT), str(HEAL_AT)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "TMPDIR": str(scratch)},
+        [
+            sys.executable,
+            "-m",
+            "tests.damaged_writing_run",
+            str(logdir),
+            fault,
+            str(STEPS),
+            str(FAULT_AT),
+            str(HEAL_AT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
@@ -52,9 +64,11 @@ def _report(fault: str, steps: list[int], result: dict) -> None:
     runs = [(lost[0], lost[0])] if lost else []
     for s in lost[1:]:
         runs[-1:] = [(runs[-1][0], s)] if s == runs[-1][1] + 1 else [runs[-1], (s, s)]
-    print(f"\n{fault} from step {FAULT_AT} to {HEAL_AT}: {len(lost)} of {STEPS} steps lost "
-          f"{[f'{a}..{b}' for a, b in runs]}; {result['reopened']} reopen(s), "
-          f"{len(result['warnings'])} warning(s), dropped {result['dropped']}")
+    print(
+        f"\n{fault} from step {FAULT_AT} to {HEAL_AT}: {len(lost)} of {STEPS} steps lost "
+        f"{[f'{a}..{b}' for a, b in runs]}; {result['reopened']} reopen(s), "
+        f"{len(result['warnings'])} warning(s), dropped {result['dropped']}"
+    )
 
 
 @pytest.mark.slow
@@ -74,11 +88,17 @@ def test_records_held_during_a_fault_are_written_after_it_heals(tmp_path, fault)
 def test_a_deleted_logdir_costs_only_the_steps_queued_since_the_last_flush(tmp_path):
     result, steps, dropped, _ = _train(tmp_path, "delete")
     _report("delete", steps, result)
-    (first, last, records), = result["dropped"]
+    ((first, last, records),) = result["dropped"]
     # The last flush before the fault may fall on any step up to FAULT_AT - 1
     # (every FLUSH_RECORDS records or FLUSH_SECS, whichever comes first).
     assert first <= FAULT_AT <= last, "the queued records lost with the deleted file"
     assert steps == list(range(last + 1, STEPS)), "recording resumes at the next recorded step"
     (event,) = dropped
-    assert event.step == last and event.evidence == {"records": records, "first_step": first, "last_step": last}
-    assert f"recorded steps {first}..{last}" in event.message and "no event file left" in event.message
+    assert event.step == last and event.evidence == {
+        "records": records,
+        "first_step": first,
+        "last_step": last,
+    }
+    assert (
+        f"recorded steps {first}..{last}" in event.message and "no event file left" in event.message
+    )

@@ -18,8 +18,9 @@ SCRIPT = pathlib.Path(sys.executable).parent / "tb-gradscope"
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 def test_help_lists_the_demo_command():
@@ -32,24 +33,36 @@ def test_help_lists_the_demo_command():
 def test_demo_help_names_every_demo_and_option():
     result = run_cli("demo", "--help")
     assert result.returncode == 0
-    for word in ("LOGDIR", "--only", "--steps", "--seed", "--env", "--overwrite",
-                 *demo_spec.DEMO_NAMES):
+    for word in (
+        "LOGDIR",
+        "--only",
+        "--steps",
+        "--seed",
+        "--env",
+        "--overwrite",
+        *demo_spec.DEMO_NAMES,
+    ):
         assert word in result.stdout
 
 
 def test_building_the_parser_does_not_import_tensorflow():
-    code = ("import sys; from tb_gradscope import cli; cli.build_parser(); "
-            "print('tensorflow' in sys.modules)")
+    code = (
+        "import sys; from tb_gradscope import cli; cli.build_parser(); "
+        "print('tensorflow' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["demo", "out", "--only", "nope"], "invalid choice: 'nope'"),
-    (["demo", "out", "--steps", "0"], "must be a positive number of steps"),
-    (["demo"], "LOGDIR"),
-    ([], "COMMAND"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["demo", "out", "--only", "nope"], "invalid choice: 'nope'"),
+        (["demo", "out", "--steps", "0"], "must be a positive number of steps"),
+        (["demo"], "LOGDIR"),
+        ([], "COMMAND"),
+    ],
+)
 def test_bad_arguments_exit_2_and_say_what_is_wrong(args, message, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(args)
@@ -59,8 +72,17 @@ def test_bad_arguments_exit_2_and_say_what_is_wrong(args, message, capsys):
 
 @pytest.mark.slow
 def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_path):
-    result = run_cli("demo", str(tmp_path), "--only", "multihead", "--steps", "6",
-                     "--env", "builtin", timeout=300)
+    result = run_cli(
+        "demo",
+        str(tmp_path),
+        "--only",
+        "multihead",
+        "--steps",
+        "6",
+        "--env",
+        "builtin",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(tmp_path)) == ["multihead"]
     runs = tmp_path / "multihead"
@@ -72,8 +94,18 @@ def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_pa
     assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line
     assert f"tb-gradscope check {runs} --rules {runs / 'rules.toml'}" in result.stdout
     first = sorted(os.listdir(runs / "clean"))
-    again = run_cli("demo", str(tmp_path), "--only", "multihead", "--steps", "6",
-                    "--env", "builtin", "--overwrite", timeout=300)
+    again = run_cli(
+        "demo",
+        str(tmp_path),
+        "--only",
+        "multihead",
+        "--steps",
+        "6",
+        "--env",
+        "builtin",
+        "--overwrite",
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     (replaced,) = os.listdir(runs / "clean")
     assert [replaced] != first
@@ -83,7 +115,11 @@ def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_pa
 def test_check_with_a_demos_rules_file_flags_only_the_leaky_twin(name, capsys):
     demo_dir = REPO / "demo_logs" / name
     status = cli.main(["check", str(demo_dir), "--rules", str(demo_dir / "rules.toml")])
-    lines = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith("checked")]
+    lines = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line and not line.startswith("checked")
+    ]
     assert status == 1
     assert lines and all(line.startswith("leaky") for line in lines), lines
 
@@ -109,9 +145,12 @@ def _our_warnings(stderr: str) -> list[str]:
     """The lines of `stderr` that are warnings from tb_gradscope's own code,
     TF's retracing warning about one of its functions included."""
     ours = ("tb_gradscope", "gradscope", "SummarySink", "Recorder")
-    return [line for line in stderr.splitlines()
-            if ("WARNING" in line or "Warning" in line or "retracing" in line)
-            and any(word in line for word in ours)]
+    return [
+        line
+        for line in stderr.splitlines()
+        if ("WARNING" in line or "Warning" in line or "retracing" in line)
+        and any(word in line for word in ours)
+    ]
 
 
 @pytest.mark.slow
@@ -120,7 +159,18 @@ def test_demo_training_prints_no_warning_of_tb_gradscope(tmp_path):
     # traces per Python function across instances and warned "5 out of the
     # last 5 calls to SummarySink._write_compiled.<locals>.write_values
     # triggered tf.function retracing" after the fifth recorder's FlowGraph.
-    result = run_cli("demo", str(tmp_path), "--only", "dqn", "multihead", "dqn3_grad_start",
-                     "--steps", "6", "--env", "builtin", timeout=300)
+    result = run_cli(
+        "demo",
+        str(tmp_path),
+        "--only",
+        "dqn",
+        "multihead",
+        "dqn3_grad_start",
+        "--steps",
+        "6",
+        "--env",
+        "builtin",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert _our_warnings(result.stderr) == []

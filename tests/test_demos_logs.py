@@ -16,20 +16,18 @@ import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
-from tb_gradscope.read.anomalies import NEVER_SYNCED, MOVED_BY_OPTIMIZER, find_anomalies
 from tb_gradscope import rules as rules_lib
-from tb_gradscope.read.tracks import check_drift
+from tb_gradscope.demos import spec as demo_spec
+from tb_gradscope.read.anomalies import MOVED_BY_OPTIMIZER, NEVER_SYNCED, find_anomalies
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
-from tb_gradscope.demos import spec as demo_spec
+from tb_gradscope.read.tracks import check_drift
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEMO_LOGS = REPO / "demo_logs"
 FEW_STEPS = 11  # records steps 0, 5 and 10 with the default every 5
 EXPECTED_RUNS = sorted(
-    f"{name}/{twin}"
-    for name in demo_spec.DEMO_NAMES
-    for twin in demo_spec.load_demo(name).twins
+    f"{name}/{twin}" for name in demo_spec.DEMO_NAMES for twin in demo_spec.load_demo(name).twins
 )
 
 pytestmark = pytest.mark.slow
@@ -54,7 +52,7 @@ def committed() -> dict[str, RunLogs]:
 
 def structure(logs: RunLogs) -> dict:
     """What must not change between a regenerated run and the committed one."""
-    (_, graph), = logs.flowgraphs[:1] or [(0, None)]
+    ((_, graph),) = logs.flowgraphs[:1] or [(0, None)]
     first = min(logs.grads)
     return {
         "losses": sorted(logs.grads[first]),
@@ -78,8 +76,9 @@ def anomalies(logs: RunLogs) -> dict[str, list[tuple[str, str]]]:
     """{pair: sorted (anomaly, scope)} derived from the run's drift series."""
     found = {}
     for name, series in logs.drift.items():
-        events = find_anomalies(name, series[0][1].info.attrs, [s for s, _ in series],
-                                [t for _, t in series])
+        events = find_anomalies(
+            name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series]
+        )
         found[name] = sorted({(e.name, e.scope) for e in events})
     return found
 
@@ -111,8 +110,11 @@ def test_committed_logs_cover_each_demos_default_steps(committed):
 
 
 def _rules(name: str, kinds: tuple) -> list:
-    return [r for r in map(rules_lib.parse_rule, demo_spec.load_demo(name).rules)
-            if isinstance(r, kinds)]
+    return [
+        r
+        for r in map(rules_lib.parse_rule, demo_spec.load_demo(name).rules)
+        if isinstance(r, kinds)
+    ]
 
 
 FLOW_RULES = (rules_lib.Never, rules_lib.Only, rules_lib.Blocked)
@@ -128,13 +130,20 @@ def _static_violations(logs: RunLogs, name: str) -> list:
 
 def _step_violations(logs: RunLogs, name: str) -> list:
     rules = _rules(name, FLOW_RULES)
-    return [e for step, grads in sorted(logs.grads.items())
-            for e in rules_lib.check_stats(rules, step, grads, logs.updates.get(step))]
+    return [
+        e
+        for step, grads in sorted(logs.grads.items())
+        for e in rules_lib.check_stats(rules, step, grads, logs.updates.get(step))
+    ]
 
 
 # Every twin but the leaky one keeps its demo's rules (dqn_tf1 has two such).
-KEEPERS = [(n, t) for n in demo_spec.DEMO_NAMES for t in demo_spec.load_demo(n).twins
-           if t != demo_spec.LEAKY]
+KEEPERS = [
+    (n, t)
+    for n in demo_spec.DEMO_NAMES
+    for t in demo_spec.load_demo(n).twins
+    if t != demo_spec.LEAKY
+]
 
 
 @pytest.mark.parametrize("name, twin", KEEPERS)
@@ -168,24 +177,31 @@ def test_leaky_twin_breaks_its_rules_at_every_recorded_step(committed, name):
 def test_ema_lstm_leaky_target_starts_unsynced_and_clean_does_not(committed):
     assert anomalies(committed["ema_lstm/clean"]) == {"target<-online": []}
     assert anomalies(committed["ema_lstm/leaky"]) == {"target<-online": [(NEVER_SYNCED, "target")]}
-    first = {twin: committed[f"ema_lstm/{twin}"].drift["target<-online"][0][1].row("target")["drift"]
-             for twin in ("clean", "leaky")}
+    first = {
+        twin: committed[f"ema_lstm/{twin}"].drift["target<-online"][0][1].row("target")["drift"]
+        for twin in ("clean", "leaky")
+    }
     assert first["leaky"] > 0.5 > 0.2 > first["clean"]
 
 
-@pytest.mark.parametrize("name, target, pair", [
-    ("dqn", "target", "target<-online"),
-    ("dqn3_grad_start", "target", "target<-online"),
-    ("dqn_tf1", "target_net", "target_net<-eval_net"),
-])
+@pytest.mark.parametrize(
+    "name, target, pair",
+    [
+        ("dqn", "target", "target<-online"),
+        ("dqn3_grad_start", "target", "target<-online"),
+        ("dqn_tf1", "target_net", "target_net<-eval_net"),
+    ],
+)
 def test_dqn_leaky_target_is_moved_by_the_optimizer(committed, name, target, pair):
     assert anomalies(committed[f"{name}/clean"]) == {pair: []}
     assert anomalies(committed[f"{name}/leaky"]) == {pair: [(MOVED_BY_OPTIMIZER, target)]}
 
 
 def test_dqn_tf1_target_is_blocked_by_stop_gradient_and_independent_when_fed(committed):
-    states = {twin: committed[f"dqn_tf1/{twin}"].flowgraphs[0][1].cells["td"]["target_net"]
-              for twin in ("clean", "placeholder", "leaky")}
+    states = {
+        twin: committed[f"dqn_tf1/{twin}"].flowgraphs[0][1].cells["td"]["target_net"]
+        for twin in ("clean", "placeholder", "leaky")
+    }
     assert states == {"clean": fmt.BLOCKED, "placeholder": fmt.INDEPENDENT, "leaky": fmt.UPDATES}
     graph = committed["dqn_tf1/clean"].flowgraphs[0][1]
     assert [(e.op_type, e.producer_scope) for e in graph.blocked_edges] == [
@@ -218,8 +234,10 @@ def test_dqn3_clean_twin_starts_the_gradient_at_the_q_output(committed):
 
 
 def test_multihead_loss2_updates_the_shared_layer_only_in_the_leaky_twin(committed):
-    states = {twin: committed[f"multihead/{twin}"].flowgraphs[0][1].cells["loss2"]
-              for twin in ("clean", "leaky")}
+    states = {
+        twin: committed[f"multihead/{twin}"].flowgraphs[0][1].cells["loss2"]
+        for twin in ("clean", "leaky")
+    }
     assert states["clean"]["Agent/layer1"] == fmt.IGNORED
     assert states["leaky"]["Agent/layer1"] == fmt.UPDATES
     assert states["clean"]["Agent/layer2_2"] == states["leaky"]["Agent/layer2_2"] == fmt.UPDATES
@@ -267,14 +285,24 @@ def test_regenerating_demos_is_deterministic_whatever_ran_before(fresh, tmp_path
             assert [s for s, _ in series] == [s for s, _ in after.drift[pair]]
             for (step, table), (_, again_table) in zip(series, after.drift[pair]):
                 assert np.array_equal(table.values, again_table.values, equal_nan=True), (
-                    run, pair, step)
+                    run,
+                    pair,
+                    step,
+                )
 
 
 def test_blocked_edges_point_at_the_demos_stop_gradient_lines(committed):
-    edges = [(run, e) for run, logs in sorted(committed.items())
-             for e in logs.flowgraphs[0][1].blocked_edges]
-    assert {run for run, _ in edges} >= {"dqn/clean", "dqn_tf1/clean", "ema_lstm/clean",
-                                         "actor_critic/clean"}
+    edges = [
+        (run, e)
+        for run, logs in sorted(committed.items())
+        for e in logs.flowgraphs[0][1].blocked_edges
+    ]
+    assert {run for run, _ in edges} >= {
+        "dqn/clean",
+        "dqn_tf1/clean",
+        "ema_lstm/clean",
+        "actor_critic/clean",
+    }
     for run, edge in edges:
         assert edge.source is not None, run
         assert edge.source.file == f"tb_gradscope/demos/{run.split('/')[0]}.py", run

@@ -64,7 +64,11 @@ def runs(tmp_path_factory) -> pathlib.Path:
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     workers = [
-        start("worker", out / f"worker{i}", {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})})
+        start(
+            "worker",
+            out / f"worker{i}",
+            {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})},
+        )
         for i in range(2)
     ]
     others = [
@@ -94,7 +98,10 @@ def assert_same_tables(got: dict, want: dict, rtol: float, atol: float) -> None:
         assert steps and sorted(got[key]) == sorted(steps), key
         for step, table in steps.items():
             np.testing.assert_allclose(
-                np.asarray(got[key][step].values), np.asarray(table.values), rtol=rtol, atol=atol,
+                np.asarray(got[key][step].values),
+                np.asarray(table.values),
+                rtol=rtol,
+                atol=atol,
                 err_msg=f"{key} at step {step}",
             )
 
@@ -116,8 +123,10 @@ def test_mirrored_strategy_records_the_global_gradients(runs, loop):
 def events_of(run: dict) -> list:
     return sorted(
         (name, e.type, e.name, e.loss, e.scope, e.step)
-        for (kind, name), steps in run.items() if kind == fmt.Kind.EVENTS
-        for docs in steps.values() for e in map(fmt.Event.from_json, docs)
+        for (kind, name), steps in run.items()
+        if kind == fmt.Kind.EVENTS
+        for docs in steps.values()
+        for e in map(fmt.Event.from_json, docs)
     )
 
 
@@ -126,7 +135,10 @@ def test_mirrored_strategy_drift_and_rules_match_one_device(runs):
     assert (fmt.Kind.DRIFT, "tgt<-net") in single
     assert_same_tables(mirrored, single, rtol=1e-5, atol=1e-6)
     events = events_of(single)
-    assert {e[0] for e in events} == {"trace", "step"}  # the broken rule, seen when traced and at steps
+    assert {e[0] for e in events} == {
+        "trace",
+        "step",
+    }  # the broken rule, seen when traced and at steps
     assert events_of(mirrored) == events
 
 
@@ -141,7 +153,9 @@ def test_multi_worker_only_the_chief_writes_and_norms_are_global(runs):
     assert not (runs / "worker1").exists() or not any((runs / "worker1").iterdir())
     files = list((runs / "worker0").glob("*tfevents*"))
     assert len(files) == 1
-    assert_same_tables(only_run(runs / "worker0"), only_run(runs / "worker_single"), rtol=1e-5, atol=1e-6)
+    assert_same_tables(
+        only_run(runs / "worker0"), only_run(runs / "worker_single"), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("loop", ["loop", "fit", "legacy"])
@@ -174,7 +188,9 @@ def test_an_overflow_step_of_a_custom_loop_is_skipped_not_huge_norms(runs):
     assert_finite_tables(run)
     # The recorder's step counts applied steps: the skipped one has no tables.
     for loss in ("q", "aux"):
-        assert sorted(run[(fmt.Kind.GRAD_STATS, loss)]) == [s for s in range(STEPS) if s != OVERFLOW_STEP]
+        assert sorted(run[(fmt.Kind.GRAD_STATS, loss)]) == [
+            s for s in range(STEPS) if s != OVERFLOW_STEP
+        ]
 
 
 @pytest.mark.parametrize("mode", ["", "_jit", "_spe2"])
@@ -197,8 +213,14 @@ def test_an_overflow_batch_in_fit_is_skipped_not_huge_norms(runs, mode):
         ("", True),
         ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}', True),
         ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}', False),
-        ('{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', False),
-        ('{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}', True),
+        (
+            '{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}',
+            False,
+        ),
+        (
+            '{"cluster": {"chief": ["c:0"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
+            True,
+        ),
         ("not json", True),
     ],
 )
@@ -212,8 +234,14 @@ def test_report_lists_the_skipped_step(runs):
     args = build_parser().parse_args(["report", str(runs / "loop_overflow")])
     out = io.StringIO()
     assert args.run(args, out, io.StringIO()) == 0
-    section = out.getvalue().split("steps skipped by the loss scaler (mixed precision):\n")[1].split("\n\n")[0]
-    assert f"step {OVERFLOW_STEP}  {loss_scale.OVERFLOW}" in section and "loss scale 32768" in section
+    section = (
+        out.getvalue()
+        .split("steps skipped by the loss scaler (mixed precision):\n")[1]
+        .split("\n\n")[0]
+    )
+    assert (
+        f"step {OVERFLOW_STEP}  {loss_scale.OVERFLOW}" in section and "loss scale 32768" in section
+    )
 
 
 def test_tf_keras_overflow_is_skipped_and_its_step_counted(runs):
@@ -221,4 +249,6 @@ def test_tf_keras_overflow_is_skipped_and_its_step_counted(runs):
     run = only_run(runs / "legacy_overflow")
     assert sorted(skipped_events(run)) == [OVERFLOW_STEP]
     assert_finite_tables(run)
-    assert sorted(run[(fmt.Kind.GRAD_STATS, "q")]) == [s for s in range(STEPS) if s != OVERFLOW_STEP]
+    assert sorted(run[(fmt.Kind.GRAD_STATS, "q")]) == [
+        s for s in range(STEPS) if s != OVERFLOW_STEP
+    ]

@@ -27,30 +27,39 @@ from werkzeug import test as werkzeug_test
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.commands import doctor
-from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.format.flowgraph import NODE_SCOPE
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
-from tb_gradscope.format.flowgraph import NODE_SCOPE
+from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.records import RunRecords
 from tb_gradscope.read.violations import evaluate
 from tb_gradscope.rules.model import loss_matches
 from tests import providers
 
 DEMO_LOGS = pathlib.Path(__file__).resolve().parent.parent / "demo_logs"
-CLEAN_TWINS = [("actor_critic", "clean"), ("dqn", "clean"), ("dqn3_grad_start", "clean"), ("dqn_tf1", "clean"),
-               ("dqn_tf1", "placeholder"), ("ema_lstm", "clean"), ("multihead", "clean")]
+CLEAN_TWINS = [
+    ("actor_critic", "clean"),
+    ("dqn", "clean"),
+    ("dqn3_grad_start", "clean"),
+    ("dqn_tf1", "clean"),
+    ("dqn_tf1", "placeholder"),
+    ("ema_lstm", "clean"),
+    ("multihead", "clean"),
+]
 LEAKY_TWINS = ["actor_critic", "dqn", "dqn3_grad_start", "dqn_tf1", "ema_lstm"]
 # Leaky twins whose flow is a correct design elsewhere: only a rule states the intent they break.
 INTENT_ONLY = {
     "multihead": "loss2's optimizer without var_list trains Agent/layer1 beside loss1's: the flow of seed 01 "
-                 "itself and of the README's TF1 quickstart, where both var_lists take in layer1 by design",
+    "itself and of the README's TF1 quickstart, where both var_lists take in layer1 by design",
 }
 
 
 def _doctor(logdir, run=None, fmt_="json"):
     out, err = io.StringIO(), io.StringIO()
-    code = doctor.run(argparse.Namespace(logdir=str(logdir), run_name=run, format=fmt_), out=out, err=err)
+    code = doctor.run(
+        argparse.Namespace(logdir=str(logdir), run_name=run, format=fmt_), out=out, err=err
+    )
     return code, out.getvalue(), err.getvalue()
 
 
@@ -101,7 +110,9 @@ def test_leaky_demo_twin_has_a_finding_naming_the_leaking_loss_and_scope(demo):
     assert code == doctor.FOUND and found
     rules = _broken_rules(demo)
     named = [f for f in found if _names_a_broken_rule(f, rules)]
-    assert named, f"no finding names a loss/scope of {[str(r) for r in rules]}: {json.dumps(found, indent=1)}"
+    assert named, (
+        f"no finding names a loss/scope of {[str(r) for r in rules]}: {json.dumps(found, indent=1)}"
+    )
 
 
 @pytest.mark.parametrize("demo", sorted(INTENT_ONLY))
@@ -117,8 +128,12 @@ def test_finding_rule_fails_on_the_leaky_twin_and_holds_on_the_clean_one(demo):
     _, found, _ = _findings(DEMO_LOGS / demo, "leaky")
     for f in found:
         assert f["rule"], f
-        assert _violations(DEMO_LOGS / demo, "leaky", f["rule"]), f"{f['rule']} holds on the leaky twin"
-        assert not _violations(DEMO_LOGS / demo, "clean", f["rule"]), f"{f['rule']} fails on the clean twin"
+        assert _violations(DEMO_LOGS / demo, "leaky", f["rule"]), (
+            f"{f['rule']} holds on the leaky twin"
+        )
+        assert not _violations(DEMO_LOGS / demo, "clean", f["rule"]), (
+            f"{f['rule']} fails on the clean twin"
+        )
 
 
 # ----- the command line ---------------------------------------------------------------
@@ -144,11 +159,34 @@ def test_doctor_on_a_logdir_without_gradscope_data_exits_2(tmp_path):
 def test_doctor_json_holds_every_field_of_a_finding():
     _, found, _ = _findings(DEMO_LOGS / "dqn", "leaky")
     (f,) = found
-    assert set(f) == {"kind", "what", "loss", "scope", "pair", "edge", "evidence", "why", "fix",
-                      "rule", "first_step", "last_step", "steps", "severity", "partial", "evidence_text"}
+    assert set(f) == {
+        "kind",
+        "what",
+        "loss",
+        "scope",
+        "pair",
+        "edge",
+        "evidence",
+        "why",
+        "fix",
+        "rule",
+        "first_step",
+        "last_step",
+        "steps",
+        "severity",
+        "partial",
+        "evidence_text",
+    }
     assert (f["severity"], f["partial"]) == (F.LEAK, False)
-    assert f["evidence_text"].startswith(f"steps {f['first_step']}..{f['last_step']} ({f['steps']} recorded); ")
-    assert (f["kind"], f["loss"], f["scope"], f["rule"]) == (F.TARGET_TRAINED, "td", "target", "never(td, target/*)")
+    assert f["evidence_text"].startswith(
+        f"steps {f['first_step']}..{f['last_step']} ({f['steps']} recorded); "
+    )
+    assert (f["kind"], f["loss"], f["scope"], f["rule"]) == (
+        F.TARGET_TRAINED,
+        "td",
+        "target",
+        "never(td, target/*)",
+    )
     assert f["steps"] == f["evidence"]["steps_seen"] > 1 and f["first_step"] <= f["last_step"]
     assert "var_list" in f["fix"] and "stop_gradient" in f["fix"]
 
@@ -156,13 +194,23 @@ def test_doctor_json_holds_every_field_of_a_finding():
 def test_doctor_text_names_what_where_evidence_why_fix_and_rule():
     code, out, _ = _doctor(DEMO_LOGS / "actor_critic", "leaky", "text")
     assert code == doctor.FOUND
-    for label in ("[value_not_cut]", "where:", "evidence:", "why:", "fix:", "rule:     blocked(actor, ac/critic/*)"):
+    for label in (
+        "[value_not_cut]",
+        "where:",
+        "evidence:",
+        "why:",
+        "fix:",
+        "rule:     blocked(actor, ac/critic/*)",
+    ):
         assert label in out, out
 
 
 def test_doctor_is_registered_and_runs_as_a_command():
-    done = subprocess.run([sys.executable, "-m", "tb_gradscope.cli", "doctor", str(DEMO_LOGS / "ema_lstm")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tb_gradscope.cli", "doctor", str(DEMO_LOGS / "ema_lstm")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == doctor.FOUND, done.stderr
     assert "run clean: no findings" in done.stdout and "[pair_anomaly]" in done.stdout
     assert "never_synced" in done.stdout and "tracks(target, online, tau=0.01)" in done.stdout
@@ -181,8 +229,19 @@ def test_doctor_never_imports_tensorflow():
 
 
 def test_hostile_names_print_as_text():
-    f = F.Finding(kind=F.TARGET_TRAINED, what="loss 'x\x1b[2J' updates 'y\u202e'", loss="x\x1b[2J", scope="y\u202e",
-                  evidence={"k\x07": "v\x1b"}, why="w", fix="f", rule="never(x, y)", first_step=0, last_step=1, steps=2)
+    f = F.Finding(
+        kind=F.TARGET_TRAINED,
+        what="loss 'x\x1b[2J' updates 'y\u202e'",
+        loss="x\x1b[2J",
+        scope="y\u202e",
+        evidence={"k\x07": "v\x1b"},
+        why="w",
+        fix="f",
+        rule="never(x, y)",
+        first_step=0,
+        last_step=1,
+        steps=2,
+    )
     text = doctor.render_run("run\x1b]0;", [f])
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
     assert "\\x1b" in text and "\\u202e" in text
@@ -200,8 +259,12 @@ def client() -> werkzeug_test.Client:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("demo,twin", CLEAN_TWINS + [(d, "leaky") for d in LEAKY_TWINS if isinstance(d, str)]
-                         + [("multihead", "leaky")])
+@pytest.mark.parametrize(
+    "demo,twin",
+    CLEAN_TWINS
+    + [(d, "leaky") for d in LEAKY_TWINS if isinstance(d, str)]
+    + [("multihead", "leaky")],
+)
 def test_findings_route_serves_what_doctor_json_prints(client, demo, twin):
     response = client.get("/data/plugin/gradscope/findings", query_string={"run": f"{demo}/{twin}"})
     assert response.status_code == 200, response.get_data(as_text=True)
@@ -214,7 +277,9 @@ def test_findings_route_names_a_missing_run_and_needs_one(client):
     response = client.get("/data/plugin/gradscope/findings", query_string={"run": "no/such"})
     assert response.status_code == 404 and "no/such" in response.get_data(as_text=True)
     assert client.get("/data/plugin/gradscope/findings").status_code == 400
-    response = client.get("/data/plugin/gradscope/findings", query_string={"run": "dqn/leaky", "format": "csv"})
+    response = client.get(
+        "/data/plugin/gradscope/findings", query_string={"run": "dqn/leaky", "format": "csv"}
+    )
     assert response.status_code == 400
 
 
@@ -222,9 +287,12 @@ def test_findings_route_names_a_missing_run_and_needs_one(client):
 
 
 def _graph(static: str = fmt.UPDATES) -> fmt.FlowGraph:
-    return fmt.FlowGraph(losses=[fmt.LossInfo("mse", optimizer="opt0")], scopes=["net", "net/l1"],
-                         cells={"mse": {"net": static, "net/l1": static}},
-                         nodes=[fmt.GraphNode("net/l1", NODE_SCOPE, "net/l1")])
+    return fmt.FlowGraph(
+        losses=[fmt.LossInfo("mse", optimizer="opt0")],
+        scopes=["net", "net/l1"],
+        cells={"mse": {"net": static, "net/l1": static}},
+        nodes=[fmt.GraphNode("net/l1", NODE_SCOPE, "net/l1")],
+    )
 
 
 def _row(l2: float, nonfinite: float = 0.0) -> dict:
@@ -232,8 +300,15 @@ def _row(l2: float, nonfinite: float = 0.0) -> dict:
 
 
 def _records(l2s, events=(), static=fmt.UPDATES) -> RunRecords:
-    grads = {s: {"mse": {"net": _row(v, float(not math.isfinite(v))), "net/l1": _row(v, float(not math.isfinite(v)))}}
-             for s, v in enumerate(l2s)}
+    grads = {
+        s: {
+            "mse": {
+                "net": _row(v, float(not math.isfinite(v))),
+                "net/l1": _row(v, float(not math.isfinite(v))),
+            }
+        }
+        for s, v in enumerate(l2s)
+    }
     return RunRecords("r", [(0, _graph(static))], grads, events=list(events))
 
 
@@ -246,7 +321,9 @@ def test_gradient_zero_at_the_last_three_recorded_steps_is_vanishing():
 def test_non_finite_gradient_at_two_recorded_steps_is_a_finding_unless_the_scaler_skipped_them():
     (f,) = diagnose(_records([1.0, math.nan, 1.0, math.inf]))
     assert (f.kind, f.steps, f.first_step, f.last_step) == (F.NONFINITE, 2, 1, 3)
-    skipped = [fmt.Event(type=fmt.SKIPPED, name="loss_scale", step=s, message="skipped") for s in (1, 3)]
+    skipped = [
+        fmt.Event(type=fmt.SKIPPED, name="loss_scale", step=s, message="skipped") for s in (1, 3)
+    ]
     assert diagnose(_records([1.0, math.nan, 1.0, math.inf], skipped)) == []
     assert diagnose(_records([1.0, math.nan, 1.0, 1.0])) == []  # once is not persisting
 

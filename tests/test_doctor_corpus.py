@@ -81,7 +81,11 @@ MUTANTS = [s for s in SHAPES if s.mutant_of is not None]
 def _mutant_params():
     out = []
     for s in MUTANTS:
-        marks = [pytest.mark.xfail(strict=True, reason=UNFINDABLE[s.name])] if s.name in UNFINDABLE else []
+        marks = (
+            [pytest.mark.xfail(strict=True, reason=UNFINDABLE[s.name])]
+            if s.name in UNFINDABLE
+            else []
+        )
         out.append(pytest.param(s, id=s.name, marks=marks))
     return out
 
@@ -127,45 +131,63 @@ def _leaks(trained, broken) -> bool:
 @pytest.mark.parametrize("shape", _mutant_params())
 def test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak(shape, diagnosed):
     trained, code, found = diagnosed(shape)
-    broken = [rules_lib.parse_rule(r) for r, holds in harness.rules_verdict(trained).items() if not holds]
+    broken = [
+        rules_lib.parse_rule(r) for r, holds in harness.rules_verdict(trained).items() if not holds
+    ]
     assert broken, f"the oracle finds no broken rule in {shape.name}"
     assert any(_names_a_broken_rule(f, broken) for f in found), (
         f"no finding names a loss and scope of {[str(r) for r in broken]}: "
         f"{[(f['kind'], f['loss'], f['scope']) for f in found]}"
     )
     leak = _leaks(trained, broken)
-    assert code == (1 if leak else 0), [(f["kind"], f["severity"], f["loss"], f["scope"]) for f in found]
+    assert code == (1 if leak else 0), [
+        (f["kind"], f["severity"], f["loss"], f["scope"]) for f in found
+    ]
     assert any(f["severity"] == "leak" for f in found) == leak
     if not leak:
         strict, _, _ = _doctor_strict(trained)
         assert strict == 1, "--strict fails on hazards"
 
 
-@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in MUTANTS if s.name not in UNFINDABLE])
+@pytest.mark.parametrize(
+    "shape", [pytest.param(s, id=s.name) for s in MUTANTS if s.name not in UNFINDABLE]
+)
 def test_every_rule_a_finding_proposes_is_false_in_the_oracle(shape, diagnosed):
     trained, _, found = diagnosed(shape)
     for f in found:
         if not f["rule"] or f["rule"].startswith("tracks"):
             continue
         judged = [oracle.rule_holds(f["rule"], truth) for truth in trained.truths.values()]
-        assert False in judged, f"{f['rule']} (from {f['kind']}) holds in the oracle at every step: {judged}"
+        assert False in judged, (
+            f"{f['rule']} (from {f['kind']}) holds in the oracle at every step: {judged}"
+        )
 
 
-@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in MUTANTS if s.name not in UNFINDABLE])
+@pytest.mark.parametrize(
+    "shape", [pytest.param(s, id=s.name) for s in MUTANTS if s.name not in UNFINDABLE]
+)
 def test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin(shape, diagnosed, tmp_path):
     _, _, found = diagnosed(shape)
     proposed = sorted({f["rule"] for f in found if f["rule"]})
     assert proposed, f"{shape.name}: no finding proposes a rule"
     twin = diagnosed(BY_NAME[shape.mutant_of])[0]
     rules_file = tmp_path / "rules.toml"
-    rules_file.write_text("rules = [" + ", ".join(json.dumps(r) for r in proposed) + "]\n", encoding="utf-8")
-    args = build_parser().parse_args(["check", twin.logdir, "--run", twin.run, "--rules", str(rules_file)])
+    rules_file.write_text(
+        "rules = [" + ", ".join(json.dumps(r) for r in proposed) + "]\n", encoding="utf-8"
+    )
+    args = build_parser().parse_args(
+        ["check", twin.logdir, "--run", twin.run, "--rules", str(rules_file)]
+    )
     out, err = io.StringIO(), io.StringIO()
-    assert args.run(args, out, err) == 0, f"{proposed} on {twin.run}:\n{out.getvalue()}{err.getvalue()[-2000:]}"
+    assert args.run(args, out, err) == 0, (
+        f"{proposed} on {twin.run}:\n{out.getvalue()}{err.getvalue()[-2000:]}"
+    )
 
 
 def _doctor_strict(trained):
-    args = build_parser().parse_args(["doctor", trained.logdir, "--run", trained.run, "--strict", "--format", "json"])
+    args = build_parser().parse_args(
+        ["doctor", trained.logdir, "--run", trained.run, "--strict", "--format", "json"]
+    )
     out, err = io.StringIO(), io.StringIO()
     return args.run(args, out, err), out.getvalue(), err.getvalue()
 
@@ -177,11 +199,18 @@ def test_doctor_says_findings_are_partial_exactly_when_the_run_has_no_flowgraph(
     (entry,) = json.loads(out)["runs"]
     assert entry["partial"] == (not shape.has_flowgraph)
     assert all(f["partial"] == (not shape.has_flowgraph) for f in entry["findings"])
-    assert ("its findings are partial" in err and "rec.analyze" in err) == (not shape.has_flowgraph), err[-1500:]
+    assert ("its findings are partial" in err and "rec.analyze" in err) == (
+        not shape.has_flowgraph
+    ), err[-1500:]
 
 
-@pytest.mark.parametrize("name, module", [("eager_rollout_ac_analyzed", "shapes_doctor.py"),
-                                          ("eager_rollout_replayed", "shapes_rollout.py")])
+@pytest.mark.parametrize(
+    "name, module",
+    [
+        ("eager_rollout_ac_analyzed", "shapes_doctor.py"),
+        ("eager_rollout_replayed", "shapes_rollout.py"),
+    ],
+)
 def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed, name, module):
     """The eager actor-critic's own code traced, not a copy of its loss:
     `eager_rollout_ac_analyzed` traces its episode function as written (the
@@ -193,5 +222,11 @@ def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed
 
     trained = diagnosed(BY_NAME[name])[0]
     (logs,) = load_logdir(trained.logdir, trained.run)
-    edges = [e for e in logs.flowgraphs[-1][1].blocked_edges if e.loss == "actor" and e.op_type == "StopGradient"]
-    assert edges and all(e.source and e.source.file.endswith(f"tests/corpus/{module}") for e in edges), edges
+    edges = [
+        e
+        for e in logs.flowgraphs[-1][1].blocked_edges
+        if e.loss == "actor" and e.op_type == "StopGradient"
+    ]
+    assert edges and all(
+        e.source and e.source.file.endswith(f"tests/corpus/{module}") for e in edges
+    ), edges

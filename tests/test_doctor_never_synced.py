@@ -32,17 +32,29 @@ def _train(logdir: str, copied: bool, first_lr: float, steps: int = 11) -> None:
     from tb_gradscope.record import Recorder
 
     def net(name):
-        return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh", name="hidden"),
-                                 keras.layers.Dense(1, name="out")], name=name)
+        return keras.Sequential(
+            [
+                keras.Input((8,)),
+                keras.layers.Dense(16, activation="tanh", name="hidden"),
+                keras.layers.Dense(1, name="out"),
+            ],
+            name=name,
+        )
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     online, target = net("online"), net("target")
     if copied:
         target.set_weights(online.get_weights())
-    optimizer = keras.optimizers.SGD(keras.optimizers.schedules.PiecewiseConstantDecay([1], [first_lr, 0.001]))
-    rec = Recorder(logdir, every_n_steps=5, pairs=[pair_models(target, online, tau=0.01)],
-                   models={"online": online, "target": target})
+    optimizer = keras.optimizers.SGD(
+        keras.optimizers.schedules.PiecewiseConstantDecay([1], [first_lr, 0.001])
+    )
+    rec = Recorder(
+        logdir,
+        every_n_steps=5,
+        pairs=[pair_models(target, online, tau=0.01)],
+        models={"online": online, "target": target},
+    )
     x = tf.constant(rng.normal(size=(64, 8)), tf.float32)
     y = tf.constant(20.0 + rng.normal(size=(64, 1)), tf.float32)
 
@@ -89,7 +101,6 @@ def test_a_twin_never_copied_is_still_never_synced(tmp_path):
     assert violation.evidence["anomaly"] == NEVER_SYNCED
 
 
-
 def test_the_tabs_drift_markers_agree_with_doctor(tmp_path):
     """The events route (the drift chart's markers) reads online's moves too."""
     import json
@@ -104,14 +115,20 @@ def test_the_tabs_drift_markers_agree_with_doctor(tmp_path):
     _train(str(tmp_path / "copied"), copied=True, first_lr=0.1)
     _train(str(tmp_path / "stranger"), copied=False, first_lr=0.001)
     plugin = GradscopePlugin(
-        base_plugin.TBContext(data_provider=providers.python_provider(str(tmp_path)), sampling_hints={})
+        base_plugin.TBContext(
+            data_provider=providers.python_provider(str(tmp_path)), sampling_hints={}
+        )
     )
     client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
     def anomalies(run):
         response = client.get("/data/plugin/gradscope/events", query_string={"run": run})
         assert response.status_code == 200
-        return [e["name"] for e in json.loads(response.get_data(as_text=True))["events"] if e["type"] == "anomaly"]
+        return [
+            e["name"]
+            for e in json.loads(response.get_data(as_text=True))["events"]
+            if e["type"] == "anomaly"
+        ]
 
     assert NEVER_SYNCED not in anomalies("copied")
     assert NEVER_SYNCED in anomalies("stranger")

@@ -39,14 +39,20 @@ def _row(l2: float = 1.0) -> dict:
 
 def _doctor(logdir, *extra: str) -> tuple[int, dict, str]:
     out, err = io.StringIO(), io.StringIO()
-    args = argparse.Namespace(logdir=str(logdir), run_name=None, format="json", strict="--strict" in extra)
+    args = argparse.Namespace(
+        logdir=str(logdir), run_name=None, format="json", strict="--strict" in extra
+    )
     code = doctor.run(args, out=out, err=err)
     return code, json.loads(out.getvalue()), err.getvalue()
 
 
-def _write(run_dir, graph: fmt.FlowGraph | None, grads: dict[int, dict[str, dict[str, dict]]]) -> None:
+def _write(
+    run_dir, graph: fmt.FlowGraph | None, grads: dict[int, dict[str, dict[str, dict]]]
+) -> None:
     """Writes a FlowGraph (if any) and GRAD_STATS tables as the recorder does."""
-    records = [(fmt.make_info(fmt.Kind.FLOWGRAPH), 0, [graph.to_json()])] if graph is not None else []
+    records = (
+        [(fmt.make_info(fmt.Kind.FLOWGRAPH), 0, [graph.to_json()])] if graph is not None else []
+    )
     columns = list(fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns)
     for step, per_loss in sorted(grads.items()):
         for loss, rows in per_loss.items():
@@ -65,8 +71,17 @@ def test_a_reached_trainable_target_no_optimizer_writes_is_a_hazard():
 
 
 def test_hazards_exit_0_as_notes_and_1_under_strict(tmp_path):
-    grads = {s: {"critic": {"critic": _row(), "critic/l1": _row(), "target_critic": _row(),
-                            "target_critic/l1": _row()}} for s in range(4)}
+    grads = {
+        s: {
+            "critic": {
+                "critic": _row(),
+                "critic/l1": _row(),
+                "target_critic": _row(),
+                "target_critic/l1": _row(),
+            }
+        }
+        for s in range(4)
+    }
     _write(tmp_path / "keras_io_ddpg", target_graph(), grads)
     code, doc, err = _doctor(tmp_path)
     (f,) = doc["runs"][0]["findings"]
@@ -82,12 +97,22 @@ def _two_optimizers(cells: dict[str, dict[str, str]], edges: list[tuple[str, str
     scopes = sorted({s for row in cells.values() for s in row})
     holders = [s for s in scopes if not any(o.startswith(s + "/") for o in scopes)]
     graph = fmt.FlowGraph(
-        losses=[fmt.LossInfo(loss, optimizer=f"opt{i}") for i, loss in enumerate(cells)], scopes=scopes, cells=cells,
-        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in holders] + [fmt.GraphNode(f"loss:{name}", NODE_LOSS, name) for name in cells],
-        edges=[fmt.GraphEdge(a, b, 1) for a, b in edges], applied=scopes, trainable={s: TRAINABLE for s in scopes},
+        losses=[fmt.LossInfo(loss, optimizer=f"opt{i}") for i, loss in enumerate(cells)],
+        scopes=scopes,
+        cells=cells,
+        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in holders]
+        + [fmt.GraphNode(f"loss:{name}", NODE_LOSS, name) for name in cells],
+        edges=[fmt.GraphEdge(a, b, 1) for a, b in edges],
+        applied=scopes,
+        trainable={s: TRAINABLE for s in scopes},
     )
-    grads = {s: {loss: {sc: _row() for sc, st in row.items() if st == fmt.UPDATES} for loss, row in cells.items()}
-             for s in range(4)}
+    grads = {
+        s: {
+            loss: {sc: _row() for sc, st in row.items() if st == fmt.UPDATES}
+            for loss, row in cells.items()
+        }
+        for s in range(4)
+    }
     return RunRecords("r", [(0, graph)], grads)
 
 
@@ -95,10 +120,16 @@ def test_two_var_lists_that_both_take_in_a_shared_trunk_are_a_design():
     """Seed 01's Agent as the README's TF1 quickstart writes it: layer1 in both var_lists."""
     u, i = fmt.UPDATES, fmt.INDEPENDENT
     records = _two_optimizers(
-        {"loss1": {"Agent": u, "Agent/layer1": u, "Agent/layer2_1": u, "Agent/layer2_2": i},
-         "loss2": {"Agent": u, "Agent/layer1": u, "Agent/layer2_1": i, "Agent/layer2_2": u}},
-        [("Agent/layer1", "Agent/layer2_1"), ("Agent/layer1", "Agent/layer2_2"),
-         ("Agent/layer2_1", "loss:loss1"), ("Agent/layer2_2", "loss:loss2")],
+        {
+            "loss1": {"Agent": u, "Agent/layer1": u, "Agent/layer2_1": u, "Agent/layer2_2": i},
+            "loss2": {"Agent": u, "Agent/layer1": u, "Agent/layer2_1": i, "Agent/layer2_2": u},
+        },
+        [
+            ("Agent/layer1", "Agent/layer2_1"),
+            ("Agent/layer1", "Agent/layer2_2"),
+            ("Agent/layer2_1", "loss:loss1"),
+            ("Agent/layer2_2", "loss:loss2"),
+        ],
     )
     assert diagnose(records) == []
 
@@ -107,12 +138,23 @@ def test_an_optimizer_writing_all_another_loss_trains_is_shared_by_optimizers():
     """TF1 DDPG whose critic optimizer has no var_list: the TD error trains the actor."""
     u, g = fmt.UPDATES, fmt.IGNORED
     records = _two_optimizers(
-        {"td_error": {"Actor": u, "Actor/eval": u, "Critic": u, "Critic/eval": u},
-         "a_loss": {"Actor": u, "Actor/eval": u, "Critic": g, "Critic/eval": g}},
-        [("Actor/eval", "Critic/eval"), ("Critic/eval", "loss:td_error"), ("Critic/eval", "loss:a_loss")],
+        {
+            "td_error": {"Actor": u, "Actor/eval": u, "Critic": u, "Critic/eval": u},
+            "a_loss": {"Actor": u, "Actor/eval": u, "Critic": g, "Critic/eval": g},
+        },
+        [
+            ("Actor/eval", "Critic/eval"),
+            ("Critic/eval", "loss:td_error"),
+            ("Critic/eval", "loss:a_loss"),
+        ],
     )
     (f,) = diagnose(records)
-    assert (f.kind, f.loss, f.scope, f.severity) == (F.SHARED_BY_OPTIMIZERS, "td_error", "Actor", F.LEAK)
+    assert (f.kind, f.loss, f.scope, f.severity) == (
+        F.SHARED_BY_OPTIMIZERS,
+        "td_error",
+        "Actor",
+        F.LEAK,
+    )
     assert f.evidence["other_loss"] == "a_loss" and "everything 'a_loss' trains" in f.why
 
 
@@ -125,28 +167,49 @@ def _shared_trunk(graph: bool, trunk_cosine: float = -0.9) -> RunRecords:
     """An actor-critic with a shared trunk whose advantage is not cut: the
     actor trains the critic head, and the two fight over the trunk."""
     u, i = fmt.UPDATES, fmt.INDEPENDENT
-    cells = {"actor": {"ac": u, "ac/trunk": u, "ac/actor_head": u, "ac/critic_head": u},
-             "critic": {"ac": u, "ac/trunk": u, "ac/actor_head": i, "ac/critic_head": u}}
+    cells = {
+        "actor": {"ac": u, "ac/trunk": u, "ac/actor_head": u, "ac/critic_head": u},
+        "critic": {"ac": u, "ac/trunk": u, "ac/actor_head": i, "ac/critic_head": u},
+    }
     flowgraph = fmt.FlowGraph(
-        losses=[fmt.LossInfo("actor", optimizer="opt0"), fmt.LossInfo("critic", optimizer="opt0")], scopes=AC,
+        losses=[fmt.LossInfo("actor", optimizer="opt0"), fmt.LossInfo("critic", optimizer="opt0")],
+        scopes=AC,
         cells=cells,
-        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in AC[1:]] + [fmt.GraphNode("loss:actor", NODE_LOSS, "actor"),
-                                                                   fmt.GraphNode("loss:critic", NODE_LOSS, "critic")],
-        edges=[fmt.GraphEdge("ac/trunk", "ac/actor_head", 1), fmt.GraphEdge("ac/trunk", "ac/critic_head", 1),
-               fmt.GraphEdge("ac/actor_head", "loss:actor", 1), fmt.GraphEdge("ac/critic_head", "loss:actor", 1),
-               fmt.GraphEdge("ac/critic_head", "loss:critic", 1)],
-        applied=AC, trainable={s: TRAINABLE for s in AC},
+        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in AC[1:]]
+        + [
+            fmt.GraphNode("loss:actor", NODE_LOSS, "actor"),
+            fmt.GraphNode("loss:critic", NODE_LOSS, "critic"),
+        ],
+        edges=[
+            fmt.GraphEdge("ac/trunk", "ac/actor_head", 1),
+            fmt.GraphEdge("ac/trunk", "ac/critic_head", 1),
+            fmt.GraphEdge("ac/actor_head", "loss:actor", 1),
+            fmt.GraphEdge("ac/critic_head", "loss:actor", 1),
+            fmt.GraphEdge("ac/critic_head", "loss:critic", 1),
+        ],
+        applied=AC,
+        trainable={s: TRAINABLE for s in AC},
     )
-    grads = {s: {loss: {sc: _row() for sc, st in row.items() if st == u} for loss, row in cells.items()}
-             for s in range(4)}
-    conflict = {("actor", "critic"): [(s, {"ac/trunk": trunk_cosine, "ac/critic_head": trunk_cosine})
-                                      for s in range(4)]}
+    grads = {
+        s: {loss: {sc: _row() for sc, st in row.items() if st == u} for loss, row in cells.items()}
+        for s in range(4)
+    }
+    conflict = {
+        ("actor", "critic"): [
+            (s, {"ac/trunk": trunk_cosine, "ac/critic_head": trunk_cosine}) for s in range(4)
+        ]
+    }
     return RunRecords("r", [(0, flowgraph)] if graph else [], grads, conflict)
 
 
 def test_a_value_leak_is_the_one_finding_beside_the_fight_it_causes():
     (f,) = diagnose(_shared_trunk(graph=True))
-    assert (f.kind, f.loss, f.scope, f.severity) == (F.VALUE_NOT_CUT, "actor", "ac/critic_head", F.LEAK)
+    assert (f.kind, f.loss, f.scope, f.severity) == (
+        F.VALUE_NOT_CUT,
+        "actor",
+        "ac/critic_head",
+        F.LEAK,
+    )
     assert f.rule == "blocked(actor, ac/critic_head/*)"
 
 
@@ -155,8 +218,15 @@ def test_a_value_leak_is_the_one_finding_beside_the_fight_it_causes():
 
 def test_without_a_flowgraph_a_head_named_after_another_loss_is_found_and_marked_partial():
     (f,) = diagnose(_shared_trunk(graph=False))
-    assert (f.kind, f.loss, f.scope, f.partial) == (F.VALUE_NOT_CUT, "actor", "ac/critic_head", True)
-    assert f.rule == "never(actor, ac/critic_head/*)"  # blocked(...) cannot be checked without a FlowGraph
+    assert (f.kind, f.loss, f.scope, f.partial) == (
+        F.VALUE_NOT_CUT,
+        "actor",
+        "ac/critic_head",
+        True,
+    )
+    assert (
+        f.rule == "never(actor, ac/critic_head/*)"
+    )  # blocked(...) cannot be checked without a FlowGraph
 
 
 def test_doctor_warns_that_a_run_without_flowgraph_is_diagnosed_partially(tmp_path):
@@ -174,10 +244,21 @@ def test_doctor_warns_that_a_run_without_flowgraph_is_diagnosed_partially(tmp_pa
 
 
 def _never_synced(source: str) -> RunRecords:
-    graph = fmt.FlowGraph(losses=[fmt.LossInfo("td")], scopes=["online", "target"],
-                          cells={"td": {"online": fmt.UPDATES, "target": fmt.INDEPENDENT}}, source=source)
-    event = fmt.Event(type=fmt.ANOMALY, name=anomalies.NEVER_SYNCED, step=5, message="target never synced",
-                      pair="target<-online", scope="target", evidence={"drift": 1.2})
+    graph = fmt.FlowGraph(
+        losses=[fmt.LossInfo("td")],
+        scopes=["online", "target"],
+        cells={"td": {"online": fmt.UPDATES, "target": fmt.INDEPENDENT}},
+        source=source,
+    )
+    event = fmt.Event(
+        type=fmt.ANOMALY,
+        name=anomalies.NEVER_SYNCED,
+        step=5,
+        message="target never synced",
+        pair="target<-online",
+        scope="target",
+        evidence={"drift": 1.2},
+    )
     return RunRecords("r", [(0, graph)], {5: {"td": {"online": _row()}}}, events=[event])
 
 

@@ -28,19 +28,32 @@ def test_flowgraph_records_trainable_frozen_and_mixed_scopes():
 
     from tb_gradscope.analysis import analyze_function
 
-    net = keras.Sequential([
-        keras.Input((3,)), keras.layers.Dense(2, name="l1"), keras.layers.BatchNormalization(name="bn"),
-        keras.layers.Dense(1, name="frozen", trainable=False),
-    ], name="net")
+    net = keras.Sequential(
+        [
+            keras.Input((3,)),
+            keras.layers.Dense(2, name="l1"),
+            keras.layers.BatchNormalization(name="bn"),
+            keras.layers.Dense(1, name="frozen", trainable=False),
+        ],
+        name="net",
+    )
 
     def step(x):
         with tf.GradientTape():
             loss = tf.reduce_mean(net(x, training=True))
         return {"mse": loss}
 
-    graph = analyze_function(step, tf.ones((4, 3)),
-                             variable_scopes=[(v, "net/" + v.path.split("/")[-2]) for v in net.variables])
-    assert graph.trainable == {"net": MIXED, "net/l1": TRAINABLE, "net/bn": MIXED, "net/frozen": NOT_TRAINABLE}
+    graph = analyze_function(
+        step,
+        tf.ones((4, 3)),
+        variable_scopes=[(v, "net/" + v.path.split("/")[-2]) for v in net.variables],
+    )
+    assert graph.trainable == {
+        "net": MIXED,
+        "net/l1": TRAINABLE,
+        "net/bn": MIXED,
+        "net/frozen": NOT_TRAINABLE,
+    }
 
 
 def test_tf1_trainability_is_membership_in_the_trainable_collection():
@@ -54,7 +67,9 @@ def test_tf1_trainability_is_membership_in_the_trainable_collection():
             w = tf.compat.v1.get_variable("w", [2])
             removed = tf.compat.v1.get_variable("removed", [2])  # created trainable, then taken out
         graph.get_collection_ref(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES).remove(removed)
-        flow = analyze_graph(graph, {"l": tf.reduce_sum(w * removed)}, [(w, "net/a"), (removed, "net/b")])
+        flow = analyze_graph(
+            graph, {"l": tf.reduce_sum(w * removed)}, [(w, "net/a"), (removed, "net/b")]
+        )
     assert flow.trainable == {"net": MIXED, "net/a": TRAINABLE, "net/b": NOT_TRAINABLE}
 
 
@@ -82,19 +97,37 @@ SCOPES = ["critic", "critic/l1", "target_critic", "target_critic/l1"]
 
 def _graph(target_state: str = fmt.IGNORED, trainable: str | None = TRAINABLE) -> fmt.FlowGraph:
     """A critic whose loss reads a target critic (found by name) in state `target_state`."""
-    cells = {"critic": {"critic": fmt.UPDATES, "critic/l1": fmt.UPDATES,
-                        "target_critic": target_state, "target_critic/l1": target_state}}
+    cells = {
+        "critic": {
+            "critic": fmt.UPDATES,
+            "critic/l1": fmt.UPDATES,
+            "target_critic": target_state,
+            "target_critic/l1": target_state,
+        }
+    }
     blocked = ("critic",) if target_state == fmt.BLOCKED else ()
     return fmt.FlowGraph(
-        losses=[fmt.LossInfo("critic", optimizer="opt0")], scopes=SCOPES, cells=cells,
-        nodes=[fmt.GraphNode("critic/l1", NODE_SCOPE, "critic/l1"),
-               fmt.GraphNode("target_critic/l1", NODE_SCOPE, "target_critic/l1"),
-               fmt.GraphNode("loss:critic", NODE_LOSS, "critic")],
-        edges=[fmt.GraphEdge("critic/l1", "loss:critic", 1),
-               fmt.GraphEdge("target_critic/l1", "loss:critic", 1, blocked)],
+        losses=[fmt.LossInfo("critic", optimizer="opt0")],
+        scopes=SCOPES,
+        cells=cells,
+        nodes=[
+            fmt.GraphNode("critic/l1", NODE_SCOPE, "critic/l1"),
+            fmt.GraphNode("target_critic/l1", NODE_SCOPE, "target_critic/l1"),
+            fmt.GraphNode("loss:critic", NODE_LOSS, "critic"),
+        ],
+        edges=[
+            fmt.GraphEdge("critic/l1", "loss:critic", 1),
+            fmt.GraphEdge("target_critic/l1", "loss:critic", 1, blocked),
+        ],
         applied=["critic", "critic/l1"],
-        trainable=None if trainable is None else {
-            "critic": TRAINABLE, "critic/l1": TRAINABLE, "target_critic": trainable, "target_critic/l1": trainable},
+        trainable=None
+        if trainable is None
+        else {
+            "critic": TRAINABLE,
+            "critic/l1": TRAINABLE,
+            "target_critic": trainable,
+            "target_critic/l1": trainable,
+        },
     )
 
 
@@ -109,8 +142,12 @@ def _records(graph: fmt.FlowGraph, steps: int = 4) -> RunRecords:
 
 def test_trainable_target_reached_by_an_uncut_gradient_is_target_not_cut():
     (f,) = diagnose(_records(_graph()))
-    assert (f.kind, f.loss, f.scope, f.rule) == (F.TARGET_NOT_CUT, "critic", "target_critic",
-                                                 "blocked(critic, target_critic/*)")
+    assert (f.kind, f.loss, f.scope, f.rule) == (
+        F.TARGET_NOT_CUT,
+        "critic",
+        "target_critic",
+        "blocked(critic, target_critic/*)",
+    )
     assert (f.first_step, f.last_step, f.steps) == (0, 3, 4)
     assert f.edge == "target_critic/l1 -> loss:critic"
     assert "stop_gradient" in f.fix and "trainable=False" in f.fix
@@ -138,31 +175,64 @@ HOLDERS = ["net/trunk/l1", "net/trunk/bn", "net/head_a", "net/head_b"]
 def _two_heads(cosines: dict[str, list[float]]) -> RunRecords:
     """Losses a and b share net/trunk (l1 and bn), each with its own head; `cosines` per scope by step."""
     own = {"a": "net/head_a", "b": "net/head_b"}
-    cells = {loss: {s: (fmt.UPDATES if s in ("net", "net/trunk", "net/trunk/l1", "net/trunk/bn", head) else
-                        fmt.INDEPENDENT) for s in NET} for loss, head in own.items()}
+    cells = {
+        loss: {
+            s: (
+                fmt.UPDATES
+                if s in ("net", "net/trunk", "net/trunk/l1", "net/trunk/bn", head)
+                else fmt.INDEPENDENT
+            )
+            for s in NET
+        }
+        for loss, head in own.items()
+    }
     graph = fmt.FlowGraph(
-        losses=[fmt.LossInfo("a", optimizer="opt0"), fmt.LossInfo("b", optimizer="opt0")], scopes=NET, cells=cells,
+        losses=[fmt.LossInfo("a", optimizer="opt0"), fmt.LossInfo("b", optimizer="opt0")],
+        scopes=NET,
+        cells=cells,
         nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in HOLDERS],
-        edges=[fmt.GraphEdge("net/trunk/l1", "net/trunk/bn", 1), fmt.GraphEdge("net/trunk/bn", "net/head_a", 1),
-               fmt.GraphEdge("net/trunk/bn", "net/head_b", 1), fmt.GraphEdge("net/head_a", "loss:a", 1),
-               fmt.GraphEdge("net/head_b", "loss:b", 1)],
-        applied=NET, trainable={s: MIXED if "bn" in s or s in ("net", "net/trunk") else TRAINABLE for s in NET},
+        edges=[
+            fmt.GraphEdge("net/trunk/l1", "net/trunk/bn", 1),
+            fmt.GraphEdge("net/trunk/bn", "net/head_a", 1),
+            fmt.GraphEdge("net/trunk/bn", "net/head_b", 1),
+            fmt.GraphEdge("net/head_a", "loss:a", 1),
+            fmt.GraphEdge("net/head_b", "loss:b", 1),
+        ],
+        applied=NET,
+        trainable={s: MIXED if "bn" in s or s in ("net", "net/trunk") else TRAINABLE for s in NET},
     )
     steps = len(next(iter(cosines.values())))
-    grads = {s: {loss: {h: _row() for h in NET if cells[loss][h] == fmt.UPDATES} for loss in own} for s in range(steps)}
-    conflict = {("a", "b"): [(s, {scope: values[s] for scope, values in cosines.items()}) for s in range(steps)]}
+    grads = {
+        s: {loss: {h: _row() for h in NET if cells[loss][h] == fmt.UPDATES} for loss in own}
+        for s in range(steps)
+    }
+    conflict = {
+        ("a", "b"): [
+            (s, {scope: values[s] for scope, values in cosines.items()}) for s in range(steps)
+        ]
+    }
     return RunRecords("r", [(0, graph)], grads, conflict)
 
 
 def test_losses_opposed_on_one_layer_of_a_trunk_they_agree_on_are_not_fighting():
-    records = _two_heads({"net/trunk": [0.3, 0.2, 0.4, 0.1], "net/trunk/bn": [-0.9, -0.8, -0.95, -0.9],
-                          "net/trunk/l1": [0.5, 0.4, 0.6, 0.3]})
+    records = _two_heads(
+        {
+            "net/trunk": [0.3, 0.2, 0.4, 0.1],
+            "net/trunk/bn": [-0.9, -0.8, -0.95, -0.9],
+            "net/trunk/l1": [0.5, 0.4, 0.6, 0.3],
+        }
+    )
     assert diagnose(records) == []
 
 
 def test_losses_opposed_over_their_whole_shared_trunk_are_fighting():
-    records = _two_heads({"net/trunk": [-0.3, -0.7, -0.9, -0.6], "net/trunk/bn": [-0.9, -0.8, -0.95, -0.9],
-                          "net/trunk/l1": [-0.2, -0.6, -0.8, -0.6]})
+    records = _two_heads(
+        {
+            "net/trunk": [-0.3, -0.7, -0.9, -0.6],
+            "net/trunk/bn": [-0.9, -0.8, -0.95, -0.9],
+            "net/trunk/l1": [-0.2, -0.6, -0.8, -0.6],
+        }
+    )
     (f,) = diagnose(records)
     assert (f.kind, f.loss, f.scope) == (F.LOSSES_FIGHTING, "b", "net/trunk")
     assert (f.steps, f.first_step, f.last_step) == (3, 1, 3)
@@ -197,10 +267,16 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
     online, target = net("online"), net("target")
     target.set_weights(online.get_weights())
     head = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="logits")], name="head")
-    predictor = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, name="out")], name="predictor")
+    predictor = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(8, name="out")], name="predictor"
+    )
     optimizer = keras.optimizers.SGD(0.01)
-    rec = Recorder(logdir, every_n_steps=1, pairs=[pair_models(target, online, tau=0.01)],
-                   models={"online": online, "target": target, "head": head, "predictor": predictor})
+    rec = Recorder(
+        logdir,
+        every_n_steps=1,
+        pairs=[pair_models(target, online, tau=0.01)],
+        models={"online": online, "target": target, "head": head, "predictor": predictor},
+    )
     train_step = byol_step(rec, online, target, head, predictor, optimizer, 0.01)
 
     for _ in range(steps):
@@ -211,8 +287,8 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
 
 @pytest.mark.slow
 def test_a_correct_batchnorm_twin_with_two_losses_has_no_finding(tmp_path):
-    from tests.test_doctor import _findings
     from tb_gradscope.read.logdir import load_logdir
+    from tests.test_doctor import _findings
 
     _train_bn_twin(str(tmp_path / "run"))
     (logs,) = load_logdir(str(tmp_path), "run")

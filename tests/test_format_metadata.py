@@ -20,9 +20,7 @@ def _content(**overrides) -> bytes:
 def test_metadata_round_trips_every_kind():
     for kind in fmt.Kind:
         info = fmt.make_info(kind, "name/with/slashes", ["a", "a/b"], {"tau": 0.01})
-        parsed = fmt.parse_plugin_content(
-            fmt.create_summary_metadata(info).plugin_data.content
-        )
+        parsed = fmt.parse_plugin_content(fmt.create_summary_metadata(info).plugin_data.content)
         assert parsed == info
 
 
@@ -80,7 +78,13 @@ def test_table_rows_and_columns_are_labelled():
 
 
 def test_json_blobs_keep_non_finite_floats_and_plain_strings_apart():
-    document = {"nan": math.nan, "inf": math.inf, "ninf": -math.inf, "text": "NaN", "n": np.float32(1.5)}
+    document = {
+        "nan": math.nan,
+        "inf": math.inf,
+        "ninf": -math.inf,
+        "text": "NaN",
+        "n": np.float32(1.5),
+    }
     blob = fmt.encode_json(document)
     json.loads(blob)  # strict JSON: no bare NaN
     assert b"NaN," not in blob and b": NaN" not in blob
@@ -92,10 +96,14 @@ def test_json_blobs_keep_non_finite_floats_and_plain_strings_apart():
 
 
 def test_flowgraph_rejects_unknown_flow_states():
-    graph = fmt.FlowGraph(losses=[fmt.LossInfo("td")], scopes=["a"], cells={"td": {"a": "teleports"}})
+    graph = fmt.FlowGraph(
+        losses=[fmt.LossInfo("td")], scopes=["a"], cells={"td": {"a": "teleports"}}
+    )
     with pytest.raises(fmt.FormatError, match="unknown flow states"):
         fmt.FlowGraph.from_json(graph.to_json())
-    with pytest.raises(fmt.FormatError, match=r"FlowGraph document lacks field\(s\) \[.scopes., .cells.\]"):
+    with pytest.raises(
+        fmt.FormatError, match=r"FlowGraph document lacks field\(s\) \[.scopes., .cells.\]"
+    ):
         fmt.FlowGraph.from_json({"losses": []})
 
 

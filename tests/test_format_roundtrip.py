@@ -19,15 +19,17 @@ from tests import providers
 
 RUN = "run_a"
 STEPS = (0, 5, 10)
-HOSTILE = '<img src=x onerror=alert(1)>/“quoted” נ/NaN'
+HOSTILE = "<img src=x onerror=alert(1)>/“quoted” נ/NaN"
 SCOPES = ("online", "online/l1", "target", "target/l1", HOSTILE)
 
 
 def _table(kind: fmt.Kind, step: int) -> np.ndarray:
     columns = len(fmt.KIND_SPECS[kind].columns)
-    values = np.arange(len(SCOPES) * columns, dtype=np.float32).reshape(
-        len(SCOPES), columns
-    ) * (step + 1) / 7.0
+    values = (
+        np.arange(len(SCOPES) * columns, dtype=np.float32).reshape(len(SCOPES), columns)
+        * (step + 1)
+        / 7.0
+    )
     values[0, 0] = np.nan
     values[1, -1] = np.inf
     values[2, -1] = -np.inf
@@ -81,7 +83,9 @@ TABLE_RECORDS = [
     fmt.make_info(fmt.Kind.GRAD_STATS, "td", SCOPES),
     fmt.make_info(fmt.Kind.GRAD_STATS, HOSTILE, SCOPES),
     fmt.make_info(fmt.Kind.UPDATE_STATS, "", SCOPES),
-    fmt.make_info(fmt.Kind.DRIFT, "target<-online", SCOPES, {"target": "target", "online": "online"}),
+    fmt.make_info(
+        fmt.Kind.DRIFT, "target<-online", SCOPES, {"target": "target", "online": "online"}
+    ),
     fmt.make_info(fmt.Kind.CONFLICT, "td|aux", SCOPES, {"losses": ["td", "aux"]}),
 ]
 FLOWGRAPH = fmt.make_info(fmt.Kind.FLOWGRAPH)
@@ -181,9 +185,7 @@ def test_flowgraph_and_events_round_trip_exactly(data_provider):
         data = sequences[RUN][tag]
         assert [d.step for d in data] == list(STEPS)
         for datum in data:
-            blobs = [
-                data_provider.read_blob(_ctx(), blob_key=ref.blob_key) for ref in datum.values
-            ]
+            blobs = [data_provider.read_blob(_ctx(), blob_key=ref.blob_key) for ref in datum.values]
             documents = fmt.decode_blobs(info, blobs)
             if info.kind == fmt.Kind.FLOWGRAPH:
                 assert [fmt.FlowGraph.from_json(d) for d in documents] == [_flowgraph()]

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.browser
 
 def _legend_last(tab: Tab, chart: str) -> dict[str, float]:
     items = tab.frame.locator(f"#{chart} .gs-chart-legend li").evaluate_all(
-        "ls => ls.map(l => [l.dataset.label, l.dataset.last])")
+        "ls => ls.map(l => [l.dataset.label, l.dataset.last])"
+    )
     return {label: float(last) for label, last in items}
 
 
@@ -34,8 +35,12 @@ def _ema(values: list[float], weight: float) -> float:
 def test_chosen_cells_chart_their_gradient_norm_with_log_scale_and_smoothing(
     open_tab: OpenTab, tensorboard: TensorBoard
 ) -> None:
-    series = {scope: tensorboard.json("series", run="dqn", kind="grad_stats", name="td", scope=scope, stat="l2")["points"]
-              for scope in ("online/l1", "online/l2")}
+    series = {
+        scope: tensorboard.json(
+            "series", run="dqn", kind="grad_stats", name="td", scope=scope, stat="l2"
+        )["points"]
+        for scope in ("online/l1", "online/l2")
+    }
     tab = open_tab()
     # The charts come after the matrix, with the run's FlowGraph, drift and events.
     tab.frame.locator("#gs-series-empty").wait_for()
@@ -77,7 +82,11 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     drift = pair["values"]["drift"]
     assert drift["target/lstm"] == drift["target/lstm/lstm_cell"] != drift["target"]
     legend = chart.locator(".gs-chart-legend li")
-    assert legend.evaluate_all("ls => ls.map(l => l.dataset.label)") == ["target", "target/lstm", "target/v"]
+    assert legend.evaluate_all("ls => ls.map(l => l.dataset.label)") == [
+        "target",
+        "target/lstm",
+        "target/v",
+    ]
     assert legend.first.get_attribute("class") == "gs-main"
     assert chart.get_attribute("data-series") == "3"
     assert chart.get_attribute("data-points") == str(len(pair["steps"]))
@@ -89,9 +98,16 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     last = [v for v in drift["target"] if v is not None][-1]
     assert float(legend.first.get_attribute("data-last")) == last
     (i,) = [i for i, v in enumerate(drift["target"]) if v == last][-1:]
-    assert last == pytest.approx(pair["values"]["distance"]["target"][i] / pair["values"]["online_norm"]["target"][i], rel=1e-5)
+    assert last == pytest.approx(
+        pair["values"]["distance"]["target"][i] / pair["values"]["online_norm"]["target"][i],
+        rel=1e-5,
+    )
     # The effective tau of the root, as the route gives it at its last step with one.
-    taus = [(s, v) for s, v in zip(pair["steps"], pair["values"]["tau"]["target"]) if isinstance(v, float)]
+    taus = [
+        (s, v)
+        for s, v in zip(pair["steps"], pair["values"]["tau"]["target"])
+        if isinstance(v, float)
+    ]
     tau = tab.frame.locator(f'#gs-drift .gs-drift-pair[data-pair="{css(pair["name"])}"] .gs-tau')
     assert (int(tau.get_attribute("data-step")), float(tau.get_attribute("data-tau"))) == taus[-1]
     assert tau.text_content().startswith(f"effective τ of target at step {taus[-1][0]}: ")
@@ -99,7 +115,9 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     # The marker stands at its step on the x axis: the first step is the plot's left edge.
     over = chart.locator(".u-over").bounding_box()
     left = marker.bounding_box()["x"] - over["x"]
-    expected = (never["step"] - pair["steps"][0]) / (pair["steps"][-1] - pair["steps"][0]) * over["width"]
+    expected = (
+        (never["step"] - pair["steps"][0]) / (pair["steps"][-1] - pair["steps"][0]) * over["width"]
+    )
     assert abs(left - expected) <= 3, (left, expected)
     assert "never synced" in chart.locator(".gs-marker-list").text_content()
     screenshot(chart, artifacts, "gradscope-drift.png")
@@ -122,9 +140,13 @@ def test_a_resnet_sized_pair_draws_its_root_folded_statistics_and_the_scopes_tha
     assert chart.get_attribute("data-series") == "12" and len(labels) == 12
     # The root first and thicker, then the 30 moving statistics as one line...
     assert labels[0] == "target" and legend.first.get_attribute("class") == "gs-main"
-    assert labels[1] == "" and legend.nth(1).text_content().startswith("30 moving statistics, folded")
+    assert labels[1] == "" and legend.nth(1).text_content().startswith(
+        "30 moving statistics, folded"
+    )
     last = len(pair["steps"]) - 1
-    folded = math.sqrt(sum(distance[s][last] ** 2 for s in state)) / math.sqrt(sum(norm[s][last] ** 2 for s in state))
+    folded = math.sqrt(sum(distance[s][last] ** 2 for s in state)) / math.sqrt(
+        sum(norm[s][last] ** 2 for s in state)
+    )
     assert float(legend.nth(1).get_attribute("data-last")) == pytest.approx(folded, rel=1e-6)
     # ...then the ten scopes that drift most.
     most = sorted(trainable, key=lambda s: -max(drift[s]))[:10]
@@ -135,15 +157,21 @@ def test_a_resnet_sized_pair_draws_its_root_folded_statistics_and_the_scopes_tha
     tab.frame.wait_for_selector('#gs-drift .gs-chart[data-series="47"]')
     section.locator('input[data-choice="unfoldState"]').check()
     tab.frame.wait_for_selector('#gs-drift .gs-chart[data-series="76"]')
-    assert "" not in chart.locator(".gs-chart-legend li").evaluate_all("ls => ls.map(l => l.dataset.label)")
+    assert "" not in chart.locator(".gs-chart-legend li").evaluate_all(
+        "ls => ls.map(l => l.dataset.label)"
+    )
     tab.assert_clean()
 
 
-def test_a_cell_without_gradient_charts_no_gradient_not_zero(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+def test_a_cell_without_gradient_charts_no_gradient_not_zero(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
     cell = tensorboard.json("matrix", run="dqn")["cells"]["td"]["target/l1"]
     assert cell["state"] == "blocked" and cell["grad_vars"] == 0
     # The table stores 0 where no variable received a gradient.
-    stored = tensorboard.json("series", run="dqn", kind="grad_stats", name="td", scope="target/l1", stat="l2")["points"]
+    stored = tensorboard.json(
+        "series", run="dqn", kind="grad_stats", name="td", scope="target/l1", stat="l2"
+    )["points"]
     assert {p[2] for p in stored} == {0.0}
     tab = open_tab()
     tab.cell("td", "target/l1").click()
@@ -165,8 +193,12 @@ def test_conflict_cosines_chart_each_pair_of_losses_or_say_there_are_none(
     for pair in pairs:
         chart = tab.frame.locator(f'#gs-conflict .gs-chart[data-pair="{css(pair["name"])}"]')
         assert chart.get_attribute("data-series") == str(len(pair["cosine"]))
-        last = {label: float(value) for label, value in chart.locator(".gs-chart-legend li").evaluate_all(
-            "ls => ls.map(l => [l.dataset.label, l.dataset.last])")}
+        last = {
+            label: float(value)
+            for label, value in chart.locator(".gs-chart-legend li").evaluate_all(
+                "ls => ls.map(l => [l.dataset.label, l.dataset.last])"
+            )
+        }
         for scope, values in pair["cosine"].items():
             finite = [v for v in values if isinstance(v, (int, float))]
             assert last[scope] == pytest.approx(finite[-1], rel=1e-6)

@@ -30,7 +30,10 @@ def _differing(shown: dict[str, Any], other: dict[str, Any]) -> dict[tuple[str, 
     }
 
 
-@pytest.mark.parametrize(("shown", "other"), [("multihead/leaky", "multihead/clean"), ("multihead/clean", "multihead/leaky")])
+@pytest.mark.parametrize(
+    ("shown", "other"),
+    [("multihead/leaky", "multihead/clean"), ("multihead/clean", "multihead/leaky")],
+)
 def test_comparison_marks_exactly_the_cells_whose_flow_state_differs(
     open_tab: OpenTab, demo_runs: TensorBoard, shown: str, other: str
 ) -> None:
@@ -44,7 +47,8 @@ def test_comparison_marks_exactly_the_cells_whose_flow_state_differs(
     tab.frame.locator("#gs-compare").select_option(value=other)
     tab.frame.wait_for_selector("#gs-compare-note")
     marked = tab.frame.locator('.gs-cell[data-diff="true"]').evaluate_all(
-        "cs => cs.map(c => [c.dataset.loss, c.dataset.scope, c.dataset.state, c.title])")
+        "cs => cs.map(c => [c.dataset.loss, c.dataset.scope, c.dataset.state, c.title])"
+    )
     assert {(loss, scope) for loss, scope, _, _ in marked} == set(expected)
     assert tab.frame.locator("#gs-compare-note").get_attribute("data-differ") == str(len(expected))
     for loss, scope, state, title in marked:

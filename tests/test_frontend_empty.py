@@ -9,7 +9,7 @@ writes a run and sees it show without pressing Refresh.
 from __future__ import annotations
 
 import pathlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser
@@ -48,7 +48,9 @@ def test_empty_logdir_explains_how_to_record_then_shows_new_runs(
         # Not inside TensorBoard: nobody will send DataReloaded, so it polls.
         page.wait_for_selector('#gradscope[data-host="polling"]')
         # The truth about when a run shows: TensorBoard reads every 1 s here.
-        page.wait_for_function("() => document.querySelector('#gs-empty-when').textContent.includes('every 1 s')")
+        page.wait_for_function(
+            "() => document.querySelector('#gs-empty-when').textContent.includes('every 1 s')"
+        )
         when = page.locator("#gs-empty-when").text_content()
         assert "checks for new runs every 2 s" in when and "within about 4 s" in when, when
         assert "Reload data" in when

@@ -24,7 +24,9 @@ CSV_HEADERS = {
 }
 
 
-def test_events_list_the_step_first_seen_and_jump_the_slider_there(open_tab: OpenTab, demo_runs: TensorBoard) -> None:
+def test_events_list_the_step_first_seen_and_jump_the_slider_there(
+    open_tab: OpenTab, demo_runs: TensorBoard
+) -> None:
     run = "ema_lstm/leaky"
     events = demo_runs.json("events", run=run)["events"]
     steps = demo_runs.json("run", run=run)["steps"]
@@ -35,21 +37,30 @@ def test_events_list_the_step_first_seen_and_jump_the_slider_there(open_tab: Ope
     cells = row.locator("td").all_text_contents()
     assert cells[:3] == [str(never["step"]), "anomaly", "never_synced"]
     # Its message is shown once: the tracks rule it breaks shows it, the anomaly points there.
-    (index, broken), = [(i, v) for i, v in enumerate(demo_runs.json("violations", run=run)["violations"])
-                        if v["message"] == never["message"]]
+    ((index, broken),) = [
+        (i, v)
+        for i, v in enumerate(demo_runs.json("violations", run=run)["violations"])
+        if v["message"] == never["message"]
+    ]
     assert cells[4] == f"message under Violations: the violation of {broken['name']}"
-    assert tab.frame.locator(f"#gs-violation-{index} .gs-message").text_content() == never["message"]
+    assert (
+        tab.frame.locator(f"#gs-violation-{index} .gs-message").text_content() == never["message"]
+    )
     # The tab opens at the latest step; the event sends it back to the first kept step at or after it.
     target = min(s for s in steps if s >= never["step"])
     assert target != steps[-1]
     row.locator("td").first.get_by_role("button").click()
-    tab.frame.wait_for_function("s => document.querySelector('#gs-matrix').dataset.step === String(s)", arg=target)
+    tab.frame.wait_for_function(
+        "s => document.querySelector('#gs-matrix').dataset.step === String(s)", arg=target
+    )
     assert tab.frame.locator("#gs-step").input_value() == str(steps.index(target))
     assert tab.frame.locator(".gs-step-label").text_content() == str(target)
     tab.assert_clean()
 
 
-def test_violation_shows_with_the_step_it_was_first_seen(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+def test_violation_shows_with_the_step_it_was_first_seen(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
     (violation,) = tensorboard.json("violations", run="states")["violations"]
     tab = open_tab(run="states")
     row = tab.frame.locator('#gs-violations[data-run="states"] tbody tr')
@@ -65,13 +76,17 @@ def test_violation_shows_with_the_step_it_was_first_seen(open_tab: OpenTab, tens
     tab.assert_clean()
 
 
-def test_download_links_give_the_shown_run_and_step_as_csv_and_json(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+def test_download_links_give_the_shown_run_and_step_as_csv_and_json(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
     steps = tensorboard.json("run", run="dqn")["steps"]
     tab = open_tab()
     slider = tab.frame.locator("#gs-step")
     slider.focus()
     slider.press("Home")
-    tab.frame.wait_for_function("s => document.querySelector('#gs-matrix').dataset.step === String(s)", arg=steps[0])
+    tab.frame.wait_for_function(
+        "s => document.querySelector('#gs-matrix').dataset.step === String(s)", arg=steps[0]
+    )
     tab.frame.locator("#gs-export").wait_for()
     links = tab.frame.locator("#gs-export a")
     assert links.count() == 2 * len(CSV_HEADERS)
@@ -90,7 +105,9 @@ def test_download_links_give_the_shown_run_and_step_as_csv_and_json(open_tab: Op
             else:
                 assert header == CSV_HEADERS[route]
             if route == "matrix":
-                assert all(line.startswith(f"{steps[0]},") for line in response.text().splitlines()[1:])
+                assert all(
+                    line.startswith(f"{steps[0]},") for line in response.text().splitlines()[1:]
+                )
         else:
             body = json.loads(response.text())
             assert body["run"] == "dqn"

@@ -13,16 +13,17 @@ from __future__ import annotations
 import argparse
 import io
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page
 
 from tb_gradscope.commands import check, doctor
-from tb_gradscope.read.logdir import load_logdir
-from tb_gradscope.read.runs import run_records
 from tb_gradscope.read import violations as violations_lib
 from tb_gradscope.read.findings import diagnose
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import run_records
 from tests.frontend_fixtures import DEMO_LOGS, TensorBoard, demo_log_runs
 from tests.frontend_logs import EAGER_RULES
 from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, watch
@@ -76,24 +77,34 @@ def _doctor_text(run: str, found: list) -> list[dict[str, str]]:
 def command_line() -> dict[str, dict[str, Any]]:
     """Per demo run: doctor's and check's JSON entries and text, computed in-process."""
     out, err = io.StringIO(), io.StringIO()
-    doctor.run(argparse.Namespace(logdir=str(DEMO_LOGS), run_name=None, format="json"), out=out, err=err)
+    doctor.run(
+        argparse.Namespace(logdir=str(DEMO_LOGS), run_name=None, format="json"), out=out, err=err
+    )
     found_json = {entry["run"]: entry["findings"] for entry in json.loads(out.getvalue())["runs"]}
     out = io.StringIO()
-    check.run(argparse.Namespace(logdir=str(DEMO_LOGS), rules=None, run_name=None, format="json"), out=out, err=err)
+    check.run(
+        argparse.Namespace(logdir=str(DEMO_LOGS), rules=None, run_name=None, format="json"),
+        out=out,
+        err=err,
+    )
     checked_json = {entry["run"]: entry for entry in json.loads(out.getvalue())["runs"]}
     answers = {}
     for logs in load_logdir(str(DEMO_LOGS)):
         found = diagnose(run_records(logs))
         lines = [check.format_violation(v) for v in violations_lib.check_run(logs).violations]
         answers[logs.run] = {
-            "findings": found_json[logs.run], "doctor_text": _doctor_text(logs.run, found),
-            "check": checked_json[logs.run], "check_lines": lines,
+            "findings": found_json[logs.run],
+            "doctor_text": _doctor_text(logs.run, found),
+            "check": checked_json[logs.run],
+            "check_lines": lines,
         }
     return answers
 
 
 @pytest.fixture(scope="module")
-def demo_page(browser: Browser, demo_logs_tensorboard: TensorBoard) -> Iterator[tuple[Page, list[str]]]:
+def demo_page(
+    browser: Browser, demo_logs_tensorboard: TensorBoard
+) -> Iterator[tuple[Page, list[str]]]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page = context.new_page()
@@ -107,8 +118,12 @@ def demo_page(browser: Browser, demo_logs_tensorboard: TensorBoard) -> Iterator[
 
 def _open(page: Page, run: str) -> None:
     page.locator("#gs-run").select_option(value=run)
-    page.wait_for_function("run => document.querySelector('#gs-findings')?.dataset.run === run", arg=run)
-    page.wait_for_function("run => document.querySelector('#gs-violations')?.dataset.run === run", arg=run)
+    page.wait_for_function(
+        "run => document.querySelector('#gs-findings')?.dataset.run === run", arg=run
+    )
+    page.wait_for_function(
+        "run => document.querySelector('#gs-violations')?.dataset.run === run", arg=run
+    )
 
 
 def _line(run: str, shown: dict[str, Any]) -> str:
@@ -133,7 +148,9 @@ def test_findings_panel_shows_what_doctor_finds_on_every_demo_run(demo_page, com
         shown = page.evaluate(READ_FINDINGS, run)
         expected = command_line[run]["findings"]
         keys = ("kind", "loss", "scope", "pair", "edge", "rule", "fix", "why", "what")
-        assert [{k: s[k] for k in keys} for s in shown] == [{k: f[k] for k in keys} for f in expected], run
+        assert [{k: s[k] for k in keys} for s in shown] == [
+            {k: f[k] for k in keys} for f in expected
+        ], run
         texts = command_line[run]["doctor_text"]
         assert [s["evidence"] for s in shown] == [t["evidence"] for t in texts], run
         assert [f"[{s['kind']}] {s['what']}" for s in shown] == [t["head"] for t in texts], run
@@ -146,7 +163,9 @@ def test_findings_panel_shows_what_doctor_finds_on_every_demo_run(demo_page, com
 
 
 @pytest.mark.slow  # a TensorBoard of its own, 13 runs
-def test_violations_panel_shows_what_check_prints_on_every_demo_run(demo_page, command_line) -> None:
+def test_violations_panel_shows_what_check_prints_on_every_demo_run(
+    demo_page, command_line
+) -> None:
     page, problems = demo_page
     sources = set()
     for run in demo_log_runs():
@@ -154,12 +173,16 @@ def test_violations_panel_shows_what_check_prints_on_every_demo_run(demo_page, c
         shown = page.evaluate(READ_VIOLATIONS, run)
         printed = command_line[run]["check"]
         keys = ("name", "step", "source", "loss", "scope", "pair")
-        assert [{k: s[k] for k in keys} for s in shown] == [{k: v[k] for k in keys} for v in printed["violations"]], run
+        assert [{k: s[k] for k in keys} for s in shown] == [
+            {k: v[k] for k in keys} for v in printed["violations"]
+        ], run
         assert [s["message"] for s in shown] == [v["message"] for v in printed["violations"]], run
         assert [_line(run, s) for s in shown] == command_line[run]["check_lines"], run
         rules = page.locator("#gs-violations-rules code").all_text_contents()
         assert rules == printed["rules"], run
-        assert page.locator("#gs-violations [data-warning]").all_text_contents() == printed["warnings"], run
+        assert (
+            page.locator("#gs-violations [data-warning]").all_text_contents() == printed["warnings"]
+        ), run
         if not printed["violations"]:
             assert page.locator("#gs-violations-empty").is_visible(), run
         sources |= {s["source"] for s in shown}
@@ -169,7 +192,9 @@ def test_violations_panel_shows_what_check_prints_on_every_demo_run(demo_page, c
 
 
 @pytest.mark.slow
-def test_clicking_a_finding_selects_its_cell_and_marks_its_edge(demo_page, command_line, artifacts) -> None:
+def test_clicking_a_finding_selects_its_cell_and_marks_its_edge(
+    demo_page, command_line, artifacts
+) -> None:
     page, problems = demo_page
     run = "actor_critic/leaky"
     (finding,) = command_line[run]["findings"]
@@ -179,7 +204,9 @@ def test_clicking_a_finding_selects_its_cell_and_marks_its_edge(demo_page, comma
     page.wait_for_function("() => document.querySelector('#gs-filter-count').textContent !== ''")
     assert page.locator(f'.gs-cell[data-scope="{css(finding["scope"])}"]').count() == 0
     page.locator(".gs-finding-what").click()
-    cell = page.locator(f'.gs-cell[data-loss="{css(finding["loss"])}"][data-scope="{css(finding["scope"])}"]')
+    cell = page.locator(
+        f'.gs-cell[data-loss="{css(finding["loss"])}"][data-scope="{css(finding["scope"])}"]'
+    )
     cell.wait_for()
     assert cell.get_attribute("aria-pressed") == "true"
     assert page.locator("#gs-filter").input_value() == ""
@@ -197,13 +224,16 @@ def test_clicking_a_finding_selects_its_cell_and_marks_its_edge(demo_page, comma
 
 
 @pytest.mark.slow
-def test_copy_rule_button_puts_the_rule_on_the_clipboard(browser: Browser, demo_logs_tensorboard: TensorBoard,
-                                                         command_line) -> None:
+def test_copy_rule_button_puts_the_rule_on_the_clipboard(
+    browser: Browser, demo_logs_tensorboard: TensorBoard, command_line
+) -> None:
     run = "actor_critic/leaky"
     (finding,) = command_line[run]["findings"]
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
-        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=demo_logs_tensorboard.url)
+        context.grant_permissions(
+            ["clipboard-read", "clipboard-write"], origin=demo_logs_tensorboard.url
+        )
         page = context.new_page()
         problems = watch(page)
         page.goto(demo_logs_tensorboard.url + ENTRY)
@@ -211,13 +241,19 @@ def test_copy_rule_button_puts_the_rule_on_the_clipboard(browser: Browser, demo_
         _open(page, run)
         page.locator(".gs-copy").click()
         page.locator(".gs-copy-status", has_text="copied").wait_for()
-        assert page.evaluate("() => navigator.clipboard.readText()") == finding["rule"] == "blocked(actor, ac/critic/*)"
+        assert (
+            page.evaluate("() => navigator.clipboard.readText()")
+            == finding["rule"]
+            == "blocked(actor, ac/critic/*)"
+        )
         assert problems == [], problems
     finally:
         context.close()
 
 
-def test_eager_run_says_what_is_missing_and_how_to_get_it(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+def test_eager_run_says_what_is_missing_and_how_to_get_it(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
     answer = tensorboard.json("violations", run="eager")
     assert answer["rules"] == list(EAGER_RULES)
     tab = open_tab(run="eager")
@@ -235,13 +271,16 @@ def test_eager_run_says_what_is_missing_and_how_to_get_it(open_tab: OpenTab, ten
 
 @pytest.mark.slow
 def test_dqn_leakys_moved_by_optimizer_message_shows_once_and_the_others_point_at_it(
-        demo_page, demo_logs_tensorboard: TensorBoard) -> None:
+    demo_page, demo_logs_tensorboard: TensorBoard
+) -> None:
     page, problems = demo_page
     run = "dqn/leaky"
     events = demo_logs_tensorboard.json("events", run=run)["events"]
     violations = demo_logs_tensorboard.json("violations", run=run)["violations"]
     (moved,) = [e for e in events if e["name"] == "moved_by_optimizer"]
-    (index, broken), = [(i, v) for i, v in enumerate(violations) if v["message"] == moved["message"]]
+    ((index, broken),) = [
+        (i, v) for i, v in enumerate(violations) if v["message"] == moved["message"]
+    ]
     _open(page, run)
     page.locator("#gs-drift .gs-marker-list").wait_for()
     panels = ["#gs-violations", "#gs-drift", "#gs-events"]
@@ -249,10 +288,19 @@ def test_dqn_leakys_moved_by_optimizer_message_shows_once_and_the_others_point_a
     assert sum(t.count(moved["message"]) for t in texts) == 1
     assert page.locator(f"#gs-violation-{index} .gs-message").text_content() == moved["message"]
     # The Anomalies row and the drift marker point at the violation's row.
-    pointers = page.locator(f'#gs-events .gs-pointer, #gs-drift .gs-marker-list li[data-name="moved_by_optimizer"] .gs-pointer')
+    pointers = page.locator(
+        '#gs-events .gs-pointer, #gs-drift .gs-marker-list li[data-name="moved_by_optimizer"] .gs-pointer'
+    )
     assert pointers.count() == 2
-    assert pointers.all_text_contents() == [f"message under Violations: the violation of {broken['name']}"] * 2
-    assert set(pointers.evaluate_all("ps => ps.map(p => p.dataset.home)")) == {f"gs-violation-{index}"}
+    assert (
+        pointers.all_text_contents()
+        == [f"message under Violations: the violation of {broken['name']}"] * 2
+    )
+    assert set(pointers.evaluate_all("ps => ps.map(p => p.dataset.home)")) == {
+        f"gs-violation-{index}"
+    }
     pointers.first.click()
-    assert page.evaluate("() => document.activeElement.closest('tr')?.id") == f"gs-violation-{index}"
+    assert (
+        page.evaluate("() => document.activeElement.closest('tr')?.id") == f"gs-violation-{index}"
+    )
     assert problems == [], problems

@@ -10,7 +10,7 @@ would flatter the figure), so it is slow.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser
@@ -27,11 +27,15 @@ LIVE_SECONDS = 10.0
 
 
 @pytest.fixture(scope="module")
-def default_reload_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TensorBoard, DqnTrainer]]:
+def default_reload_tensorboard(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[TensorBoard, DqnTrainer]]:
     logdir = tmp_path_factory.mktemp("live_logs")
     first = DqnTrainer(logdir / "first")
     first.train(11)  # steps 0 and 10 recorded
-    tb = start_tensorboard(logdir, tmp_path_factory.mktemp("tb_live") / "stderr.txt", reload_interval=None)
+    tb = start_tensorboard(
+        logdir, tmp_path_factory.mktemp("tb_live") / "stderr.txt", reload_interval=None
+    )
     try:
         tb.wait_for_steps("first", 2)
         yield tb, first
@@ -63,13 +67,19 @@ def test_new_run_and_new_step_show_within_10_s_with_reload_off(
         second = DqnTrainer(tb.logdir / "second", seed=1)
         try:
             second.train(1)  # its first record, flushed
-            new_run = _seconds_until(frame, "() => !!document.querySelector('#gs-run option[value=\"second\"]')", time.monotonic())
+            new_run = _seconds_until(
+                frame,
+                "() => !!document.querySelector('#gs-run option[value=\"second\"]')",
+                time.monotonic(),
+            )
         finally:
             second.recorder.close()
 
         first.train(10)  # step 20 recorded, flushed
         new_step = _seconds_until(
-            frame, "() => document.querySelector('output.gs-step-label')?.textContent === '20 (latest)'", time.monotonic()
+            frame,
+            "() => document.querySelector('output.gs-step-label')?.textContent === '20 (latest)'",
+            time.monotonic(),
         )
         print(f"new run shown after {new_run:.1f} s, new step after {new_step:.1f} s")
         assert new_run <= LIVE_SECONDS, f"the new run showed after {new_run:.1f} s"
@@ -90,15 +100,24 @@ def test_the_poll_is_a_bodiless_304_while_nothing_changes_and_stops_while_hidden
     try:
         page = context.new_page()
         answers: list[int] = []
-        page.on("response", lambda r: answers.append(r.status) if r.url.split("?")[0].endswith("/gradscope/status") else None)
+        page.on(
+            "response",
+            lambda r: (
+                answers.append(r.status)
+                if r.url.split("?")[0].endswith("/gradscope/status")
+                else None
+            ),
+        )
         page.goto(tb.url + ENTRY)
         page.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
         page.wait_for_timeout(5_000)
         assert answers[0] == 200
         assert len(answers) >= 2 and set(answers[1:]) == {304}, answers
         # Hidden (another browser tab in front), it stops asking.
-        page.evaluate("() => { Object.defineProperty(document, 'visibilityState', {get: () => 'hidden'}); "
-                      "document.dispatchEvent(new Event('visibilitychange')); }")
+        page.evaluate(
+            "() => { Object.defineProperty(document, 'visibilityState', {get: () => 'hidden'}); "
+            "document.dispatchEvent(new Event('visibilitychange')); }"
+        )
         page.wait_for_timeout(2_500)  # a poll under way ends
         count = len(answers)
         page.wait_for_timeout(5_000)

@@ -16,14 +16,24 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.frontend_fixtures import Logs, TensorBoard
-from tests.frontend_logs import DQN_LOSSES, DQN_SCOPES, HOSTILE, hostile_spec, states_spec, unrecorded_spec, wide_spec
+from tests.frontend_logs import (
+    DQN_LOSSES,
+    DQN_SCOPES,
+    HOSTILE,
+    hostile_spec,
+    states_spec,
+    unrecorded_spec,
+    wide_spec,
+)
 from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, wait_for_plugin_frame, watch
 
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 
-def test_tab_loads_inside_tensorboard_without_console_errors(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
+def test_tab_loads_inside_tensorboard_without_console_errors(
+    open_tab: OpenTab, artifacts: pathlib.Path
+) -> None:
     tab = open_tab(embedded=True)
     # Our guest side of TensorBoard's message channel got an answer.
     tab.frame.wait_for_selector('#gradscope[data-host="tensorboard"]', timeout=10_000)
@@ -44,7 +54,9 @@ def test_silent_host_page_falls_back_to_polling(browser: Browser, tensorboard: T
     try:
         page = context.new_page()
         problems = watch(page)
-        page.set_content(f'<iframe src="{tensorboard.url}{ENTRY}" width="1000" height="600"></iframe>')
+        page.set_content(
+            f'<iframe src="{tensorboard.url}{ENTRY}" width="1000" height="600"></iframe>'
+        )
         frame = wait_for_plugin_frame(page)
         frame.wait_for_selector("#gs-matrix tbody tr", timeout=30_000)
         frame.wait_for_selector('#gradscope[data-host="polling"]', timeout=15_000)
@@ -55,7 +67,9 @@ def test_silent_host_page_falls_back_to_polling(browser: Browser, tensorboard: T
         context.close()
 
 
-def test_td_loss_updates_online_scopes_and_blocks_target(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
+def test_td_loss_updates_online_scopes_and_blocks_target(
+    open_tab: OpenTab, artifacts: pathlib.Path
+) -> None:
     tab = open_tab()
     assert tab.visible_scopes() == list(DQN_SCOPES)
     headers = tab.frame.locator("#gs-matrix thead th[data-loss]").all_text_contents()
@@ -72,8 +86,12 @@ def test_td_loss_updates_online_scopes_and_blocks_target(open_tab: OpenTab, arti
 
 def test_updates_are_shaded_by_gradient_norm(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     cells = tensorboard.json("matrix", run="dqn")["cells"]
-    updating = [(c["l2"], loss, scope) for loss, row in cells.items() for scope, c in row.items()
-                if c["state"] == "updates"]
+    updating = [
+        (c["l2"], loss, scope)
+        for loss, row in cells.items()
+        for scope, c in row.items()
+        if c["state"] == "updates"
+    ]
     _, low_loss, low_scope = min(updating)
     _, high_loss, high_scope = max(updating)
     tab = open_tab()
@@ -97,7 +115,9 @@ def test_folding_a_scope_rolls_its_children_up(open_tab: OpenTab, tensorboard: T
     assert tab.row("online").get_attribute("data-folded") == "true"
     assert tab.row("online").locator("button.gs-scope").get_attribute("aria-expanded") == "false"
     assert tab.cell("td", "online").get_attribute("data-state") == "updates"
-    assert math.isclose(float(tab.cell("td", "online").text_content()), served["online"]["l2"], rel_tol=0.05)
+    assert math.isclose(
+        float(tab.cell("td", "online").text_content()), served["online"]["l2"], rel_tol=0.05
+    )
     # Enter on the focused toggle unfolds it again.
     tab.row("online").locator("button.gs-scope").press("Enter")
     assert tab.visible_scopes() == list(DQN_SCOPES)
@@ -121,9 +141,14 @@ def test_clicking_a_cell_shows_all_its_numbers(open_tab: OpenTab, tensorboard: T
     assert field("static state") == served["static_state"]
     assert int(field("variables with gradient")) == served["grad_vars"] == 2
     assert field("step") == str(matrix["step"])
-    for label, value in [("‖g‖ (L2)", served["l2"]), ("max |g|", served["max_abs"]),
-                         ("zero fraction", served["zero_frac"]), ("‖Δθ‖ applied", update["update_norm"]),
-                         ("‖θ‖", update["weight_norm"]), ("‖Δθ‖/‖θ‖", update["ratio"])]:
+    for label, value in [
+        ("‖g‖ (L2)", served["l2"]),
+        ("max |g|", served["max_abs"]),
+        ("zero fraction", served["zero_frac"]),
+        ("‖Δθ‖ applied", update["update_norm"]),
+        ("‖θ‖", update["weight_norm"]),
+        ("‖Δθ‖/‖θ‖", update["ratio"]),
+    ]:
         assert math.isclose(float(field(label)), value, rel_tol=1e-5, abs_tol=1e-12), label
     # The extra columns show the scope's applied update next to the losses.
     ratio = tab.row("online/l2").locator('td[data-column="ratio"]').text_content()
@@ -132,7 +157,9 @@ def test_clicking_a_cell_shows_all_its_numbers(open_tab: OpenTab, tensorboard: T
     tab.assert_clean()
 
 
-def test_a_cell_without_max_abs_and_zero_frac_says_not_recorded(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+def test_a_cell_without_max_abs_and_zero_frac_says_not_recorded(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
     spec = unrecorded_spec()
     grad_vars, l2, max_abs, _, zero_frac = spec.grads["fit"]["net/dense"]
     assert math.isnan(max_abs) and math.isnan(zero_frac) and grad_vars > 0
@@ -160,7 +187,9 @@ def test_a_cell_without_max_abs_and_zero_frac_says_not_recorded(open_tab: OpenTa
 
 def test_step_slider_moves_over_kept_steps(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     steps = tensorboard.json("run", run="dqn")["steps"]
-    first = tensorboard.json("matrix", run="dqn", step=str(steps[0]))["cells"]["td"]["online/l1"]["l2"]
+    first = tensorboard.json("matrix", run="dqn", step=str(steps[0]))["cells"]["td"]["online/l1"][
+        "l2"
+    ]
     tab = open_tab()
     slider = tab.frame.locator("#gs-step")
     assert slider.get_attribute("max") == str(len(steps) - 1)
@@ -192,7 +221,9 @@ def test_every_flow_state_has_its_own_look(
             button = tab.cell(loss, scope)
             assert button.get_attribute("data-state") == cell["state"], (loss, scope)
             assert button.get_attribute("data-violation") == str(cell["violation"]).lower()
-            look = button.evaluate("b => getComputedStyle(b).backgroundImage + getComputedStyle(b).backgroundColor")
+            look = button.evaluate(
+                "b => getComputedStyle(b).backgroundImage + getComputedStyle(b).backgroundColor"
+            )
             looks.setdefault(cell["state"], set()).add(look)
     assert set(looks) == {"updates", "ignored", "blocked", "vanishing", "nonfinite", "no_gradient"}
     assert len({min(v) for v in looks.values()}) == len(looks), looks
@@ -201,14 +232,18 @@ def test_every_flow_state_has_its_own_look(
     assert outline == "solid"
     assert tab.cell("main", "net/nonfinite").text_content() == "NaN"
     # The run says main is a start point; its column header says so too.
-    assert {"name": "main", "kind": "start_point"} in tensorboard.json("run", run=spec.name)["losses"]
+    assert {"name": "main", "kind": "start_point"} in tensorboard.json("run", run=spec.name)[
+        "losses"
+    ]
     assert "start point" in tab.frame.locator('th[data-loss="main"]').get_attribute("title")
     assert tab.frame.locator('th[data-loss="probe"]').get_attribute("title") is None
     tab.page.screenshot(path=str(artifacts / "gradscope-states.png"))
     tab.assert_clean()
 
 
-def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab: OpenTab, artifacts: pathlib.Path) -> None:
+def test_ten_thousand_scopes_start_folded_and_stay_quick(
+    open_tab: OpenTab, artifacts: pathlib.Path
+) -> None:
     spec = wide_spec()
     tab = open_tab()
     started = time.monotonic()
@@ -226,7 +261,9 @@ def test_ten_thousand_scopes_start_folded_and_stay_quick(open_tab: OpenTab, arti
     assert tab.cell("value", "block03/layer07/unit05").get_attribute("data-state") == "updates"
     # The loss headers stay in view while the 540 rows scroll under them.
     tab.row("block19/layer24").scroll_into_view_if_needed()
-    header_top = tab.frame.locator('th[data-loss="value"]').evaluate("e => e.getBoundingClientRect().top")
+    header_top = tab.frame.locator('th[data-loss="value"]').evaluate(
+        "e => e.getBoundingClientRect().top"
+    )
     table_top = tab.frame.locator(".gs-matrix-wrap").evaluate("e => e.getBoundingClientRect().top")
     assert abs(header_top - table_top) < 4
     tab.page.screenshot(path=str(artifacts / "gradscope-wide.png"))
@@ -250,19 +287,29 @@ def test_the_filter_box_shows_matching_scopes_with_their_ancestors(open_tab: Ope
     expect(rows).to_have_count(520)
     assert count.text_content() == ""
     tab.cell("value", "block03/layer07").click()
-    assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "block03/layer07"
+    assert (
+        tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "block03/layer07"
+    )
     box.fill("no such scope")
     expect(count).to_have_text(f"0 of {len(spec.scopes)} scopes shown")
     assert tab.visible_scopes() == []
     # Nothing matches: the tab says so in the filter's own words, and the hidden cell leaves the Details.
-    assert tab.frame.locator("#gs-filter-none").text_content() == f"no scope matches '{box.input_value()}'"
+    assert (
+        tab.frame.locator("#gs-filter-none").text_content()
+        == f"no scope matches '{box.input_value()}'"
+    )
     assert tab.frame.locator("#gs-matrix").is_hidden()
-    assert tab.frame.locator("#gs-details").text_content() == "DetailsSelect a cell to see all its numbers."
+    assert (
+        tab.frame.locator("#gs-details").text_content()
+        == "DetailsSelect a cell to see all its numbers."
+    )
     # A filter that hides the selected cell clears the Details too.
     box.fill("")
     expect(rows).to_have_count(520)
     tab.cell("value", "block03/layer07").click()
-    assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "block03/layer07"
+    assert (
+        tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == "block03/layer07"
+    )
     box.fill("block04/")
     expect(count).not_to_have_text("")
     assert tab.frame.locator("#gs-filter-none").count() == 0
@@ -281,11 +328,15 @@ def test_names_from_logs_render_as_text(open_tab: OpenTab, artifacts: pathlib.Pa
     tab.cell(HOSTILE, leaf).click()
     assert tab.frame.locator('#gs-details dd[data-field="scope"]').text_content() == leaf
     # The scope graph, the blocked edge's op and source, and the violations list: text too.
-    assert tab.frame.locator(f'.gs-node[data-id="loss:{css(HOSTILE)}"] text').text_content() == HOSTILE
+    assert (
+        tab.frame.locator(f'.gs-node[data-id="loss:{css(HOSTILE)}"] text').text_content() == HOSTILE
+    )
     tab.frame.locator(".gs-edge-blocked .gs-edge-mark").click()
     blocked = tab.frame.locator("#gs-blocked")
     assert blocked.locator('dd[data-field="op"]').text_content() == HOSTILE
-    assert blocked.locator('dd[data-field="source"]').text_content() == f"{HOSTILE}.py:7 ({HOSTILE})"
+    assert (
+        blocked.locator('dd[data-field="source"]').text_content() == f"{HOSTILE}.py:7 ({HOSTILE})"
+    )
     assert tab.frame.locator("#gs-violations tbody td").all_text_contents()[2] == HOSTILE
     assert tab.frame.locator("img").count() == 0
     tab.page.wait_for_timeout(300)  # an onerror handler would have fired by now
@@ -336,13 +387,20 @@ def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab: OpenTab
     assert order == ["gs-run", "gs-compare", "gs-step", "gs-refresh", "gs-filter", "|online"]
     # The matrix is one tab stop: the next Tab leaves it.
     tab.page.keyboard.press("Tab")
-    assert tab.frame.evaluate("() => !document.querySelector('#gs-matrix').contains(document.activeElement)")
+    assert tab.frame.evaluate(
+        "() => !document.querySelector('#gs-matrix').contains(document.activeElement)"
+    )
     tab.page.keyboard.press("Shift+Tab")
     assert tab.frame.evaluate(focused) == "|online"
     # Arrow keys move inside it; Enter selects a cell, or folds a scope.
-    for key, expected in [("ArrowRight", "aux|online"), ("ArrowDown", "aux|online/l1"),
-                          ("ArrowRight", "td|online/l1"), ("ArrowLeft", "aux|online/l1"),
-                          ("ArrowLeft", "aux|online/l1"), ("ArrowRight", "td|online/l1")]:
+    for key, expected in [
+        ("ArrowRight", "aux|online"),
+        ("ArrowDown", "aux|online/l1"),
+        ("ArrowRight", "td|online/l1"),
+        ("ArrowLeft", "aux|online/l1"),
+        ("ArrowLeft", "aux|online/l1"),
+        ("ArrowRight", "td|online/l1"),
+    ]:
         tab.page.keyboard.press(key)
         assert tab.frame.evaluate(focused) == expected, key
     tab.page.keyboard.press("Enter")
@@ -359,7 +417,9 @@ def test_controls_are_reachable_by_keyboard_with_visible_focus(open_tab: OpenTab
 
 def _luminance(css_colour: str) -> float:
     """Relative luminance of an `rgb(r, g, b)` colour, in [0, 1]."""
-    numbers = css_colour[css_colour.index("(") + 1 : css_colour.index(")")].replace(",", " ").split()
+    numbers = (
+        css_colour[css_colour.index("(") + 1 : css_colour.index(")")].replace(",", " ").split()
+    )
     r, g, b = (float(n) / 255 for n in numbers[:3])
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 

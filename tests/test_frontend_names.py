@@ -10,7 +10,15 @@ from __future__ import annotations
 import pytest
 
 from tb_gradscope.commands.text import safe
-from tests.frontend_logs import BIDI_LOSS, BIDI_SCOPE, CONTROL_SCOPE, LONG_LOSS, LONG_RUN, LONG_SCOPE, long_names_spec
+from tests.frontend_logs import (
+    BIDI_LOSS,
+    BIDI_SCOPE,
+    CONTROL_SCOPE,
+    LONG_LOSS,
+    LONG_RUN,
+    LONG_SCOPE,
+    long_names_spec,
+)
 from tests.frontend_tab import OpenTab, Tab, css
 
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
@@ -35,7 +43,9 @@ SHOWN_TEXT = """() => {
   return out;
 }"""
 
-NO_HORIZONTAL_SCROLL = "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+NO_HORIZONTAL_SCROLL = (
+    "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+)
 
 
 def open_long_names(open_tab: OpenTab) -> Tab:
@@ -51,16 +61,23 @@ def open_long_names(open_tab: OpenTab) -> Tab:
 
 def test_bidi_and_control_characters_show_escaped_as_the_cli_prints_them(open_tab: OpenTab) -> None:
     tab = open_long_names(open_tab)
-    raw = [(where, text[:80]) for where, text in tab.frame.evaluate(SHOWN_TEXT)
-           # Tooltips separate their lines with newlines of their own.
-           if any(safe(ch) != ch for ch in (text.replace("\n", "") if where == "title" else text))]
+    raw = [
+        (where, text[:80])
+        for where, text in tab.frame.evaluate(SHOWN_TEXT)
+        # Tooltips separate their lines with newlines of their own.
+        if any(safe(ch) != ch for ch in (text.replace("\n", "") if where == "title" else text))
+    ]
     assert raw == [], f"raw control or bidi characters shown: {raw}"
     frame = tab.frame
     assert frame.locator("#gs-run").get_attribute("title") == safe(LONG_RUN)
-    assert frame.locator(f'#gs-run option[value="{css(LONG_RUN)}"]').get_attribute("title") == safe(LONG_RUN)
+    assert frame.locator(f'#gs-run option[value="{css(LONG_RUN)}"]').get_attribute("title") == safe(
+        LONG_RUN
+    )
     assert frame.locator(f'th[data-loss="{css(BIDI_LOSS)}"]').text_content() == safe(BIDI_LOSS)
     bidi_row = tab.row(BIDI_SCOPE).locator(".gs-scope")
-    assert bidi_row.locator(".gs-scope-name").text_content() == safe(BIDI_SCOPE.removeprefix("net/"))
+    assert bidi_row.locator(".gs-scope-name").text_content() == safe(
+        BIDI_SCOPE.removeprefix("net/")
+    )
     assert bidi_row.get_attribute("title") == safe(BIDI_SCOPE)
     details = frame.locator("#gs-details")
     assert details.locator('dd[data-field="scope"]').text_content() == safe(CONTROL_SCOPE)
@@ -69,7 +86,10 @@ def test_bidi_and_control_characters_show_escaped_as_the_cli_prints_them(open_ta
     assert node.locator("title").text_content() == safe(BIDI_SCOPE)
     assert node.locator("text").text_content() == safe(BIDI_SCOPE)
     blocked = frame.locator("#gs-blocked")
-    assert blocked.locator('dd[data-field="source"]').text_content() == safe("train\u202eyp.py") + ":3 (step)"
+    assert (
+        blocked.locator('dd[data-field="source"]').text_content()
+        == safe("train\u202eyp.py") + ":3 (step)"
+    )
     assert blocked.locator('dd[data-field="op"]').text_content().startswith(safe("stop\u202egrad"))
     events = frame.locator("#gs-violations tbody").text_content()
     for name in (BIDI_SCOPE, CONTROL_SCOPE, BIDI_LOSS, f"never({BIDI_LOSS}, {CONTROL_SCOPE})"):
@@ -81,16 +101,23 @@ def test_bidi_and_control_characters_show_escaped_as_the_cli_prints_them(open_ta
 def _ellipsised(tab: Tab, selector: str) -> dict:
     """The first match's width, whether its text is cut (scrollWidth > clientWidth), and its title."""
     return tab.frame.locator(selector).first.evaluate(
-        "e => ({ width: e.getBoundingClientRect().width, cut: e.scrollWidth > e.clientWidth, title: e.getAttribute('title') })")
+        "e => ({ width: e.getBoundingClientRect().width, cut: e.scrollWidth > e.clientWidth, title: e.getAttribute('title') })"
+    )
 
 
-def test_long_names_are_ellipsised_with_the_full_name_on_hover(open_tab: OpenTab, artifacts) -> None:
+def test_long_names_are_ellipsised_with_the_full_name_on_hover(
+    open_tab: OpenTab, artifacts
+) -> None:
     tab = open_long_names(open_tab)
     spec = long_names_spec()
     run_select = _ellipsised(tab, "#gs-run")
     assert run_select["width"] <= 420 and run_select["title"] == safe(LONG_RUN), run_select
     loss_header = _ellipsised(tab, f'th[data-loss="{css(LONG_LOSS)}"] .gs-name')
-    assert loss_header["cut"] and loss_header["width"] <= 250 and loss_header["title"] == safe(LONG_LOSS), loss_header
+    assert (
+        loss_header["cut"]
+        and loss_header["width"] <= 250
+        and loss_header["title"] == safe(LONG_LOSS)
+    ), loss_header
     scope_name = _ellipsised(tab, f'tr[data-scope="{css(LONG_SCOPE)}"] .gs-scope-name')
     assert scope_name["cut"] and scope_name["width"] <= 450, scope_name
     assert tab.row(LONG_SCOPE).locator(".gs-scope").get_attribute("title") == safe(LONG_SCOPE)
@@ -103,7 +130,9 @@ def test_long_names_are_ellipsised_with_the_full_name_on_hover(open_tab: OpenTab
     assert scope["cut"], scope
     message = _ellipsised(tab, f"{row} .gs-message")
     assert message["title"] == safe(event.message)
-    table = tab.frame.locator("#gs-violations table").evaluate("t => t.getBoundingClientRect().width")
+    table = tab.frame.locator("#gs-violations table").evaluate(
+        "t => t.getBoundingClientRect().width"
+    )
     section = tab.frame.locator("#gs-violations").evaluate("s => s.getBoundingClientRect().width")
     assert table <= section + 1, (table, section)
     # The scope graph's nodes: labels cut in the middle, the full name as their title.
@@ -115,7 +144,8 @@ def test_long_names_are_ellipsised_with_the_full_name_on_hover(open_tab: OpenTab
     chip = _ellipsised(tab, "#gs-series .gs-chips .gs-name")
     assert chip["title"] == safe(f"{BIDI_LOSS} × {CONTROL_SCOPE}"), chip
     assert tab.frame.evaluate(NO_HORIZONTAL_SCROLL), tab.frame.evaluate(
-        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
     tab.page.screenshot(path=str(artifacts / "gradscope-long-names.png"), full_page=True)
     tab.assert_clean()
 
@@ -136,7 +166,8 @@ def test_the_page_never_scrolls_sideways_because_of_a_name(open_tab: OpenTab) ->
     tab.frame.wait_for_function("chart => !chart.isConnected", arg=drawn_for_1280)
     tab.frame.locator('#gs-series-chart[data-series="4"]').wait_for()
     assert tab.frame.evaluate(NO_HORIZONTAL_SCROLL), tab.frame.evaluate(
-        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
     tab.assert_clean()
 
 
@@ -147,6 +178,7 @@ def test_fit_shows_a_graph_with_a_300_character_name_at_a_readable_zoom(open_tab
     tab.frame.get_by_role("button", name="fit the graph").click()
     # A label's rendered font size: 12 layout units times the drawing's scale on screen.
     sizes = tab.frame.locator(".gs-node text").evaluate_all(
-        "ts => ts.map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)")
+        "ts => ts.map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)"
+    )
     assert len(sizes) == 6 and min(sizes) >= 10, sizes
     tab.assert_clean()

@@ -27,8 +27,13 @@ pytestmark = pytest.mark.browser
 COMPACT_DIGITS = 2
 FULL_DIGITS = 6
 # The details panel's numeric fields and where the route keeps each value.
-CELL_FIELDS = {"variables with gradient": "grad_vars", "‖g‖ (L2)": "l2", "max |g|": "max_abs",
-               "non-finite elements": "nonfinite", "zero fraction": "zero_frac"}
+CELL_FIELDS = {
+    "variables with gradient": "grad_vars",
+    "‖g‖ (L2)": "l2",
+    "max |g|": "max_abs",
+    "non-finite elements": "nonfinite",
+    "zero fraction": "zero_frac",
+}
 UPDATE_FIELDS = {"‖Δθ‖ applied": "update_norm", "‖θ‖": "weight_norm", "‖Δθ‖/‖θ‖": "ratio"}
 
 # Unfolds every scope, then reads every shown number; clicking each cell
@@ -111,13 +116,19 @@ def matrix_mismatches(run: str, seen: dict, matrix: dict) -> list[str]:
         served = cells[cell["loss"]][cell["scope"]]
         assert cell["state"] == served["state"], (run, cell)
         if cell["state"] == "updates" and not compact(cell["text"], wire(served["l2"])):
-            bad.append(f"{run}: cell {cell['loss']} × {cell['scope']} shows {cell['text']!r}, l2 is {served['l2']}")
+            bad.append(
+                f"{run}: cell {cell['loss']} × {cell['scope']} shows {cell['text']!r}, l2 is {served['l2']}"
+            )
     for row in seen["rows"]:
         update = updates.get(row["scope"], {})
         for column in ("update_norm", "ratio"):
             if not compact(row[column], wire(update.get(column))):
-                bad.append(f"{run}: {column} of {row['scope']} shows {row[column]!r}, route {update.get(column)}")
-    norms = [wire(c["l2"]) for row in cells.values() for c in row.values() if c["state"] == "updates"]
+                bad.append(
+                    f"{run}: {column} of {row['scope']} shows {row[column]!r}, route {update.get(column)}"
+                )
+    norms = [
+        wire(c["l2"]) for row in cells.values() for c in row.values() if c["state"] == "updates"
+    ]
     norms = [n for n in norms if n is not None and n > 0 and math.isfinite(n)]
     bounds = (min(norms), max(norms)) if norms else (None, None)
     assert len(seen["ramp"]) == 2, seen["ramp"]
@@ -125,22 +136,30 @@ def matrix_mismatches(run: str, seen: dict, matrix: dict) -> list[str]:
         if not compact(shown, value):
             bad.append(f"{run}: legend's step span shows {shown!r}, the route's is {value}")
     for detail in seen["details"]:
-        assert detail["fields"] is not None, f"{run}: the matrix lost cell {detail['loss']} × {detail['scope']}"
+        assert detail["fields"] is not None, (
+            f"{run}: the matrix lost cell {detail['loss']} × {detail['scope']}"
+        )
         served = cells[detail["loss"]][detail["scope"]]
         update = updates.get(detail["scope"], {})
         where = f"{run}: details of {detail['loss']} × {detail['scope']}"
         for field, key in CELL_FIELDS.items():
             value = served[key] if key == "grad_vars" else wire(served[key])
             if not full(detail["fields"][field], value):
-                bad.append(f"{where}: {field} shows {detail['fields'][field]!r}, route {served[key]}")
+                bad.append(
+                    f"{where}: {field} shows {detail['fields'][field]!r}, route {served[key]}"
+                )
         for field, key in UPDATE_FIELDS.items():
             if not full(detail["fields"][field], wire(update.get(key))):
-                bad.append(f"{where}: {field} shows {detail['fields'][field]!r}, route {update.get(key)}")
+                bad.append(
+                    f"{where}: {field} shows {detail['fields'][field]!r}, route {update.get(key)}"
+                )
     return bad
 
 
 def last_value(values: list) -> float | None:
-    finite = [wire(v) for v in values if v is not None and wire(v) is not None and math.isfinite(wire(v))]
+    finite = [
+        wire(v) for v in values if v is not None and wire(v) is not None and math.isfinite(wire(v))
+    ]
     return finite[-1] if finite else None
 
 
@@ -158,14 +177,16 @@ def legend_mismatches(run: str, charts: list[dict], pairs: list[dict], column: s
             # A series with no value says so in words, never "last <number>".
             right = not item["text"].startswith("last ") if value is None else compact(shown, value)
             if not right:
-                bad.append(f"{run}: {column} legend of {chart['pair']} / {item['label']} shows {item['text']!r}, "
-                           f"the route's last value is {value}")
+                bad.append(
+                    f"{run}: {column} legend of {chart['pair']} / {item['label']} shows {item['text']!r}, "
+                    f"the route's last value is {value}"
+                )
     return bad
 
 
 def lightness(rgb: str) -> float:
     """The HSL lightness (0-1) of a computed `rgb(r, g, b)` colour."""
-    channels = [int(part) / 255 for part in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3]]
+    channels = [int(part) / 255 for part in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3]]
     return (max(channels) + min(channels)) / 2
 
 
@@ -173,11 +194,16 @@ def scale_mismatches(shades: list[tuple[float, float, str]]) -> list[str]:
     """Pairs of updating cells (from any runs) where the larger ‖g‖ has the lighter
     shade (by more than rounding to 8-bit channels): a per-run scale does that."""
     bad: list[str] = []
-    ordered = sorted((s for s in shades if s[0] is not None and math.isfinite(s[0]) and s[0] > 0), key=lambda s: s[0])
+    ordered = sorted(
+        (s for s in shades if s[0] is not None and math.isfinite(s[0]) and s[0] > 0),
+        key=lambda s: s[0],
+    )
     darkest = None
     for l2, light, where in ordered:
         if darkest is not None and light > darkest[1] + 2.5 / 255:
-            bad.append(f"{where} (‖g‖ {l2:.3g}) is lighter than {darkest[2]} (‖g‖ {darkest[0]:.3g})")
+            bad.append(
+                f"{where} (‖g‖ {l2:.3g}) is lighter than {darkest[2]} (‖g‖ {darkest[0]:.3g})"
+            )
         if darkest is None or light < darkest[1]:
             darkest = (l2, light, where)
     assert len(ordered) > 20, len(ordered)
@@ -186,7 +212,9 @@ def scale_mismatches(shades: list[tuple[float, float, str]]) -> list[str]:
 
 def open_run(page: Page, run: str) -> None:
     page.locator("#gs-run").select_option(value=run)
-    page.wait_for_function("run => document.querySelector('#gs-matrix')?.dataset.run === run", arg=run)
+    page.wait_for_function(
+        "run => document.querySelector('#gs-matrix')?.dataset.run === run", arg=run
+    )
     page.locator("#gs-drift").wait_for()
 
 
@@ -209,24 +237,47 @@ def test_every_shown_number_equals_the_routes_value_on_every_demo_run(
             open_run(page, run)
             seen = page.evaluate(READ_MATRIX)
             matrix = tb.json("matrix", run=run, step=str(seen["step"]))
-            assert len(seen["rows"]) == len(matrix["scopes"]), f"{run}: not every scope was unfolded"
+            assert len(seen["rows"]) == len(matrix["scopes"]), (
+                f"{run}: not every scope was unfolded"
+            )
             mismatches += matrix_mismatches(run, seen, matrix)
-            shades += [(wire(matrix["cells"][c["loss"]][c["scope"]]["l2"]), lightness(c["shade"]), f"{run}: {c['loss']} × {c['scope']}")
-                       for c in seen["cells"] if c["state"] == "updates"]
-            mismatches += legend_mismatches(run, page.evaluate(READ_LEGENDS, "gs-drift"),
-                                            tb.json("drift", run=run)["pairs"], "drift")
-            mismatches += legend_mismatches(run, page.evaluate(READ_LEGENDS, "gs-conflict"),
-                                            tb.json("conflict", run=run)["pairs"], "cosine")
-            checked += len(seen["cells"]) * (1 + len(CELL_FIELDS) + len(UPDATE_FIELDS)) + 2 * len(seen["rows"])
+            shades += [
+                (
+                    wire(matrix["cells"][c["loss"]][c["scope"]]["l2"]),
+                    lightness(c["shade"]),
+                    f"{run}: {c['loss']} × {c['scope']}",
+                )
+                for c in seen["cells"]
+                if c["state"] == "updates"
+            ]
+            mismatches += legend_mismatches(
+                run,
+                page.evaluate(READ_LEGENDS, "gs-drift"),
+                tb.json("drift", run=run)["pairs"],
+                "drift",
+            )
+            mismatches += legend_mismatches(
+                run,
+                page.evaluate(READ_LEGENDS, "gs-conflict"),
+                tb.json("conflict", run=run)["pairs"],
+                "cosine",
+            )
+            checked += len(seen["cells"]) * (1 + len(CELL_FIELDS) + len(UPDATE_FIELDS)) + 2 * len(
+                seen["rows"]
+            )
         assert checked > 500, checked
         mismatches += scale_mismatches(shades)
-        assert mismatches == [], f"{len(mismatches)} of about {checked} shown numbers differ:\n" + "\n".join(mismatches)
+        assert mismatches == [], (
+            f"{len(mismatches)} of about {checked} shown numbers differ:\n" + "\n".join(mismatches)
+        )
         assert problems == [], problems
     finally:
         context.close()
 
 
-def test_compact_numbers_keep_integer_zeros_and_whole_exponents(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
+def test_compact_numbers_keep_integer_zeros_and_whole_exponents(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
     spec = numbers_spec()
     matrix = tensorboard.json("matrix", run=spec.name)
     tab = open_tab(run=spec.name)
@@ -234,7 +285,9 @@ def test_compact_numbers_keep_integer_zeros_and_whole_exponents(open_tab: OpenTa
         served = matrix["cells"]["fit"][scope]["l2"]
         assert served == pytest.approx(value, rel=1e-6), scope  # float32 on the wire
         assert tab.cell("fit", scope).text_content() == shown, (value, served)
-        assert tab.row(scope).locator('td[data-column="update_norm"]').text_content() == shown, value
+        assert tab.row(scope).locator('td[data-column="update_norm"]').text_content() == shown, (
+            value
+        )
         assert compact(shown, served), (shown, served)  # the rule the demo-log test applies
     ramp = tab.frame.locator("#gs-ramp-span span").all_text_contents()
     assert ramp == [COMPACT_SHOWN[min(COMPACT_SHOWN)], COMPACT_SHOWN[max(COMPACT_SHOWN)]]

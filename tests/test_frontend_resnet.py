@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Frame, Page
@@ -40,7 +40,9 @@ def _scalars_drawn(browser: Browser, tb: TensorBoard) -> float:
         page = context.new_page()
         start = time.monotonic()
         page.goto(tb.url + "/#scalars")
-        page.locator("tf-scalar-card path.line[d*='L']").nth(2 * SCALAR_TAGS - 1).wait_for(timeout=60_000)
+        page.locator("tf-scalar-card path.line[d*='L']").nth(2 * SCALAR_TAGS - 1).wait_for(
+            timeout=60_000
+        )
         return time.monotonic() - start
     finally:
         context.close()
@@ -63,7 +65,9 @@ def _matrix_drawn(browser: Browser, tb: TensorBoard) -> float:
 
 
 @pytest.fixture(scope="module")
-def resnet_tab(browser: Browser, resnet_tensorboard: TensorBoard) -> Iterator[tuple[Page, Frame, list[str]]]:
+def resnet_tab(
+    browser: Browser, resnet_tensorboard: TensorBoard
+) -> Iterator[tuple[Page, Frame, list[str]]]:
     """The tab inside TensorBoard on the ResNet-50 run, every panel loaded."""
     context = browser.new_context(viewport=VIEWPORT)
     try:
@@ -80,15 +84,19 @@ def resnet_tab(browser: Browser, resnet_tensorboard: TensorBoard) -> Iterator[tu
         context.close()
 
 
-def test_matrix_first_renders_within_twice_the_scalars_tab(browser: Browser, resnet_tensorboard: TensorBoard) -> None:
+def test_matrix_first_renders_within_twice_the_scalars_tab(
+    browser: Browser, resnet_tensorboard: TensorBoard
+) -> None:
     cold = _matrix_drawn(browser, resnet_tensorboard)  # the plugin reads the run for the first time
     scalars, matrix = [], []
     for _ in range(LOADS):
         scalars.append(_scalars_drawn(browser, resnet_tensorboard))
         matrix.append(_matrix_drawn(browser, resnet_tensorboard))
     ratio = statistics.median(matrix) / statistics.median(scalars)
-    print(f"resnet50 first render: matrix {statistics.median(matrix):.2f} s (cold {cold:.2f} s), "
-          f"scalars {statistics.median(scalars):.2f} s, ratio {ratio:.2f}; loads {matrix} / {scalars}")
+    print(
+        f"resnet50 first render: matrix {statistics.median(matrix):.2f} s (cold {cold:.2f} s), "
+        f"scalars {statistics.median(scalars):.2f} s, ratio {ratio:.2f}; loads {matrix} / {scalars}"
+    )
     assert ratio <= 2.0, (matrix, scalars)
 
 
@@ -126,7 +134,9 @@ def test_scope_graph_opens_with_labels_at_least_ten_pixels(resnet_tab) -> None:
     assert problems == [], problems
 
 
-def test_findings_and_violations_agree_with_the_command_line(resnet_tab, resnet_tensorboard: TensorBoard) -> None:
+def test_findings_and_violations_agree_with_the_command_line(
+    resnet_tab, resnet_tensorboard: TensorBoard
+) -> None:
     import argparse
     import io
     import json
@@ -135,18 +145,32 @@ def test_findings_and_violations_agree_with_the_command_line(resnet_tab, resnet_
 
     _, frame, problems = resnet_tab
     out = io.StringIO()
-    doctor.run(argparse.Namespace(logdir=str(resnet_tensorboard.logdir), run_name=RUN, format="json"), out=out, err=io.StringIO())
+    doctor.run(
+        argparse.Namespace(logdir=str(resnet_tensorboard.logdir), run_name=RUN, format="json"),
+        out=out,
+        err=io.StringIO(),
+    )
     (found,) = json.loads(out.getvalue())["runs"]
     out = io.StringIO()
-    check.run(argparse.Namespace(logdir=str(resnet_tensorboard.logdir), rules=None, run_name=RUN, format="json"),
-              out=out, err=io.StringIO())
+    check.run(
+        argparse.Namespace(
+            logdir=str(resnet_tensorboard.logdir), rules=None, run_name=RUN, format="json"
+        ),
+        out=out,
+        err=io.StringIO(),
+    )
     (checked,) = json.loads(out.getvalue())["runs"]
     shown = frame.locator(".gs-finding").evaluate_all(
-        "ls => ls.map(l => [l.dataset.kind, l.dataset.loss, l.dataset.scope, l.dataset.rule])")
+        "ls => ls.map(l => [l.dataset.kind, l.dataset.loss, l.dataset.scope, l.dataset.rule])"
+    )
     assert shown == [[f["kind"], f["loss"], f["scope"], f["rule"]] for f in found["findings"]]
-    assert found["findings"] == [], [(f["kind"], f["loss"], f["scope"]) for f in found["findings"]]  # a correct run
+    assert found["findings"] == [], [
+        (f["kind"], f["loss"], f["scope"]) for f in found["findings"]
+    ]  # a correct run
     panel = frame.locator(f'#gs-violations[data-run="{RUN}"]')
-    rows = panel.locator("tbody tr").evaluate_all("rs => rs.map(r => [r.dataset.name, Number(r.dataset.step), r.dataset.source])")
+    rows = panel.locator("tbody tr").evaluate_all(
+        "rs => rs.map(r => [r.dataset.name, Number(r.dataset.step), r.dataset.source])"
+    )
     assert rows == [[v["name"], v["step"], v["source"]] for v in checked["violations"]]
     assert checked["violations"] == [], checked["violations"]
     assert panel.locator("#gs-violations-rules code").all_text_contents() == checked["rules"]

@@ -58,18 +58,26 @@ def test_the_tab_follows_tensorboards_theme_menu_not_the_system(
         frame.locator('.gs-cell[data-loss="td"][data-scope="online"]').click()  # charts its ‖g‖
         frame.wait_for_selector("#gs-series-chart .gs-swatch")
         # TensorBoard opposite to the system, then back: the tab follows TensorBoard.
-        for label, theme, bg, accent in (("Dark", "dark", TB_DARK_BG, TB_DARK_ACCENT) if system == "light" else
-                                         ("Light", "light", TB_LIGHT_BG, TB_LIGHT_ACCENT),
-                                         ("Light", "light", TB_LIGHT_BG, TB_LIGHT_ACCENT) if system == "light" else
-                                         ("Dark", "dark", TB_DARK_BG, TB_DARK_ACCENT)):
+        for label, theme, bg, accent in (
+            ("Dark", "dark", TB_DARK_BG, TB_DARK_ACCENT)
+            if system == "light"
+            else ("Light", "light", TB_LIGHT_BG, TB_LIGHT_ACCENT),
+            ("Light", "light", TB_LIGHT_BG, TB_LIGHT_ACCENT)
+            if system == "light"
+            else ("Dark", "dark", TB_DARK_BG, TB_DARK_ACCENT),
+        ):
             _choose_tensorboard_theme(page, label)
-            frame.wait_for_function("t => document.documentElement.dataset.theme === t", arg=theme, timeout=5_000)
+            frame.wait_for_function(
+                "t => document.documentElement.dataset.theme === t", arg=theme, timeout=5_000
+            )
             shown = _tab_theme(frame)
             assert _host_dark(page) == (theme == "dark"), label
             assert shown["bg"] == bg, (label, shown)
             assert shown["accent"] == accent, (label, shown)
             assert shown["font"].startswith("Roboto"), shown
-            colour = frame.evaluate("() => document.querySelector('#gs-series-chart .gs-swatch')?.style.background ?? null")
+            colour = frame.evaluate(
+                "() => document.querySelector('#gs-series-chart .gs-swatch')?.style.background ?? null"
+            )
             first = TB_FIRST_RUN_COLOUR[1 if theme == "dark" else 0]
             assert colour == _rgb(first), (label, colour)
             if system == "light":
@@ -81,5 +89,5 @@ def test_the_tab_follows_tensorboards_theme_menu_not_the_system(
 
 
 def _rgb(hex_colour: str) -> str:
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgb({r}, {g}, {b})"

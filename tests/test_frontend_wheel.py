@@ -26,7 +26,9 @@ BUNDLE = "tb_gradscope/plugin/static/index.js"
 
 
 def _run(*command: str | pathlib.Path, cwd: pathlib.Path | None = None) -> str:
-    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=300, cwd=cwd)
+    result = subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
     assert result.returncode == 0, f"{command} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
@@ -34,7 +36,18 @@ def _run(*command: str | pathlib.Path, cwd: pathlib.Path | None = None) -> str:
 def test_installed_wheel_serves_the_tab(tmp_path: pathlib.Path) -> None:
     wheels = tmp_path / "wheels"
     # --no-build-isolation builds with the dev venv's setuptools, offline.
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, REPO)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        wheels,
+        REPO,
+    )
     (wheel,) = wheels.glob("tb_gradscope-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packaged = archive.read(BUNDLE)
@@ -43,8 +56,21 @@ def test_installed_wheel_serves_the_tab(tmp_path: pathlib.Path) -> None:
     venv = tmp_path / "venv"
     _run(sys._base_executable, "-m", "venv", "--without-pip", venv)
     python = venv / "bin" / "python"
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel)
-    site = pathlib.Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        wheel,
+    )
+    site = pathlib.Path(
+        _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
+    )
     # A .pth line is appended to sys.path after the venv's own site-packages.
     (site / "dev_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     # Run from tmp_path: from the repository, `python -c` would import the source tree.
@@ -53,7 +79,9 @@ def test_installed_wheel_serves_the_tab(tmp_path: pathlib.Path) -> None:
     assert installed.is_relative_to(venv), f"tb_gradscope imported from {installed}, not the wheel"
 
     # Mark the installed copy: only a server reading the wheel's files sends it.
-    marker = f"\n// installed-wheel {hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]}\n".encode()
+    marker = (
+        f"\n// installed-wheel {hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]}\n".encode()
+    )
     installed_bundle = installed.parent / "plugin" / "static" / "index.js"
     installed_bundle.write_bytes(installed_bundle.read_bytes() + marker)
 

@@ -36,7 +36,18 @@ from tests import plugin_fixtures as pf
 from tests import providers
 
 PREFIX = "/data/plugin/gradscope/"
-ROUTES = ("runs", "run", "matrix", "series", "flowgraph", "drift", "events", "conflict", "findings", "violations")
+ROUTES = (
+    "runs",
+    "run",
+    "matrix",
+    "series",
+    "flowgraph",
+    "drift",
+    "events",
+    "conflict",
+    "findings",
+    "violations",
+)
 STATIC = "static"  # the catch-all "/*" route
 MIN_REQUESTS = 500
 # Eight requests per example (generating an example costs more than a request): >= 520 per route.
@@ -47,7 +58,13 @@ VALID = {
     "runs": {},
     "run": {"run": pf.MAIN_RUN},
     "matrix": {"run": pf.MAIN_RUN, "step": str(pf.MAIN_STEPS[-1])},
-    "series": {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "online", "stat": "l2"},
+    "series": {
+        "run": pf.MAIN_RUN,
+        "kind": "grad_stats",
+        "name": "td",
+        "scope": "online",
+        "stat": "l2",
+    },
     "flowgraph": {"run": pf.MAIN_RUN},
     "drift": {"run": pf.MAIN_RUN},
     "events": {"run": pf.MAIN_RUN},
@@ -105,7 +122,7 @@ HOSTILE_TEXT = (
     "٣",  # an Arabic-Indic digit
 )
 # 10 kB values in the fuzz; test_overlong_query_strings sends 1 MB ones (each costs ~0.1 s).
-HUGE = ("A" * 10_000, "\u202e\U0001F600<" * 2_500, "9" * 5_000, "-" + "9" * 4_300, "../" * 3_000)
+HUGE = ("A" * 10_000, "\u202e\U0001f600<" * 2_500, "9" * 5_000, "-" + "9" * 4_300, "../" * 3_000)
 NUMBERS = st.one_of(
     st.integers(-(2**70), 2**70),
     st.sampled_from([-1, 0, 1, 2, 2**31, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 10**100]),
@@ -152,8 +169,23 @@ def client(tmp_path_factory, static_root) -> werkzeug_test.Client:
 
 
 def _value() -> st.SearchStrategy[str]:
-    real = [pf.MAIN_RUN, pf.HOSTILE_RUN, "broken", "plain", *pf.SCOPES, *pf.LOSSES, pf.PAIR,
-            *TABLE_KINDS, "l2", "max_abs", "ratio", "drift", "cosine", "json", "csv"]
+    real = [
+        pf.MAIN_RUN,
+        pf.HOSTILE_RUN,
+        "broken",
+        "plain",
+        *pf.SCOPES,
+        *pf.LOSSES,
+        pf.PAIR,
+        *TABLE_KINDS,
+        "l2",
+        "max_abs",
+        "ratio",
+        "drift",
+        "cosine",
+        "json",
+        "csv",
+    ]
     return st.one_of(
         st.sampled_from(real),
         st.sampled_from(TRAVERSALS + HOSTILE_TEXT),
@@ -171,7 +203,9 @@ def _params() -> st.SearchStrategy[dict[str, str]]:
 def _raw_query() -> st.SearchStrategy[str]:
     """A query string as a hostile client might send it, not percent-encoded by us."""
     piece = st.one_of(
-        st.sampled_from(TRAVERSALS + ("%", "%%", "%zz", "%ff%fe", "&&&", "==", "run", "run=", "step=-")),
+        st.sampled_from(
+            TRAVERSALS + ("%", "%%", "%zz", "%ff%fe", "&&&", "==", "run", "run=", "step=-")
+        ),
         st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=20),
         st.sampled_from(PARAMS).map(lambda p: p + "="),
         st.sampled_from(HUGE).map(lambda s: "run=" + urllib.parse.quote(s)),  # overlong
@@ -186,7 +220,9 @@ def _check(client, route: str, whitelisted: set[bytes], path: str, **kwargs) -> 
     statuses[route][response.status_code] += 1
     shown = f"{path[:200]!r} {str(kwargs)[:300]}"
     assert response.status_code < 500, f"{response.status_code} for {shown}: {body[:500]!r}"
-    assert b"Traceback" not in body and b'File "' not in body, f"traceback for {shown}: {body[:800]!r}"
+    assert b"Traceback" not in body and b'File "' not in body, (
+        f"traceback for {shown}: {body[:800]!r}"
+    )
     assert SECRET not in body, f"a decoy file was served for {shown}"
     if response.status_code == 200:
         if route == STATIC:
@@ -196,8 +232,13 @@ def _check(client, route: str, whitelisted: set[bytes], path: str, **kwargs) -> 
 
 
 @pytest.mark.parametrize("route", ROUTES)
-@settings(deadline=None, max_examples=EXAMPLES, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    deadline=None,
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(params=_params(), raw=_raw_query())
 def test_route_never_fails_on_hostile_parameters(client, whitelisted, route, params, raw):
     one_broken = dict(VALID[route])
@@ -210,27 +251,42 @@ def test_route_never_fails_on_hostile_parameters(client, whitelisted, route, par
         _check(client, route, whitelisted, path, query_string=one_broken)
 
 
-@settings(deadline=None, max_examples=EXAMPLES, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    deadline=None,
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(
     segments=st.lists(
-        st.one_of(st.sampled_from(TRAVERSALS), st.sampled_from(["index.js", "sub", "a.css", ".."]),
-                  st.text(max_size=12)),
-        min_size=1, max_size=6,
+        st.one_of(
+            st.sampled_from(TRAVERSALS),
+            st.sampled_from(["index.js", "sub", "a.css", ".."]),
+            st.text(max_size=12),
+        ),
+        min_size=1,
+        max_size=6,
     ),
     quote=st.booleans(),
 )
 def test_static_route_serves_only_whitelisted_bytes(client, whitelisted, segments, quote):
     name = "/".join(segments)
-    encoded = urllib.parse.quote(name, safe="") if quote else urllib.parse.quote(name, safe="/%\\:.")
+    encoded = (
+        urllib.parse.quote(name, safe="") if quote else urllib.parse.quote(name, safe="/%\\:.")
+    )
     _check(client, STATIC, whitelisted, PREFIX + encoded)
-    _check(client, STATIC, whitelisted, PREFIX + encoded, query_string={"format": "csv", "run": name})
+    _check(
+        client, STATIC, whitelisted, PREFIX + encoded, query_string={"format": "csv", "run": name}
+    )
     _check(client, STATIC, whitelisted, "/experiment/e" + PREFIX + encoded)
     _check(client, STATIC, whitelisted, PREFIX + "sub/" + encoded)
     _check(client, STATIC, whitelisted, "/experiment/e" + PREFIX + "sub/" + encoded)
     _check(client, STATIC, whitelisted, PREFIX + encoded + "/index.js")
     _check(client, STATIC, whitelisted, PREFIX + "./" + encoded)
-    _check(client, STATIC, whitelisted, "/experiment/e" + PREFIX + encoded, query_string={"run": name})
+    _check(
+        client, STATIC, whitelisted, "/experiment/e" + PREFIX + encoded, query_string={"run": name}
+    )
 
 
 def test_static_route_serves_the_bundle_and_nothing_beside_it(client, whitelisted):
@@ -255,6 +311,8 @@ def test_overlong_query_strings(client, whitelisted, route):
 def test_every_route_got_enough_requests_and_no_failures():
     """Runs after the fuzz tests (file order): the figures for docs/RELIABILITY.md."""
     for route in ROUTES + (STATIC,):
-        print(f"fuzz {route}: {counts[route]} requests, 0 failures, statuses {dict(statuses[route])}")
+        print(
+            f"fuzz {route}: {counts[route]} requests, 0 failures, statuses {dict(statuses[route])}"
+        )
     for route in ROUTES + (STATIC,):
         assert counts[route] >= MIN_REQUESTS, f"route {route} got only {counts[route]} requests"

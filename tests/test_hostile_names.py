@@ -13,7 +13,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from tensorboard.backend import application
@@ -43,7 +43,11 @@ def logdir(tmp_path_factory) -> pathlib.Path:
     shutil.copy(REPO / "tests" / "reliability_names.py", script)
     root = tmp_path_factory.mktemp("hostile_logs")
     result = subprocess.run(
-        [sys.executable, names.FILE, str(root)], cwd=work, capture_output=True, text=True, timeout=600,
+        [sys.executable, names.FILE, str(root)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -75,9 +79,18 @@ def test_plugin_serves_hostile_names_unchanged(client):
     assert matrix["cells"]["plain"][names.SCOPES[0]]["state"] == "blocked"
     for i, loss in enumerate(names.LOSSES):
         if loss != "plain":
-            assert matrix["cells"][loss][names.SCOPES[i % len(names.SCOPES)]]["state"] == "updates", loss
-    series = get(client, "series", run=names.RUN, kind="grad_stats", name=names.LOSSES[0],
-                 scope=names.SCOPES[0], stat="l2")
+            assert (
+                matrix["cells"][loss][names.SCOPES[i % len(names.SCOPES)]]["state"] == "updates"
+            ), loss
+    series = get(
+        client,
+        "series",
+        run=names.RUN,
+        kind="grad_stats",
+        name=names.LOSSES[0],
+        scope=names.SCOPES[0],
+        stat="l2",
+    )
     assert [p[0] for p in series["points"]] == list(range(names.STEPS))
 
 
@@ -90,7 +103,9 @@ def test_blocked_edge_source_names_the_hostile_file(client):
 
 def _report(logdir: pathlib.Path) -> str:
     result = subprocess.run(
-        [str(BIN / "tb-gradscope"), "report", str(logdir)], capture_output=True, timeout=300,
+        [str(BIN / "tb-gradscope"), "report", str(logdir)],
+        capture_output=True,
+        timeout=300,
         env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -99,7 +114,11 @@ def _report(logdir: pathlib.Path) -> str:
 
 def test_report_escapes_control_characters_and_keeps_names_recognisable(logdir):
     out = _report(logdir)
-    raw = [f"U+{ord(c):04X}" for c in set(out) if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
+    raw = [
+        f"U+{ord(c):04X}"
+        for c in set(out)
+        if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F
+    ]
     assert raw == [], f"raw control characters in the report: {raw}"
     assert "\u202e" not in out and "\u202d" not in out, "a raw bidi override in the report"
     for shown in (
@@ -124,7 +143,9 @@ def test_report_long_name_widens_only_its_own_row(logdir):
     """A 10 kB name used to pad every row of the flow table to 10 kB (a 200 kB report)."""
     lines = _report(logdir).splitlines()
     long_lines = [line for line in lines if len(line) > 2_000]
-    assert len(long_lines) == 2, [line[:80] for line in long_lines]  # the header (loss) and its scope's row
+    assert len(long_lines) == 2, [
+        line[:80] for line in long_lines
+    ]  # the header (loss) and its scope's row
     assert all(names.LONG in line for line in long_lines)
 
 
@@ -166,10 +187,15 @@ def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_ten
         # (innerText separates table cells with tabs and rows with newlines of its own.)
         assert [f"U+{ord(c):04X}" for c in set(text) if c not in "\t\n" and safe(c) != c] == []
         # The 10 kB name is ellipsised: the page does not scroll sideways.
-        assert frame.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
-        assert frame.locator("img, svg[onload], script:not([src])").evaluate_all(
-            f"els => els.filter(e => /{names.FLAG}|alert/.test(e.outerHTML)).length"
-        ) == 0
+        assert frame.evaluate(
+            "() => document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        )
+        assert (
+            frame.locator("img, svg[onload], script:not([src])").evaluate_all(
+                f"els => els.filter(e => /{names.FLAG}|alert/.test(e.outerHTML)).length"
+            )
+            == 0
+        )
         # Open a hostile cell's and the blocked cell's details: they render names too.
         # Real pointer clicks: a 10 kB scope name must not widen its row header
         # over the cells (Playwright refuses a click another element would catch).
@@ -184,12 +210,32 @@ def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_ten
 
 
 RAW_PATHS = [
-    "..%2f..%2f..%2f..%2fetc%2fpasswd", "..%2F..%2Fetc/passwd", "../../../../etc/passwd",
-    "%2e%2e/%2e%2e/%2e%2e/etc/passwd", "%2e%2e%2f%2e%2e%2fetc%2fpasswd", "..%5c..%5cetc%5cpasswd",
-    "%252e%252e%252fetc%252fpasswd", "index.js%00.png", "index.js%00", "%00", "..%00/etc/passwd",
-    "%c0%ae%c0%ae/etc/passwd", "/etc/passwd", "//etc/passwd", "index.js/..%2f..%2f..%2fplugin.py",
-    "..%2fplugin.py", "..%2fstatic.py", "../__init__.py", "%2fetc%2fpasswd", "index.js?x=..%2f",
-    "index.js#..", "index.js", "./index.js", "INDEX.JS", "index.js.map", "a" * 8000,
+    "..%2f..%2f..%2f..%2fetc%2fpasswd",
+    "..%2F..%2Fetc/passwd",
+    "../../../../etc/passwd",
+    "%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+    "..%5c..%5cetc%5cpasswd",
+    "%252e%252e%252fetc%252fpasswd",
+    "index.js%00.png",
+    "index.js%00",
+    "%00",
+    "..%00/etc/passwd",
+    "%c0%ae%c0%ae/etc/passwd",
+    "/etc/passwd",
+    "//etc/passwd",
+    "index.js/..%2f..%2f..%2fplugin.py",
+    "..%2fplugin.py",
+    "..%2fstatic.py",
+    "../__init__.py",
+    "%2fetc%2fpasswd",
+    "index.js?x=..%2f",
+    "index.js#..",
+    "index.js",
+    "./index.js",
+    "INDEX.JS",
+    "index.js.map",
+    "a" * 8000,
 ]
 
 

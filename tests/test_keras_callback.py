@@ -58,7 +58,11 @@ def test_per_loss_norms_equal_a_manual_tape_on_the_batch_trained(recorded, refer
         for loss, by_scope in expected.items():
             [table] = [r.value for r in records[("grad_stats", loss)] if r.step == step]
             for scope, l2 in by_scope.items():
-                assert table.row(scope)["l2"] == pytest.approx(l2, rel=1e-5, abs=1e-7), (loss, scope, step)
+                assert table.row(scope)["l2"] == pytest.approx(l2, rel=1e-5, abs=1e-7), (
+                    loss,
+                    scope,
+                    step,
+                )
 
 
 def test_aux_head_gets_no_gradient_from_q(recorded):
@@ -100,4 +104,6 @@ def test_applied_updates_are_recorded_per_scope(recorded):
 
 def test_the_step_is_traced_once(recorded):
     _, callback, _ = recorded
-    assert callback.probe.traces <= 2  # tf.function traces twice when a first trace creates variables
+    assert (
+        callback.probe.traces <= 2
+    )  # tf.function traces twice when a first trace creates variables

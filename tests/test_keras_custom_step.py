@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import io
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
+from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.summary import run_summary
-from tb_gradscope.integrations.keras import GradscopeCallback
 
 LATENT, BATCHES, EVERY = 4, 24, 5
 
@@ -47,7 +47,10 @@ class GAN(keras.Model):
         grads = tape.gradient(d_loss, self.discriminator.trainable_weights)
         self.d_optimizer.apply_gradients(zip(grads, self.discriminator.trainable_weights))
         with tf.GradientTape() as tape:
-            g_loss = self.loss_fn(tf.zeros((batch, 1)), self.discriminator(self.generator(tf.random.normal((batch, LATENT), seed=2))))
+            g_loss = self.loss_fn(
+                tf.zeros((batch, 1)),
+                self.discriminator(self.generator(tf.random.normal((batch, LATENT), seed=2))),
+            )
         grads = tape.gradient(g_loss, self.generator.trainable_weights)
         self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_weights))
         self.d_loss_metric.update_state(d_loss)
@@ -58,16 +61,26 @@ class GAN(keras.Model):
 @pytest.fixture(scope="module")
 def gan_run(tmp_path_factory):
     keras.utils.set_random_seed(0)
-    discriminator = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)],
-                                     name="discriminator")
-    generator = keras.Sequential([keras.Input((LATENT,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)],
-                                 name="generator")
+    discriminator = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)],
+        name="discriminator",
+    )
+    generator = keras.Sequential(
+        [keras.Input((LATENT,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)],
+        name="generator",
+    )
     gan = GAN(discriminator, generator)
-    gan.compile(keras.optimizers.Adam(1e-3), keras.optimizers.Adam(1e-3),
-                keras.losses.BinaryCrossentropy(from_logits=True))
+    gan.compile(
+        keras.optimizers.Adam(1e-3),
+        keras.optimizers.Adam(1e-3),
+        keras.losses.BinaryCrossentropy(from_logits=True),
+    )
     logdir = str(tmp_path_factory.mktemp("gan"))
-    callback = GradscopeCallback(logdir, every_n_batches=EVERY,
-                                 rules=["never(d_loss, gan/generator/*)", "only(g_loss, [gan/generator])"])
+    callback = GradscopeCallback(
+        logdir,
+        every_n_batches=EVERY,
+        rules=["never(d_loss, gan/generator/*)", "only(g_loss, [gan/generator])"],
+    )
     data = np.random.default_rng(0).normal(size=(BATCHES * 8, 3)).astype("float32")
     gan.fit(data, batch_size=8, epochs=1, verbose=0, callbacks=[callback])
     (logs,) = load_logdir(logdir)

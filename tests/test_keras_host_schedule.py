@@ -26,7 +26,9 @@ class FunctionSpy(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         functions = self.gradscope._functions  # noqa: SLF001 - what the test is about
         fn = self.model.train_function
-        self.used.append("recorded" if fn is functions.recorded else "plain" if fn is functions.plain else "?")
+        self.used.append(
+            "recorded" if fn is functions.recorded else "plain" if fn is functions.plain else "?"
+        )
 
 
 def _steps(logdir: str, loss: str = "q") -> list[int]:
@@ -79,7 +81,9 @@ def test_a_call_of_several_batches_holding_a_recorded_one_runs_instrumented(tmp_
     spy = FunctionSpy(callback)
     fit(model, [callback, spy])
     starts = range(0, STEPS, 4)
-    assert spy.used == ["recorded" if any(s % 6 == 0 for s in range(b, b + 4)) else "plain" for b in starts]
+    assert spy.used == [
+        "recorded" if any(s % 6 == 0 for s in range(b, b + 4)) else "plain" for b in starts
+    ]
     assert _steps(str(tmp_path)) == list(range(0, STEPS, 6))
 
 

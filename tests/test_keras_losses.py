@@ -49,8 +49,12 @@ def test_list_losses_are_named_by_output_and_weighted(tmp_path):
 def test_batchnorm_statistics_move_without_a_gradient(tmp_path):
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((3,)), keras.layers.Dense(4, name="d"), keras.layers.BatchNormalization(name="bn"),
-         keras.layers.Dense(1, name="out")],
+        [
+            keras.Input((3,)),
+            keras.layers.Dense(4, name="d"),
+            keras.layers.BatchNormalization(name="bn"),
+            keras.layers.Dense(1, name="out"),
+        ],
         name="seq",
     )
     model.compile("adam", loss="mse")

@@ -74,11 +74,16 @@ CHILD = textwrap.dedent(
 def results() -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", CHILD],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT"):])
+    return json.loads(lines[-1][len("RESULT") :])
 
 
 @pytest.mark.parametrize("mode", ["graph", "jit", "steps_per_execution_4", "every_3_batches"])

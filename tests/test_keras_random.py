@@ -119,11 +119,16 @@ CHILD = textwrap.dedent(
 def results() -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", CHILD],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT"):])
+    return json.loads(lines[-1][len("RESULT") :])
 
 
 @pytest.mark.parametrize("every", [1, 3])
@@ -132,4 +137,6 @@ def test_random_draws_in_the_step_are_untouched_by_the_callback(results, draw, e
     result = results[f"{draw}/{every}"]
     assert result["recording"], result
     assert result["gradscope_warnings"] == []
-    assert result["identical"], f"{draw}: weights differ with the callback (every_n_batches={every})"
+    assert result["identical"], (
+        f"{draw}: weights differ with the callback (every_n_batches={every})"
+    )

@@ -27,7 +27,9 @@ def test_broken_rule_is_written_as_events_and_a_kept_one_is_not(tmp_path):
 
 
 def test_on_violation_raise_stops_fit_after_writing_the_violation(tmp_path):
-    callback = GradscopeCallback(str(tmp_path), every_n_batches=4, rules=[BROKEN], on_violation="raise")
+    callback = GradscopeCallback(
+        str(tmp_path), every_n_batches=4, rules=[BROKEN], on_violation="raise"
+    )
     model = two_output_model()
     with pytest.raises(FlowRuleViolation):
         fit(model, [callback])

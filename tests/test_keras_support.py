@@ -77,13 +77,13 @@ def manual_norms(step: int, weights: list[np.ndarray]) -> dict[str, dict[str, fl
     model.set_weights(weights)
     x, y = data()
     start = (step % (N // BATCH)) * BATCH
-    xb = x[start:start + BATCH]
+    xb = x[start : start + BATCH]
     named = naming.model_variables(model.name, model)
     out = {}
     for loss, weight in WEIGHTS.items():
         with tf.GradientTape() as tape:
             pred = model(xb, training=True)[loss]
-            value = weight * tf.reduce_mean(tf.square(y[loss][start:start + BATCH] - pred))
+            value = weight * tf.reduce_mean(tf.square(y[loss][start : start + BATCH] - pred))
         grads = tape.gradient(value, [v for v, _ in named])
         sumsq: dict[str, float] = {}
         for (_, name), g in zip(named, grads):

@@ -14,7 +14,9 @@ PACKAGE_DIR = Path(tb_gradscope.__file__).parent
 
 # Every module of the read package, so a new one is guarded the day it lands.
 READ_PACKAGE = sorted(
-    "tb_gradscope.read." + path.stem for path in (PACKAGE_DIR / "read").glob("*.py") if path.stem != "__init__"
+    "tb_gradscope.read." + path.stem
+    for path in (PACKAGE_DIR / "read").glob("*.py")
+    if path.stem != "__init__"
 )
 
 READ_SIDE = [
@@ -33,7 +35,17 @@ READ_SIDE = [
 
 
 def test_the_read_package_lists_what_turns_logs_into_conclusions():
-    for module in ("flowstate", "anomalies", "drift", "tracks", "violations", "findings", "runs", "reader", "logdir"):
+    for module in (
+        "flowstate",
+        "anomalies",
+        "drift",
+        "tracks",
+        "violations",
+        "findings",
+        "runs",
+        "reader",
+        "logdir",
+    ):
         assert f"tb_gradscope.read.{module}" in READ_PACKAGE
 
 
@@ -44,9 +56,10 @@ def test_read_side_does_not_import_tensorflow():
         + "bad = sorted(m for m in sys.modules if m == 'tensorflow' or m.startswith('tensorflow.') or m == 'keras')\n"
         + "print(','.join(bad))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "", f"imported: {result.stdout.strip()}"
-
 
 
 def _top_level(module: str) -> str | None:
@@ -66,7 +79,11 @@ def _imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tb_gradscope."):
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("tb_gradscope.")
+        ):
             found.add(node.value)
     return found
 
@@ -75,12 +92,18 @@ def _package_imports() -> dict[str, set[str]]:
     """Top-level package -> the other top-level packages it imports."""
     edges: dict[str, set[str]] = {}
     for path in PACKAGE_DIR.rglob("*.py"):
-        source = _top_level("tb_gradscope." + ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts))
+        source = _top_level(
+            "tb_gradscope." + ".".join(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
+        )
         if source is None or source == "__init__":
             continue
         for module in _imported_modules(path):
             target = _top_level(module)
-            if target and target != source and ((PACKAGE_DIR / target).is_dir() or (PACKAGE_DIR / f"{target}.py").exists()):
+            if (
+                target
+                and target != source
+                and ((PACKAGE_DIR / target).is_dir() or (PACKAGE_DIR / f"{target}.py").exists())
+            ):
                 edges.setdefault(source, set()).add(target)
     return edges
 
@@ -116,13 +139,17 @@ def test_the_import_graph_sees_lazy_and_function_level_imports():
 
 def test_no_import_cycle_between_top_level_packages():
     cycles = _cycles(_package_imports())
-    assert cycles == [], "import cycles between top-level packages: " + "; ".join(" -> ".join(c) for c in cycles)
+    assert cycles == [], "import cycles between top-level packages: " + "; ".join(
+        " -> ".join(c) for c in cycles
+    )
 
 
 def test_arrows_run_format_then_read_then_plugin_and_commands():
     edges = _package_imports()
     assert "format" not in edges, f"format imports {sorted(edges.get('format', ()))}"
-    assert not {"plugin", "commands", "cli"} & edges["read"], f"read imports {sorted(edges['read'])}"
+    assert not {"plugin", "commands", "cli"} & edges["read"], (
+        f"read imports {sorted(edges['read'])}"
+    )
     assert "read" in edges["plugin"] and "read" in edges["commands"]
     importers = sorted(source for source, targets in edges.items() if "read" in targets)
     assert importers == ["commands", "plugin"], f"read is imported by {importers}"

@@ -37,7 +37,10 @@ def test_sequential_model_name_is_not_doubled_and_can_be_renamed():
     model = keras.Sequential([keras.layers.Dense(2, name="d")], name="seq")
     model.build((None, 3))
     assert [n for _, n in naming.model_variables("seq", model)] == ["seq/d/kernel", "seq/d/bias"]
-    assert [n for _, n in naming.model_variables("online", model)] == ["online/d/kernel", "online/d/bias"]
+    assert [n for _, n in naming.model_variables("online", model)] == [
+        "online/d/kernel",
+        "online/d/bias",
+    ]
 
 
 def test_tf_module_names_and_non_float_variables():
@@ -85,7 +88,11 @@ def test_a_shared_layer_is_named_by_the_first_model():
     b = keras.Sequential([shared], name="b")
     a.build((None, 3))
     b.build((None, 3))
-    named = [nv for root, m in naming.model_roots({"a": a, "b": b}) for nv in naming.model_variables(root, m)]
+    named = [
+        nv
+        for root, m in naming.model_roots({"a": a, "b": b})
+        for nv in naming.model_variables(root, m)
+    ]
     layout = build_variable_layout(named)
     assert layout.layout.variable_names == ("a/shared/kernel", "a/shared/bias")
 
@@ -139,7 +146,9 @@ def test_functional_sub_models_of_a_subclassed_model_are_scope_levels():
     assert len(named) == 8
     assert all(n.startswith("wgan/generator/dense") for n in named[:4]), named
     assert all(n.startswith("wgan/critic/dense") for n in named[4:]), named
-    assert [v for v, _ in naming.model_variables("wgan", wgan)] == list(wgan.weights)  # order kept (pairs)
+    assert [v for v, _ in naming.model_variables("wgan", wgan)] == list(
+        wgan.weights
+    )  # order kept (pairs)
 
 
 def test_functional_sub_models_of_a_functional_model_are_scope_levels():
@@ -152,9 +161,15 @@ def test_functional_sub_models_of_a_functional_model_are_scope_levels():
 
 def test_nested_sequential_names_are_not_doubled():
     inner = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="l1")], name="inner")
-    outer = keras.Sequential([keras.Input((3,)), inner, keras.layers.Dense(2, name="out")], name="outer")
+    outer = keras.Sequential(
+        [keras.Input((3,)), inner, keras.layers.Dense(2, name="out")], name="outer"
+    )
     assert [n for _, n in naming.model_variables("outer", outer)] == [
-        "outer/inner/l1/kernel", "outer/inner/l1/bias", "outer/out/kernel", "outer/out/bias"]
+        "outer/inner/l1/kernel",
+        "outer/inner/l1/bias",
+        "outer/out/kernel",
+        "outer/out/bias",
+    ]
 
 
 def test_sub_model_of_a_subclassed_model_built_in_call_is_named_once():
@@ -176,7 +191,10 @@ def test_sub_model_of_a_subclassed_model_built_in_call_is_named_once():
 
     outer = Outer()
     outer(tf.zeros([1, 3]))
-    assert [n for _, n in naming.model_variables("outer", outer)] == ["outer/inner/d/kernel", "outer/inner/d/bias"]
+    assert [n for _, n in naming.model_variables("outer", outer)] == [
+        "outer/inner/d/kernel",
+        "outer/inner/d/bias",
+    ]
 
 
 def test_a_sub_model_inside_a_combined_model_too_is_named_where_it_is_shallowest():
@@ -187,5 +205,7 @@ def test_a_sub_model_inside_a_combined_model_too_is_named_where_it_is_shallowest
             z = keras.Input((2,))
             self.combined = keras.Model(z, self.critic(self.generator(z)), name="combined")
 
-    leaves = {scopes_lib.leaf_scope(n).rsplit("/", 1)[0] for _, n in naming.model_variables("gan", GAN())}
+    leaves = {
+        scopes_lib.leaf_scope(n).rsplit("/", 1)[0] for _, n in naming.model_variables("gan", GAN())
+    }
     assert leaves == {"gan/generator", "gan/critic"}

@@ -139,7 +139,9 @@ def test_pair_models_with_different_architectures_names_both_counts():
 
 
 def test_pair_shapes_must_match_by_order():
-    a = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)], name="target")
+    a = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)], name="target"
+    )
     with pytest.raises(ValueError, match=r"target 'target/dense_\d+/kernel' \(4, 3\) meets online"):
         pair_models(a, _keras("online"))
 

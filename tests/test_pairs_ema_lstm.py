@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope.read import anomalies
 from tb_gradscope.pairs import pair_ema, pair_models
-from tb_gradscope.record import DriftMonitor
+from tb_gradscope.read import anomalies
 from tb_gradscope.read.drift import update_mode
+from tb_gradscope.record import DriftMonitor
 from tests import pairs_support as ps
 
 DECAY = 0.9
@@ -44,7 +44,8 @@ def _train_seed03(logdir: str, change0: bool, steps: int = 40) -> dict:
     optimizer.build(beh.trainable_weights)
     monitor = DriftMonitor(
         [pair_ema(ema, beh.trainable_weights), pair_models(tare, beh)],
-        logdir=logdir, every_n_steps=5,
+        logdir=logdir,
+        every_n_steps=5,
     )
 
     @tf.function
@@ -90,4 +91,7 @@ def test_without_change0_the_target_lstm_is_never_synced(tmp_path):
     assert [(e.name, e.step, e.scope) for e in events] == [(anomalies.NEVER_SYNCED, 0, "tare")]
     assert "never initialised from the online weights" in events[0].message
     shadows = records["ema<-beh"]  # the EMA itself starts from beh, so it is fine
-    assert anomalies.find_anomalies("ema<-beh", shadows.info.attrs, shadows.steps, shadows.tables) == []
+    assert (
+        anomalies.find_anomalies("ema<-beh", shadows.info.attrs, shadows.steps, shadows.tables)
+        == []
+    )

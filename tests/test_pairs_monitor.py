@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
-from tb_gradscope.read import anomalies
 from tb_gradscope import format as fmt
-from tb_gradscope.pairs import Pair, pair_prefixes
-from tb_gradscope.record import DriftMonitor
 from tb_gradscope.format import DRIFT_COLUMNS
+from tb_gradscope.pairs import Pair, pair_prefixes
+from tb_gradscope.read import anomalies
+from tb_gradscope.record import DriftMonitor
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.record.writing import NoWriterError, SummarySink
 from tests import pairs_support as ps
@@ -68,8 +68,9 @@ def _norm(arrays):
 
 def test_columns_match_numpy_and_tau_is_exact_for_ema(tmp_path):
     target, online = _variables()
-    monitor = DriftMonitor([pair_prefixes(target + online, "target", "online")],
-                           logdir=str(tmp_path), every_n_steps=4)
+    monitor = DriftMonitor(
+        [pair_prefixes(target + online, "target", "online")], logdir=str(tmp_path), every_n_steps=4
+    )
     seen = _drive(monitor, target, online, steps=12, tau=0.3)
     (record,) = ps.read_drift(str(tmp_path)).values()
     assert record.steps == [0, 4, 8, 12]
@@ -85,9 +86,11 @@ def test_columns_match_numpy_and_tau_is_exact_for_ema(tmp_path):
             continue
         t_prev, o_prev = seen[step - 1]
         assert row["target_step"] == pytest.approx(
-            _norm([a - b for a, b in zip(t_now, t_prev)]), rel=1e-5)
+            _norm([a - b for a, b in zip(t_now, t_prev)]), rel=1e-5
+        )
         assert row["online_step"] == pytest.approx(
-            _norm([a - b for a, b in zip(o_now, o_prev)]), rel=1e-5)
+            _norm([a - b for a, b in zip(o_now, o_prev)]), rel=1e-5
+        )
         assert row["tau"] == pytest.approx(0.3, abs=1e-5)
         assert table.row("target/l1")["tau"] == pytest.approx(0.3, abs=1e-5)
 
@@ -97,8 +100,9 @@ def test_eager_and_tf_function_write_the_same_tables(tmp_path):
     for mode, wrap in (("eager", lambda f: f), ("graph", tf.function)):
         target, online = _variables()
         logdir = str(tmp_path / mode)
-        monitor = DriftMonitor([pair_prefixes(target + online, "target", "online")],
-                               logdir=logdir, every_n_steps=3)
+        monitor = DriftMonitor(
+            [pair_prefixes(target + online, "target", "online")], logdir=logdir, every_n_steps=3
+        )
         _drive(monitor, target, online, steps=9, tau=0.1, wrap=wrap)
         (record,) = ps.read_drift(logdir).values()
         results.append(record)
@@ -121,8 +125,9 @@ def test_declared_every_adds_its_multiples_to_recorded_steps(tmp_path):
 
 def test_full_metadata_only_on_the_first_event_of_the_tag(tmp_path):
     target, online = _variables()
-    monitor = DriftMonitor([pair_prefixes(target + online, "target", "online")],
-                           logdir=str(tmp_path), every_n_steps=2)
+    monitor = DriftMonitor(
+        [pair_prefixes(target + online, "target", "online")], logdir=str(tmp_path), every_n_steps=2
+    )
     _drive(monitor, target, online, steps=6, tau=0.5, wrap=tf.function)
     (path,) = glob.glob(str(tmp_path / "*tfevents*"))
     metadata = [
@@ -141,10 +146,19 @@ def test_recording_never_changes_training(tmp_path):
     for with_monitor in (False, True):
         target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
         ps.sync(target, online)
+
         def pairs_of(t, o):
             return [pair_prefixes([], "target", "online", models=[t, o])]
-        run = ps.train(str(tmp_path / str(with_monitor)), target, online, pairs_of,
-                       ps.ema_update(0.05), steps=30, every_n_steps=3 if with_monitor else 10**9)
+
+        run = ps.train(
+            str(tmp_path / str(with_monitor)),
+            target,
+            online,
+            pairs_of,
+            ps.ema_update(0.05),
+            steps=30,
+            every_n_steps=3 if with_monitor else 10**9,
+        )
         finals.append([v.numpy() for v in run.target.weights + run.online.weights])
     for a, b in zip(*finals):
         np.testing.assert_array_equal(a, b)
@@ -153,8 +167,12 @@ def test_recording_never_changes_training(tmp_path):
 def test_shared_step_variable_is_read_not_advanced(tmp_path):
     target, online = _variables()
     step = tf.Variable(40, dtype=tf.int64)
-    monitor = DriftMonitor([pair_prefixes(target + online, "target", "online")],
-                           logdir=str(tmp_path), every_n_steps=10, step=step)
+    monitor = DriftMonitor(
+        [pair_prefixes(target + online, "target", "online")],
+        logdir=str(tmp_path),
+        every_n_steps=10,
+        step=step,
+    )
     monitor.record()
     monitor.flush()
     assert int(step.numpy()) == 40
@@ -206,10 +224,12 @@ def test_read_side_never_imports_tensorflow():
 def test_monitors_sharing_a_sink_write_one_event_file(tmp_path):
     sink = SummarySink(str(tmp_path), "shared")
     target, online = _variables()
-    first = DriftMonitor([pair_prefixes(target + online, "target", "online", name="a")],
-                         every_n_steps=1, sink=sink)
-    second = DriftMonitor([pair_prefixes(target + online, "target", "online", name="b")],
-                          every_n_steps=1, sink=sink)
+    first = DriftMonitor(
+        [pair_prefixes(target + online, "target", "online", name="a")], every_n_steps=1, sink=sink
+    )
+    second = DriftMonitor(
+        [pair_prefixes(target + online, "target", "online", name="b")], every_n_steps=1, sink=sink
+    )
     for monitor in (first, second):
         monitor.record()
     sink.flush()
@@ -238,14 +258,17 @@ def test_checkpoint_saves_only_the_step_and_a_restored_monitor_continues(tmp_pat
 
 def test_variables_declared_written_by_an_optimizer_are_counted_per_scope(tmp_path):
     target, online = _variables()
-    monitor = DriftMonitor([pair_prefixes(target + online, "target", "online")],
-                           logdir=str(tmp_path), every_n_steps=2)
+    monitor = DriftMonitor(
+        [pair_prefixes(target + online, "target", "online")], logdir=str(tmp_path), every_n_steps=2
+    )
     monitor.note_optimizer_variables(target[:2])  # what a Recorder's apply() saw
     _drive(monitor, target, online, steps=6, tau=0.2)
     (record,) = ps.read_drift(str(tmp_path)).values()
     assert list(record.column("target/l1", "optimizer_vars")) == [2.0] * 4
     assert list(record.column("target/l2", "optimizer_vars")) == [0.0] * 4
-    events = anomalies.find_anomalies(record.info.name, record.info.attrs, record.steps, record.tables)
+    events = anomalies.find_anomalies(
+        record.info.name, record.info.attrs, record.steps, record.tables
+    )
     assert [(e.name, e.step, e.evidence["optimizer_scopes"]) for e in events] == [
         (anomalies.MOVED_BY_OPTIMIZER, 0, ["target/l1"])
     ]

@@ -14,10 +14,10 @@ from tensorboard.plugins import base_plugin
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin import views
-from tb_gradscope.read import reader
-from tb_gradscope.read.logdir import local_data_provider
 from tb_gradscope.plugin.cache import RunCache
 from tb_gradscope.plugin.plugin import GradscopePlugin
+from tb_gradscope.read import reader
+from tb_gradscope.read.logdir import local_data_provider
 from tests import plugin_fixtures as pf
 from tests import providers
 
@@ -34,7 +34,9 @@ def _plugin(data_provider, samples: int, refresh_seconds: float = 0.0) -> Gradsc
 def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
     logdir = str(tmp_path)
     pf.write_run(logdir, "live", pf.RunSpec(steps=range(0, 10), flowgraph=True, events=True))
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={fmt.PLUGIN_NAME: 0})
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
+    )
     multiplexer.AddRunsFromDirectory(logdir)
     multiplexer.Reload()
     plugin = _plugin(mux_provider.MultiplexerDataProvider(multiplexer, logdir), 0)
@@ -81,7 +83,9 @@ class CountingProvider(mux_provider.MultiplexerDataProvider):
 def test_new_event_steps_are_read_without_rereading_old_ones(tmp_path):
     logdir = str(tmp_path)
     pf.write_run(logdir, "ev", pf.RunSpec(steps=range(0, 30), flowgraph=False))
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={fmt.PLUGIN_NAME: 0})
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
+    )
     multiplexer.AddRunsFromDirectory(logdir)
     multiplexer.Reload()
     data_provider = CountingProvider(multiplexer, logdir)
@@ -111,7 +115,9 @@ def test_steps_offered_are_the_steps_kept(tmp_path, backend):
     with providers.rust_provider(logdir, retention) as rust:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            listing = rust.list_tensors(CTX, experiment_id="", plugin_name=fmt.PLUGIN_NAME).get("long", {})
+            listing = rust.list_tensors(CTX, experiment_id="", plugin_name=fmt.PLUGIN_NAME).get(
+                "long", {}
+            )
             if listing and max(t.max_step for t in listing.values()) == written[-1]:
                 break
             time.sleep(0.2)

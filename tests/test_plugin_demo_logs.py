@@ -11,8 +11,8 @@ from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug import test as werkzeug_test
 
-from tb_gradscope.read.flowstate import CELL_STATES
 from tb_gradscope.plugin.plugin import GradscopePlugin
+from tb_gradscope.read.flowstate import CELL_STATES
 from tests import providers
 
 DEMO_LOGS = pathlib.Path(__file__).resolve().parent.parent / "demo_logs"
@@ -23,7 +23,9 @@ ROUTES = ("run", "matrix", "flowgraph", "drift", "events", "conflict")
 def client() -> werkzeug_test.Client:
     assert DEMO_LOGS.is_dir(), f"{DEMO_LOGS} is missing; `make demo-logs` writes it"
     plugin = GradscopePlugin(
-        base_plugin.TBContext(data_provider=providers.python_provider(str(DEMO_LOGS)), sampling_hints={})
+        base_plugin.TBContext(
+            data_provider=providers.python_provider(str(DEMO_LOGS)), sampling_hints={}
+        )
     )
     return werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
@@ -85,19 +87,25 @@ def _report_blocked(run: str) -> tuple[dict, list[str]]:
     (entry,) = json.loads(out.getvalue())["runs"]
     lines = text.getvalue().splitlines()
     start = lines.index("blocked edges:") + 1
-    return entry, lines[start:lines.index("", start)]
+    return entry, lines[start : lines.index("", start)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["dqn/clean", "dqn_tf1/clean", "actor_critic/clean", "multihead/clean"])
+@pytest.mark.parametrize(
+    "run", ["dqn/clean", "dqn_tf1/clean", "actor_critic/clean", "multihead/clean"]
+)
 def test_a_blocked_cell_carries_reports_line_and_fix_for_its_cut(client, run):
     entry, printed = _report_blocked(run)
     matrix = get(client, "matrix", run=run, step=str(entry["step"]))
-    blocked = {(loss, scope): cell for loss, row in matrix["cells"].items() for scope, cell in row.items()
-               if cell["state"] == "blocked"}
+    blocked = {
+        (loss, scope): cell
+        for loss, row in matrix["cells"].items()
+        for scope, cell in row.items()
+        if cell["state"] == "blocked"
+    }
     shown = {(t["line"], t["fix"]) for cell in blocked.values() for t in cell["blocked_by"]}
     # Every cut the tab gives a blocked cell is one report prints, word for word ("  line", "    fix: fix").
-    pairs = set(zip([p[2:] for p in printed[0::2]], [p[len("    fix: "):] for p in printed[1::2]]))
+    pairs = set(zip([p[2:] for p in printed[0::2]], [p[len("    fix: ") :] for p in printed[1::2]]))
     assert shown <= pairs and (shown or not blocked), run
     for (loss, scope), cell in blocked.items():
         cuts = [e for e in entry["blocked_edges"] if e["loss"] == loss]
@@ -106,8 +114,12 @@ def test_a_blocked_cell_carries_reports_line_and_fix_for_its_cut(client, run):
             for text in cell["blocked_by"]:
                 assert any(f"at {e['source']}" in text["line"] for e in cuts if e["source"]), text
     # Cells that are not blocked say nothing of cuts.
-    assert all("blocked_by" not in cell for row in matrix["cells"].values() for cell in row.values()
-               if cell["state"] != "blocked")
+    assert all(
+        "blocked_by" not in cell
+        for row in matrix["cells"].values()
+        for cell in row.values()
+        if cell["state"] != "blocked"
+    )
     edges = get(client, "flowgraph", run=run)["flowgraph"]["blocked_edges"]
     assert [f"  {e['line']}" for e in edges] == printed[0::2] or not edges
     assert [f"    fix: {e['fix']}" for e in edges] == printed[1::2] or not edges
@@ -123,17 +135,27 @@ def test_dqn_target_cells_are_blocked_by_the_stop_gradient_at_target_q(client):
     for scope in ("target", "target/l1", "target/l2", "target/q"):
         (cut,) = cells[scope]["blocked_by"]
         assert cut["line"].endswith(f"at {edge['source']} in {edge['function']}"), scope
-        assert cut["line"].startswith(f"td: target/q -> loss:td  StopGradient '{edge['op_name']}' (stop_gradient)")
+        assert cut["line"].startswith(
+            f"td: target/q -> loss:td  StopGradient '{edge['op_name']}' (stop_gradient)"
+        )
 
 
 @pytest.mark.slow
 def test_never_synced_words_its_distances_alike(client):
-    (event,) = [e for e in get(client, "events", run="ema_lstm/leaky")["events"] if e["name"] == "never_synced"]
+    (event,) = [
+        e
+        for e in get(client, "events", run="ema_lstm/leaky")["events"]
+        if e["name"] == "never_synced"
+    ]
     evidence = event["evidence"]
     message = event["message"]
     # Absolute distances as distances, the relative drift as a share of online's norm.
     assert f"starts at distance {evidence['distance']:.3g} from online" in message
-    assert f"({evidence['drift']:.3g} of online's norm, drift > {evidence['threshold']:g})" in message
+    assert (
+        f"({evidence['drift']:.3g} of online's norm, drift > {evidence['threshold']:g})" in message
+    )
     assert f"online moved about {evidence['online_path']:.3g} over steps" in message
     assert "away" not in message and "apart" not in message
-    assert evidence["drift"] == pytest.approx(evidence["distance"] / evidence["online_norm"], rel=1e-5)
+    assert evidence["drift"] == pytest.approx(
+        evidence["distance"] / evidence["online_norm"], rel=1e-5
+    )

@@ -65,10 +65,15 @@ def test_backend_is_the_one_asked_for(tensorboard):
 
 
 def test_plugins_listing_enables_gradscope_tab(tensorboard):
-    listing = poll(tensorboard, "data/plugins_listing", lambda d: d.get("gradscope", {}).get("enabled"))
+    listing = poll(
+        tensorboard, "data/plugins_listing", lambda d: d.get("gradscope", {}).get("enabled")
+    )
     entry = listing["gradscope"]
     assert entry["tab_name"] == "Gradscope"
-    assert entry["loading_mechanism"] == {"type": "IFRAME", "module_path": "/data/plugin/gradscope/index.js"}
+    assert entry["loading_mechanism"] == {
+        "type": "IFRAME",
+        "module_path": "/data/plugin/gradscope/index.js",
+    }
 
 
 def test_module_and_its_entry_page_load(tensorboard):
@@ -87,7 +92,9 @@ def test_long_run_keeps_every_step_without_flags(tensorboard):
 
 
 def test_run_without_gradscope_data_is_absent(tensorboard):
-    runs = poll(tensorboard, API + "runs", lambda d: {"long", pf.MAIN_RUN} <= {r["run"] for r in d["runs"]})
+    runs = poll(
+        tensorboard, API + "runs", lambda d: {"long", pf.MAIN_RUN} <= {r["run"] for r in d["runs"]}
+    )
     assert "plain" not in [r["run"] for r in runs["runs"]]
     status, _, body = tensorboard.get(API + "matrix?run=plain")
     assert status == 404 and b"plain" in body
@@ -107,9 +114,22 @@ def test_run_being_written_shows_new_steps_after_reload(tensorboard, tmp_path):
     run = f"live_{tensorboard.load_fast}"
     go = tmp_path / "go"
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.plugin_fixtures", tensorboard.logdir, run,
-         "--steps", "5", "--batches", "2", "--go", str(go)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.plugin_fixtures",
+            tensorboard.logdir,
+            run,
+            "--steps",
+            "5",
+            "--batches",
+            "2",
+            "--go",
+            str(go),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         first = poll(tensorboard, API + f"run?run={run}", lambda d: len(d["steps"]) >= 5)

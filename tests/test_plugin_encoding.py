@@ -32,8 +32,16 @@ def test_arrays_match_one_by_one_encoding(values):
 
 
 def test_documents_are_made_safe_throughout():
-    doc = {"a": [1, np.float32(2.5), float("nan")], "b": {"c": np.int64(3), "d": float("-inf")}, "e": None}
-    assert encoding.jsonable(doc) == {"a": [1, 2.5, "NaN"], "b": {"c": 3, "d": "-Infinity"}, "e": None}
+    doc = {
+        "a": [1, np.float32(2.5), float("nan")],
+        "b": {"c": np.int64(3), "d": float("-inf")},
+        "e": None,
+    }
+    assert encoding.jsonable(doc) == {
+        "a": [1, 2.5, "NaN"],
+        "b": {"c": 3, "d": "-Infinity"},
+        "e": None,
+    }
     assert encoding.num(None) is None
 
 

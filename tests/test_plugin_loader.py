@@ -16,9 +16,9 @@ from tensorboard.plugins import base_plugin
 from tensorboard.plugins.core import core_plugin
 
 from tb_gradscope import format as fmt
-from tb_gradscope.read import reader
 from tb_gradscope.plugin.loader import GradscopeLoader
 from tb_gradscope.plugin.plugin import GradscopePlugin
+from tb_gradscope.read import reader
 from tests import plugin_fixtures as pf
 
 
@@ -29,7 +29,11 @@ def configure(*argv: str):
 
 
 def test_entry_point_names_the_loader():
-    (entry,) = [e for e in importlib.metadata.entry_points(group="tensorboard_plugins") if e.name == "gradscope"]
+    (entry,) = [
+        e
+        for e in importlib.metadata.entry_points(group="tensorboard_plugins")
+        if e.name == "gradscope"
+    ]
     assert entry.load() is GradscopeLoader
 
 
@@ -75,7 +79,9 @@ def test_fixed_flags_keep_every_step_in_the_python_backend(tmp_path):
         ingester.deprecated_multiplexer.AddRunsFromDirectory(str(tmp_path))
         ingester.deprecated_multiplexer.Reload()
         hints = flags.samples_per_plugin
-        plugin = GradscopePlugin(base_plugin.TBContext(data_provider=ingester.data_provider, sampling_hints=hints))
+        plugin = GradscopePlugin(
+            base_plugin.TBContext(data_provider=ingester.data_provider, sampling_hints=hints)
+        )
         return plugin.run_impl(tb_context.RequestContext(), "", "r")["steps"]
 
     assert kept(configure()) == list(steps)
@@ -98,6 +104,10 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow
 
 def test_plugin_never_imports_tensorflow():
     out = subprocess.run(
-        [sys.executable, "-c", _NO_TF_SCRIPT], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", _NO_TF_SCRIPT],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

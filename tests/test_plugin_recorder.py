@@ -35,13 +35,16 @@ def recorded_logdir(tmp_path_factory) -> str:
 
     def net(name):
         model = keras.Sequential(
-            [keras.layers.Dense(8, activation="relu", name="l1"), keras.layers.Dense(2, name="l2")], name=name
+            [keras.layers.Dense(8, activation="relu", name="l1"), keras.layers.Dense(2, name="l2")],
+            name=name,
         )
         model.build((None, 4))
         return model
 
     online, target = net("online"), net("target")
-    rec = Recorder(logdir=str(root / "dqn"), every_n_steps=EVERY, models={"online": online, "target": target})
+    rec = Recorder(
+        logdir=str(root / "dqn"), every_n_steps=EVERY, models={"online": online, "target": target}
+    )
     optimizer = keras.optimizers.SGD(0.1)
     x = tf.constant(np.random.RandomState(0).randn(16, 4), tf.float32)
     variables = online.trainable_variables + target.trainable_variables
@@ -63,7 +66,9 @@ def recorded_logdir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module", params=["python", "rust"])
 def client(request, recorded_logdir):
     def make(data_provider):
-        plugin = GradscopePlugin(base_plugin.TBContext(data_provider=data_provider, sampling_hints={}))
+        plugin = GradscopePlugin(
+            base_plugin.TBContext(data_provider=data_provider, sampling_hints={})
+        )
         return werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
     if request.param == "python":
@@ -73,8 +78,12 @@ def client(request, recorded_logdir):
         deadline = time.monotonic() + 60
         ctx = tb_context.RequestContext()
         while time.monotonic() < deadline:
-            listing = rust.list_tensors(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME).get("dqn", {})
-            blobs = rust.list_blob_sequences(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME).get("dqn", {})
+            listing = rust.list_tensors(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME).get(
+                "dqn", {}
+            )
+            blobs = rust.list_blob_sequences(
+                ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME
+            ).get("dqn", {})
             if listing and blobs and max(t.max_step for t in listing.values()) == RECORDED[-1]:
                 break
             time.sleep(0.2)

@@ -51,7 +51,9 @@ def _wait_until_loaded(data_provider, timeout: float = 60.0) -> None:
     ctx = tb_context.RequestContext()
     while time.monotonic() < deadline:
         tensors = data_provider.list_tensors(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
-        blobs = data_provider.list_blob_sequences(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
+        blobs = data_provider.list_blob_sequences(
+            ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME
+        )
         main = tensors.get(pf.MAIN_RUN, {})
         if (
             set(tensors) >= set(RUNS_WITH_DATA)
@@ -67,7 +69,9 @@ def _wait_until_loaded(data_provider, timeout: float = 60.0) -> None:
 
 @pytest.fixture(scope="module")
 def plugin(data_provider) -> GradscopePlugin:
-    return GradscopePlugin(base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES))
+    return GradscopePlugin(
+        base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +231,14 @@ def test_matrix_impl_returns_the_same_plain_data_as_the_route(client, plugin):
 
 def test_series_at_full_resolution_is_what_was_written(client):
     got = get_json(
-        client, "series", run=pf.MAIN_RUN, kind="grad_stats", name="aux", scope="online/l1", stat="l2", points=1000
+        client,
+        "series",
+        run=pf.MAIN_RUN,
+        kind="grad_stats",
+        name="aux",
+        scope="online/l1",
+        stat="l2",
+        points=1000,
     )
     assert [p[0] for p in got["points"]] == list(pf.MAIN_STEPS)
     for step, wall_time, value in got["points"]:
@@ -237,7 +248,14 @@ def test_series_at_full_resolution_is_what_was_written(client):
 
 def test_series_downsamples_keeping_first_and_last(client):
     got = get_json(
-        client, "series", run=pf.MAIN_RUN, kind="drift", name=pf.PAIR, scope="online", stat="drift", points=7
+        client,
+        "series",
+        run=pf.MAIN_RUN,
+        kind="drift",
+        name=pf.PAIR,
+        scope="online",
+        stat="drift",
+        points=7,
     )
     steps = [p[0] for p in got["points"]]
     assert len(steps) == 7 and steps[0] == pf.MAIN_STEPS[0] and steps[-1] == pf.MAIN_STEPS[-1]
@@ -246,10 +264,17 @@ def test_series_downsamples_keeping_first_and_last(client):
 
 def test_series_merges_scope_layouts(client):
     got = get_json(
-        client, "series", run=pf.MAIN_RUN, kind="update_stats", scope="online/l3", stat="update_norm"
+        client,
+        "series",
+        run=pf.MAIN_RUN,
+        kind="update_stats",
+        scope="online/l3",
+        stat="update_norm",
     )
     assert [p[0] for p in got["points"]] == [s for s in pf.MAIN_STEPS if s >= pf.LAYOUT_CHANGE]
-    old_scope = get_json(client, "series", run=pf.MAIN_RUN, kind="update_stats", scope="online", stat="weight_norm")
+    old_scope = get_json(
+        client, "series", run=pf.MAIN_RUN, kind="update_stats", scope="online", stat="weight_norm"
+    )
     assert [p[0] for p in old_scope["points"]] == list(pf.MAIN_STEPS)
 
 
@@ -299,7 +324,9 @@ def test_events_sorted_with_wall_time_and_nonfinite_evidence(client):
     events = get_json(client, "events", run=pf.MAIN_RUN)["events"]
     expected = [e for s in pf.MAIN_STEPS for e in pf.events_at(s)]
     expected.sort(key=lambda e: (e.step, e.type, e.name))
-    assert [(e["step"], e["type"], e["name"]) for e in events] == [(e.step, e.type, e.name) for e in expected]
+    assert [(e["step"], e["type"], e["name"]) for e in events] == [
+        (e.step, e.type, e.name) for e in expected
+    ]
     assert all(e["wall_time"] > 1e9 for e in events)
     violation = next(e for e in events if e["type"] == "violation")
     assert violation["evidence"]["l2"] == "Infinity"
@@ -315,7 +342,13 @@ def test_hostile_names_come_back_verbatim(client):
     hostile_scope = f"online/{pf.HOSTILE}"
     assert hostile_scope in matrix["scopes"]
     series = get_json(
-        client, "series", run=pf.HOSTILE_RUN, kind="grad_stats", name="td", scope=hostile_scope, stat="l2"
+        client,
+        "series",
+        run=pf.HOSTILE_RUN,
+        kind="grad_stats",
+        name="td",
+        scope=hostile_scope,
+        stat="l2",
     )
     assert series["scope"] == hostile_scope and len(series["points"]) == 4
 
@@ -332,8 +365,18 @@ def test_csv_export_of_every_route_matches_json(client):
         assert row["state"] == cell["state"]
         assert row["l2"] == ("" if cell["l2"] is None else str(cell["l2"]))
     run = get_json(client, "run", run=pf.MAIN_RUN)
-    assert [r["scope"] for r in get_csv(client, "run", run=pf.MAIN_RUN)] == [s["name"] for s in run["scopes"]]
-    series = get_csv(client, "series", run=pf.MAIN_RUN, kind="conflict", name=pf.CONFLICT, scope="online", stat="cosine")
+    assert [r["scope"] for r in get_csv(client, "run", run=pf.MAIN_RUN)] == [
+        s["name"] for s in run["scopes"]
+    ]
+    series = get_csv(
+        client,
+        "series",
+        run=pf.MAIN_RUN,
+        kind="conflict",
+        name=pf.CONFLICT,
+        scope="online",
+        stat="cosine",
+    )
     assert [int(r["step"]) for r in series] == list(pf.MAIN_STEPS)
     drift = get_csv(client, "drift", run=pf.MAIN_RUN, points=2)
     assert {r["tau"] for r in drift if r["step"] == "0" and r["scope"] != "online/l3"} == {"NaN"}
@@ -341,7 +384,10 @@ def test_csv_export_of_every_route_matches_json(client):
     assert {(r["loss_a"], r["loss_b"]) for r in conflict} == {("td", "aux")}
     events = get_csv(client, "events", run=pf.MAIN_RUN)
     assert len(events) == get_json(client, "run", run=pf.MAIN_RUN)["event_count"]
-    assert json.loads(events[0]["evidence"]) == get_json(client, "events", run=pf.MAIN_RUN)["events"][0]["evidence"]
+    assert (
+        json.loads(events[0]["evidence"])
+        == get_json(client, "events", run=pf.MAIN_RUN)["events"][0]["evidence"]
+    )
     flow = get_csv(client, "flowgraph", run=pf.MAIN_RUN)
     blocked = [r for r in flow if r["blocked_by"]]
     assert [(r["loss"], r["scope"]) for r in blocked] == [("td", "target/l1")]
@@ -374,12 +420,55 @@ BAD_REQUESTS = [
     ("matrix", {"run": "plain"}, 404, "plain"),
     ("matrix", {"run": pf.MAIN_RUN, "format": "xml"}, 400, "format"),
     ("runs", {"format": "csv"}, 400, "format"),
-    ("series", {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "online"}, 400, "stat"),
-    ("series", {"run": pf.MAIN_RUN, "kind": "events", "name": "", "scope": "online", "stat": "l2"}, 400, "events"),
-    ("series", {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "online", "stat": "cosine"}, 400, "cosine"),
-    ("series", {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "nope", "scope": "online", "stat": "l2"}, 404, "nope"),
-    ("series", {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "nowhere", "stat": "l2"}, 404, "nowhere"),
-    ("series", {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "online", "stat": "l2", "points": "1"}, 400, "points"),
+    (
+        "series",
+        {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "online"},
+        400,
+        "stat",
+    ),
+    (
+        "series",
+        {"run": pf.MAIN_RUN, "kind": "events", "name": "", "scope": "online", "stat": "l2"},
+        400,
+        "events",
+    ),
+    (
+        "series",
+        {
+            "run": pf.MAIN_RUN,
+            "kind": "grad_stats",
+            "name": "td",
+            "scope": "online",
+            "stat": "cosine",
+        },
+        400,
+        "cosine",
+    ),
+    (
+        "series",
+        {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "nope", "scope": "online", "stat": "l2"},
+        404,
+        "nope",
+    ),
+    (
+        "series",
+        {"run": pf.MAIN_RUN, "kind": "grad_stats", "name": "td", "scope": "nowhere", "stat": "l2"},
+        404,
+        "nowhere",
+    ),
+    (
+        "series",
+        {
+            "run": pf.MAIN_RUN,
+            "kind": "grad_stats",
+            "name": "td",
+            "scope": "online",
+            "stat": "l2",
+            "points": "1",
+        },
+        400,
+        "points",
+    ),
     ("drift", {"run": pf.MAIN_RUN, "points": "many"}, 400, "points"),
     ("events", {"run": "broken/../dqn"}, 404, "broken/../dqn"),
     ("flowgraph", {"run": ""}, 404, "''"),

@@ -31,7 +31,9 @@ def static_dir(tmp_path):
 
 @pytest.fixture
 def client(static_dir):
-    plugin = GradscopePlugin(base_plugin.TBContext(data_provider=None, sampling_hints={}), static_dir=static_dir)
+    plugin = GradscopePlugin(
+        base_plugin.TBContext(data_provider=None, sampling_hints={}), static_dir=static_dir
+    )
     return werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
 
@@ -41,7 +43,11 @@ def test_whitelist_is_the_folders_own_files_with_known_extensions(static_dir):
 
 @pytest.mark.parametrize(
     "name,content_type",
-    [("index.js", "application/javascript"), ("chunks/graph.js", "application/javascript"), ("style.css", "text/css")],
+    [
+        ("index.js", "application/javascript"),
+        ("chunks/graph.js", "application/javascript"),
+        ("style.css", "text/css"),
+    ],
 )
 def test_bundle_files_are_served_with_their_type(client, static_dir, name, content_type):
     response = client.get(PREFIX + name)
@@ -52,7 +58,15 @@ def test_bundle_files_are_served_with_their_type(client, static_dir, name, conte
 
 @pytest.mark.parametrize(
     "path",
-    ["notes.txt", ".hidden.js", "link.js", "../secret.js", "..%2fsecret.js", "chunks/../../secret.js", "chunks"],
+    [
+        "notes.txt",
+        ".hidden.js",
+        "link.js",
+        "../secret.js",
+        "..%2fsecret.js",
+        "chunks/../../secret.js",
+        "chunks",
+    ],
 )
 def test_anything_else_is_404(client, path):
     response = client.get(PREFIX + path)

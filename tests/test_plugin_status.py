@@ -25,7 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 def _served(logdir: str, reload_interval: float | None):
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={fmt.PLUGIN_NAME: 0})
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
+    )
     multiplexer.AddRunsFromDirectory(logdir)
     multiplexer.Reload()
     flags = None if reload_interval is None else argparse.Namespace(reload_interval=reload_interval)
@@ -72,6 +74,10 @@ def test_status_names_each_runs_latest_step_and_answers_304_until_something_chan
 def test_status_says_when_tensorboard_reads_the_logdir_only_once(tmp_path):
     pf.write_run(str(tmp_path), "a", pf.RunSpec(steps=[0]))
     _, client = _served(str(tmp_path), 0.0)
-    assert json.loads(client.get(PREFIX + "status").get_data(as_text=True))["reload_interval"] == 0.0
+    assert (
+        json.loads(client.get(PREFIX + "status").get_data(as_text=True))["reload_interval"] == 0.0
+    )
     _, unknown = _served(str(tmp_path), None)
-    assert json.loads(unknown.get(PREFIX + "status").get_data(as_text=True))["reload_interval"] is None
+    assert (
+        json.loads(unknown.get(PREFIX + "status").get_data(as_text=True))["reload_interval"] is None
+    )

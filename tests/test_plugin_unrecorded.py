@@ -53,8 +53,12 @@ def _write(logdir: pathlib.Path) -> None:
     writer = tf.summary.create_file_writer(str(logdir / RUN))
     with writer.as_default():
         for step in STEPS:
-            tf.summary.write(fmt.tag_for(info.kind, info.name), tf.constant(fmt.encode_table(info, grad_rows(step))),
-                             step=step, metadata=fmt.create_summary_metadata(info))
+            tf.summary.write(
+                fmt.tag_for(info.kind, info.name),
+                tf.constant(fmt.encode_table(info, grad_rows(step))),
+                step=step,
+                metadata=fmt.create_summary_metadata(info),
+            )
     writer.close()
 
 
@@ -81,10 +85,22 @@ def _f32(value: float) -> float:
 def test_matrix_serves_an_unrecorded_max_abs_and_zero_frac_as_null(client):
     cells = json.loads(_get(client, "matrix", run=RUN, step="0"))["cells"]["fit"]
     grad_vars, l2, _, nonfinite, _ = grad_rows(0)[1]
-    assert cells["net/a"] == {"state": "updates", "static_state": None, "grad_vars": int(grad_vars), "l2": _f32(l2),
-                              "max_abs": None, "nonfinite": nonfinite, "zero_frac": None, "violation": False}
+    assert cells["net/a"] == {
+        "state": "updates",
+        "static_state": None,
+        "grad_vars": int(grad_vars),
+        "l2": _f32(l2),
+        "max_abs": None,
+        "nonfinite": nonfinite,
+        "zero_frac": None,
+        "violation": False,
+    }
     _, l2, max_abs, _, zero_frac = grad_rows(0)[2]
-    assert (cells["net/b"]["l2"], cells["net/b"]["max_abs"], cells["net/b"]["zero_frac"]) == (l2, max_abs, zero_frac)
+    assert (cells["net/b"]["l2"], cells["net/b"]["max_abs"], cells["net/b"]["zero_frac"]) == (
+        l2,
+        max_abs,
+        zero_frac,
+    )
     assert cells["net"]["grad_vars"] == 0 and cells["net"]["max_abs"] is None
 
 
@@ -96,25 +112,51 @@ def test_a_nan_l2_stays_nan_beside_an_unrecorded_max_abs(client):
 
 
 def test_matrix_csv_leaves_an_unrecorded_field_empty(client):
-    rows = list(csv.DictReader(io.StringIO(_get(client, "matrix", run=RUN, step="0", format="csv"))))
+    rows = list(
+        csv.DictReader(io.StringIO(_get(client, "matrix", run=RUN, step="0", format="csv")))
+    )
     (a,) = [r for r in rows if r["scope"] == "net/a"]
     assert (a["max_abs"], a["zero_frac"]) == ("", "")
-    assert float(a["l2"]) == _f32(grad_rows(0)[1][1]) and float(a["nonfinite"]) == grad_rows(0)[1][3]
+    assert (
+        float(a["l2"]) == _f32(grad_rows(0)[1][1]) and float(a["nonfinite"]) == grad_rows(0)[1][3]
+    )
 
 
 @pytest.mark.parametrize("stat, column", [("max_abs", 2), ("zero_frac", 4)])
 def test_series_of_an_optional_column_is_null_where_not_recorded(client, stat, column):
-    served = json.loads(_get(client, "series", run=RUN, kind="grad_stats", name="fit", scope="net/a", stat=stat))
+    served = json.loads(
+        _get(client, "series", run=RUN, kind="grad_stats", name="fit", scope="net/a", stat=stat)
+    )
     expected = [None if math.isnan(v := grad_rows(s)[1][column]) else _f32(v) for s in STEPS]
     assert [p[2] for p in served["points"]] == expected == [None, expected[1], None]
-    rows = list(csv.DictReader(io.StringIO(_get(client, "series", run=RUN, kind="grad_stats", name="fit",
-                                                scope="net/a", stat=stat, format="csv"))))
+    rows = list(
+        csv.DictReader(
+            io.StringIO(
+                _get(
+                    client,
+                    "series",
+                    run=RUN,
+                    kind="grad_stats",
+                    name="fit",
+                    scope="net/a",
+                    stat=stat,
+                    format="csv",
+                )
+            )
+        )
+    )
     assert [r["value"] for r in rows] == ["", str(expected[1]), ""]
 
 
 def test_series_of_l2_keeps_its_nan(client):
-    served = json.loads(_get(client, "series", run=RUN, kind="grad_stats", name="fit", scope="net/a", stat="l2"))
-    assert [p[2] for p in served["points"]] == [_f32(grad_rows(0)[1][1]), _f32(grad_rows(1)[1][1]), "NaN"]
+    served = json.loads(
+        _get(client, "series", run=RUN, kind="grad_stats", name="fit", scope="net/a", stat="l2")
+    )
+    assert [p[2] for p in served["points"]] == [
+        _f32(grad_rows(0)[1][1]),
+        _f32(grad_rows(1)[1][1]),
+        "NaN",
+    ]
 
 
 def test_a_violation_over_the_logs_has_no_max_abs_evidence_where_none_was_recorded(client):

@@ -27,7 +27,9 @@ from tests import providers
 from tests.frontend_logs import EAGER_RULES, eager_spec, write_run
 
 DEMO_LOGS = pathlib.Path(__file__).resolve().parent.parent / "demo_logs"
-DEMO_RUNS = sorted({p.parent.relative_to(DEMO_LOGS).as_posix() for p in DEMO_LOGS.rglob("*tfevents*")})
+DEMO_RUNS = sorted(
+    {p.parent.relative_to(DEMO_LOGS).as_posix() for p in DEMO_LOGS.rglob("*tfevents*")}
+)
 ROUTE = "/data/plugin/gradscope/violations"
 
 
@@ -105,7 +107,10 @@ def test_violations_route_names_a_missing_run_and_serves_only_json(demo_client):
     response = demo_client.get(ROUTE, query_string={"run": "no/such"})
     assert response.status_code == 404 and "no/such" in response.get_data(as_text=True)
     assert demo_client.get(ROUTE).status_code == 400
-    assert demo_client.get(ROUTE, query_string={"run": "dqn/leaky", "format": "csv"}).status_code == 400
+    assert (
+        demo_client.get(ROUTE, query_string={"run": "dqn/leaky", "format": "csv"}).status_code
+        == 400
+    )
 
 
 def test_recorded_run_without_grads_or_flowgraph_cannot_be_checked():
@@ -117,8 +122,15 @@ def test_recorded_run_without_grads_or_flowgraph_cannot_be_checked():
 
 
 def test_violation_json_writes_non_finite_evidence_as_null():
-    event = fmt.Event(type=fmt.VIOLATION, name="never(a, b)", step=3, message="m", loss="a", scope="b",
-                      evidence={"l2": float("nan"), "path": ["b", "loss:a"]})
+    event = fmt.Event(
+        type=fmt.VIOLATION,
+        name="never(a, b)",
+        step=3,
+        message="m",
+        loss="a",
+        scope="b",
+        evidence={"l2": float("nan"), "path": ["b", "loss:a"]},
+    )
     doc = violations.Violation("r", event, 2, 9, violations.RECORDED).to_json()
     assert doc["evidence"] == {"l2": None, "path": ["b", "loss:a"]}
     assert (doc["steps_seen"], doc["last_step"], doc["source"]) == (2, 9, "recorded")

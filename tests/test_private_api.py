@@ -64,7 +64,11 @@ def _forbidden_name(name: str) -> bool:
     if any(_private(part) or part == "__internal__" for part in parts[1:]):
         return True
     second = parts[1] if len(parts) > 1 else ""
-    return second in ("python", "core", "tsl", "compiler") if parts[0] == "tensorflow" else second == "src"
+    return (
+        second in ("python", "core", "tsl", "compiler")
+        if parts[0] == "tensorflow"
+        else second == "src"
+    )
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -82,7 +86,9 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def offenders(source: str, filename: str = "<module>", allowed: set[str] | None = None) -> list[str]:
+def offenders(
+    source: str, filename: str = "<module>", allowed: set[str] | None = None
+) -> list[str]:
     """Every use of private TF/Keras API in `source`, as `file:line what`.
     `allowed`: the names `_tf_private` exports (None: every name is refused)."""
     tree = ast.parse(source, filename=filename)
@@ -104,7 +110,10 @@ def offenders(source: str, filename: str = "<module>", allowed: set[str] | None 
             if node.module == "tb_gradscope._tf_private":
                 for alias in node.names:
                     if alias.name not in allowed:
-                        bad(node, f"from tb_gradscope._tf_private import {alias.name} (not in its __all__)")
+                        bad(
+                            node,
+                            f"from tb_gradscope._tf_private import {alias.name} (not in its __all__)",
+                        )
                 continue
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
@@ -113,7 +122,11 @@ def offenders(source: str, filename: str = "<module>", allowed: set[str] | None 
         elif isinstance(node, ast.Call):
             name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
             first = node.args[0] if node.args else None
-            if name in ("import_module", "__import__") and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            if (
+                name in ("import_module", "__import__")
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
                 if _forbidden_module(first.value):
                     bad(node, f"{name}({first.value!r})")
             if name in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) > 1:
@@ -151,7 +164,9 @@ def _aliases(tree: ast.AST) -> tuple[dict[str, str], set[str]]:
                 if alias.name == "tb_gradscope._tf_private" and alias.asname:
                     private_aliases.add(alias.asname)
         elif isinstance(node, ast.ImportFrom) and node.module == "tb_gradscope" and node.level == 0:
-            private_aliases.update(a.asname or a.name for a in node.names if a.name == "_tf_private")
+            private_aliases.update(
+                a.asname or a.name for a in node.names if a.name == "_tf_private"
+            )
     return aliases, private_aliases
 
 
@@ -173,7 +188,9 @@ def _check_attr(node: ast.AST, owner: ast.AST, attr: str, bad) -> None:
 def _exported() -> set[str]:
     """`_tf_private.__all__`, read from its source."""
     for node in ast.parse(PRIVATE_MODULE.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "__all__" for t in node.targets
+        ):
             return set(ast.literal_eval(node.value))
     raise AssertionError("_tf_private.py has no __all__")
 
@@ -188,17 +205,27 @@ def _importers() -> set[str]:
     for path in _modules():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            hit = (isinstance(node, ast.ImportFrom) and node.level == 0 and (
-                node.module == "tb_gradscope._tf_private"
-                or (node.module == "tb_gradscope" and any(a.name == "_tf_private" for a in node.names))
-            )) or (isinstance(node, ast.Import) and any(a.name == "tb_gradscope._tf_private" for a in node.names))
+            hit = (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (
+                    node.module == "tb_gradscope._tf_private"
+                    or (
+                        node.module == "tb_gradscope"
+                        and any(a.name == "_tf_private" for a in node.names)
+                    )
+                )
+            ) or (
+                isinstance(node, ast.Import)
+                and any(a.name == "tb_gradscope._tf_private" for a in node.names)
+            )
             if hit:
                 found.add(path.relative_to(PACKAGE_DIR).parts[0].removesuffix(".py"))
     return found
 
 
 def test_the_rule_finds_planted_private_uses():
-    planted = '''
+    planted = """
 import tensorflow as tf
 import tensorflow.python.ops.gen_summary_ops
 import keras.src.backend as kb
@@ -223,7 +250,7 @@ def f(op, tape, model, writer, fn):
     importlib.import_module("keras.src.backend")
     private.mirrored_run
     self._writer._resource
-'''
+"""
     found = [line.split(" ", 1)[1] for line in offenders(planted, allowed={"tape_is_persistent"})]
     assert found == [
         "import tensorflow.python.ops.gen_summary_ops",
@@ -249,7 +276,7 @@ def f(op, tape, model, writer, fn):
 
 
 def test_the_rule_lets_the_packages_own_and_public_api_pass():
-    clean = '''
+    clean = """
 import sys
 import tensorflow as tf
 import tensorflow.compat.v1 as tf1
@@ -267,7 +294,7 @@ class Recorder:
         private.tape_is_persistent(None)
         tf.compat.v1.get_default_graph()
         fetches.__class__
-'''
+"""
     assert offenders(clean, allowed={"tape_is_persistent"}) == []
 
 
@@ -294,13 +321,25 @@ def test_the_listed_own_attributes_are_the_packages_and_still_used():
                 else:
                     used.add(node.attr)
     assert set(PACKAGE_OWN) <= defined, f"not the package's own: {set(PACKAGE_OWN) - defined}"
-    assert set(PACKAGE_OWN) <= used, f"listed but no longer read across objects: {set(PACKAGE_OWN) - used}"
+    assert set(PACKAGE_OWN) <= used, (
+        f"listed but no longer read across objects: {set(PACKAGE_OWN) - used}"
+    )
 
 
 def test_tf_private_is_a_leaf_imported_by_the_write_side_only():
     tree = ast.parse(PRIVATE_MODULE.read_text())
-    own = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tb_gradscope")]
-    own += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name.startswith("tb_gradscope")]
+    own = [
+        n.module
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tb_gradscope")
+    ]
+    own += [
+        a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for a in n.names
+        if a.name.startswith("tb_gradscope")
+    ]
     assert own == [], f"_tf_private imports {own}"
     importers = _importers()
     assert importers <= {"record", "analysis", "pairs", "integrations", "naming"}, importers

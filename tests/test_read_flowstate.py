@@ -14,7 +14,13 @@ from tb_gradscope.read.flowstate import CELL_STATES, NO_GRADIENT, VANISHING_L2, 
 
 
 def grad(grad_vars=2.0, l2=1.0, nonfinite=0.0) -> dict[str, float]:
-    return {"grad_vars": grad_vars, "l2": l2, "max_abs": l2, "nonfinite": nonfinite, "zero_frac": 0.0}
+    return {
+        "grad_vars": grad_vars,
+        "l2": l2,
+        "max_abs": l2,
+        "nonfinite": nonfinite,
+        "zero_frac": 0.0,
+    }
 
 
 @pytest.mark.parametrize(

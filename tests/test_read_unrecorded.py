@@ -20,7 +20,13 @@ NAN = math.nan
 
 
 def _row(l2: float, max_abs: float = NAN, zero_frac: float = NAN, grad_vars: float = 1.0) -> dict:
-    return {"grad_vars": grad_vars, "l2": l2, "max_abs": max_abs, "nonfinite": 0.0, "zero_frac": zero_frac}
+    return {
+        "grad_vars": grad_vars,
+        "l2": l2,
+        "max_abs": max_abs,
+        "nonfinite": 0.0,
+        "zero_frac": zero_frac,
+    }
 
 
 def _scope_records(*rows: dict) -> RunRecords:
@@ -59,20 +65,33 @@ def _temperature_run(temp_row: dict) -> RunRecords:
     """A SAC-like step: `actor` updates `pi` and reads the temperature `temp`
     from the side (an edge temp -> loss:actor); `alpha` alone trains `temp`;
     `actor` reaches `temp` but its optimizer does not write it."""
-    nodes = [fmt.GraphNode("pi", NODE_SCOPE, "pi"), fmt.GraphNode("temp", NODE_SCOPE, "temp"),
-             fmt.GraphNode("loss:actor", NODE_LOSS, "actor"), fmt.GraphNode("loss:alpha", NODE_LOSS, "alpha")]
-    edges = [fmt.GraphEdge("pi", "loss:actor", 1), fmt.GraphEdge("temp", "loss:actor", 1),
-             fmt.GraphEdge("temp", "loss:alpha", 1)]
+    nodes = [
+        fmt.GraphNode("pi", NODE_SCOPE, "pi"),
+        fmt.GraphNode("temp", NODE_SCOPE, "temp"),
+        fmt.GraphNode("loss:actor", NODE_LOSS, "actor"),
+        fmt.GraphNode("loss:alpha", NODE_LOSS, "alpha"),
+    ]
+    edges = [
+        fmt.GraphEdge("pi", "loss:actor", 1),
+        fmt.GraphEdge("temp", "loss:actor", 1),
+        fmt.GraphEdge("temp", "loss:alpha", 1),
+    ]
     graph = fmt.FlowGraph(
         losses=[fmt.LossInfo("actor", optimizer="opt0"), fmt.LossInfo("alpha", optimizer="opt1")],
         scopes=["pi", "temp"],
-        cells={"actor": {"pi": fmt.UPDATES, "temp": fmt.IGNORED},
-               "alpha": {"pi": fmt.INDEPENDENT, "temp": fmt.UPDATES}},
-        nodes=nodes, edges=edges, applied=["pi", "temp"],
+        cells={
+            "actor": {"pi": fmt.UPDATES, "temp": fmt.IGNORED},
+            "alpha": {"pi": fmt.INDEPENDENT, "temp": fmt.UPDATES},
+        },
+        nodes=nodes,
+        edges=edges,
+        applied=["pi", "temp"],
     )
     pi = _row(1.0, max_abs=0.5, zero_frac=0.0, grad_vars=2.0)
-    grads = {step: {"actor": {"pi": pi, "temp": temp_row}, "alpha": {"temp": _row(0.2, 0.2, 0.0)}}
-             for step in range(4)}
+    grads = {
+        step: {"actor": {"pi": pi, "temp": temp_row}, "alpha": {"temp": _row(0.2, 0.2, 0.0)}}
+        for step in range(4)
+    }
     return RunRecords("sac", [(0, graph)], grads)
 
 

@@ -26,10 +26,10 @@ import pytest
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
+from tb_gradscope.read.flowstate import NO_GRADIENT
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.summary import run_summary
-from tb_gradscope.read.flowstate import NO_GRADIENT
 
 RECIPES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recipes"
 DOC = RECIPES.parent / "RECIPES.md"
@@ -38,7 +38,7 @@ MARK = "# gradscope"
 MAX_LOOP_LINES = 4  # statements added to or changed in the user's step and loop
 RECORDED_STEPS = [0, 10, 20]  # 30 steps, every_n_steps=10
 GRADSCOPE_NAMES = {"rec", "gs", "Recorder", "GraphRecorder", "pairs", "pair_scopes", "tb_gradscope"}
-U, I, B, N = fmt.UPDATES, fmt.IGNORED, fmt.BLOCKED, fmt.INDEPENDENT
+UPD, IGN, BLK, IND = fmt.UPDATES, fmt.IGNORED, fmt.BLOCKED, fmt.INDEPENDENT
 STOP, TAPE = "stop_gradient", "tape_boundary"
 
 
@@ -67,66 +67,119 @@ class Truth:
 
 TRUTHS = {
     "ddpg": Truth(
-        {("critic", "critic"): U, ("critic", "actor"): N, ("critic", "target_actor"): B,
-         ("critic", "target_critic"): B, ("actor", "actor"): U, ("actor", "critic"): I,
-         ("actor", "target_actor"): N, ("actor", "target_critic"): N},
+        {
+            ("critic", "critic"): UPD,
+            ("critic", "actor"): IND,
+            ("critic", "target_actor"): BLK,
+            ("critic", "target_critic"): BLK,
+            ("actor", "actor"): UPD,
+            ("actor", "critic"): IGN,
+            ("actor", "target_actor"): IND,
+            ("actor", "target_critic"): IND,
+        },
         trained=("actor", "critic"),
         cuts=(("critic", "target_actor", TAPE), ("critic", "target_critic", TAPE)),
     ),
     "td3": Truth(
-        {("critic", "critic1"): U, ("critic", "critic2"): U, ("critic", "actor"): N,
-         ("critic", "target_actor"): B, ("critic", "target_critic1"): B, ("critic", "target_critic2"): B,
-         ("actor", "actor"): U, ("actor", "critic1"): I, ("actor", "critic2"): N},
+        {
+            ("critic", "critic1"): UPD,
+            ("critic", "critic2"): UPD,
+            ("critic", "actor"): IND,
+            ("critic", "target_actor"): BLK,
+            ("critic", "target_critic1"): BLK,
+            ("critic", "target_critic2"): BLK,
+            ("actor", "actor"): UPD,
+            ("actor", "critic1"): IGN,
+            ("actor", "critic2"): IND,
+        },
         trained=("actor", "critic1", "critic2"),
         cuts=(("critic", "target_critic1", STOP), ("critic", "target_critic2", STOP)),
     ),
     "sac": Truth(
-        {("q", "q1"): U, ("q", "q2"): U, ("q", "target_q1"): B, ("q", "target_q2"): B,
-         ("q", "pi"): B, ("q", "log_alpha"): B,
-         ("pi", "pi"): U, ("pi", "q1"): I, ("pi", "q2"): I, ("pi", "log_alpha"): I,
-         ("pi", "target_q1"): N,
-         ("alpha", "log_alpha"): U, ("alpha", "pi"): B, ("alpha", "q1"): N},
+        {
+            ("q", "q1"): UPD,
+            ("q", "q2"): UPD,
+            ("q", "target_q1"): BLK,
+            ("q", "target_q2"): BLK,
+            ("q", "pi"): BLK,
+            ("q", "log_alpha"): BLK,
+            ("pi", "pi"): UPD,
+            ("pi", "q1"): IGN,
+            ("pi", "q2"): IGN,
+            ("pi", "log_alpha"): IGN,
+            ("pi", "target_q1"): IND,
+            ("alpha", "log_alpha"): UPD,
+            ("alpha", "pi"): BLK,
+            ("alpha", "q1"): IND,
+        },
         trained=("pi", "q1", "q2", "log_alpha"),
         cuts=(("q", "target_q1", STOP), ("q", "pi", STOP), ("alpha", "pi", TAPE)),
     ),
     "gan": Truth(
-        {("g_loss", "generator"): U, ("g_loss", "discriminator"): I,
-         ("d_loss", "discriminator"): U, ("d_loss", "generator"): I},
+        {
+            ("g_loss", "generator"): UPD,
+            ("g_loss", "discriminator"): IGN,
+            ("d_loss", "discriminator"): UPD,
+            ("d_loss", "generator"): IGN,
+        },
         trained=("generator", "discriminator"),
     ),
     "byol": Truth(
-        {("byol", "online"): U, ("byol", "predictor"): U, ("byol", "target"): B},
+        {("byol", "online"): UPD, ("byol", "predictor"): UPD, ("byol", "target"): BLK},
         trained=("online", "predictor"),
         cuts=(("byol", "target", TAPE),),
         drift=("target<-online",),
     ),
     "byol_split": Truth(
-        {("byol", "encoder"): U, ("byol", "projector"): U, ("byol", "predictor"): U,
-         ("byol", "target_encoder"): B, ("byol", "target_projector"): B},
+        {
+            ("byol", "encoder"): UPD,
+            ("byol", "projector"): UPD,
+            ("byol", "predictor"): UPD,
+            ("byol", "target_encoder"): BLK,
+            ("byol", "target_projector"): BLK,
+        },
         trained=("encoder", "projector", "predictor"),
         cuts=(("byol", "target_encoder", TAPE), ("byol", "target_projector", TAPE)),
     ),
     "actor_critic": Truth(
-        {("actor", "ac/trunk"): U, ("actor", "ac/policy_head"): U, ("actor", "ac/value_head"): B,
-         ("critic", "ac/trunk"): U, ("critic", "ac/value_head"): U, ("critic", "ac/policy_head"): N},
+        {
+            ("actor", "ac/trunk"): UPD,
+            ("actor", "ac/policy_head"): UPD,
+            ("actor", "ac/value_head"): BLK,
+            ("critic", "ac/trunk"): UPD,
+            ("critic", "ac/value_head"): UPD,
+            ("critic", "ac/policy_head"): IND,
+        },
         trained=("ac/trunk", "ac/policy_head", "ac/value_head"),
         cuts=(("actor", "ac/value_head", STOP),),
     ),
     "a2c": Truth(
-        {("actor", "ac/trunk"): U, ("actor", "ac/policy_head"): U, ("actor", "ac/value_head"): B,
-         ("critic", "ac/trunk"): U, ("critic", "ac/value_head"): U, ("critic", "ac/policy_head"): N},
+        {
+            ("actor", "ac/trunk"): UPD,
+            ("actor", "ac/policy_head"): UPD,
+            ("actor", "ac/value_head"): BLK,
+            ("critic", "ac/trunk"): UPD,
+            ("critic", "ac/value_head"): UPD,
+            ("critic", "ac/policy_head"): IND,
+        },
         trained=("ac/trunk", "ac/policy_head", "ac/value_head"),
         cuts=(("actor", "ac/value_head", STOP),),
     ),
     "eager": Truth(
-        {("td", "online"): U, ("td", "target"): B},
+        {("td", "online"): UPD, ("td", "target"): BLK},
         trained=("online",),
         cuts=(("td", "target", TAPE),),
     ),
     "tf1_ddpg": Truth(
-        {("critic", "Critic/eval"): U, ("critic", "Critic/target"): B, ("critic", "Actor/target"): B,
-         ("critic", "Actor/eval"): N, ("actor", "Actor/eval"): U, ("actor", "Critic/eval"): I,
-         ("actor", "Critic/target"): N},
+        {
+            ("critic", "Critic/eval"): UPD,
+            ("critic", "Critic/target"): BLK,
+            ("critic", "Actor/target"): BLK,
+            ("critic", "Actor/eval"): IND,
+            ("actor", "Actor/eval"): UPD,
+            ("actor", "Critic/eval"): IGN,
+            ("actor", "Critic/target"): IND,
+        },
         trained=("Actor/eval", "Critic/eval"),
         cuts=(("critic", "Critic/target", STOP),),
         drift=("Actor/target<-Actor/eval", "Critic/target<-Critic/eval"),
@@ -169,11 +222,14 @@ def added_lines(source: str) -> Added:
         node = min(holders, key=lambda n: _header_end(n) - n.lineno)
         chosen[id(node)] = node
     spans = [(n.lineno, _header_end(n)) for n in chosen.values()]
-    uses = sorted({
-        n.lineno for n in ast.walk(tree)
-        if (isinstance(n, ast.Name) and n.id in GRADSCOPE_NAMES)
-        or (isinstance(n, (ast.Import, ast.ImportFrom)) and "tb_gradscope" in ast.unparse(n))
-    })
+    uses = sorted(
+        {
+            n.lineno
+            for n in ast.walk(tree)
+            if (isinstance(n, ast.Name) and n.id in GRADSCOPE_NAMES)
+            or (isinstance(n, (ast.Import, ast.ImportFrom)) and "tb_gradscope" in ast.unparse(n))
+        }
+    )
     lines = source.splitlines()
     setup, loop = [], []
     for node in sorted(chosen.values(), key=lambda n: n.lineno):
@@ -186,8 +242,11 @@ def _is_setup(node: ast.stmt) -> bool:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return True
     call = getattr(node, "value", None)
-    return isinstance(node, ast.Assign) and isinstance(call, ast.Call) and getattr(
-        call.func, "id", None) in ("Recorder", "GraphRecorder")
+    return (
+        isinstance(node, ast.Assign)
+        and isinstance(call, ast.Call)
+        and getattr(call.func, "id", None) in ("Recorder", "GraphRecorder")
+    )
 
 
 def _recipe_source(name: str) -> str:
@@ -216,7 +275,9 @@ def test_recipes_md_shows_each_recipes_added_lines(name):
     assert [line for line in shown if line not in in_source] == []
     added = added_lines(source)
     assert [line for line in added.setup + added.loop if line not in shown] == []
-    counts = re.search(rf"\(recipes/{name}\.py\) \|[^|\n]*\| (\d+) \+ (\d+) \|", DOC.read_text(encoding="utf-8"))
+    counts = re.search(
+        rf"\(recipes/{name}\.py\) \|[^|\n]*\| (\d+) \+ (\d+) \|", DOC.read_text(encoding="utf-8")
+    )
     assert counts, f"docs/RECIPES.md's table has no row for {name}.py"
     assert (int(counts[1]), int(counts[2])) == (len(added.setup), len(added.loop))
 
@@ -232,8 +293,10 @@ def test_line_count_sees_statements_not_physical_lines():
         "        rec.apply(opt, g)\n"
     )
     added = added_lines(source)
-    assert added.setup == ["from tb_gradscope import Recorder  # gradscope",
-                           "rec = Recorder(models=[m],  # gradscope"]
+    assert added.setup == [
+        "from tb_gradscope import Recorder  # gradscope",
+        "rec = Recorder(models=[m],  # gradscope",
+    ]
     assert added.loop == ["with rec.training_step():  # gradscope"]
     assert added.unmarked_uses == [7]
 
@@ -257,7 +320,10 @@ _ALIVE: list[dict[str, Any]] = []
 
 def run_recipe(path: pathlib.Path, logdir: pathlib.Path) -> Ran:
     """Runs a recipe script in this process and reads its logs back."""
-    with warnings.catch_warnings(record=True) as caught, mock.patch.object(sys, "argv", [str(path), str(logdir)]):
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        mock.patch.object(sys, "argv", [str(path), str(logdir)]),
+    ):
         warnings.simplefilter("always")
         _ALIVE.append(runpy.run_path(str(path), run_name="__main__"))
     warned = [str(w.message) for w in caught if w.category.__module__.startswith("tb_gradscope")]
@@ -293,10 +359,17 @@ def test_report_shows_the_flow_states_of_the_shape(ran):
 def test_blocked_edges_name_the_cut_and_its_source_line(ran):
     edges = ran.summary["blocked_edges"]
     lines = _recipe_source(ran.name).splitlines()
-    stop_lines = tuple(f"{ran.name}.py:{i}" for i, line in enumerate(lines, 1) if "tf.stop_gradient(" in line)
+    stop_lines = tuple(
+        f"{ran.name}.py:{i}" for i, line in enumerate(lines, 1) if "tf.stop_gradient(" in line
+    )
     for loss, scope, cause in TRUTHS[ran.name].cuts:
-        found = [e for e in edges if e["loss"] == loss and e["cause"] == cause
-                 and (e["producer_scope"] == scope or e["producer_scope"].startswith(scope + "/"))]
+        found = [
+            e
+            for e in edges
+            if e["loss"] == loss
+            and e["cause"] == cause
+            and (e["producer_scope"] == scope or e["producer_scope"].startswith(scope + "/"))
+        ]
         assert found, (loss, scope, cause, edges)
         if cause == STOP:
             assert all((e["source"] or "").endswith(stop_lines) for e in found), (found, stop_lines)
@@ -363,8 +436,10 @@ def test_ddpg_recipe_rules_catch_an_actor_optimizer_given_the_critic(tmp_path):
 
 @pytest.mark.slow
 def test_a2c_recipe_catches_the_advantage_without_stop_gradient(tmp_path):
-    ran = run_recipe(_variant("a2c", "tf.stop_gradient(returns - values)", "returns - values", tmp_path),
-                     tmp_path / "logs")
+    ran = run_recipe(
+        _variant("a2c", "tf.stop_gradient(returns - values)", "returns - values", tmp_path),
+        tmp_path / "logs",
+    )
     code, out, _ = ran.check
     assert ran.summary["cells"]["actor"]["ac/value_head"]["state"] == fmt.UPDATES
     assert code == 1 and "blocked(actor, ac/value_head)" in out

@@ -102,7 +102,9 @@ def test_analyze_losses_traces_a_loss_function_from_tensor_specs_and_runs_nothin
     variables = model.trainable_variables
     before = [v.numpy() for v in variables]
     spec = tf.TensorSpec([None, 5])
-    graph = rec.analyze_losses(lambda x, y: two_losses(model, x, y), opt, variables, spec, tf.TensorSpec([None, 1]))
+    graph = rec.analyze_losses(
+        lambda x, y: two_losses(model, x, y), opt, variables, spec, tf.TensorSpec([None, 1])
+    )
     assert int(rec.step.numpy()) == 0 and int(opt.iterations.numpy()) == 0
     assert all((b == v.numpy()).all() for b, v in zip(before, variables))
     assert graph is not None and graph.state("b", "online/trunk") == fmt.BLOCKED

@@ -106,7 +106,11 @@ def test_cosines_equal_numpy_on_a_shared_trunk_at_recorded_steps(tmp_path):
         for s, table in series.items():
             for scope in table.info.scopes:
                 expected = np_cosine(refs[s][a], refs[s][b], members(scope, leaves))
-                assert table.row(scope)["cosine"] == pytest.approx(expected, abs=1e-5), (name, s, scope)
+                assert table.row(scope)["cosine"] == pytest.approx(expected, abs=1e-5), (
+                    name,
+                    s,
+                    scope,
+                )
     # b and c read head_b only, a reads head_a only: they share the trunk and the root.
     assert records[(fmt.Kind.CONFLICT, "a|b")][0].info.scopes == ("net", "net/trunk")
     assert records[(fmt.Kind.CONFLICT, "b|c")][0].info.scopes == ("net", "net/head_b", "net/trunk")
@@ -115,7 +119,10 @@ def test_cosines_equal_numpy_on_a_shared_trunk_at_recorded_steps(tmp_path):
 def test_no_conflict_records_for_one_loss_or_when_switched_off(tmp_path):
     model = shared_trunk_model(seed=1)
     variables = model.trainable_variables
-    for label, losses_of, conflict in (("one", lambda losses: {"a": losses["a"]}, True), ("off", dict, False)):
+    for label, losses_of, conflict in (
+        ("one", lambda losses: {"a": losses["a"]}, True),
+        ("off", dict, False),
+    ):
         logdir = str(tmp_path / label)
         rec = Recorder(logdir=logdir, every_n_steps=1, models={"net": model}, conflict=conflict)
         with rec.tape() as tape:
@@ -124,7 +131,9 @@ def test_no_conflict_records_for_one_loss_or_when_switched_off(tmp_path):
         rec.close()
         records = only(read_records(logdir))
         assert not [key for key in records if key[0] == fmt.Kind.CONFLICT], label
-        assert sorted(name for kind, name in records if kind == fmt.Kind.GRAD_STATS) == sorted(losses)
+        assert sorted(name for kind, name in records if kind == fmt.Kind.GRAD_STATS) == sorted(
+            losses
+        )
 
 
 def test_conflict_recording_never_changes_training(tmp_path):
@@ -132,8 +141,12 @@ def test_conflict_recording_never_changes_training(tmp_path):
         model = shared_trunk_model(seed=4)
         variables = model.trainable_variables
         opt = keras.optimizers.Adam(0.05)
-        rec = Recorder(logdir=str(tmp_path / str(record)), every_n_steps=2, models={"net": model},
-                       conflict=record)
+        rec = Recorder(
+            logdir=str(tmp_path / str(record)),
+            every_n_steps=2,
+            models={"net": model},
+            conflict=record,
+        )
         for s in range(3):
             with rec.tape() as tape:
                 losses = two_losses(model, *batch(s))
@@ -159,14 +172,25 @@ def test_one_gram_gives_every_pair_on_big_small_and_missing_gradients():
     losses = [f"l{k}" for k in range(5)]
     missing = {("l1", 2), ("l3", 0), ("l3", 3), ("l4", 1), ("l4", 2), ("l4", 3)}
     grads = {
-        loss: [None if (loss, i) in missing else rng.normal(size=s).astype(np.float32) for i, s in enumerate(shapes)]
+        loss: [
+            None if (loss, i) in missing else rng.normal(size=s).astype(np.float32)
+            for i, s in enumerate(shapes)
+        ]
         for loss in losses
     }
-    aligned = {loss: [None if g is None else tf.constant(g) for g in gs] for loss, gs in grads.items()}
+    aligned = {
+        loss: [None if g is None else tf.constant(g) for g in gs] for loss, gs in grads.items()
+    }
     tables = conflict.conflict_tables(aligned, layout, rollup)
-    assert set(tables) == {pair for pair in conflict.loss_pairs(losses)
-                           if conflict.shared_rows(grads[pair[0]], grads[pair[1]], layout)}
+    assert set(tables) == {
+        pair
+        for pair in conflict.loss_pairs(losses)
+        if conflict.shared_rows(grads[pair[0]], grads[pair[1]], layout)
+    }
     for (a, b), (rows, make) in tables.items():
         got = make().numpy()[:, 0]
-        want = [np_cosine(grads[a], grads[b], members(layout.scopes[r], layout.variable_leaf)) for r in rows]
+        want = [
+            np_cosine(grads[a], grads[b], members(layout.scopes[r], layout.variable_leaf))
+            for r in rows
+        ]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{a}|{b}")

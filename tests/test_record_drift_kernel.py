@@ -23,10 +23,14 @@ def _sides(dtype_target, dtype_online, seed=0):
 def _numpy_sums(t, o, tp, op):
     t, o, tp, op = (np.asarray(x, np.float64) for x in (t, o, tp, op))
     d, a, b, c, e = t - o, t - tp, o - tp, o - op, t - op
-    return np.array([np.sum(x * y) for x, y in ((d, d), (o, o), (a, a), (a, b), (b, b), (c, c), (c, e), (e, e))])
+    return np.array(
+        [np.sum(x * y) for x, y in ((d, d), (o, o), (a, a), (a, b), (b, b), (c, c), (c, e), (e, e))]
+    )
 
 
-@pytest.mark.parametrize("dtypes", [("float32", "float32"), ("float16", "float32")], ids=["float32", "mixed"])
+@pytest.mark.parametrize(
+    "dtypes", [("float32", "float32"), ("float16", "float32")], ids=["float32", "mixed"]
+)
 def test_row_layout_sums_equal_numpy_per_variable(dtypes):
     target, online = _sides(*dtypes)
     previous_target, previous_online = _sides(*dtypes, seed=1)
@@ -38,9 +42,15 @@ def test_row_layout_sums_equal_numpy_per_variable(dtypes):
     got = drift.variable_sums(now, before, rows).numpy()
     assert got.shape == (len(SHAPES), 8)
     for i in range(len(SHAPES)):
-        want = _numpy_sums(*(side[i].numpy().astype(np.float64)
-                             for side in (target, online, previous_target, previous_online)))
-        np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12, err_msg=f"variable of shape {SHAPES[i]}")
+        want = _numpy_sums(
+            *(
+                side[i].numpy().astype(np.float64)
+                for side in (target, online, previous_target, previous_online)
+            )
+        )
+        np.testing.assert_allclose(
+            got[i], want, rtol=1e-12, atol=1e-12, err_msg=f"variable of shape {SHAPES[i]}"
+        )
 
 
 def test_every_variable_starts_a_row_and_an_empty_one_still_has_one():
@@ -54,20 +64,57 @@ def test_pad_puts_a_flat_side_where_sides_now_puts_it():
     target, online = _sides("float32", "float32")
     rows = drift.RowLayout.of(target)
     padded = rows.pad(drift.flatten(target))
-    np.testing.assert_array_equal(padded.numpy(), drift.sides_now(target, online, rows, tf.float32).numpy()[: rows.length])
+    np.testing.assert_array_equal(
+        padded.numpy(), drift.sides_now(target, online, rows, tf.float32).numpy()[: rows.length]
+    )
 
 
-@pytest.mark.parametrize("every, pair_every, seen, ahead, due", [
-    (10, None, (10, frozenset({0})), 0, True),     # a training_step() block's recorded step: drift due at every one
-    (10, None, (10, frozenset({0})), 1, False),    # ... and its snapshot at none
-    (10, 50, (10, frozenset({1})), 0, False),      # record_drift after apply sees s + 1: never due at a recorded step
-    (10, 50, (10, frozenset({1})), 1, False),
-    (4, 6, (4, frozenset({1})), 1, None),          # a hard copy every 6, recorded every 4: some recorded steps only
-    (10, 7, (10, frozenset({0})), 1, None),
-    (10, None, (5, frozenset({0})), 0, None),      # recorded every 5, drift every 10: every other one
-    (4, 6, (12, frozenset({0, 4, 6, 8})), 0, True),  # a drift variant: run at steps the host picked it for
-    (4, 6, (12, frozenset({0, 4, 6, 8})), 1, False),
-    (2, 3, (6, frozenset({0, 2, 3, 4})), 1, None),
-])
-def test_drift_gate_is_decided_when_traced_where_the_schedule_tells(every, pair_every, seen, ahead, due):
+@pytest.mark.parametrize(
+    "every, pair_every, seen, ahead, due",
+    [
+        (
+            10,
+            None,
+            (10, frozenset({0})),
+            0,
+            True,
+        ),  # a training_step() block's recorded step: drift due at every one
+        (10, None, (10, frozenset({0})), 1, False),  # ... and its snapshot at none
+        (
+            10,
+            50,
+            (10, frozenset({1})),
+            0,
+            False,
+        ),  # record_drift after apply sees s + 1: never due at a recorded step
+        (10, 50, (10, frozenset({1})), 1, False),
+        (
+            4,
+            6,
+            (4, frozenset({1})),
+            1,
+            None,
+        ),  # a hard copy every 6, recorded every 4: some recorded steps only
+        (10, 7, (10, frozenset({0})), 1, None),
+        (
+            10,
+            None,
+            (5, frozenset({0})),
+            0,
+            None,
+        ),  # recorded every 5, drift every 10: every other one
+        (
+            4,
+            6,
+            (12, frozenset({0, 4, 6, 8})),
+            0,
+            True,
+        ),  # a drift variant: run at steps the host picked it for
+        (4, 6, (12, frozenset({0, 4, 6, 8})), 1, False),
+        (2, 3, (6, frozenset({0, 2, 3, 4})), 1, None),
+    ],
+)
+def test_drift_gate_is_decided_when_traced_where_the_schedule_tells(
+    every, pair_every, seen, ahead, due
+):
     assert _always_due(every, pair_every, seen, ahead) is due

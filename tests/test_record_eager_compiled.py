@@ -49,7 +49,9 @@ def test_eager_recorded_steps_use_functions_traced_once_and_record_true_values(t
     sink = rec._s.emitter.sink  # noqa: SLF001
     table_fns = list(rec._s.kernels._traced.values())  # noqa: SLF001
     assert sink._compiled and table_fns  # noqa: SLF001
-    assert all(fn.experimental_get_tracing_count() == 1 for fn in [*sink._compiled.values(), *table_fns])  # noqa: SLF001
+    assert all(
+        fn.experimental_get_tracing_count() == 1 for fn in [*sink._compiled.values(), *table_fns]
+    )  # noqa: SLF001
 
     vlayout = rec.layout
     records = next(iter(read_records(str(tmp_path)).values()))
@@ -65,7 +67,14 @@ def test_eager_recorded_steps_use_functions_traced_once_and_record_true_values(t
     updates = records[(fmt.Kind.UPDATE_STATS, "")]
     assert sorted(updates) == list(range(0, STEPS, EVERY))
     for step, (before, after) in moved.items():
-        order = [next(i for i, w in enumerate(model.trainable_variables) if w is v) for v in vlayout.variables]
-        want = np_update_table(vlayout.layout.scopes, leaves_of(vlayout), [before[i] for i in order],
-                               [after[i] for i in order])
+        order = [
+            next(i for i, w in enumerate(model.trainable_variables) if w is v)
+            for v in vlayout.variables
+        ]
+        want = np_update_table(
+            vlayout.layout.scopes,
+            leaves_of(vlayout),
+            [before[i] for i in order],
+            [after[i] for i in order],
+        )
         assert_table_close(updates[step], want, f"updates at step {step}")

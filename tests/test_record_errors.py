@@ -33,7 +33,9 @@ def test_non_scalar_loss_names_the_loss_and_the_fix(tmp_path, model):
     rec = Recorder(logdir=str(tmp_path), models=[model])
     with rec.tape() as tape:
         td = (model(batch(0)[0])[0] - 1.0) ** 2  # [16, 1]: forgot the mean
-    with pytest.raises(ValueError, match=r"loss 'td' is not a scalar \(shape \[16, 1\]\); pass tf.reduce_mean"):
+    with pytest.raises(
+        ValueError, match=r"loss 'td' is not a scalar \(shape \[16, 1\]\); pass tf.reduce_mean"
+    ):
         rec.gradients(tape, {"td": td}, model.trainable_variables)
     grads, variables = _grads(model)
     with pytest.raises(ValueError, match=r"loss 'td' is not a scalar"):
@@ -43,7 +45,9 @@ def test_non_scalar_loss_names_the_loss_and_the_fix(tmp_path, model):
 def test_mismatched_grads_and_vars_name_the_variable(tmp_path, model):
     rec = Recorder(logdir=str(tmp_path), models=[model])
     grads, variables = _grads(model)
-    with pytest.raises(ValueError, match=r"loss 'a': the gradient for variable 'trunk/kernel' has shape \[8\]"):
+    with pytest.raises(
+        ValueError, match=r"loss 'a': the gradient for variable 'trunk/kernel' has shape \[8\]"
+    ):
         rec.record_gradients({"a": list(zip(grads[1:] + grads[:1], variables))})
     with pytest.raises(ValueError, match=r"not a \(gradient, variable\) pair"):
         rec.apply(keras.optimizers.SGD(0.1), [grads[0]])
@@ -56,7 +60,9 @@ def test_unknown_variable_warns_once_and_the_rest_is_recorded(tmp_path, model):
     stray = tf.Variable(tf.ones([3]), name="stray/w")
     grads, variables = _grads(model)
     pairs = list(zip(grads, variables)) + [(tf.ones([3]), stray)]
-    with pytest.warns(GradscopeWarning, match=r"variable 'stray/w' \(loss 'a'\) is not among the recorded"):
+    with pytest.warns(
+        GradscopeWarning, match=r"variable 'stray/w' \(loss 'a'\) is not among the recorded"
+    ):
         rec.record_gradients({"a": pairs})
     rec.close()
     table = only(read_records(str(tmp_path)))[(fmt.Kind.GRAD_STATS, "a")][0]
@@ -66,7 +72,9 @@ def test_unknown_variable_warns_once_and_the_rest_is_recorded(tmp_path, model):
 def test_unwritable_logdir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    with pytest.raises(ValueError, match=r"cannot write to logdir .*a_file/run.*pass a directory you can create"):
+    with pytest.raises(
+        ValueError, match=r"cannot write to logdir .*a_file/run.*pass a directory you can create"
+    ):
         Recorder(logdir=str(blocker / "run"))
 
 
@@ -120,7 +128,9 @@ def test_an_error_inside_recording_steps_aside_and_training_goes_on(tmp_path, mo
     def mapping(name):
         raise KeyError(name)
 
-    rec = Recorder(logdir=str(tmp_path), every_n_steps=1, models=[model], scopes=ScopeSpec(mapping=mapping))
+    rec = Recorder(
+        logdir=str(tmp_path), every_n_steps=1, models=[model], scopes=ScopeSpec(mapping=mapping)
+    )
     variables = model.trainable_variables
     with rec.tape() as tape:
         losses = two_losses(model, *batch(0))
@@ -142,7 +152,9 @@ def test_deleted_event_file_is_reported_on_flush(tmp_path, model):
     rec.flush()
     assert glob.glob(os.path.join(logdir, "*tfevents*"))
     shutil.rmtree(logdir)
-    with pytest.warns(GradscopeWarning, match=r"no event file left in .*records written since are lost"):
+    with pytest.warns(
+        GradscopeWarning, match=r"no event file left in .*records written since are lost"
+    ):
         rec.flush()
 
 
@@ -153,14 +165,20 @@ def test_start_point_that_is_not_a_tensor_names_the_fix(tmp_path, model):
     assert StartPoint(tf.ones([2])).output_gradients is None
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    ({"logdir": ""}, "logdir is empty"),
-    ({"logdir": 5}, "logdir must be a directory path"),
-    ({"every_n_steps": 10**30}, r"every_n_steps is 1000000000000000000000000000000, more than 2\*\*62"),
-    ({"name": ""}, "name must be a Python identifier"),
-    ({"name": "a/b"}, "name must be a Python identifier"),
-    ({"models": {"a": "notamodel"}}, r"models\['a'\] is a str"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"logdir": ""}, "logdir is empty"),
+        ({"logdir": 5}, "logdir must be a directory path"),
+        (
+            {"every_n_steps": 10**30},
+            r"every_n_steps is 1000000000000000000000000000000, more than 2\*\*62",
+        ),
+        ({"name": ""}, "name must be a Python identifier"),
+        ({"name": "a/b"}, "name must be a Python identifier"),
+        ({"models": {"a": "notamodel"}}, r"models\['a'\] is a str"),
+    ],
+)
 def test_bad_recorder_arguments_are_refused_up_front_by_name(kwargs, named, tmp_path):
     args = {"logdir": str(tmp_path), **kwargs}
     with pytest.raises(ValueError, match=named):

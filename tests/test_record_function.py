@@ -79,7 +79,10 @@ def test_jit_compiled_step_computes_stats_inside_and_writes_outside(tmp_path, wa
                 losses = two_losses(model, x, y)
                 total = losses["a"] + losses["b"]
             returned = rec.record_gradients(
-                {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()}
+                {
+                    k: list(zip(tape.gradient(loss, variables), variables))
+                    for k, loss in losses.items()
+                }
             )
             assert returned is not None and set(returned.tables) == {
                 "gradscope/grad_stats/a",
@@ -104,7 +107,9 @@ def test_jit_compiled_step_computes_stats_inside_and_writes_outside(tmp_path, wa
     for loss in ("a", "b"):
         assert sorted(records[(fmt.Kind.GRAD_STATS, loss)]) == [0, 2, 4]
         for s, table in records[(fmt.Kind.GRAD_STATS, loss)].items():
-            assert_table_close(table, np_grad_table(table.info.scopes, leaves, refs[s][0][loss]), loss)
+            assert_table_close(
+                table, np_grad_table(table.info.scopes, leaves, refs[s][0][loss]), loss
+            )
     for s, table in records[(fmt.Kind.UPDATE_STATS, "")].items():
         expected = np_update_table(table.info.scopes, leaves, refs[s][1], refs[s][2])
         assert_table_close(table, expected, f"update {s}")
@@ -145,7 +150,10 @@ def test_full_metadata_only_on_first_event_of_each_tag(tmp_path):
             seen.setdefault(value.tag, []).append(bool(value.metadata.plugin_data.content))
     assert seen.pop("gradscope/flowgraph") == [True]  # written once, at the first recorded step
     assert set(seen) == {
-        "gradscope/grad_stats/a", "gradscope/grad_stats/b", "gradscope/conflict/a|b", "gradscope/update_stats"
+        "gradscope/grad_stats/a",
+        "gradscope/grad_stats/b",
+        "gradscope/conflict/a|b",
+        "gradscope/update_stats",
     }
     for tag, has_metadata in seen.items():
         assert has_metadata == [True, False, False], tag
@@ -171,7 +179,9 @@ def test_default_writer_is_used_in_an_eager_loop(tmp_path):
     series = records[(fmt.Kind.GRAD_STATS, "a")]
     assert sorted(series) == [0, 2]
     for s, table in series.items():
-        assert_table_close(table, np_grad_table(table.info.scopes, _leaves(model), refs[s]), f"step {s}")
+        assert_table_close(
+            table, np_grad_table(table.info.scopes, _leaves(model), refs[s]), f"step {s}"
+        )
 
 
 def test_no_writer_is_a_clear_error():
@@ -230,7 +240,9 @@ def test_per_loss_gradients_through_an_lstm_while_loop(tmp_path):
     inputs = keras.Input((5, 3))
     hidden = keras.layers.LSTM(8, name="lstm")(inputs)
     model = keras.Model(
-        inputs, [keras.layers.Dense(1, name="a")(hidden), keras.layers.Dense(1, name="b")(hidden)], name="net"
+        inputs,
+        [keras.layers.Dense(1, name="a")(hidden), keras.layers.Dense(1, name="b")(hidden)],
+        name="net",
     )
     variables = model.trainable_variables
     opt = keras.optimizers.Adam(0.01)
@@ -261,7 +273,9 @@ def _if_ops(graph):
 
 
 @pytest.mark.parametrize("touch", [False, True])
-def test_update_is_the_optimizer_step_whether_or_not_the_step_writes_a_variable_before_it(tmp_path, touch):
+def test_update_is_the_optimizer_step_whether_or_not_the_step_writes_a_variable_before_it(
+    tmp_path, touch
+):
     # The loss branch copies the variables for ||delta theta||; a write between
     # gradients() and apply() must not count as update (a copy of its own is taken).
     model, opt = _model_and_opt(seed=2)
@@ -287,4 +301,6 @@ def test_update_is_the_optimizer_step_whether_or_not_the_step_writes_a_variable_
     assert len(_if_ops(graph)) == (3 if touch else 2)  # loss branch (+ own copy) + update branch
     records = only(read_records(str(tmp_path)))
     for s, table in records[(fmt.Kind.UPDATE_STATS, "")].items():
-        assert_table_close(table, np_update_table(table.info.scopes, _leaves(model), *refs[s]), f"update {s}")
+        assert_table_close(
+            table, np_update_table(table.info.scopes, _leaves(model), *refs[s]), f"update {s}"
+        )

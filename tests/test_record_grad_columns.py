@@ -18,8 +18,7 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras import GradscopeCallback
-from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1 import flat_stats
+from tb_gradscope.integrations.tf1 import GraphRecorder, flat_stats
 from tb_gradscope.record import Recorder, stats
 from tb_gradscope.record.reductions import BIG
 from tb_gradscope.scopes import build_layout
@@ -31,7 +30,9 @@ COLUMNS = fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns
 LEFT_OUT = [(), ("max_abs",), ("zero_frac",)]
 
 
-def _assert_only_left_out_differ(full: np.ndarray, partial: np.ndarray, kept: tuple[str, ...]) -> None:
+def _assert_only_left_out_differ(
+    full: np.ndarray, partial: np.ndarray, kept: tuple[str, ...]
+) -> None:
     """`partial` equals `full` bitwise except in the optional columns not `kept`, which are all NaN."""
     assert partial.shape == full.shape
     for i, column in enumerate(COLUMNS):
@@ -56,8 +57,11 @@ def _gradients() -> list:
         None,
         tf.constant(bad),
         tf.constant(rng.normal(size=(2, 2)).astype(np.float16)),
-        tf.IndexedSlices(tf.constant(rng.normal(size=(3, 2)).astype(np.float32)), tf.constant([0, 2, 0]),
-                         tf.constant([5, 2])),
+        tf.IndexedSlices(
+            tf.constant(rng.normal(size=(3, 2)).astype(np.float32)),
+            tf.constant([0, 2, 0]),
+            tf.constant([5, 2]),
+        ),
     ]
 
 
@@ -92,7 +96,9 @@ def test_the_tf1_flat_kernel_agrees_with_record_stats(kept):
         with tf.compat.v1.Session(graph=graph) as sess:
             ours, full, theirs = sess.run([ours, full, theirs])
     _assert_only_left_out_differ(full, ours, kept)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5, equal_nan=True)  # float32 sums of 65k squares
+    np.testing.assert_allclose(
+        ours, theirs, rtol=1e-5, equal_nan=True
+    )  # float32 sums of 65k squares
     assert np.array_equal(np.isnan(ours), np.isnan(theirs))
 
 
@@ -104,7 +110,12 @@ def test_every_way_of_recording_refuses_a_bad_grad_columns(tmp_path, bad):
         GradscopeCallback(str(tmp_path), grad_columns=bad)
     m = multihead_seed()
     with m.graph.as_default(), pytest.raises(ValueError, match="grad_columns"):
-        GraphRecorder(str(tmp_path), losses={"loss1": m.loss1}, train_ops={"loss1": m.train1}, grad_columns=bad)
+        GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1},
+            train_ops={"loss1": m.train1},
+            grad_columns=bad,
+        )
 
 
 def _custom_loop(logdir: str, way: str, kept: tuple[str, ...] | None) -> dict:
@@ -144,21 +155,30 @@ def test_a_custom_loop_writes_the_same_records_but_the_left_out_columns(tmp_path
             if key[0] == fmt.Kind.GRAD_STATS:
                 _assert_only_left_out_differ(record.values, partial[key][step].values, ())
             else:  # updates and conflict: untouched
-                np.testing.assert_array_equal(partial[key][step].values, record.values, err_msg=str(key))
+                np.testing.assert_array_equal(
+                    partial[key][step].values, record.values, err_msg=str(key)
+                )
 
 
 def test_the_keras_callback_leaves_out_the_columns(tmp_path):
     tables = {}
     for name, more in [("full", {}), ("partial", {"grad_columns": ("zero_frac",)})]:
         model = keras_support.two_output_model()
-        keras_support.fit(model, [GradscopeCallback(str(tmp_path / name), every_n_batches=2, **more)])
-        tables[name] = {key: by_step for key, by_step in only(read_records(str(tmp_path / name))).items()
-                        if key[0] == fmt.Kind.GRAD_STATS}
+        keras_support.fit(
+            model, [GradscopeCallback(str(tmp_path / name), every_n_batches=2, **more)]
+        )
+        tables[name] = {
+            key: by_step
+            for key, by_step in only(read_records(str(tmp_path / name))).items()
+            if key[0] == fmt.Kind.GRAD_STATS
+        }
     assert tables["full"] and set(tables["partial"]) == set(tables["full"])
     for key, by_step in tables["full"].items():
         assert sorted(tables["partial"][key]) == sorted(by_step)
         for step, record in by_step.items():
-            _assert_only_left_out_differ(record.values, tables["partial"][key][step].values, ("zero_frac",))
+            _assert_only_left_out_differ(
+                record.values, tables["partial"][key][step].values, ("zero_frac",)
+            )
 
 
 def test_the_tf1_recorder_leaves_out_the_columns(tmp_path):
@@ -167,8 +187,13 @@ def test_the_tf1_recorder_leaves_out_the_columns(tmp_path):
         m = multihead_seed()
         rng = np.random.default_rng(0)
         with m.graph.as_default():
-            gs = GraphRecorder(str(tmp_path / name), losses={"loss1": m.loss1, "loss2": m.loss2},
-                               train_ops={"loss1": m.train1, "loss2": m.train2}, every_n_steps=2, **more)
+            gs = GraphRecorder(
+                str(tmp_path / name),
+                losses={"loss1": m.loss1, "loss2": m.loss2},
+                train_ops={"loss1": m.train1, "loss2": m.train2},
+                every_n_steps=2,
+                **more,
+            )
             with tf.compat.v1.Session() as sess:
                 sess = gs.wrap(sess)
                 sess.run(tf.compat.v1.global_variables_initializer())
@@ -177,8 +202,11 @@ def test_the_tf1_recorder_leaves_out_the_columns(tmp_path):
                     sess.run(m.train1, feed)
                     sess.run(m.train2, feed)
             gs.close()
-        tables[name] = {key: by_step for key, by_step in only(read_records(str(tmp_path / name))).items()
-                        if key[0] == fmt.Kind.GRAD_STATS}
+        tables[name] = {
+            key: by_step
+            for key, by_step in only(read_records(str(tmp_path / name))).items()
+            if key[0] == fmt.Kind.GRAD_STATS
+        }
     assert set(tables["full"]) == {(fmt.Kind.GRAD_STATS, "loss1"), (fmt.Kind.GRAD_STATS, "loss2")}
     assert set(tables["partial"]) == set(tables["full"])
     for key, by_step in tables["full"].items():

@@ -33,8 +33,14 @@ def _models(seed: int = 0):
 
 
 def _distance(target, online) -> float:
-    return float(np.sqrt(sum(np.sum((t.numpy().astype(np.float64) - o.numpy()) ** 2)
-                             for t, o in zip(target.weights, online.weights))))
+    return float(
+        np.sqrt(
+            sum(
+                np.sum((t.numpy().astype(np.float64) - o.numpy()) ** 2)
+                for t, o in zip(target.weights, online.weights)
+            )
+        )
+    )
 
 
 def _dqn(logdir, pairs, steps=13, leaky=False, tau=None, in_function=True):
@@ -42,8 +48,12 @@ def _dqn(logdir, pairs, steps=13, leaky=False, tau=None, in_function=True):
     online, target = _models()
     opt = keras.optimizers.SGD(0.1)
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = Recorder(logdir=logdir, every_n_steps=EVERY, models={"online": online, "target": target},
-                   pairs=pairs(online, target) if callable(pairs) else pairs)
+    rec = Recorder(
+        logdir=logdir,
+        every_n_steps=EVERY,
+        models={"online": online, "target": target},
+        pairs=pairs(online, target) if callable(pairs) else pairs,
+    )
 
     def train_step(x, y):
         with rec.tape() as tape:
@@ -68,7 +78,9 @@ def _dqn(logdir, pairs, steps=13, leaky=False, tau=None, in_function=True):
 
 @pytest.mark.parametrize("in_function", [True, False])
 def test_hard_copy_drift_on_the_recorder_step_in_one_event_file(tmp_path, in_function):
-    rec, seen = _dqn(str(tmp_path), lambda o, t: [pair_models(t, o, every=COPY_EVERY)], in_function=in_function)
+    rec, seen = _dqn(
+        str(tmp_path), lambda o, t: [pair_models(t, o, every=COPY_EVERY)], in_function=in_function
+    )
     assert len(glob.glob(os.path.join(str(tmp_path), "*tfevents*"))) == 1
     records = only(read_records(str(tmp_path)))
     drift = records[(fmt.Kind.DRIFT, "target<-online")]
@@ -98,7 +110,9 @@ def test_auto_detects_the_pair_and_sees_the_optimizer_write_the_target(tmp_path)
     rec, _ = _dqn(str(tmp_path), "auto", leaky=True, steps=5)
     assert [p.name for p in rec.pairs] == ["target<-online"]
     drift = only(read_records(str(tmp_path)))[(fmt.Kind.DRIFT, "target<-online")]
-    assert drift[4].row("target")["optimizer_vars"] == 4  # rec.apply handed over the target's variables
+    assert (
+        drift[4].row("target")["optimizer_vars"] == 4
+    )  # rec.apply handed over the target's variables
 
 
 def test_auto_without_a_pair_warns_and_record_drift_does_nothing(tmp_path):
@@ -115,9 +129,12 @@ def test_pairs_never_change_training(tmp_path):
     def train(with_pairs):
         online, target = _models(3)
         opt = keras.optimizers.Adam(0.05)
-        rec = Recorder(logdir=str(tmp_path / str(with_pairs)), every_n_steps=2,
-                       models={"online": online, "target": target},
-                       pairs=[pair_models(target, online, tau=0.5)] if with_pairs else None)
+        rec = Recorder(
+            logdir=str(tmp_path / str(with_pairs)),
+            every_n_steps=2,
+            models={"online": online, "target": target},
+            pairs=[pair_models(target, online, tau=0.5)] if with_pairs else None,
+        )
 
         @tf.function
         def step(x, y):
@@ -146,8 +163,11 @@ def test_bad_pairs_are_named(tmp_path):
 
 def test_record_drift_refuses_xla(tmp_path):
     online, target = _models()
-    rec = Recorder(logdir=str(tmp_path), models={"online": online, "target": target},
-                   pairs=[pair_models(target, online)])
+    rec = Recorder(
+        logdir=str(tmp_path),
+        models={"online": online, "target": target},
+        pairs=[pair_models(target, online)],
+    )
 
     @tf.function(jit_compile=True)
     def step():
@@ -166,18 +186,28 @@ def test_pair_models_scopes_follow_the_recorders_model_keys(tmp_path):
         return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
 
     online, target = net(), net()
-    rec = Recorder(str(tmp_path), models={"online": online, "target": target},
-                   pairs=[pair_models(target, online, tau=0.1)])
+    rec = Recorder(
+        str(tmp_path),
+        models={"online": online, "target": target},
+        pairs=[pair_models(target, online, tau=0.1)],
+    )
     (pair,) = rec.pairs
     assert (pair.name, pair.target_root, pair.online_root) == ("target<-online", "target", "online")
     assert all(n.startswith("target/") for n in pair.target_names)
     assert all(n.startswith("online/") for n in pair.online_names)
 
 
-@pytest.mark.parametrize("kwargs, named", [
-    ({"every": "x"}, "every"), ({"every": 0}, "every"), ({"every": True}, "every"),
-    ({"tau": "0.1"}, "tau"), ({"tau": 1.5}, "tau"), ({"tau": 0}, "tau"),
-])
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"every": "x"}, "every"),
+        ({"every": 0}, "every"),
+        ({"every": True}, "every"),
+        ({"tau": "0.1"}, "tau"),
+        ({"tau": 1.5}, "tau"),
+        ({"tau": 0}, "tau"),
+    ],
+)
 def test_pair_schedule_errors_name_the_argument(kwargs, named):
     online, target = _net("online_s"), _net("target_s")
     with pytest.raises(ValueError, match=rf"{named} must be"):

@@ -27,9 +27,7 @@ _token = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True)
 @st.composite
 def models(draw):
     n = draw(st.integers(2, 6))
-    paths = draw(
-        st.lists(st.lists(_token, min_size=1, max_size=4), min_size=n, max_size=n)
-    )
+    paths = draw(st.lists(st.lists(_token, min_size=1, max_size=4), min_size=n, max_size=n))
     # A unique leaf per weight: its parent path plus its index.
     names = ["/".join(p + [f"w{i}", "kernel"]) for i, p in enumerate(paths)]
     used = draw(st.lists(st.booleans(), min_size=n, max_size=n))

@@ -18,8 +18,14 @@ SCOPES = ["agent", "agent/trunk", "agent/trunk/dense", "agent/head", "target", "
 
 
 def _rows(*rule_texts, losses=("td",)):
-    watched = rule_gate.watched_rows([rules.parse_rule(r) for r in rule_texts], list(losses), SCOPES)
-    return None if watched is None else {name: [SCOPES[i] for i in rows] for name, rows in watched.items()}
+    watched = rule_gate.watched_rows(
+        [rules.parse_rule(r) for r in rule_texts], list(losses), SCOPES
+    )
+    return (
+        None
+        if watched is None
+        else {name: [SCOPES[i] for i in rows] for name, rows in watched.items()}
+    )
 
 
 def test_never_watches_the_rows_its_pattern_names():
@@ -44,15 +50,26 @@ def _dqn(logdir, leak_from=None, on_violation="log", made=None, every=2, steps=9
     keras.utils.set_random_seed(0)
 
     def net(name):
-        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu", name="l1"),
-                                 keras.layers.Dense(2, name="l2")], name=name)
+        return keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="relu", name="l1"),
+                keras.layers.Dense(2, name="l2"),
+            ],
+            name=name,
+        )
 
     online, target = net("online"), net("target")
     opt = keras.optimizers.SGD(1e-2)
     leak = tf.Variable(0.0, trainable=False)
-    rec = Recorder(logdir=logdir, every_n_steps=every, models={"online": online, "target": target},
-                   pairs=[pair_models(target, online, every=4)], rules=["never(td, target/*)"],
-                   on_violation=on_violation)
+    rec = Recorder(
+        logdir=logdir,
+        every_n_steps=every,
+        models={"online": online, "target": target},
+        pairs=[pair_models(target, online, every=4)],
+        rules=["never(td, target/*)"],
+        on_violation=on_violation,
+    )
     if made is not None:
         made.append(rec)
 
@@ -73,8 +90,12 @@ def _dqn(logdir, leak_from=None, on_violation="log", made=None, every=2, steps=9
     if made is not None:
         made.append(step)
     rng = np.random.default_rng(0)
-    batch = (tf.constant(rng.normal(size=(8, 4)).astype("float32")), tf.constant(rng.integers(0, 2, 8)),
-             tf.constant(rng.normal(size=8).astype("float32")), tf.constant(rng.normal(size=(8, 4)).astype("float32")))
+    batch = (
+        tf.constant(rng.normal(size=(8, 4)).astype("float32")),
+        tf.constant(rng.integers(0, 2, 8)),
+        tf.constant(rng.normal(size=8).astype("float32")),
+        tf.constant(rng.normal(size=(8, 4)).astype("float32")),
+    )
     try:
         for i in range(steps):
             if leak_from is not None and i == leak_from:
@@ -126,7 +147,9 @@ def test_the_recorded_variant_hands_its_check_to_the_host_with_no_callback_in_th
     graph = made[1]._variants["recorded"]._list_all_concrete_functions()[0].graph.as_graph_def()  # noqa: SLF001
     ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
     assert "WriteSummary" in ops
-    assert "EagerPyFunc" not in ops and "If" not in ops  # no host callback, no gate: the host checks after the call
+    assert (
+        "EagerPyFunc" not in ops and "If" not in ops
+    )  # no host callback, no gate: the host checks after the call
 
 
 def test_a_failing_write_of_the_hosts_check_stops_checking_not_training(tmp_path, monkeypatch):
@@ -137,7 +160,11 @@ def test_a_failing_write_of_the_hosts_check_stops_checking_not_training(tmp_path
             raise OSError("disk gone")
 
     monkeypatch.setattr(checks.RuleSteps, "_write_now", broken)
-    with pytest.warns(GradscopeWarning, match="stopped checking rules after an error .OSError: disk gone"):
+    with pytest.warns(
+        GradscopeWarning, match="stopped checking rules after an error .OSError: disk gone"
+    ):
         rec = _dqn(str(tmp_path), leak_from=3)
     assert int(rec.step.numpy()) == 9  # every step ran
-    assert {e.step for e in rec.violations} == {4}  # found at the first leaking recorded step; checking stopped then
+    assert {e.step for e in rec.violations} == {
+        4
+    }  # found at the first leaking recorded step; checking stopped then

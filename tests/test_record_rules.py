@@ -59,7 +59,9 @@ def _load(run_dir) -> RunLogs:
 
 def _check(logdir) -> tuple[int, str]:
     out = io.StringIO()
-    status = check_cmd.run(argparse.Namespace(logdir=logdir, rules=None, run_name=None), out, io.StringIO())
+    status = check_cmd.run(
+        argparse.Namespace(logdir=logdir, rules=None, run_name=None), out, io.StringIO()
+    )
     return status, out.getvalue()
 
 
@@ -73,7 +75,9 @@ def leaky(tmp_path_factory):
 def test_leak_is_written_at_trace_time_with_the_missing_cut(leaky):
     _, rec, logs = leaky
     trace = [e for e in logs.events if e.evidence.get("at") == "trace"]
-    assert [(e.step, e.name, e.loss, e.scope) for e in trace] == [(0, rf.LEAK_RULE, "actor", "ac/critic_head")]
+    assert [(e.step, e.name, e.loss, e.scope) for e in trace] == [
+        (0, rf.LEAK_RULE, "actor", "ac/critic_head")
+    ]
     assert trace[0].evidence["state"] == fmt.UPDATES
     assert trace[0].evidence["missing_cut"] == ["ac/critic_head", "loss:actor"]
     assert logs.recorded_rules == [rf.LEAK_RULE]  # in the FLOWGRAPH record, for `check`
@@ -82,12 +86,21 @@ def test_leak_is_written_at_trace_time_with_the_missing_cut(leaky):
 def test_leak_is_written_at_every_recorded_step_with_the_value_head_norm(leaky):
     _, rec, logs = leaky
     at_step = [e for e in logs.events if e.evidence.get("at") == "step"]
-    assert [(e.step, e.loss, e.scope) for e in at_step] == [(0, "actor", "ac/critic_head"), (2, "actor", "ac/critic_head")]
+    assert [(e.step, e.loss, e.scope) for e in at_step] == [
+        (0, "actor", "ac/critic_head"),
+        (2, "actor", "ac/critic_head"),
+    ]
     for event in at_step:
         recorded = logs.grads[event.step]["actor"].row("ac/critic_head")["l2"]
         assert recorded > 0 and event.evidence["l2"] == pytest.approx(recorded)
-        assert event.evidence["update_norm"] == pytest.approx(logs.updates[event.step].row("ac/critic_head")["update_norm"])
-    assert sorted((e.step, e.evidence["at"]) for e in rec.violations) == [(0, "step"), (0, "trace"), (2, "step")]
+        assert event.evidence["update_norm"] == pytest.approx(
+            logs.updates[event.step].row("ac/critic_head")["update_norm"]
+        )
+    assert sorted((e.step, e.evidence["at"]) for e in rec.violations) == [
+        (0, "step"),
+        (0, "trace"),
+        (2, "step"),
+    ]
 
 
 def test_evidence_norm_is_the_actor_gradient_on_the_value_head(leaky):
@@ -108,10 +121,15 @@ def test_check_command_fails_on_the_recorded_leak(leaky):
 
 
 def test_stop_gradient_holds_at_trace_time_and_every_step(tmp_path):
-    rec, _ = _train(str(tmp_path), leaky=False, rules=[rf.LEAK_RULE, "blocked(actor, ac/critic_head)"])
+    rec, _ = _train(
+        str(tmp_path), leaky=False, rules=[rf.LEAK_RULE, "blocked(actor, ac/critic_head)"]
+    )
     logs = _load(str(tmp_path))
     assert rec.violations == [] and logs.events == []
-    assert logs.steps == [0, 2] and logs.recorded_rules == [rf.LEAK_RULE, "blocked(actor, ac/critic_head)"]
+    assert logs.steps == [0, 2] and logs.recorded_rules == [
+        rf.LEAK_RULE,
+        "blocked(actor, ac/critic_head)",
+    ]
     assert _check(str(tmp_path))[0] == check_cmd.OK
 
 
@@ -127,7 +145,13 @@ def test_raise_at_trace_time_writes_the_violation_first(tmp_path, autograph):
     """Raised while tracing, before any step runs; autograph re-raises it with
     its own context added, still as the FlowRuleViolation users catch."""
     with pytest.raises(rules.FlowRuleViolation, match=r"never\(actor, ac/critic_head\)") as caught:
-        _train(str(tmp_path), leaky=True, rules=[rf.LEAK_RULE], on_violation="raise", autograph=autograph)
+        _train(
+            str(tmp_path),
+            leaky=True,
+            rules=[rf.LEAK_RULE],
+            on_violation="raise",
+            autograph=autograph,
+        )
     assert "never(actor, ac/critic_head)" in str(caught.value)
     logs = _load(str(tmp_path))
     assert [(e.step, e.evidence["at"]) for e in logs.events] == [(0, "trace")]
@@ -137,7 +161,9 @@ def test_raise_at_trace_time_writes_the_violation_first(tmp_path, autograph):
 
 def test_raise_in_an_eager_loop_stops_at_the_first_recorded_step(tmp_path):
     with pytest.raises(rules.FlowRuleViolation) as caught:
-        _train(str(tmp_path), leaky=True, in_function=False, rules=[rf.LEAK_RULE], on_violation="raise")
+        _train(
+            str(tmp_path), leaky=True, in_function=False, rules=[rf.LEAK_RULE], on_violation="raise"
+        )
     assert [e.step for e in caught.value.events] == [0]
     assert [e.step for e in _load(str(tmp_path)).events] == [0]
 
@@ -148,15 +174,22 @@ def test_raise_at_a_step_inside_tf_function_after_writing(tmp_path):
     model = rf.build_model()
     variables = model.trainable_variables
     optimizer = keras.optimizers.SGD(0.05)
-    rec = Recorder(logdir=str(tmp_path), every_n_steps=EVERY, models={"ac": model},
-                   rules=[rf.LEAK_RULE], on_violation="raise")
+    rec = Recorder(
+        logdir=str(tmp_path),
+        every_n_steps=EVERY,
+        models={"ac": model},
+        rules=[rf.LEAK_RULE],
+        on_violation="raise",
+    )
 
     @tf.function
     def step(s, a, returns):
         with tf.GradientTape(persistent=True) as tape:
             losses = rf.actor_critic_losses(model, s, a, returns, leaky=True)
             total = losses["actor"] + losses["critic"]
-        rec.record_gradients({k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()})
+        rec.record_gradients(
+            {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()}
+        )
         rec.apply(optimizer, list(zip(tape.gradient(total, variables), variables)))
 
     with pytest.raises(tf.errors.UnknownError, match="FlowRuleViolation"):
@@ -194,7 +227,9 @@ def test_jit_compiled_step_is_checked_where_its_stats_are_written(tmp_path):
     keras.utils.set_random_seed(0)
     model = rf.build_model()
     optimizer = keras.optimizers.SGD(0.05)
-    rec = Recorder(logdir=str(tmp_path), every_n_steps=EVERY, models={"ac": model}, rules=[rf.LEAK_RULE])
+    rec = Recorder(
+        logdir=str(tmp_path), every_n_steps=EVERY, models={"ac": model}, rules=[rf.LEAK_RULE]
+    )
 
     @tf.function(jit_compile=True)
     def step(s, a, returns):
@@ -207,7 +242,13 @@ def test_jit_compiled_step_is_checked_where_its_stats_are_written(tmp_path):
         rec.write(step(*rf.batch()))
     rec.close()
     logs = _load(str(tmp_path))
-    assert sorted((e.step, e.evidence["at"]) for e in logs.events) == [(0, "step"), (0, "trace"), (2, "step")]
+    assert sorted((e.step, e.evidence["at"]) for e in logs.events) == [
+        (0, "step"),
+        (0, "trace"),
+        (2, "step"),
+    ]
     for event in logs.events:
         if event.evidence["at"] == "step":
-            assert event.evidence["l2"] == pytest.approx(logs.grads[event.step]["actor"].row("ac/critic_head")["l2"])
+            assert event.evidence["l2"] == pytest.approx(
+                logs.grads[event.step]["actor"].row("ac/critic_head")["l2"]
+            )

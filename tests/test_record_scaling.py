@@ -113,7 +113,9 @@ def test_concat_joins_in_order_with_at_most_fan_in_inputs_per_op():
     concats = [op for op in graph.get_operations() if op.type == "ConcatV2"]
     assert max(len(op.inputs) - 1 for op in concats) <= 4
     assert len(concats) == 6 + 2 + 1  # 23 parts -> 6 -> 2 -> 1
-    np.testing.assert_array_equal(reductions.concat(parts, fan_in=4).numpy(), tf.concat(parts, 0).numpy())
+    np.testing.assert_array_equal(
+        reductions.concat(parts, fan_in=4).numpy(), tf.concat(parts, 0).numpy()
+    )
     with graph.as_default():
         reductions.concat([tf.constant(p) for p in parts[:4]], fan_in=4)
     assert len([op for op in graph.get_operations() if op.type == "ConcatV2"]) == len(concats) + 1
@@ -122,7 +124,9 @@ def test_concat_joins_in_order_with_at_most_fan_in_inputs_per_op():
 
 def test_stack_with_bounded_fan_in_equals_one_stack():
     scalars = [tf.constant(float(i)) for i in range(11)]
-    np.testing.assert_array_equal(reductions.stack(scalars, fan_in=3).numpy(), tf.stack(scalars).numpy())
+    np.testing.assert_array_equal(
+        reductions.stack(scalars, fan_in=3).numpy(), tf.stack(scalars).numpy()
+    )
 
 
 @pytest.mark.parametrize("fan_in", [1, 0])
@@ -141,13 +145,20 @@ def _kernel_tables() -> list[np.ndarray]:
     rollup = stats.RollUp.from_layout(layout)
     grads_a = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in variables]
     grads_a[3] = None
-    grads_a[4] = tf.IndexedSlices(tf.constant(rng.normal(size=(2, 2)).astype(np.float32)), tf.constant([0, 0]),
-                                  tf.constant([3, 2]))
-    grads_b = [tf.constant(rng.normal(size=v.shape).astype(np.float32)) if i % 3 else None
-               for i, v in enumerate(variables)]
+    grads_a[4] = tf.IndexedSlices(
+        tf.constant(rng.normal(size=(2, 2)).astype(np.float32)),
+        tf.constant([0, 0]),
+        tf.constant([3, 2]),
+    )
+    grads_b = [
+        tf.constant(rng.normal(size=v.shape).astype(np.float32)) if i % 3 else None
+        for i, v in enumerate(variables)
+    ]
     grads_b[7] = tf.fill(variables[7].shape, np.float32(np.nan))
-    before = [tf.constant(v.numpy() + rng.normal(size=v.shape).astype(np.float32)) if i % 4 else None
-              for i, v in enumerate(variables)]
+    before = [
+        tf.constant(v.numpy() + rng.normal(size=v.shape).astype(np.float32)) if i % 4 else None
+        for i, v in enumerate(variables)
+    ]
     target = variables[:20]
     online = [tf.Variable(v.numpy() * 2) for v in target]
     rows = drift.RowLayout.of(target)
@@ -155,8 +166,11 @@ def _kernel_tables() -> list[np.ndarray]:
         stats.grad_table(grads_a, rollup).numpy(),
         stats.grad_table(grads_b, rollup).numpy(),
         stats.update_table(before, variables, rollup).numpy(),
-        stats.update_table([b if b is not None else tf.constant(v.numpy()) for b, v in zip(before, variables)],
-                           variables, rollup).numpy(),
+        stats.update_table(
+            [b if b is not None else tf.constant(v.numpy()) for b, v in zip(before, variables)],
+            variables,
+            rollup,
+        ).numpy(),
         conflict.scope_grams({"a": grads_a, "b": grads_b}, rollup).numpy(),
         drift.sides_now(target, online, rows, tf.float32).numpy(),
         rows.pad(drift.flatten(online)).numpy(),

@@ -50,7 +50,9 @@ def _steps_of(logs, loss: str) -> list[int]:
     return sorted(step for step, tables in logs.grads.items() if loss in tables)
 
 
-def test_a_loss_computed_only_on_odd_steps_is_recorded_at_its_first_computation_after_each_due_step(td3_logs):
+def test_a_loss_computed_only_on_odd_steps_is_recorded_at_its_first_computation_after_each_due_step(
+    td3_logs,
+):
     # every_n_steps=10, 25 steps; the actor runs at steps 1, 3, ..., 23.
     assert _steps_of(td3_logs, "critic") == [0, 10, 20]
     assert _steps_of(td3_logs, "actor") == [11, 21]
@@ -69,7 +71,9 @@ def test_gradients_from_the_users_own_tape_with_rules_are_recorded_and_warned(tm
     kit.seed(7)
     net = kit.mlp("net", [4, 1])
     opt = keras.optimizers.Adam(0.01)
-    rec = Recorder(str(tmp_path / "run"), every_n_steps=1, models={"net": net}, rules=["only(td, [net])"])
+    rec = Recorder(
+        str(tmp_path / "run"), every_n_steps=1, models={"net": net}, rules=["only(td, [net])"]
+    )
 
     @tf.function
     def step(b):
@@ -102,8 +106,13 @@ def test_targets_moved_only_on_odd_steps_are_not_judged_frozen(tmp_path):
     (logs,) = load_logdir(logdir)
     found, _ = derived_anomalies(".", logs.drift, [], logs.updates)
     assert [e for e in found if e.name == TARGET_FROZEN] == [], [e.message for e in found]
-    tracks = [rules_lib.parse_rule(r) for r in ("tracks(target_critic1, critic1, tau=0.05)",
-                                                "tracks(target_actor, actor, tau=0.05)")]
+    tracks = [
+        rules_lib.parse_rule(r)
+        for r in (
+            "tracks(target_critic1, critic1, tau=0.05)",
+            "tracks(target_actor, actor, tau=0.05)",
+        )
+    ]
     assert evaluate(logs, tracks) == []
     (series,) = [s for name, s in logs.drift.items() if name.startswith("target_critic1")]
     moved = [table.row("target_critic1")["target_moved"] for _, table in series]
@@ -113,11 +122,23 @@ def test_targets_moved_only_on_odd_steps_are_not_judged_frozen(tmp_path):
 def _drift_table(target_step: float, online_step: float, drift: float) -> fmt.Table:
     row = {c: np.nan for c in fmt.DRIFT_COLUMNS}
     online_norm = 1.0
-    row.update(drift=drift, distance=drift * online_norm, online_norm=online_norm,
-               target_step=target_step, online_step=online_step, optimizer_vars=0.0)
-    info = dataclasses.replace(fmt.make_info(fmt.Kind.DRIFT, "target<-online", ["target"],
-                                             {"target": "target", "online": "online", "every": 50}),
-                               columns=fmt.DRIFT_COLUMNS)
+    row.update(
+        drift=drift,
+        distance=drift * online_norm,
+        online_norm=online_norm,
+        target_step=target_step,
+        online_step=online_step,
+        optimizer_vars=0.0,
+    )
+    info = dataclasses.replace(
+        fmt.make_info(
+            fmt.Kind.DRIFT,
+            "target<-online",
+            ["target"],
+            {"target": "target", "online": "online", "every": 50},
+        ),
+        columns=fmt.DRIFT_COLUMNS,
+    )
     return fmt.Table(info, np.asarray([[row[c] for c in fmt.DRIFT_COLUMNS]], np.float32))
 
 

@@ -10,7 +10,13 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.record import Recorder
 from tb_gradscope.scopes import leaf_scope
-from tests.record_fixtures import assert_table_close, np_grad_table, np_update_table, only, read_records
+from tests.record_fixtures import (
+    assert_table_close,
+    np_grad_table,
+    np_update_table,
+    only,
+    read_records,
+)
 
 
 # 24 x 2731 > reductions.BIG weights: a big dense gradient beside the sparse one
@@ -40,7 +46,9 @@ def test_embedding_gradients_are_recorded_exactly(tmp_path, units):
     grads = step()
     after = [v.numpy() for v in variables]
     rec.close()
-    assert isinstance(grads[0], tf.IndexedSlices) and len(set(grads[0].indices.numpy())) < len(grads[0].indices)
+    assert isinstance(grads[0], tf.IndexedSlices) and len(set(grads[0].indices.numpy())) < len(
+        grads[0].indices
+    )
     dense = [tf.convert_to_tensor(g).numpy() for g in grads]
     leaves = [leaf_scope(f"lm/{v.path}") for v in variables]
     records = only(read_records(str(tmp_path)))
@@ -48,5 +56,7 @@ def test_embedding_gradients_are_recorded_exactly(tmp_path, units):
     assert_table_close(table, np_grad_table(table.info.scopes, leaves, dense), "sparse grads")
     assert 0 < table.row("lm/emb")["zero_frac"] < 1  # untouched rows are exact zeros
     update = records[(fmt.Kind.UPDATE_STATS, "")][0]
-    assert_table_close(update, np_update_table(update.info.scopes, leaves, before, after), "sparse update")
+    assert_table_close(
+        update, np_update_table(update.info.scopes, leaves, before, after), "sparse update"
+    )
     np.testing.assert_array_equal(after[0][[4, 6]], before[0][[4, 6]])

@@ -99,6 +99,4 @@ def test_start_point_with_mismatched_output_gradients_names_the_fix(tmp_path):
     with rec.tape() as tape:
         q_all = model(tf.zeros((8, 4)))
     with pytest.raises(ValueError, match=r"start point 'q_out': output_gradients have shape \[8\]"):
-        rec.gradients(
-            tape, {"q_out": StartPoint(q_all, tf.zeros((8,)))}, model.trainable_variables
-        )
+        rec.gradients(tape, {"q_out": StartPoint(q_all, tf.zeros((8,)))}, model.trainable_variables)

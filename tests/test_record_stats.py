@@ -32,7 +32,9 @@ def test_dense_gradients_match_numpy_on_every_scope_level():
     grads[1][0] = 0.0
     table = stats.grad_table([tf.constant(g) for g in grads], rollup)
     assert table.shape == (len(layout.scopes), len(stats.GRAD_COLUMNS))
-    assert_table_close(table.numpy(), np_grad_table(layout.scopes, layout.variable_leaf, grads), "dense")
+    assert_table_close(
+        table.numpy(), np_grad_table(layout.scopes, layout.variable_leaf, grads), "dense"
+    )
     row = dict(zip(layout.scopes, table.numpy()))
     assert row["online"][0] == 3  # grad_vars rolls up: online/l1 (2) + online/l2 (1)
 

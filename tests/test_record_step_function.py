@@ -22,8 +22,14 @@ def _nets(seed=0):
     keras.utils.set_random_seed(seed)
 
     def net(name):
-        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu", name="l1"),
-                                 keras.layers.Dense(2, name="l2")], name=name)
+        return keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="relu", name="l1"),
+                keras.layers.Dense(2, name="l2"),
+            ],
+            name=name,
+        )
 
     online, target = net("online"), net("target")
     target.set_weights(online.get_weights())
@@ -32,17 +38,29 @@ def _nets(seed=0):
 
 def _batches(n):
     rng = np.random.default_rng(0)
-    return [(tf.constant(rng.normal(size=(16, 4)).astype("float32")), tf.constant(rng.integers(0, 2, 16)),
-             tf.constant(rng.normal(size=16).astype("float32")), tf.constant(rng.normal(size=(16, 4)).astype("float32")))
-            for _ in range(n)]
+    return [
+        (
+            tf.constant(rng.normal(size=(16, 4)).astype("float32")),
+            tf.constant(rng.integers(0, 2, 16)),
+            tf.constant(rng.normal(size=16).astype("float32")),
+            tf.constant(rng.normal(size=(16, 4)).astype("float32")),
+        )
+        for _ in range(n)
+    ]
 
 
 def _dqn(logdir, wrap, steps=25, rule="never(td, target/*)", on_violation=None, close=True):
     """The README's custom loop (pair + rule + drift), every 4 steps, hard copy every 6."""
     online, target = _nets()
     opt = keras.optimizers.Adam(1e-2)
-    rec = Recorder(logdir=logdir, every_n_steps=4, models={"online": online, "target": target},
-                   pairs=[pair_models(target, online, every=COPY_EVERY)], rules=[rule], on_violation=on_violation)
+    rec = Recorder(
+        logdir=logdir,
+        every_n_steps=4,
+        models={"online": online, "target": target},
+        pairs=[pair_models(target, online, every=COPY_EVERY)],
+        rules=[rule],
+        on_violation=on_violation,
+    )
 
     def train_step(s, a, r, s2):
         with rec.tape() as tape:
@@ -69,21 +87,39 @@ def _ddpg(logdir, wrap, steps=23):
     keras.utils.set_random_seed(3)
 
     def net(name, inputs, outputs):
-        return keras.Sequential([keras.Input((inputs,)), keras.layers.Dense(6, activation="relu", name="h"),
-                                 keras.layers.Dense(outputs, name="out")], name=name)
+        return keras.Sequential(
+            [
+                keras.Input((inputs,)),
+                keras.layers.Dense(6, activation="relu", name="h"),
+                keras.layers.Dense(outputs, name="out"),
+            ],
+            name=name,
+        )
 
-    actor, critic, actor_t, critic_t = net("actor", 4, 2), net("critic", 6, 1), net("actor_t", 4, 2), net("critic_t", 6, 1)
+    actor, critic, actor_t, critic_t = (
+        net("actor", 4, 2),
+        net("critic", 6, 1),
+        net("actor_t", 4, 2),
+        net("critic_t", 6, 1),
+    )
     a_opt, c_opt = keras.optimizers.Adam(1e-2), keras.optimizers.SGD(1e-2)
-    rec = Recorder(logdir=logdir, every_n_steps=5,
-                   models={"actor": actor, "critic": critic, "actor_t": actor_t, "critic_t": critic_t},
-                   pairs=[pair_models(actor_t, actor, tau=0.1), pair_models(critic_t, critic, tau=0.1)])
+    rec = Recorder(
+        logdir=logdir,
+        every_n_steps=5,
+        models={"actor": actor, "critic": critic, "actor_t": actor_t, "critic_t": critic_t},
+        pairs=[pair_models(actor_t, actor, tau=0.1), pair_models(critic_t, critic, tau=0.1)],
+    )
 
     def train_step(s, a, r, s2):
         with rec.training_step():
             with rec.tape() as tape:
                 y = r + 0.9 * tf.squeeze(critic_t(tf.concat([s2, actor_t(s2)], 1)), 1)
-                critic_loss = tf.reduce_mean(tf.square(tf.stop_gradient(y) - tf.squeeze(critic(tf.concat([s, a], 1)), 1)))
-            rec.apply(c_opt, rec.gradients(tape, {"critic": critic_loss}, critic.trainable_variables))
+                critic_loss = tf.reduce_mean(
+                    tf.square(tf.stop_gradient(y) - tf.squeeze(critic(tf.concat([s, a], 1)), 1))
+                )
+            rec.apply(
+                c_opt, rec.gradients(tape, {"critic": critic_loss}, critic.trainable_variables)
+            )
             with rec.tape() as tape:
                 actor_loss = -tf.reduce_mean(critic(tf.concat([s, actor(s)], 1)))
             rec.apply(a_opt, rec.gradients(tape, {"actor": actor_loss}, actor.trainable_variables))
@@ -103,8 +139,10 @@ def _ddpg(logdir, wrap, steps=23):
 
 def _tables(logdir):
     (run,) = read_records(logdir).values()
-    return {key: {step: getattr(value, "values", value) for step, value in by_step.items()}
-            for key, by_step in run.items()}
+    return {
+        key: {step: getattr(value, "values", value) for step, value in by_step.items()}
+        for key, by_step in run.items()
+    }
 
 
 def _assert_same_records(one, two):
@@ -121,7 +159,9 @@ def _assert_same_records(one, two):
 
 def _ops(concrete) -> list[str]:
     graph_def = concrete.graph.as_graph_def()
-    return [n.op for n in graph_def.node] + [n.op for f in graph_def.library.function for n in f.node_def]
+    return [n.op for n in graph_def.node] + [
+        n.op for f in graph_def.library.function for n in f.node_def
+    ]
 
 
 @pytest.mark.slow
@@ -146,16 +186,31 @@ def test_unrecorded_steps_run_a_graph_without_recording_ops(tmp_path):
     assert "WriteSummary" in recorded  # the rules' check runs on the host, after a recorded call
     assert "EagerPyFunc" not in recorded
     snapshot = _ops(variants["snapshot"].get_concrete_function(*_batches(1)[0]))
-    assert not set(snapshot) & RECORDING_OPS  # the drift snapshot: copies and assigns, unconditional
+    assert (
+        not set(snapshot) & RECORDING_OPS
+    )  # the drift snapshot: copies and assigns, unconditional
     assert snapshot.count("If") + snapshot.count("StatelessIf") == 1
 
 
 def test_host_picks_the_variant_by_step(tmp_path):
-    rec = Recorder(logdir=str(tmp_path), every_n_steps=10, models={"online": _nets()[0]},
-                   pairs=[pair_models(*_nets()[::-1], every=25)])
+    rec = Recorder(
+        logdir=str(tmp_path),
+        every_n_steps=10,
+        models={"online": _nets()[0]},
+        pairs=[pair_models(*_nets()[::-1], every=25)],
+    )
     picked = {s: rec.due_at(s) for s in (0, 1, 7, 8, 9, 10, 23, 24, 25)}
-    assert picked == {0: "recorded", 1: "plain", 7: "plain", 8: "snapshot", 9: "drift", 10: "recorded",
-                      23: "snapshot", 24: "drift", 25: "drift"}
+    assert picked == {
+        0: "recorded",
+        1: "plain",
+        7: "plain",
+        8: "snapshot",
+        9: "drift",
+        10: "recorded",
+        23: "snapshot",
+        24: "drift",
+        25: "drift",
+    }
 
 
 def test_traced_step_tells_the_host_which_step_record_drift_sees(tmp_path):
@@ -163,12 +218,31 @@ def test_traced_step_tells_the_host_which_step_record_drift_sees(tmp_path):
     block, the call's own: no variant runs for a drift that cannot be due."""
     dqn, _, _ = _dqn(str(tmp_path / "dqn"), wrap=True, steps=3)  # every 4, hard copy every 6
     assert {s: dqn.due_at(s) for s in range(1, 12)} == {
-        1: "plain", 2: "snapshot", 3: "drift", 4: "recorded", 5: "drift", 6: "snapshot", 7: "drift",
-        8: "recorded", 9: "plain", 10: "snapshot", 11: "drift"}
+        1: "plain",
+        2: "snapshot",
+        3: "drift",
+        4: "recorded",
+        5: "drift",
+        6: "snapshot",
+        7: "drift",
+        8: "recorded",
+        9: "plain",
+        10: "snapshot",
+        11: "drift",
+    }
     ddpg, _, _ = _ddpg(str(tmp_path / "ddpg"), wrap=True, steps=3)  # every 5, Polyak pairs
     assert {s: ddpg.due_at(s) for s in range(1, 11)} == {
-        1: "plain", 2: "plain", 3: "plain", 4: "snapshot", 5: "recorded", 6: "plain", 7: "plain", 8: "plain",
-        9: "snapshot", 10: "recorded"}
+        1: "plain",
+        2: "plain",
+        3: "plain",
+        4: "snapshot",
+        5: "recorded",
+        6: "plain",
+        7: "plain",
+        8: "plain",
+        9: "snapshot",
+        10: "recorded",
+    }
 
 
 def test_trace_time_rule_violation_raises_at_the_first_call(tmp_path):
@@ -212,7 +286,11 @@ def test_step_changed_between_calls_is_said_within_a_period_and_later_steps_are_
     for _ in range(7):
         step(x)
     rec.close()
-    steps = sorted(_tables(str(tmp_path))[next(k for k in _tables(str(tmp_path)) if k[0].value == "grad_stats")])
+    steps = sorted(
+        _tables(str(tmp_path))[
+            next(k for k in _tables(str(tmp_path)) if k[0].value == "grad_stats")
+        ]
+    )
     assert steps == [0, 22, 25, 30]
 
 
@@ -240,7 +318,9 @@ def test_recorded_variant_records_drift_without_a_gate_where_every_recorded_step
     args = [tf.zeros(shape) for shape in ((8, 4), (8, 2), (8,), (8, 4))]
     recorded = _ops(step._variants["recorded"].get_concrete_function(*args))  # noqa: SLF001
     plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
-    assert recorded.count("FloorMod") == plain.count("FloorMod")  # the tape's own (concat's gradient)
+    assert recorded.count("FloorMod") == plain.count(
+        "FloorMod"
+    )  # the tape's own (concat's gradient)
     assert "WriteSummary" in recorded
 
 
@@ -251,7 +331,9 @@ def test_recorded_variant_writes_all_its_records_with_one_write(tmp_path):
     args = [tf.zeros(shape) for shape in ((8, 4), (8, 2), (8,), (8, 4))]
     recorded = _ops(step._variants["recorded"].get_concrete_function(*args))  # noqa: SLF001
     assert recorded.count("WriteSummary") >= 5
-    assert recorded.count("Timestamp") == 0  # no flush gate: the host counts the records (test below)
+    assert (
+        recorded.count("Timestamp") == 0
+    )  # no flush gate: the host counts the records (test below)
     assert recorded.count("EagerPyFunc") == 0
 
 
@@ -280,7 +362,9 @@ def test_drift_variant_records_without_a_gate_where_every_step_it_runs_at_is_due
     drift = _ops(step._variants["drift"].get_concrete_function(*args))  # noqa: SLF001
     plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
     assert drift.count("FloorMod") == plain.count("FloorMod")  # the loop's own copy test
-    assert drift.count("If") == plain.count("If")  # no gate at all: the host counts the records for the flush
+    assert drift.count("If") == plain.count(
+        "If"
+    )  # no gate at all: the host counts the records for the flush
     assert drift.count("WriteSummary") == 1
 
 

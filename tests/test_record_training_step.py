@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import io
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 from tb_gradscope import Recorder
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tb_gradscope.read.logdir import load_logdir
-from tb_gradscope.read.summary import run_summary
 from tb_gradscope.format.flowgraph import TRAINABLE
 from tb_gradscope.pairs import pair_models
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.summary import run_summary
 
 STEPS, EVERY = 25, 10
 RULES = ["never(critic, actor/*)", "only(actor, [actor])"]
@@ -28,7 +28,11 @@ RULES = ["never(critic, actor/*)", "only(actor, [actor])"]
 
 def _mlp(name: str, inputs: int) -> keras.Model:
     return keras.Sequential(
-        [keras.Input((inputs,)), keras.layers.Dense(8, activation="relu", name="l1"), keras.layers.Dense(1, name="l2")],
+        [
+            keras.Input((inputs,)),
+            keras.layers.Dense(8, activation="relu", name="l1"),
+            keras.layers.Dense(1, name="l2"),
+        ],
         name=name,
     )
 
@@ -43,9 +47,19 @@ class Ddpg:
         self.actor_t.set_weights(self.actor.get_weights())
         self.critic_t.set_weights(self.critic.get_weights())
         self.critic_opt, self.actor_opt = keras.optimizers.Adam(1e-2), keras.optimizers.Adam(1e-2)
-        models = {"actor": self.actor, "critic": self.critic, "actor_t": self.actor_t, "critic_t": self.critic_t}
-        self.rec = Recorder(logdir, every_n_steps=EVERY, models=models,
-                            pairs=[pair_models(self.critic_t, self.critic, tau=0.1)], **recorder_args)
+        models = {
+            "actor": self.actor,
+            "critic": self.critic,
+            "actor_t": self.actor_t,
+            "critic_t": self.critic_t,
+        }
+        self.rec = Recorder(
+            logdir,
+            every_n_steps=EVERY,
+            models=models,
+            pairs=[pair_models(self.critic_t, self.critic, tau=0.1)],
+            **recorder_args,
+        )
 
     def critic_loss(self, s, a, r, s2):
         y = r + 0.9 * tf.stop_gradient(self.critic_t(tf.concat([s2, self.actor_t(s2)], 1))[:, 0])
@@ -54,15 +68,21 @@ class Ddpg:
     def update_critic(self, s, a, r, s2):
         with self.rec.tape() as tape:
             losses = {"critic": self.critic_loss(s, a, r, s2)}
-        self.rec.apply(self.critic_opt, self.rec.gradients(tape, losses, self.critic.trainable_variables))
+        self.rec.apply(
+            self.critic_opt, self.rec.gradients(tape, losses, self.critic.trainable_variables)
+        )
 
     def update_actor(self, s):
         with self.rec.tape() as tape:
             losses = {"actor": -tf.reduce_mean(self.critic(tf.concat([s, self.actor(s)], 1)))}
-        self.rec.apply(self.actor_opt, self.rec.gradients(tape, losses, self.actor.trainable_variables))
+        self.rec.apply(
+            self.actor_opt, self.rec.gradients(tape, losses, self.actor.trainable_variables)
+        )
 
     def polyak(self):
-        pairs = zip(self.critic_t.weights + self.actor_t.weights, self.critic.weights + self.actor.weights)
+        pairs = zip(
+            self.critic_t.weights + self.actor_t.weights, self.critic.weights + self.actor.weights
+        )
         for t, o in pairs:
             t.assign(0.9 * t + 0.1 * o)
 
@@ -78,7 +98,12 @@ def _batches(n: int):
     rng = np.random.default_rng(0)
     for _ in range(n):
         s, s2 = rng.normal(size=(2, 16, 3)).astype("float32")
-        yield s, rng.normal(size=(16, 1)).astype("float32"), rng.normal(size=16).astype("float32"), s2
+        yield (
+            s,
+            rng.normal(size=(16, 1)).astype("float32"),
+            rng.normal(size=16).astype("float32"),
+            s2,
+        )
 
 
 def _train(logdir: str, shape: str, **recorder_args) -> Ddpg:
@@ -86,7 +111,9 @@ def _train(logdir: str, shape: str, **recorder_args) -> Ddpg:
     if shape == "one_function":
         step = tf.function(agent.step_body)
     elif shape == "function_per_update":
-        critic, actor, polyak = (tf.function(f) for f in (agent.update_critic, agent.update_actor, agent.polyak))
+        critic, actor, polyak = (
+            tf.function(f) for f in (agent.update_critic, agent.update_actor, agent.polyak)
+        )
 
         def step(s, a, r, s2):
             with agent.rec.training_step():
@@ -220,7 +247,9 @@ def test_eager_run_given_rules_is_checked_and_says_static_evidence_is_missing(tm
                 with rec.tape() as tape:
                     q = agent.critic(tf.concat([s, agent.actor(s) if leaky else a], 1))[:, 0]
                     losses = {"critic": tf.reduce_mean((r - q) ** 2)}
-                variables = agent.critic.trainable_variables + (agent.actor.trainable_variables if leaky else [])
+                variables = agent.critic.trainable_variables + (
+                    agent.actor.trainable_variables if leaky else []
+                )
                 rec.apply(agent.critic_opt, rec.gradients(tape, losses, variables))
         rec.close()
         args = build_parser().parse_args(["check", logdir])

@@ -51,7 +51,10 @@ def _step_fn(way, rec, model, opt, var_list=None):
                 losses = two_losses(model, x, y)
                 total = losses["a"] + losses["b"]
             rec.record_gradients(
-                {name: list(zip(tape.gradient(loss, variables), variables)) for name, loss in losses.items()},
+                {
+                    name: list(zip(tape.gradient(loss, variables), variables))
+                    for name, loss in losses.items()
+                },
                 losses=losses,
             )
             grads_and_vars = list(zip(tape.gradient(total, variables), variables))
@@ -95,7 +98,9 @@ def trained(request, tmp_path_factory):
 def test_every_logged_stat_equals_numpy(trained):
     _, records, refs, names, _ = trained
     leaves = [scopes_lib.leaf_scope(n) for n in names]
-    expected_scopes = tuple(scopes_lib.tree_order(s for leaf in leaves for s in scopes_lib.ancestors(leaf)))
+    expected_scopes = tuple(
+        scopes_lib.tree_order(s for leaf in leaves for s in scopes_lib.ancestors(leaf))
+    )
     for loss in ("a", "b"):
         series = records[(fmt.Kind.GRAD_STATS, loss)]
         assert sorted(series) == RECORDED
@@ -107,7 +112,9 @@ def test_every_logged_stat_equals_numpy(trained):
     assert sorted(updates) == RECORDED
     for step, table in updates.items():
         _, before, after = refs[step]
-        assert_table_close(table, np_update_table(table.info.scopes, leaves, before, after), f"update {step}")
+        assert_table_close(
+            table, np_update_table(table.info.scopes, leaves, before, after), f"update {step}"
+        )
 
 
 def test_stop_gradient_scope_has_no_gradient_not_zero(trained):
@@ -125,7 +132,10 @@ def test_metadata_identifies_records_and_steps_continue(trained):
     _, records, _, _, rec = trained
     assert int(rec.step.numpy()) == STEPS
     info = records[(fmt.Kind.GRAD_STATS, "a")][0].info
-    assert info.attrs["every_n_steps"] == EVERY and info.columns == fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns
+    assert (
+        info.attrs["every_n_steps"] == EVERY
+        and info.columns == fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns
+    )
 
 
 def test_var_list_excluded_scope_has_zero_update_but_a_gradient(tmp_path):
@@ -208,7 +218,10 @@ def test_recording_never_changes_training_results(tmp_path, way):
             grads_and_vars = list(zip(tape.gradient(total, variables), variables))
             if record:
                 rec.record_gradients(
-                    {k: list(zip(tape.gradient(loss, variables), variables)) for k, loss in losses.items()}
+                    {
+                        k: list(zip(tape.gradient(loss, variables), variables))
+                        for k, loss in losses.items()
+                    }
                 )
                 rec.apply(opt, grads_and_vars)
             else:

@@ -27,9 +27,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _train(tmp_path, fault: str) -> tuple[dict, list[int], str]:
     logdir = str(tmp_path / "run")
     done = subprocess.run(
-        [sys.executable, "-m", "tests.reliability1_dataloss", logdir, fault,
-         str(STEPS), str(FAULT_AT), str(HEAL_AT)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "tests.reliability1_dataloss",
+            logdir,
+            fault,
+            str(STEPS),
+            str(FAULT_AT),
+            str(HEAL_AT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -58,6 +69,8 @@ def test_lost_event_file_is_noticed_reopened_and_later_steps_readable(tmp_path, 
     missing = sorted(set(recoverable) - set(steps))
     assert missing == [], f"recoverable steps lost: {missing}; read back: {steps}"
     lost = sorted(set(range(STEPS)) - set(steps))
-    print(f"\n{fault}: 1 fault at step {FAULT_AT} (healed at {HEAL_AT}), {STEPS} of {STEPS} "
-          f"steps trained; {len(lost)} step(s) not readable {lost}, recoverable steps lost: 0; "
-          f"{result['reopened']} reopen(s), {len(result['warnings'])} warning")
+    print(
+        f"\n{fault}: 1 fault at step {FAULT_AT} (healed at {HEAL_AT}), {STEPS} of {STEPS} "
+        f"steps trained; {len(lost)} step(s) not readable {lost}, recoverable steps lost: 0; "
+        f"{result['reopened']} reopen(s), {len(result['warnings'])} warning"
+    )

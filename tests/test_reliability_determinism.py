@@ -28,8 +28,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def hashes() -> dict:
-    done = subprocess.run([sys.executable, "-m", "tests.reliability1_determinism", str(STEPS)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.reliability1_determinism", str(STEPS)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -40,7 +45,8 @@ def test_weights_bitwise_identical_with_and_without_tb_gradscope(hashes, case):
     h = hashes[case]
     assert h["plain"] == h["plain_again"], (
         f"{case}: two runs WITHOUT tb_gradscope already differ: upstream nondeterminism, "
-        "not the recorder")
+        "not the recorder"
+    )
     assert h["recorded_bytes"] > 10_000, f"{case}: the recorded run wrote almost nothing"
     assert h["recorded"] == h["plain"], f"{case}: recording changed the trained weights"
 
@@ -48,6 +54,8 @@ def test_weights_bitwise_identical_with_and_without_tb_gradscope(hashes, case):
 @pytest.mark.slow
 def test_determinism_figures(hashes):
     same = sum(h["recorded"] == h["plain"] == h["plain_again"] for h in hashes.values())
-    print(f"\ndeterminism: {same} of {len(hashes)} cases bitwise identical with/without "
-          f"tb_gradscope over {STEPS} steps, every step recorded")
+    print(
+        f"\ndeterminism: {same} of {len(hashes)} cases bitwise identical with/without "
+        f"tb_gradscope over {STEPS} steps, every step recorded"
+    )
     assert same == len(det.CASES)

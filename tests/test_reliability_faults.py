@@ -11,7 +11,6 @@ could be recorded is readable (NaN/Inf counted in `nonfinite`).
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import warnings
 
@@ -20,9 +19,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.integrations.tf1 import GraphRecorder
+from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.record import Recorder
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.scopes import ScopeSpec
@@ -36,8 +35,10 @@ FAULTS: list[str] = []  # what the module injected, for the summary line
 
 def _net(name="net", seed=0):
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="l1"),
-                             keras.layers.Dense(1, name="l2")], name=name)
+    return keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3, name="l1"), keras.layers.Dense(1, name="l2")],
+        name=name,
+    )
 
 
 def _x(step):
@@ -55,13 +56,17 @@ class _SplitOptimizer:
     """Keras optimizers take no new variable once built: a second one for the late one."""
 
     def __init__(self, split):
-        self.split, self.first, self.second = split, keras.optimizers.SGD(0.01), keras.optimizers.SGD(0.01)
+        self.split, self.first, self.second = (
+            split,
+            keras.optimizers.SGD(0.01),
+            keras.optimizers.SGD(0.01),
+        )
 
     def apply_gradients(self, grads_and_vars):
         grads_and_vars = list(grads_and_vars)
         self.first.apply_gradients(grads_and_vars[: self.split])
-        if grads_and_vars[self.split:]:
-            self.second.apply_gradients(grads_and_vars[self.split:])
+        if grads_and_vars[self.split :]:
+            self.second.apply_gradients(grads_and_vars[self.split :])
 
 
 def _train_tf2(logdir, model, scopes=None, extra=None):
@@ -72,7 +77,9 @@ def _train_tf2(logdir, model, scopes=None, extra=None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(STEPS):
-            variables = model.trainable_variables + ([extra] if extra is not None and step > 0 else [])
+            variables = model.trainable_variables + (
+                [extra] if extra is not None and step > 0 else []
+            )
             with rec.tape() as tape:
                 loss = tf.reduce_mean(tf.square(model(_x(step))))
                 if extra is not None and step > 0:
@@ -99,7 +106,9 @@ def test_recorder_none_gradients_step_aside(tmp_path):
     """A variable the loss never reaches: its gradient is None; the loop applies the rest."""
     FAULTS.append("recorder: None gradient")
     model, unused = _net(), tf.Variable(tf.ones([2]), name="unused")
-    rec = Recorder(str(tmp_path / "run"), every_n_steps=1, variables=model.trainable_variables + [unused])
+    rec = Recorder(
+        str(tmp_path / "run"), every_n_steps=1, variables=model.trainable_variables + [unused]
+    )
     opt = keras.optimizers.SGD(0.01)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -135,13 +144,17 @@ def test_recorder_scope_mapping_that_raises_warns_once_and_steps_aside(tmp_path)
     for _ in range(STEPS):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(plain(_x(0))))
-        opt.apply_gradients(zip(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables))
+        opt.apply_gradients(
+            zip(tape.gradient(loss, plain.trainable_variables), plain.trainable_variables)
+        )
 
     def mapping(name):
         raise KeyError(f"no scope for {name}")
 
     model = _net()
-    rec = Recorder(str(tmp_path / "run"), every_n_steps=1, models=model, scopes=ScopeSpec(mapping=mapping))
+    rec = Recorder(
+        str(tmp_path / "run"), every_n_steps=1, models=model, scopes=ScopeSpec(mapping=mapping)
+    )
     opt = keras.optimizers.SGD(0.01)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -197,8 +210,14 @@ def test_keras_callback_nonfinite_batch_and_raising_mapping(tmp_path):
     model.compile(keras.optimizers.SGD(0.01), loss="mse")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.fit(x, y, batch_size=8, shuffle=False, verbose=0,
-                  callbacks=[GradscopeCallback(str(tmp_path / "nan"), every_n_batches=1)])
+        model.fit(
+            x,
+            y,
+            batch_size=8,
+            shuffle=False,
+            verbose=0,
+            callbacks=[GradscopeCallback(str(tmp_path / "nan"), every_n_batches=1)],
+        )
     assert _gs_warnings(caught) == []
     (logs,) = load_logdir(str(tmp_path / "nan"))
     assert sorted(logs.grads) == list(range(STEPS))
@@ -215,9 +234,12 @@ def test_keras_callback_nonfinite_batch_and_raising_mapping(tmp_path):
     model.compile(keras.optimizers.SGD(0.01), loss="mse")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        callback = GradscopeCallback(str(tmp_path / "map"), every_n_batches=1,
-                                     scopes=ScopeSpec(mapping=mapping))
-        model.fit(x[:8], y[:8], batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[callback])
+        callback = GradscopeCallback(
+            str(tmp_path / "map"), every_n_batches=1, scopes=ScopeSpec(mapping=mapping)
+        )
+        model.fit(
+            x[:8], y[:8], batch_size=8, epochs=3, shuffle=False, verbose=0, callbacks=[callback]
+        )
     said = _gs_warnings(caught)
     assert len(said) == 1 and "mapping broke" in said[0], said
     for a, b in zip(model.get_weights(), plain.get_weights()):
@@ -245,8 +267,13 @@ def test_tf1_nonfinite_and_none_gradients_and_deleted_logdir(tmp_path):
     graph, x, w, unused, loss, train, init = _tf1_graph()
     logdir = str(tmp_path / "run")
     with graph.as_default():
-        gs = GraphRecorder(logdir, losses={"mse": loss}, train_ops={"mse": train}, every_n_steps=1,
-                           variables=[w, unused])
+        gs = GraphRecorder(
+            logdir,
+            losses={"mse": loss},
+            train_ops={"mse": train},
+            every_n_steps=1,
+            variables=[w, unused],
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with gs.wrap(v1.Session(graph=graph)) as sess:
@@ -273,4 +300,6 @@ def test_tf1_nonfinite_and_none_gradients_and_deleted_logdir(tmp_path):
 @pytest.fixture(scope="module", autouse=True)
 def fault_figures():
     yield
-    print(f"\nfaults injected: {len(FAULTS)} ({'; '.join(FAULTS)}); training stopped by the hook: 0")
+    print(
+        f"\nfaults injected: {len(FAULTS)} ({'; '.join(FAULTS)}); training stopped by the hook: 0"
+    )

@@ -53,7 +53,9 @@ def client(request, damaged):
     root, _ = damaged
 
     def make(data_provider):
-        plugin = GradscopePlugin(base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES))
+        plugin = GradscopePlugin(
+            base_plugin.TBContext(data_provider=data_provider, sampling_hints=SAMPLES)
+        )
         return werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
 
     if request.param == "python":
@@ -93,16 +95,21 @@ def test_plugin_serves_intact_steps_of_damaged_runs(client, damaged):
     assert len(served[rl.BAD_CRC]) >= BAD_CRC_STEPS_MIN
     assert served[rl.BAD_CRC] == list(rl.STEPS)[: len(served[rl.BAD_CRC])]
     lost = len(rl.STEPS) - len(served[rl.BAD_CRC])
-    print(f"\nplugin: 7 damaged runs, 0 errors; bad CRC mid-file: {lost} of {len(rl.STEPS)} steps "
-          f"not shown (TensorBoard stops reading the file); truncated tail: "
-          f"{len(intact[rl.TRUNCATED])} of {len(rl.STEPS)} steps complete")
+    print(
+        f"\nplugin: 7 damaged runs, 0 errors; bad CRC mid-file: {lost} of {len(rl.STEPS)} steps "
+        f"not shown (TensorBoard stops reading the file); truncated tail: "
+        f"{len(intact[rl.TRUNCATED])} of {len(rl.STEPS)} steps complete"
+    )
 
 
 def test_plugin_names_the_future_version_record_it_skipped(client):
     body = _get(client, "run", run=rl.FUTURE).get_json()
-    assert body["losses"] and "next" not in [loss["name"] if isinstance(loss, dict) else loss
-                                             for loss in body["losses"]]
-    assert any("newer tb-gradscope" in w and "next" in w for w in body["warnings"]), body["warnings"]
+    assert body["losses"] and "next" not in [
+        loss["name"] if isinstance(loss, dict) else loss for loss in body["losses"]
+    ]
+    assert any("newer tb-gradscope" in w and "next" in w for w in body["warnings"]), body[
+        "warnings"
+    ]
 
 
 @pytest.mark.parametrize("run", NO_DATA)
@@ -113,8 +120,12 @@ def test_plugin_404s_cleanly_for_empty_and_random_files(client, run):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tb_gradscope.cli", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tb_gradscope.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_report_serves_intact_steps_and_names_damaged_files(damaged):
@@ -126,7 +137,9 @@ def test_cli_report_serves_intact_steps_and_names_damaged_files(damaged):
     assert set(runs) == set(READABLE)
     assert runs[rl.CLEAN]["warnings"] == []
     assert runs[rl.RESUMED]["step"] == rl.RESUMED_STEPS[-1] and runs[rl.RESUMED]["warnings"] == []
-    assert runs[rl.TRUNCATED]["step"] == intact[rl.TRUNCATED][-1] + 1  # the partial step's other tables
+    assert (
+        runs[rl.TRUNCATED]["step"] == intact[rl.TRUNCATED][-1] + 1
+    )  # the partial step's other tables
     (cut,) = runs[rl.TRUNCATED]["warnings"]
     assert "cut short" in cut and rl.TRUNCATED in cut
     (crc,) = runs[rl.BAD_CRC]["warnings"]

@@ -107,7 +107,10 @@ def test_rule_checker_applies_the_policy_on_recorder_tables(runs):
         checker.at_step(2, arrays, scopes)
     (event,) = caught.value.events
     assert event.step == 2 and event.evidence["l2"] > 0
-    assert event.evidence["missing_cut"] == ["ac/critic_head", "loss:actor"]  # from the FlowGraph seen at trace
+    assert event.evidence["missing_cut"] == [
+        "ac/critic_head",
+        "loss:actor",
+    ]  # from the FlowGraph seen at trace
     # A step whose tables lack the scope (created later) is no typo at run time.
     assert rules.RuleChecker(["never(actor, ac/later/*)"], "raise").at_step(2, arrays, scopes) == []
     with pytest.warns(rules.FlowRuleWarning):

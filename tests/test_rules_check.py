@@ -14,7 +14,9 @@ def _tables(records) -> dict[int, dict[str, fmt.Table]]:
     out: dict[int, dict[str, fmt.Table]] = {}
     for info, step, payload in records:
         if info.kind == fmt.Kind.GRAD_STATS:
-            out.setdefault(step, {})[info.name] = fmt.decode_table(info, fmt.encode_table(info, payload))
+            out.setdefault(step, {})[info.name] = fmt.decode_table(
+                info, fmt.encode_table(info, payload)
+            )
     return out
 
 
@@ -29,14 +31,19 @@ def _grads(rows: dict[str, list[float]], loss: str = "td") -> dict[str, fmt.Tabl
 
 
 def test_violation_is_reported_once_on_the_outermost_scope():
-    events = rules.check_stats([rules.never("td", "target/*")], 10, _tables(rf.dqn_records(True))[10])
+    events = rules.check_stats(
+        [rules.never("td", "target/*")], 10, _tables(rf.dqn_records(True))[10]
+    )
     assert [(e.scope, e.evidence["l2"]) for e in events] == [("target", 0.5)]
 
 
 def test_nan_gradient_reaches_and_zero_or_absent_gradient_does_not():
     rule = rules.never("td", "t*")
-    rows = {"t_nan": [1.0, math.nan, math.nan, 3.0, 0.0], "t_zero": [1.0, 0.0, 0.0, 0.0, 1.0],
-            "t_none": [0.0, 0.0, 0.0, 0.0, 0.0]}
+    rows = {
+        "t_nan": [1.0, math.nan, math.nan, 3.0, 0.0],
+        "t_zero": [1.0, 0.0, 0.0, 0.0, 1.0],
+        "t_none": [0.0, 0.0, 0.0, 0.0, 0.0],
+    }
     events = rules.check_stats([rule], 0, _grads(rows))
     assert [e.scope for e in events] == ["t_nan"]
     assert math.isnan(events[0].evidence["l2"]) and events[0].evidence["nonfinite"] == 3.0
@@ -45,7 +52,9 @@ def test_nan_gradient_reaches_and_zero_or_absent_gradient_does_not():
 def test_a_max_abs_the_run_did_not_record_is_left_out_of_the_evidence():
     # Recorder(grad_columns=...) may leave max_abs out: it then reads NaN, never evidence.
     def evidence(max_abs: float) -> dict:
-        (event,) = rules.check_stats([rules.never("td", "t")], 0, _grads({"t": [1.0, 0.5, max_abs, 0.0, math.nan]}))
+        (event,) = rules.check_stats(
+            [rules.never("td", "t")], 0, _grads({"t": [1.0, 0.5, max_abs, 0.0, math.nan]})
+        )
         json.dumps(event.to_json(), allow_nan=False)
         return event.evidence
 
@@ -73,14 +82,18 @@ def test_gradient_on_a_statically_ignored_scope_keeps_never_at_a_step():
 
 def test_step_time_evidence_names_the_missing_cut_when_given_the_flowgraph():
     grads = _tables(rf.dqn_records(True))[0]
-    (event,) = rules.check_stats([rules.never("td", "target/l1")], 0, grads, flowgraph=_flowgraph(True))
+    (event,) = rules.check_stats(
+        [rules.never("td", "target/l1")], 0, grads, flowgraph=_flowgraph(True)
+    )
     assert event.evidence["missing_cut"] == ["target/l1", "loss:td"]
     assert "missing cut on target/l1 -> loss:td" in event.message
 
 
 def test_unknown_loss_or_scope_is_a_violation_not_a_silent_pass():
     graph = _flowgraph(False)
-    events = rules.check_flowgraph([rules.never("tdd", "target"), rules.never("td", "taget/*")], graph)
+    events = rules.check_flowgraph(
+        [rules.never("tdd", "target"), rules.never("td", "taget/*")], graph
+    )
     assert [e.evidence["unmatched"] for e in events] == ["loss", "scope"]
     assert "the run has losses ['td']" in events[0].message
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tb_gradscope import rules
-from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.tracks import check_drift
 from tests import rules_fixtures as rf
 
 

@@ -47,11 +47,23 @@ def test_compact_strings_and_tables_in_file_order(tmp_path):
     "text, line, fix",
     [
         ('rules = ["never(td, target/*)"\n', 1, "invalid TOML"),
-        ('rules = []\n\n[[rule]]\nkind = never\n', 4, "invalid TOML"),
-        ('rules = [\n  "never(td, target/*)",\n  "nevr(td, online)",\n]\n', 3, "expected never(LOSS, SCOPE)"),
-        ('rules = []\n\n[[rule]]\nkind = "never"\nloss = "td"\nscope = "t"\n\n[[rule]]\nkind = "sometimes"\n', 8, "use one of never"),
+        ("rules = []\n\n[[rule]]\nkind = never\n", 4, "invalid TOML"),
+        (
+            'rules = [\n  "never(td, target/*)",\n  "nevr(td, online)",\n]\n',
+            3,
+            "expected never(LOSS, SCOPE)",
+        ),
+        (
+            'rules = []\n\n[[rule]]\nkind = "never"\nloss = "td"\nscope = "t"\n\n[[rule]]\nkind = "sometimes"\n',
+            8,
+            "use one of never",
+        ),
         ('[[rule]]\nkind = "never"\nloss = "td"\n', 1, "missing scope"),
-        ('[[rule]]\nkind = "tracks"\ntarget = "t"\nonline = "o"\ntau = "fast"\n', 1, "tau must be a number"),
+        (
+            '[[rule]]\nkind = "tracks"\ntarget = "t"\nonline = "o"\ntau = "fast"\n',
+            1,
+            "tau must be a number",
+        ),
         ('on_violation = "explode"\n', 1, "use one of log, warn, raise"),
         ('\nrule = "never(td, t)"\n', 2, "write each rule as a [[rule]] table"),
         ('\n\nnever = "td"\n', 3, "unknown key 'never'"),

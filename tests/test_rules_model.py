@@ -5,7 +5,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules
@@ -61,7 +62,11 @@ def test_a_double_star_pattern_is_refused_with_the_fix(text):
 
 @given(loss=_name, scope=_name, scopes=st.lists(_name, min_size=1, max_size=3))
 def test_any_names_survive_printing_and_reading(loss, scope, scopes):
-    for rule in (rules.Never(loss, scope), rules.Blocked(loss, scope), rules.Only(loss, tuple(scopes))):
+    for rule in (
+        rules.Never(loss, scope),
+        rules.Blocked(loss, scope),
+        rules.Only(loss, tuple(scopes)),
+    ):
         assert rules.parse_rule(str(rule)) == rule
 
 
@@ -77,23 +82,38 @@ def test_glob_under_a_scope_matches_every_level_and_the_scope_itself():
 
 def test_only_allows_roll_ups_of_allowed_scopes_but_not_their_siblings():
     rule = rules.only("actor", ["agent/trunk", "agent/actor_head/*"])
-    grads = _grads("actor", {"agent": 2.0, "agent/trunk": 1.0, "agent/actor_head": 1.0,
-                             "agent/critic_head": 0.5})
+    grads = _grads(
+        "actor",
+        {"agent": 2.0, "agent/trunk": 1.0, "agent/actor_head": 1.0, "agent/critic_head": 0.5},
+    )
     events = rules.check_stats([rule], 10, grads)
     assert [(e.scope, e.evidence["l2"]) for e in events] == [("agent/critic_head", 0.5)]
 
 
 def test_only_allows_the_subtree_of_an_allowed_scope():
     rule = rules.only("critic", ["ac/trunk", "ac/critic_head"])
-    grads = _grads("critic", {"ac": 2.0, "ac/trunk": 1.0, "ac/trunk/dense": 1.0,
-                              "ac/critic_head": 1.0, "ac/actor_head": 0.0, "ac/actor_head/x": 0.0})
+    grads = _grads(
+        "critic",
+        {
+            "ac": 2.0,
+            "ac/trunk": 1.0,
+            "ac/trunk/dense": 1.0,
+            "ac/critic_head": 1.0,
+            "ac/actor_head": 0.0,
+            "ac/actor_head/x": 0.0,
+        },
+    )
     assert rules.check_stats([rule], 0, grads) == []
-    grads = _grads("critic", {"ac": 2.0, "ac/trunk": 1.0, "ac/actor_head": 0.3, "ac/actor_head/x": 0.3})
+    grads = _grads(
+        "critic", {"ac": 2.0, "ac/trunk": 1.0, "ac/actor_head": 0.3, "ac/actor_head/x": 0.3}
+    )
     assert [e.scope for e in rules.check_stats([rule], 0, grads)] == ["ac/actor_head"]
 
 
 def test_apply_policy_logs_warns_or_raises():
-    event = fmt.Event(type=fmt.VIOLATION, name="never(td, target/*)", step=3, message="m", loss="td")
+    event = fmt.Event(
+        type=fmt.VIOLATION, name="never(td, target/*)", step=3, message="m", loss="td"
+    )
     assert rules.apply_policy([event], "log") == [event]
     with pytest.warns(rules.FlowRuleWarning, match="step 3: never"):
         rules.apply_policy([event], "warn")

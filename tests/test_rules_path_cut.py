@@ -30,15 +30,27 @@ def _simsiam(cut: bool, path_cuts: bool = True, pred_path: bool = True) -> fmt.F
         edges += [fmt.GraphEdge("enc/l1", "pred/l1", 2), fmt.GraphEdge("pred/l1", LOSS, 1)]
     blocked = []
     if cut:
-        blocked = [fmt.BlockedEdge(
-            "simsiam", "enc/l1/BiasAdd", "StopGradient", "StopGradient", "StopGradient", CAUSE_STOP_GRADIENT,
-            "enc/l1", LOSS, fmt.SourceLine("train.py", 12, "step"), open_path=("enc/l1", "pred/l1", LOSS))]
+        blocked = [
+            fmt.BlockedEdge(
+                "simsiam",
+                "enc/l1/BiasAdd",
+                "StopGradient",
+                "StopGradient",
+                "StopGradient",
+                CAUSE_STOP_GRADIENT,
+                "enc/l1",
+                LOSS,
+                fmt.SourceLine("train.py", 12, "step"),
+                open_path=("enc/l1", "pred/l1", LOSS),
+            )
+        ]
     return fmt.FlowGraph(
         losses=[fmt.LossInfo("simsiam", optimizer="opt0")],
         scopes=scopes,
         cells={"simsiam": {s: fmt.UPDATES for s in scopes}},
         blocked_edges=blocked,
-        nodes=[fmt.GraphNode(s, NODE_SCOPE, s) for s in ("enc/l1", "pred/l1")] + [fmt.GraphNode(LOSS, NODE_LOSS, "simsiam")],
+        nodes=[fmt.GraphNode(s, NODE_SCOPE, s) for s in ("enc/l1", "pred/l1")]
+        + [fmt.GraphNode(LOSS, NODE_LOSS, "simsiam")],
         edges=edges,
         applied=scopes,
         path_cuts=path_cuts,
@@ -49,7 +61,10 @@ def _simsiam(cut: bool, path_cuts: bool = True, pred_path: bool = True) -> fmt.F
     "text, rule",
     [
         (RULE, rules.Blocked("simsiam", "enc/*", except_via=("pred",))),
-        ("blocked(l, enc, except_via=[pred/*, proj])", rules.Blocked("l", "enc", except_via=("pred/*", "proj"))),
+        (
+            "blocked(l, enc, except_via=[pred/*, proj])",
+            rules.Blocked("l", "enc", except_via=("pred/*", "proj")),
+        ),
         ("blocked(l, enc, except_via='p,q')", rules.Blocked("l", "enc", except_via=("p,q",))),
     ],
 )
@@ -86,7 +101,10 @@ def test_rules_file_takes_except_via_as_a_string_or_a_list(tmp_path):
         'except_via = ["pred", "proj"]\n'
     )
     ruleset = rules.parse_rules_file(path)
-    assert ruleset.rules == (rules.parse_rule(RULE), rules.Blocked("simsiam", "enc/*", except_via=("pred", "proj")))
+    assert ruleset.rules == (
+        rules.parse_rule(RULE),
+        rules.Blocked("simsiam", "enc/*", except_via=("pred", "proj")),
+    )
     path.write_text('[[rule]]\nkind = "blocked"\nloss = "l"\nscope = "enc"\nexcept_via = 3\n')
     with pytest.raises(rules.RulesFileError, match=r"rules.toml:1: .*except_via"):
         rules.parse_rules_file(path)
@@ -97,10 +115,14 @@ def test_correct_simsiam_keeps_the_rule_although_the_encoder_updates():
 
 
 def test_plain_blocked_on_the_correct_simsiam_does_not_advise_the_cut_it_already_has():
-    (event,) = rules.check_flowgraph([rules.parse_rule("blocked(simsiam, enc/*)")], _simsiam(cut=True))
+    (event,) = rules.check_flowgraph(
+        [rules.parse_rule("blocked(simsiam, enc/*)")], _simsiam(cut=True)
+    )
     assert "StopGradient" in event.message and "train.py:12" in event.message
     assert "except_via" in event.message
-    assert "wrap the tensor leaving enc/l1 in tf.stop_gradient where loss:simsiam" not in event.message
+    assert (
+        "wrap the tensor leaving enc/l1 in tf.stop_gradient where loss:simsiam" not in event.message
+    )
 
 
 def test_mutant_without_stop_gradient_breaks_the_rule_with_stop_gradient_advice():
@@ -129,7 +151,9 @@ def test_a_log_from_before_per_path_cuts_cannot_check_the_rule_and_says_so():
 
 
 def test_a_mistyped_except_via_pattern_is_a_violation():
-    (event,) = rules.check_flowgraph([rules.parse_rule("blocked(simsiam, enc/*, except_via=prd)")], _simsiam(True))
+    (event,) = rules.check_flowgraph(
+        [rules.parse_rule("blocked(simsiam, enc/*, except_via=prd)")], _simsiam(True)
+    )
     assert event.evidence["unmatched"] == "except_via"
     assert "prd" in event.message
 

@@ -15,7 +15,9 @@ def test_leaf_scope_is_the_parent_path():
 
 
 def test_layout_rolls_up_every_ancestor_in_tree_order():
-    layout = scopes.build_layout(["online/l1/kernel", "online/l2/kernel", "target/l1/kernel", "online/l1/bias"])
+    layout = scopes.build_layout(
+        ["online/l1/kernel", "online/l2/kernel", "target/l1/kernel", "online/l1/bias"]
+    )
     assert layout.scopes == ("online", "online/l1", "online/l2", "target", "target/l1")
     members = dict(zip(layout.scopes, layout.members))
     assert members["online"] == (0, 1, 3)
@@ -25,7 +27,9 @@ def test_layout_rolls_up_every_ancestor_in_tree_order():
 
 def test_include_exclude_and_depth_cap():
     names = ["a/b/c/k", "a/x/k", "t/b/k"]
-    layout = scopes.build_layout(names, scopes.ScopeSpec(include=("a",), exclude=("a/x",), max_depth=2))
+    layout = scopes.build_layout(
+        names, scopes.ScopeSpec(include=("a",), exclude=("a/x",), max_depth=2)
+    )
     assert layout.variable_names == ("a/b/c/k",)
     assert layout.variable_leaf == ("a/b",)
     assert layout.scopes == ("a", "a/b")
@@ -44,9 +48,21 @@ def test_mapping_errors_name_the_variable():
 
 
 def test_tree_order_sorts_numbers_in_names_numerically():
-    names = ["net/basic_block_10", "net/basic_block_8", "net", "net/basic_block_8/conv2",
-              "net/basic_block_8/conv10", "net/head", "net/basic_block_9"]
+    names = [
+        "net/basic_block_10",
+        "net/basic_block_8",
+        "net",
+        "net/basic_block_8/conv2",
+        "net/basic_block_8/conv10",
+        "net/head",
+        "net/basic_block_9",
+    ]
     assert scopes.tree_order(names) == [
-        "net", "net/basic_block_8", "net/basic_block_8/conv2", "net/basic_block_8/conv10",
-        "net/basic_block_9", "net/basic_block_10", "net/head",
+        "net",
+        "net/basic_block_8",
+        "net/basic_block_8/conv2",
+        "net/basic_block_8/conv10",
+        "net/basic_block_9",
+        "net/basic_block_10",
+        "net/head",
     ]

@@ -76,6 +76,7 @@ def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
 def routes() -> list[str]:
     def q(**p):
         return urllib.parse.urlencode({"run": trainer.RUN, **p})
+
     return [
         "runs",
         f"run?{q()}",
@@ -98,8 +99,17 @@ def test_live_run_soak_no_errors_data_grows_memory_flat(tmp_path):
     train = None
     try:
         train = subprocess.Popen(
-            [sys.executable, "-m", "tests.reliability_soak_trainer", str(logdir), str(SECONDS + 30)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [
+                sys.executable,
+                "-m",
+                "tests.reliability_soak_trainer",
+                str(logdir),
+                str(SECONDS + 30),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
         deadline = time.monotonic() + 180  # TensorFlow's import and the first trace
@@ -131,8 +141,12 @@ def test_live_run_soak_no_errors_data_grows_memory_flat(tmp_path):
                     steps = json.loads(body)["steps"]
                     assert steps == sorted(steps) and len(steps) <= len(trainer.LOSSES) * SAMPLES
                     if newest:
-                        assert steps[-1] >= newest[-1], f"newest step went down: {newest[-1]} -> {steps[-1]}"
-                        assert len(steps) >= min(union[-1], SAMPLES), f"kept steps: {union[-1]} -> {len(steps)}"
+                        assert steps[-1] >= newest[-1], (
+                            f"newest step went down: {newest[-1]} -> {steps[-1]}"
+                        )
+                        assert len(steps) >= min(union[-1], SAMPLES), (
+                            f"kept steps: {union[-1]} -> {len(steps)}"
+                        )
                     union.append(len(steps))
                     newest.append(steps[-1])
                 elif path.startswith("series?") and "grad_stats" in path:  # one series (tag)
@@ -158,13 +172,25 @@ def test_live_run_soak_no_errors_data_grows_memory_flat(tmp_path):
     slope = slope_mb_per_min(half)
     own_slope = slope_mb_per_min([s for s in own if s[0] >= SECONDS / 2])
     total = sum(requests.values())
-    print(f"\nsoak: {SECONDS:.0f} s, {total} requests ({len(counts)} polls of {len(requests)} routes), 0 failures")
-    print(f"soak: newest step {newest[-1]}, kept steps per series {counts[0]} -> {counts[-1]} (limit {SAMPLES}, "
-          f"reached at {reached if reached is None else round(reached)} s)")
-    print(f"soak: RSS tensorboard + data server {memory[0][1]:.0f} MB -> {memory[-1][1]:.0f} MB, "
-          f"max {max(m for _, m in memory):.0f} MB; slope over the second half {slope:+.2f} MB/min")
-    print(f"soak: of which tensorboard alone {own[0][1]:.0f} MB -> {own[-1][1]:.0f} MB, slope {own_slope:+.2f} MB/min; "
-          f"data server {memory[-1][1] - own[-1][1]:.0f} MB at the end")
-    assert reached is not None and reached < SECONDS / 2, f"the retention limit was reached at {reached}"
+    print(
+        f"\nsoak: {SECONDS:.0f} s, {total} requests ({len(counts)} polls of {len(requests)} routes), 0 failures"
+    )
+    print(
+        f"soak: newest step {newest[-1]}, kept steps per series {counts[0]} -> {counts[-1]} (limit {SAMPLES}, "
+        f"reached at {reached if reached is None else round(reached)} s)"
+    )
+    print(
+        f"soak: RSS tensorboard + data server {memory[0][1]:.0f} MB -> {memory[-1][1]:.0f} MB, "
+        f"max {max(m for _, m in memory):.0f} MB; slope over the second half {slope:+.2f} MB/min"
+    )
+    print(
+        f"soak: of which tensorboard alone {own[0][1]:.0f} MB -> {own[-1][1]:.0f} MB, slope {own_slope:+.2f} MB/min; "
+        f"data server {memory[-1][1] - own[-1][1]:.0f} MB at the end"
+    )
+    assert reached is not None and reached < SECONDS / 2, (
+        f"the retention limit was reached at {reached}"
+    )
     assert newest[-1] > newest[0], "the run did not grow during the soak"
-    assert abs(slope) < MAX_SLOPE_MB_PER_MIN, f"memory slope {slope:+.2f} MB/min over the second half"
+    assert abs(slope) < MAX_SLOPE_MB_PER_MIN, (
+        f"memory slope {slope:+.2f} MB/min over the second half"
+    )

@@ -110,5 +110,7 @@ def test_assert_flow_traces_and_checks_rule_strings_in_one_call(model):
     def leaky(s, a, returns):
         return rf.actor_critic_losses(model, s, a, returns, leaky=True)
 
-    with pytest.raises(testing.FlowContractError, match="missing cut: ac/critic_head -> loss:actor"):
+    with pytest.raises(
+        testing.FlowContractError, match="missing cut: ac/critic_head -> loss:actor"
+    ):
         testing.assert_flow(leaky, *rf.batch(), rules=[rf.LEAK_RULE], models={"ac": model})

@@ -48,8 +48,11 @@ def build_ppo(copy_runs: bool = True):
         aloss = -tf.reduce_mean(tf.exp(logp - old_logp) * ADV)
         ctrain = tf.train.AdamOptimizer(0.05).minimize(closs)
         atrain = tf.train.AdamOptimizer(0.05).minimize(
-            aloss, var_list=tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, "pi"))
-        copy = [tf.assign(o, p) for o, p in zip(tf.global_variables("oldpi"), tf.global_variables("pi"))]
+            aloss, var_list=tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, "pi")
+        )
+        copy = [
+            tf.assign(o, p) for o, p in zip(tf.global_variables("oldpi"), tf.global_variables("pi"))
+        ]
         init = tf.global_variables_initializer()
     return locals()
 
@@ -60,10 +63,14 @@ def run_ppo(logdir: str, copy_runs: bool = True, every: int = K, rules=()):
     m = build_ppo()
     moves = {}
     with m["graph"].as_default():
-        gs = GraphRecorder(logdir, losses={"aloss": m["aloss"], "closs": m["closs"]},
-                           train_ops={"aloss": m["atrain"], "closs": m["ctrain"]},
-                           every_n_steps=every, pairs=[pair_scopes("oldpi", "pi", every=K)],
-                           rules=list(rules))
+        gs = GraphRecorder(
+            logdir,
+            losses={"aloss": m["aloss"], "closs": m["closs"]},
+            train_ops={"aloss": m["atrain"], "closs": m["ctrain"]},
+            every_n_steps=every,
+            pairs=[pair_scopes("oldpi", "pi", every=K)],
+            rules=list(rules),
+        )
         raw = tf.Session()
         sess = gs.wrap(raw)
         sess.run(m["init"])
@@ -71,8 +78,12 @@ def run_ppo(logdir: str, copy_runs: bool = True, every: int = K, rules=()):
         rng = np.random.default_rng(0)
         count = collections.Counter()
         for _ in range(ITERATIONS):
-            feed = {m["S"]: rng.normal(size=(8, 3)), m["A"]: rng.normal(size=(8, 2)),
-                    m["ADV"]: rng.normal(size=(8, 1)), m["R"]: rng.normal(size=(8, 1))}
+            feed = {
+                m["S"]: rng.normal(size=(8, 3)),
+                m["A"]: rng.normal(size=(8, 2)),
+                m["ADV"]: rng.normal(size=(8, 1)),
+                m["R"]: rng.normal(size=(8, 1)),
+            }
             if copy_runs:
                 sess.run(m["copy"])
             for op in ["atrain"] * K + ["ctrain"] * K:
@@ -94,10 +105,16 @@ def raw_events(logdir: str) -> dict[str, list[tuple[int, np.ndarray, fmt.RecordI
                 if value.metadata.plugin_data.content:
                     infos[value.tag] = fmt.parse_plugin_content(value.metadata.plugin_data.content)
                 info = infos.get(value.tag)
-                if info is None or info.kind not in (fmt.Kind.UPDATE_STATS, fmt.Kind.DRIFT, fmt.Kind.GRAD_STATS):
+                if info is None or info.kind not in (
+                    fmt.Kind.UPDATE_STATS,
+                    fmt.Kind.DRIFT,
+                    fmt.Kind.GRAD_STATS,
+                ):
                     continue
                 array = tf.make_ndarray(value.tensor)
-                out.setdefault(value.tag, []).append((event.step, fmt.decode_table(info, array), info))
+                out.setdefault(value.tag, []).append(
+                    (event.step, fmt.decode_table(info, array), info)
+                )
     return out
 
 
@@ -130,7 +147,9 @@ def test_block_drift_is_read_before_the_steps_first_call_and_shows_the_copy(tmp_
         row = table.row("oldpi")
         assert row["drift"] == 0.0, f"step {step}: the copy just ran, drift {row['drift']}"
         if step > 0:
-            assert abs(row["tau"] - 1.0) < 1e-6, f"step {step}: a hard copy is tau 1, got {row['tau']}"
+            assert abs(row["tau"] - 1.0) < 1e-6, (
+                f"step {step}: a hard copy is tau 1, got {row['tau']}"
+            )
 
 
 def _check(logdir: str) -> tuple[int, str]:

@@ -46,8 +46,12 @@ def _train(logdir: str, steps: int, every: int):
         raw = tf.Session()
         raw.run(tf.global_variables_initializer())
         spy = SpySession(raw)
-        gs = GraphRecorder(logdir, losses={"loss1": m.loss1, "loss2": m.loss2},
-                           train_ops={"loss1": m.train1, "loss2": m.train2}, every_n_steps=every)
+        gs = GraphRecorder(
+            logdir,
+            losses={"loss1": m.loss1, "loss2": m.loss2},
+            train_ops={"loss1": m.train1, "loss2": m.train2},
+            every_n_steps=every,
+        )
         sess = gs.wrap(spy)
         for _ in range(steps):
             feed = multihead_feed(m, rng)
@@ -83,13 +87,19 @@ def test_table_protos_are_make_tensor_proto_byte_for_byte():
     rng = np.random.default_rng(0)
     for shape in [(1, 2), (4, 5), (37, 2), (0, 5), (1, 1)]:
         values = rng.normal(size=shape).astype(np.float32)
-        assert table_proto(values).SerializeToString() == tensor_util.make_tensor_proto(values).SerializeToString()
+        assert (
+            table_proto(values).SerializeToString()
+            == tensor_util.make_tensor_proto(values).SerializeToString()
+        )
 
 
 def test_sums_without_the_pad_equal_the_padded_ones_when_no_variable_is_empty():
     graph = tf.Graph()
     with graph.as_default():
-        parts = [tf.constant(np.random.default_rng(1).normal(size=s).astype(np.float32)) for s in ([3, 2], [5], [1])]
+        parts = [
+            tf.constant(np.random.default_rng(1).normal(size=s).astype(np.float32))
+            for s in ([3, 2], [5], [1])
+        ]
         before = [p * 0.5 for p in parts]
         assert not flat.may_be_empty(parts) and flat.may_be_empty([tf.zeros([0])] + parts)
         now, then = flat.flatten(parts, tf.float32), flat.flatten(before, tf.float32)

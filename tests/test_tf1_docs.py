@@ -24,7 +24,9 @@ BLOCK = re.compile(r"<!-- tf1-doc: (\w+) -->\n```(python|sh)\n(.*?)\n```", re.S)
 
 
 def _blocks() -> dict[str, tuple[str, str]]:
-    return {name: (lang, code) for name, lang, code in BLOCK.findall(GUIDE.read_text(encoding="utf-8"))}
+    return {
+        name: (lang, code) for name, lang, code in BLOCK.findall(GUIDE.read_text(encoding="utf-8"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +41,13 @@ def ran(tmp_path_factory):
             if lang == "python":
                 exec(compile(code, f"docs/TF1.md[{name}]", "exec"), {"__name__": "__main__"})
             else:
-                env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-                results[name] = subprocess.run(["bash", "-c", code], capture_output=True, text=True,
-                                               env=env, timeout=300)
+                env = dict(
+                    os.environ,
+                    PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+                )
+                results[name] = subprocess.run(
+                    ["bash", "-c", code], capture_output=True, text=True, env=env, timeout=300
+                )
     finally:
         os.chdir(old)
     return where, results
@@ -96,7 +102,11 @@ def test_check_evaluates_the_ddpg_runs_recorded_rules_and_passes(ran):
 
     where, results = ran
     (run,) = load_logdir(str(where / "logs" / "ddpg"))
-    assert run.recorded_rules == ["never(critic, Actor/*)", "only(actor, [Actor/eval])", "never(*, */target/*)"]
+    assert run.recorded_rules == [
+        "never(critic, Actor/*)",
+        "only(actor, [Actor/eval])",
+        "never(*, */target/*)",
+    ]
     done = results["check"]
     assert done.returncode == 0, done.stdout + done.stderr
     assert "checked 1 run(s): no violations" in done.stderr

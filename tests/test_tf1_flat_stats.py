@@ -100,12 +100,16 @@ def test_flat_update_table_matches_record_kernel():
         old = [tf.constant(b) for b in before]
         new = [tf.constant(a) for a in after]
         per_var = flat.update_sums(
-            flat.flatten(new, tf.float32), flat.flatten(old, tf.float32),
-            flat.segment_ids(new), len(new),
+            flat.flatten(new, tf.float32),
+            flat.flatten(old, tf.float32),
+            flat.segment_ids(new),
+            len(new),
         )
         changed = flat.changed_counts(
-            flat.flatten(new, tf.float32), flat.flatten(old, tf.float32),
-            flat.segment_ids(new), len(new),
+            flat.flatten(new, tf.float32),
+            flat.flatten(old, tf.float32),
+            flat.segment_ids(new),
+            len(new),
         )
         ours = flat.update_table(per_var, rollup)
         theirs = record_stats.update_table(old, new, rollup)

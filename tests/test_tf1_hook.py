@@ -23,12 +23,14 @@ def _train(logdir: str, checkpoint_dir: str, steps: int) -> int:
                 v = tf.get_variable("v", [4, 1])
         loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w)), v) - 1.0))
         train = tf.train.AdamOptimizer(0.01).minimize(loss, global_step=global_step)
-        gs = GraphRecorder(logdir, losses={"fit": loss}, train_ops={"fit": train},
-                           every_n_steps=2)
+        gs = GraphRecorder(logdir, losses={"fit": loss}, train_ops={"fit": train}, every_n_steps=2)
         rng = np.random.default_rng(0)
         with tf.train.MonitoredTrainingSession(
-            checkpoint_dir=checkpoint_dir, hooks=[gs.hook()],
-            save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None,
+            checkpoint_dir=checkpoint_dir,
+            hooks=[gs.hook()],
+            save_summaries_steps=None,
+            save_summaries_secs=None,
+            log_step_count_steps=None,
         ) as sess:
             for _ in range(steps):
                 sess.run(train, {x: rng.normal(size=(8, 3))})

@@ -51,8 +51,13 @@ def test_tf_keras_layers_in_graph_mode_are_scopes_and_slots_are_not(tmp_path):
     script.write_text(PROGRAM)
     logdir = tmp_path / "logs"
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
-    done = subprocess.run([sys.executable, str(script), str(logdir)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script), str(logdir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, (
         "the tf_keras program failed (is tf-keras installed? pip install tf-keras):\n"
         + done.stderr[-3000:]
@@ -61,7 +66,12 @@ def test_tf_keras_layers_in_graph_mode_are_scopes_and_slots_are_not(tmp_path):
     fit = records[("grad_stats", "fit")]
     table = fit[-1].value
     assert table.info.scopes == (
-        "frozen", "frozen/probe", "policy", "policy/bn", "policy/hidden", "policy/out"
+        "frozen",
+        "frozen/probe",
+        "policy",
+        "policy/bn",
+        "policy/hidden",
+        "policy/out",
     )
     assert table.row("policy/hidden")["grad_vars"] == 2
     assert table.row("policy/bn")["grad_vars"] == 2  # gamma, beta; moving stats get none

@@ -20,23 +20,36 @@ def ddpg():
 def _train(m, logdir: str, steps: int = 3, **kwargs) -> GraphRecorder:
     rng = np.random.default_rng(0)
     with m.graph.as_default():
-        gs = GraphRecorder(logdir, losses={"td_error": m.td_error, "a_loss": m.a_loss},
-                           train_ops={"td_error": m.ctrain, "a_loss": m.atrain},
-                           every_n_steps=1, **kwargs)
+        gs = GraphRecorder(
+            logdir,
+            losses={"td_error": m.td_error, "a_loss": m.a_loss},
+            train_ops={"td_error": m.ctrain, "a_loss": m.atrain},
+            every_n_steps=1,
+            **kwargs,
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(m.init)
             sess.run(m.hard_replace)
             for _ in range(steps):
                 s = rng.normal(size=(8, 3))
                 sess.run(m.atrain, {m.S: s})
-                sess.run(m.ctrain, {m.S: s, m.a: rng.uniform(-1, 1, (8, 2)),
-                                    m.R: rng.normal(size=(8, 1)), m.S_: rng.normal(size=(8, 3))})
+                sess.run(
+                    m.ctrain,
+                    {
+                        m.S: s,
+                        m.a: rng.uniform(-1, 1, (8, 2)),
+                        m.R: rng.normal(size=(8, 1)),
+                        m.S_: rng.normal(size=(8, 3)),
+                    },
+                )
                 sess.run(m.soft_replace)
     return gs
 
 
 def test_trainable_false_target_pair_by_scope_names_records_drift(ddpg, tmp_path):
-    _train(ddpg, str(tmp_path), pairs={"Actor/target": "Actor/eval", "Critic/target": "Critic/eval"})
+    _train(
+        ddpg, str(tmp_path), pairs={"Actor/target": "Actor/eval", "Critic/target": "Critic/eval"}
+    )
     records = read_records(str(tmp_path))
     drift = records[("drift", "Actor/target<-Actor/eval")]
     assert [r.step for r in drift] == [0, 1, 2]
@@ -63,10 +76,13 @@ def test_paired_non_trainable_targets_appear_in_the_matrix(ddpg, tmp_path):
 
 def test_explicit_variables_are_the_matrix_as_given(ddpg, tmp_path):
     with ddpg.graph.as_default():
-        gs = GraphRecorder(str(tmp_path), losses={"td_error": ddpg.td_error},
-                           train_ops={"td_error": ddpg.ctrain},
-                           variables=tf.trainable_variables(),
-                           pairs={"Critic/target": "Critic/eval"})
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"td_error": ddpg.td_error},
+            train_ops={"td_error": ddpg.ctrain},
+            variables=tf.trainable_variables(),
+            pairs={"Critic/target": "Critic/eval"},
+        )
     assert not any(s.startswith("Critic/target") for s in gs.layout.scopes)
 
 
@@ -76,21 +92,33 @@ def test_pair_with_trainable_variables_says_the_target_is_not_trainable(ddpg):
             pair_scopes("Actor/target", "Actor/eval", variables=tf.trainable_variables())
     text = str(refused.value)
     assert "pair target scope 'Actor/target'" in text
-    assert "4 variable(s) under 'Actor/target' exist but are not trainable (trainable=False)" in text
+    assert (
+        "4 variable(s) under 'Actor/target' exist but are not trainable (trainable=False)" in text
+    )
     assert "leave variables out" in text and "global_variables()" in text
 
 
 def test_pair_scope_without_variables_lists_the_graph_scopes(ddpg):
     with ddpg.graph.as_default():
-        with pytest.raises(ValueError, match=r"pair online scope 'Actor/evl': the graph has no "
-                                             r"variable under it \(top-level scopes: Actor, Critic\)"):
-            GraphRecorder("unused", losses={"a_loss": ddpg.a_loss}, train_ops={"a_loss": ddpg.atrain},
-                          pairs={"Actor/target": "Actor/evl"})
+        with pytest.raises(
+            ValueError,
+            match=r"pair online scope 'Actor/evl': the graph has no "
+            r"variable under it \(top-level scopes: Actor, Critic\)",
+        ):
+            GraphRecorder(
+                "unused",
+                losses={"a_loss": ddpg.a_loss},
+                train_ops={"a_loss": ddpg.atrain},
+                pairs={"Actor/target": "Actor/evl"},
+            )
 
 
 def test_pair_scopes_outside_the_graph_says_where_to_call_it(ddpg):
-    with pytest.raises(ValueError, match=r"no variables at all; call pair_scopes inside "
-                                         r"`with graph.as_default\(\):`"):
+    with pytest.raises(
+        ValueError,
+        match=r"no variables at all; call pair_scopes inside "
+        r"`with graph.as_default\(\):`",
+    ):
         pair_scopes("Actor/target", "Actor/eval", graph=tf.Graph())
 
 
@@ -99,5 +127,7 @@ def test_pair_scopes_declares_tau_and_every(ddpg):
         soft = pair_scopes("Actor/target", "Actor/eval", tau=0.01)
         hard = pair_scopes("Critic/target", "Critic/eval", every=100)
     assert soft.tau == 0.01 and soft.every is None and len(soft.target) == 4
-    assert soft.target_names[0].startswith("Actor/target/") and not any("Adam" in n for n in soft.online_names)
+    assert soft.target_names[0].startswith("Actor/target/") and not any(
+        "Adam" in n for n in soft.online_names
+    )
     assert hard.every == 100 and hard.name == "Critic/target<-Critic/eval"

@@ -33,8 +33,12 @@ def test_seed01_multihead_gives_full_matrix(tmp_path):
             "Agent/layer2_1": tf.gradients(m.loss1, m.layer21_params),
         }
         # The seed's training code; the two added statements are marked.
-        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1, "loss2": m.loss2},  # added
-                           train_ops={"loss1": m.train1, "loss2": m.train2}, every_n_steps=5)
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1, "loss2": m.loss2},  # added
+            train_ops={"loss1": m.train1, "loss2": m.train2},
+            every_n_steps=5,
+        )
         sess = tf.Session()
         sess = gs.wrap(sess)  # added
         sess.run(tf.global_variables_initializer())
@@ -77,14 +81,18 @@ def test_seed01_multihead_gives_full_matrix(tmp_path):
             assert rec.value.row(scope)["weight_norm"] > 0
 
 
-def _run_dqn(logdir: str, learn_steps: int, replace_every: int, every_n_steps: int,
-             pairs=None):
+def _run_dqn(logdir: str, learn_steps: int, replace_every: int, every_n_steps: int, pairs=None):
     """Seed 01's DQN learn loop (target replaced every `replace_every` learn steps)."""
     m = dqn_seed()
     rng = np.random.default_rng(1)
     with m.graph.as_default():
-        gs = GraphRecorder(logdir, losses={"td": m.loss}, train_ops={"td": m._train_op},
-                           every_n_steps=every_n_steps, pairs=pairs)
+        gs = GraphRecorder(
+            logdir,
+            losses={"td": m.loss},
+            train_ops={"td": m._train_op},
+            every_n_steps=every_n_steps,
+            pairs=pairs,
+        )
         sess = gs.wrap(tf.Session())
         sess.run(tf.global_variables_initializer())
         for learn_step_counter in range(learn_steps):
@@ -110,8 +118,9 @@ def test_dqn_stop_gradient_blocks_target_net(tmp_path):
     graph = FlowGraph.from_json(flow.value[0])
     assert graph.state("td", "target_net/t1") == "blocked"
     assert graph.state("td", "eval_net/e1") == "updates"
-    [edge] = {(e.op_type, e.source.file, e.source.line) for e in graph.blocked_edges
-              if e.loss == "td"}
+    [edge] = {
+        (e.op_type, e.source.file, e.source.line) for e in graph.blocked_edges if e.loss == "td"
+    }
     assert edge[0] == "StopGradient"
     assert edge[1].endswith("test_tf1_support.py")
     source_line = open("tests/test_tf1_support.py").read().splitlines()[edge[2] - 1]
@@ -119,8 +128,13 @@ def test_dqn_stop_gradient_blocks_target_net(tmp_path):
 
 
 def test_dqn_applied_updates_follow_the_train_op(tmp_path):
-    _run_dqn(str(tmp_path), learn_steps=4, replace_every=100, every_n_steps=1,
-             pairs={"target_net": "eval_net"})
+    _run_dqn(
+        str(tmp_path),
+        learn_steps=4,
+        replace_every=100,
+        every_n_steps=1,
+        pairs={"target_net": "eval_net"},
+    )
     records = read_records(str(tmp_path))
     updates = records[("update_stats", "")]
     assert [r.step for r in updates] == [0, 1, 2, 3]
@@ -174,8 +188,13 @@ def test_dqn_drift_returns_to_zero_at_every_hard_replacement(tmp_path):
     rng = np.random.default_rng(3)
     with m.graph.as_default():
         pair = pair_prefixes(tf.trainable_variables(), "target_net", "eval_net", every=3)
-        gs = GraphRecorder(str(tmp_path), losses={"td": m.loss}, train_ops={"td": m._train_op},
-                           every_n_steps=2, pairs=[pair])
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"td": m.loss},
+            train_ops={"td": m._train_op},
+            every_n_steps=2,
+            pairs=[pair],
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(tf.global_variables_initializer())
             for learn_step_counter in range(11):
@@ -203,12 +222,20 @@ def test_dqn3_gradient_start_point_attributes_to_network_only(tmp_path):
     m = dqn3_seed()
     rng = np.random.default_rng(4)
     with m.graph.as_default():
-        gs = GraphRecorder(str(tmp_path), losses={"q": StartPoint(m.q_all, -m.targets)},
-                           train_ops={"q": m.train}, every_n_steps=1)
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"q": StartPoint(m.q_all, -m.targets)},
+            train_ops={"q": m.train},
+            every_n_steps=1,
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(tf.global_variables_initializer())
-            feed = {m.s: rng.normal(size=(8, 4)), m.s2: rng.normal(size=(8, 4)),
-                    m.a: rng.integers(0, 3, size=8), m.r: rng.normal(size=8)}
+            feed = {
+                m.s: rng.normal(size=(8, 4)),
+                m.s2: rng.normal(size=(8, 4)),
+                m.a: rng.integers(0, 3, size=8),
+                m.r: rng.normal(size=8),
+            }
             _, grads = sess.run([m.train, m.grads], feed)
     records = read_records(str(tmp_path))
     [rec] = records[("grad_stats", "q")]
@@ -239,8 +266,13 @@ def test_ema_shadows_drift_with_the_declared_tau(tmp_path):
         ema = tf.train.ExponentialMovingAverage(decay=0.75)
         with tf.control_dependencies([opt_op]):
             train = ema.apply(online)
-        gs = GraphRecorder(str(tmp_path), losses={"fit": loss}, train_ops={"fit": train},
-                           every_n_steps=2, pairs=[pair_ema(ema, online)])
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"fit": loss},
+            train_ops={"fit": train},
+            every_n_steps=2,
+            pairs=[pair_ema(ema, online)],
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(tf.global_variables_initializer())
             for _ in range(7):

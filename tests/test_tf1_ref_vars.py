@@ -25,8 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(logdir) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tests.tf1_ref_program", str(logdir)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.tf1_ref_program", str(logdir)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -48,7 +53,9 @@ def test_recorded_norms_equal_tf_gradients_at_the_same_weights_and_feed(two_runs
         assert sorted(run["recorded"][loss], key=int) == sorted(per_step, key=int)
         for step, scopes in per_step.items():
             for scope, want in scopes.items():
-                have = float(np.frombuffer(bytes.fromhex(run["recorded"][loss][step][scope]), np.float32)[0])
+                have = float(
+                    np.frombuffer(bytes.fromhex(run["recorded"][loss][step][scope]), np.float32)[0]
+                )
                 worst = max(worst, abs(have - want) / want)
     assert worst < 1e-5, f"recorded l2 off tf.gradients by up to {worst:.2%}"
 

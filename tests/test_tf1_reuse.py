@@ -27,18 +27,24 @@ def _names(variables) -> frozenset:
 def test_minimize_gradients_are_reused_and_the_tables_are_bitwise_the_recomputed_ones(tmp_path):
     m = multihead_seed()
     with m.graph.as_default():
-        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1, "loss2": m.loss2},
-                           train_ops={"loss1": m.train1, "loss2": m.train2})
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1, "loss2": m.loss2},
+            train_ops={"loss1": m.train1, "loss2": m.train2},
+        )
         assert gs._loss_ops["loss1"].reused == _names(m.layer1_params + m.layer21_params)
         assert gs._loss_ops["loss2"].reused == _names(m.layer1_params + m.layer22_params)
-        own = {name: _own_table(gs, loss) for name, loss in (("loss1", m.loss1), ("loss2", m.loss2))}
+        own = {
+            name: _own_table(gs, loss) for name, loss in (("loss1", m.loss1), ("loss2", m.loss2))
+        }
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             rng = np.random.default_rng(0)
             for _ in range(3):
                 for name, train in (("loss1", m.train1), ("loss2", m.train2)):
                     _, (reused, recomputed) = sess.run(
-                        (train, [gs._loss_ops[name].table, own[name]]), multihead_feed(m, rng))
+                        (train, [gs._loss_ops[name].table, own[name]]), multihead_feed(m, rng)
+                    )
                     assert reused.tobytes() == recomputed.tobytes()
         gs.close()
 
@@ -50,19 +56,25 @@ def _clipped_graph():
         w = tf.get_variable("w", [3, 1])
         loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
         opt = tf.train.GradientDescentOptimizer(0.1)
-        (grad, var), = opt.compute_gradients(loss, [w])
+        ((grad, var),) = opt.compute_gradients(loss, [w])
         clipped = opt.apply_gradients([(tf.clip_by_norm(grad, 1e-3), var)])
         plain = opt.apply_gradients([(grad, var)])
-        both = tf.train.GradientDescentOptimizer(0.1).minimize(loss + tf.reduce_sum(w), var_list=[w])
+        both = tf.train.GradientDescentOptimizer(0.1).minimize(
+            loss + tf.reduce_sum(w), var_list=[w]
+        )
     return graph, w, loss, clipped, plain, both
 
 
 def test_a_clipped_gradient_is_not_reused_and_the_raw_gradient_is_recorded(tmp_path):
     graph, w, loss, clipped, plain, _ = _clipped_graph()
     with graph.as_default():
-        gs = GraphRecorder(str(tmp_path / "clipped"), losses={"mse": loss}, train_ops={"mse": clipped})
+        gs = GraphRecorder(
+            str(tmp_path / "clipped"), losses={"mse": loss}, train_ops={"mse": clipped}
+        )
         assert gs._loss_ops["mse"].reused == frozenset()
-        unclipped = GraphRecorder(str(tmp_path / "plain"), losses={"mse": loss}, train_ops={"mse": plain})
+        unclipped = GraphRecorder(
+            str(tmp_path / "plain"), losses={"mse": loss}, train_ops={"mse": plain}
+        )
         assert unclipped._loss_ops["mse"].reused == _names([w])
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
@@ -87,9 +99,13 @@ def test_same_value_needs_the_same_stateless_ops_on_shared_inputs():
         assert same_value(tf.matmul(x, x) * 2.0, tf.identity(tf.matmul(x, x) * 2.0))
         assert not same_value(tf.matmul(x, x), tf.matmul(x, x, transpose_a=True))
         assert not same_value(x * 2.0, x * 3.0)
-        assert not same_value(x + tf.random.uniform([4, 4], seed=1), x + tf.random.uniform([4, 4], seed=1))
+        assert not same_value(
+            x + tf.random.uniform([4, 4], seed=1), x + tf.random.uniform([4, 4], seed=1)
+        )
         ref = tf.Variable(tf.zeros([4, 4]), use_resource=False)
-        assert not same_value(tf.identity(ref) * 2.0, tf.identity(ref) * 2.0)  # two reads may differ
+        assert not same_value(
+            tf.identity(ref) * 2.0, tf.identity(ref) * 2.0
+        )  # two reads may differ
         res = tf.Variable(tf.zeros([4, 4]), use_resource=True)
         assert not same_value(res.read_value() * 2.0, res.read_value() * 2.0)
 
@@ -109,8 +125,10 @@ def test_a_variable_updated_by_two_apply_ops_is_not_reused():
     with graph.as_default():
         w = tf.get_variable("w", [2])
         loss = tf.reduce_sum(tf.square(w))
-        twice = tf.group(tf.train.GradientDescentOptimizer(0.1).minimize(loss),
-                         tf.train.GradientDescentOptimizer(0.2).minimize(loss))
+        twice = tf.group(
+            tf.train.GradientDescentOptimizer(0.1).minimize(loss),
+            tf.train.GradientDescentOptimizer(0.2).minimize(loss),
+        )
         assert w.op not in applied_gradients(twice)
         assert w.op in applied_gradients(tf.train.GradientDescentOptimizer(0.1).minimize(loss))
 

@@ -33,16 +33,24 @@ def leaky():
 
 
 def _recorder(m, logdir, **kwargs) -> GraphRecorder:
-    return GraphRecorder(str(logdir), losses={"td_error": m.td_error, "a_loss": m.a_loss},
-                         train_ops={"td_error": m.ctrain, "a_loss": m.atrain},
-                         every_n_steps=2, **kwargs)
+    return GraphRecorder(
+        str(logdir),
+        losses={"td_error": m.td_error, "a_loss": m.a_loss},
+        train_ops={"td_error": m.ctrain, "a_loss": m.atrain},
+        every_n_steps=2,
+        **kwargs,
+    )
 
 
 def _feeds(m, step: int) -> tuple[dict, dict]:
     rng = np.random.default_rng(step)
     s = rng.normal(size=(8, 3)).astype(np.float32)
-    critic = {m.S: s, m.a: rng.uniform(-1, 1, size=(8, 2)), m.R: rng.normal(size=(8, 1)),
-              m.S_: rng.normal(size=(8, 3))}
+    critic = {
+        m.S: s,
+        m.a: rng.uniform(-1, 1, size=(8, 2)),
+        m.R: rng.normal(size=(8, 1)),
+        m.S_: rng.normal(size=(8, 3)),
+    }
     return {m.S: s}, critic
 
 
@@ -55,8 +63,11 @@ def _learn(sess, m, step: int) -> None:
 
 
 def _violations(records, name: str) -> list[tuple[int, fmt.Event]]:
-    return [(r.step, fmt.Event.from_json(doc)) for r in records.get(("events", name), [])
-            for doc in r.value]
+    return [
+        (r.step, fmt.Event.from_json(doc))
+        for r in records.get(("events", name), [])
+        for doc in r.value
+    ]
 
 
 def test_rule_texts_are_written_in_the_flowgraph_record(correct, tmp_path):
@@ -77,8 +88,9 @@ def _flowgraph_content(logdir: str) -> bytes:
     from tests.providers import EXPERIMENT, python_provider
 
     data = python_provider(logdir, {fmt.PLUGIN_NAME: 0})
-    listed = data.list_blob_sequences(context.RequestContext(), experiment_id=EXPERIMENT,
-                                      plugin_name=fmt.PLUGIN_NAME)
+    listed = data.list_blob_sequences(
+        context.RequestContext(), experiment_id=EXPERIMENT, plugin_name=fmt.PLUGIN_NAME
+    )
     [tags] = listed.values()
     return tags[fmt.tag_for(fmt.Kind.FLOWGRAPH, "")].plugin_content
 
@@ -107,8 +119,9 @@ def test_critic_without_var_list_is_a_violation_at_build_and_at_recorded_steps(l
         assert built.evidence["at"] == "trace" and built.evidence["state"] == fmt.UPDATES
         # The fix is the critic optimizer's var_list: a stop_gradient would cut a_loss too.
         assert built.evidence["cause"] == "optimizer_scope"
-        assert built.message.endswith("leave 'Actor' out of the var_list of the optimizer that "
-                                      "minimizes loss 'td_error'")
+        assert built.message.endswith(
+            "leave 'Actor' out of the var_list of the optimizer that minimizes loss 'td_error'"
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(leaky.init)
             for step in range(3):
@@ -118,7 +131,8 @@ def test_critic_without_var_list_is_a_violation_at_build_and_at_recorded_steps(l
     assert trace_step == 0 and trace.evidence["at"] == "trace"
     steps = _violations(records, "step")
     assert [(s, e.name, e.scope) for s, e in steps] == [
-        (0, "never(td_error, Actor/*)", "Actor"), (2, "never(td_error, Actor/*)", "Actor"),
+        (0, "never(td_error, Actor/*)", "Actor"),
+        (2, "never(td_error, Actor/*)", "Actor"),
     ]
     assert all(e.evidence["update_norm"] > 0 and e.evidence["l2"] > 0 for _, e in steps)
     assert [e.step for e in gs.violations] == [0, 0, 2]
@@ -180,7 +194,9 @@ def test_hook_raises_from_monitored_training_session(leaky, tmp_path):
         actor_feed, _ = _feeds(leaky, 0)
         with pytest.raises(FlowRuleViolation):
             with tf.train.MonitoredTrainingSession(
-                hooks=[gs.hook()], save_summaries_steps=None, save_summaries_secs=None,
+                hooks=[gs.hook()],
+                save_summaries_steps=None,
+                save_summaries_secs=None,
                 log_step_count_steps=None,
             ) as sess:
                 sess.run(leaky.atrain, actor_feed)
@@ -217,8 +233,11 @@ def test_tab_outlines_the_violated_cells_of_a_tf1_run(leaky, tmp_path):
             sess.run(leaky.init)
             _learn(sess, leaky, 0)
     samples = {"gradscope": 10_000}
-    plugin = GradscopePlugin(base_plugin.TBContext(
-        data_provider=providers.python_provider(str(logdir), samples), sampling_hints=samples))
+    plugin = GradscopePlugin(
+        base_plugin.TBContext(
+            data_provider=providers.python_provider(str(logdir), samples), sampling_hints=samples
+        )
+    )
     client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
     response = client.get("/data/plugin/gradscope/matrix", query_string={"run": "ddpg", "step": 0})
     assert response.status_code == 200, response.get_data(as_text=True)

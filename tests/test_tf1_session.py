@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations.tf1.ops import SNAPSHOT_COLLECTION
 from tb_gradscope.integrations.tf1 import GraphRecorder
+from tb_gradscope.integrations.tf1.ops import SNAPSHOT_COLLECTION
 from tb_gradscope.record.warn import GradscopeWarning
 from tests.test_tf1_support import dqn_seed, multihead_feed, multihead_seed, read_records
 
@@ -19,9 +19,12 @@ def _train_multihead(logdir: str | None, steps: int = 6) -> list[np.ndarray]:
     with m.graph.as_default():
         sess = tf.Session()
         if logdir is not None:
-            gs = GraphRecorder(logdir, losses={"loss1": m.loss1, "loss2": m.loss2},
-                               train_ops={"loss1": m.train1, "loss2": m.train2},
-                               every_n_steps=1)
+            gs = GraphRecorder(
+                logdir,
+                losses={"loss1": m.loss1, "loss2": m.loss2},
+                train_ops={"loss1": m.train1, "loss2": m.train2},
+                every_n_steps=1,
+            )
             sess = gs.wrap(sess)
         sess.run(tf.global_variables_initializer())
         for _ in range(steps):
@@ -45,8 +48,9 @@ def test_saver_and_initializers_never_see_gradscope_variables(tmp_path):
     m = multihead_seed()
     with m.graph.as_default():
         before = {v.name for v in tf.global_variables()}
-        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1},
-                           train_ops={"loss1": m.train1}, every_n_steps=1)
+        gs = GraphRecorder(
+            str(tmp_path), losses={"loss1": m.loss1}, train_ops={"loss1": m.train1}, every_n_steps=1
+        )
         assert {v.name for v in tf.global_variables()} == before
         snapshots = tf.get_collection(SNAPSHOT_COLLECTION)
         assert snapshots and all(v.name.startswith("tb_gradscope/") for v in snapshots)
@@ -66,10 +70,19 @@ def test_optimizer_slots_are_never_scopes(tmp_path):
     with m.graph.as_default():
         everything = tf.global_variables()
         assert any(v.name.endswith("/RMSProp:0") for v in everything)
-        gs = GraphRecorder(str(tmp_path), losses={"td": m.loss},
-                           train_ops={"td": m._train_op}, variables=everything)
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"td": m.loss},
+            train_ops={"td": m._train_op},
+            variables=everything,
+        )
     assert gs.layout.scopes == (
-        "eval_net", "eval_net/e1", "eval_net/q", "target_net", "target_net/t1", "target_net/t2"
+        "eval_net",
+        "eval_net/e1",
+        "eval_net/q",
+        "target_net",
+        "target_net/t1",
+        "target_net/t2",
     )
 
 
@@ -78,8 +91,12 @@ def test_adam_state_is_never_a_scope(tmp_path):
     with m.graph.as_default():
         everything = tf.global_variables()
         assert {"beta1_power:0", "Agent/layer1/w1/Adam_1:0"} <= {v.name for v in everything}
-        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1},
-                           train_ops={"loss1": m.train1}, variables=everything)
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1},
+            train_ops={"loss1": m.train1},
+            variables=everything,
+        )
     assert gs.layout.scopes == ("Agent", "Agent/layer1", "Agent/layer2_1", "Agent/layer2_2")
 
 
@@ -87,8 +104,12 @@ def test_loss_whose_placeholders_are_not_fed_is_skipped(tmp_path):
     m = multihead_seed()
     rng = np.random.default_rng(0)
     with m.graph.as_default():
-        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1, "loss2": m.loss2},
-                           train_ops={"loss1": m.train1}, every_n_steps=1)
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1, "loss2": m.loss2},
+            train_ops={"loss1": m.train1},
+            every_n_steps=1,
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(tf.global_variables_initializer())
             for _ in range(3):
@@ -115,8 +136,12 @@ def test_failure_in_gradscope_ops_turns_recording_off_and_training_goes_on(tmp_p
             probe = tf.reduce_sum(tf.sqrt(tf.debugging.check_numerics(tf.abs(w) * 0.0, "probe")))
             sess = tf.Session()
             if logdir:
-                gs = GraphRecorder(logdir, losses={"loss": loss, "probe": probe},
-                                   train_ops={"loss": train}, every_n_steps=1)
+                gs = GraphRecorder(
+                    logdir,
+                    losses={"loss": loss, "probe": probe},
+                    train_ops={"loss": train},
+                    every_n_steps=1,
+                )
                 sess = gs.wrap(sess)
             sess.run(tf.global_variables_initializer())
             for _ in range(4):
@@ -138,16 +163,18 @@ def test_recorded_step_runs_the_forward_pass_once(tmp_path):
     g = tf.Graph()
     with g.as_default():
         x = tf.placeholder(tf.float32, [None, 3])
-        forward_runs = tf.get_variable("forward_runs", [], trainable=False,
-                                       initializer=tf.zeros_initializer())
+        forward_runs = tf.get_variable(
+            "forward_runs", [], trainable=False, initializer=tf.zeros_initializer()
+        )
         with tf.control_dependencies([forward_runs.assign_add(1.0)]):
             h = tf.identity(x)
         with tf.variable_scope("net"):
             w = tf.get_variable("w", [3, 1])
         loss = tf.reduce_mean(tf.square(tf.matmul(h, w)))
         train = tf.train.AdamOptimizer(0.1).minimize(loss)
-        gs = GraphRecorder(str(tmp_path), losses={"loss": loss}, train_ops={"loss": train},
-                           every_n_steps=1)
+        gs = GraphRecorder(
+            str(tmp_path), losses={"loss": loss}, train_ops={"loss": train}, every_n_steps=1
+        )
         with gs.wrap(tf.Session()) as sess:
             sess.run(tf.global_variables_initializer())
             for _ in range(5):

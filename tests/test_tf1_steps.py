@@ -6,6 +6,7 @@ import pytest
 
 from tb_gradscope.integrations.tf1.steps import Close, Pause, StepClock
 
+
 def ALWAYS(loss):
     return True
 
@@ -25,7 +26,11 @@ def test_update_window_spans_every_train_op_of_the_step():
     first = clock.plan({"train1"}, ALWAYS)
     assert (first.snapshot, first.open_step, first.close_after) == (True, 0, None)
     second = clock.plan({"train2"}, ALWAYS)
-    assert (second.snapshot, second.open_step, second.close_after) == (False, None, Close(0, None, True))
+    assert (second.snapshot, second.open_step, second.close_after) == (
+        False,
+        None,
+        Close(0, None, True),
+    )
     assert clock.plan({"train1"}, ALWAYS).open_step is None  # step 1: not recorded
     assert not clock.has_open_window
 
@@ -64,10 +69,16 @@ def test_one_call_with_both_train_ops_is_one_step():
     clock = StepClock({"loss1": "train1", "loss2": "train2"}, every_n_steps=3)
     plans = [clock.plan({"train1", "train2"}, ALWAYS) for _ in range(4)]
     assert [dict(p.losses) for p in plans] == [
-        {"loss1": 0, "loss2": 0}, {}, {}, {"loss1": 3, "loss2": 3}
+        {"loss1": 0, "loss2": 0},
+        {},
+        {},
+        {"loss1": 3, "loss2": 3},
     ]
     assert [(p.open_step, p.close_after and p.close_after.step) for p in plans] == [
-        (0, 0), (None, None), (None, None), (3, 3)
+        (0, 0),
+        (None, None),
+        (None, None),
+        (3, 3),
     ]
 
 

@@ -38,9 +38,7 @@ def read_records(logdir: str) -> dict[tuple[str, str], list[Record]]:
             out[(info.kind.value, info.name)] = [
                 Record(d.step, fmt.decode_table(info, d.numpy)) for d in read[run][tag]
             ]
-    blobs = data.list_blob_sequences(
-        ctx, experiment_id=EXPERIMENT, plugin_name=fmt.PLUGIN_NAME
-    )
+    blobs = data.list_blob_sequences(ctx, experiment_id=EXPERIMENT, plugin_name=fmt.PLUGIN_NAME)
     for run, tags in blobs.items():
         values = data.read_blob_sequences(
             ctx, experiment_id=EXPERIMENT, plugin_name=fmt.PLUGIN_NAME, downsample=100000
@@ -71,33 +69,33 @@ def multihead_seed(lr: float = 0.01) -> types.SimpleNamespace:
         n1 = 50
         input_dim = 100
         output_dim = 1
-        X = tf.placeholder(tf.float32, [None, input_dim], 'X')
-        Y1 = tf.placeholder(tf.float32, [None, output_dim], 'Y1')
-        Y2 = tf.placeholder(tf.float32, [None, output_dim], 'Y2')
+        X = tf.placeholder(tf.float32, [None, input_dim], "X")
+        Y1 = tf.placeholder(tf.float32, [None, output_dim], "Y1")
+        Y2 = tf.placeholder(tf.float32, [None, output_dim], "Y2")
 
-        with tf.variable_scope('Agent'):
-            with tf.variable_scope('layer1'):
-                w1 = tf.get_variable('w1', [input_dim, n1], trainable=True)
-                b1 = tf.get_variable('b1', [1, n1], trainable=True)
+        with tf.variable_scope("Agent"):
+            with tf.variable_scope("layer1"):
+                w1 = tf.get_variable("w1", [input_dim, n1], trainable=True)
+                b1 = tf.get_variable("b1", [1, n1], trainable=True)
                 s = tf.matmul(X, w1) + b1
-            with tf.variable_scope('layer2_1'):
-                w21 = tf.get_variable('w21', [n1, output_dim], trainable=True)
-                b21 = tf.get_variable('b21', [1, output_dim], trainable=True)
+            with tf.variable_scope("layer2_1"):
+                w21 = tf.get_variable("w21", [n1, output_dim], trainable=True)
+                b21 = tf.get_variable("b21", [1, output_dim], trainable=True)
                 y1 = tf.matmul(s, w21) + b21
-            with tf.variable_scope('layer2_2'):
-                w22 = tf.get_variable('w22', [n1, output_dim], trainable=True)
-                b22 = tf.get_variable('b22', [1, output_dim], trainable=True)
+            with tf.variable_scope("layer2_2"):
+                w22 = tf.get_variable("w22", [n1, output_dim], trainable=True)
+                b22 = tf.get_variable("b22", [1, output_dim], trainable=True)
                 y2 = tf.matmul(s, w22) + b22
 
-        layer1_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope='Agent/layer1')
-        layer21_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope='Agent/layer2_1')
-        layer22_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope='Agent/layer2_2')
+        layer1_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer1")
+        layer21_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_1")
+        layer22_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_2")
 
         loss1 = tf.losses.mean_squared_error(labels=Y1, predictions=y1)
         loss2 = tf.losses.mean_squared_error(labels=Y2, predictions=y2)
 
-        train1 = tf.train.AdamOptimizer(lr).minimize(loss1, var_list=layer1_params+layer21_params)
-        train2 = tf.train.AdamOptimizer(lr).minimize(loss2, var_list=layer1_params+layer22_params)
+        train1 = tf.train.AdamOptimizer(lr).minimize(loss1, var_list=layer1_params + layer21_params)
+        train2 = tf.train.AdamOptimizer(lr).minimize(loss2, var_list=layer1_params + layer22_params)
     return types.SimpleNamespace(**locals())
 
 
@@ -116,32 +114,44 @@ def dqn_seed(n_features: int = 4, n_actions: int = 3, lr: float = 0.01) -> types
     with graph.as_default():
         tf.set_random_seed(2)
         gamma = 0.9
-        s = tf.placeholder(tf.float32, [None, n_features], name='s')
-        s_ = tf.placeholder(tf.float32, [None, n_features], name='s_')
-        r = tf.placeholder(tf.float32, [None, ], name='r')
-        a = tf.placeholder(tf.int32, [None, ], name='a')
+        s = tf.placeholder(tf.float32, [None, n_features], name="s")
+        s_ = tf.placeholder(tf.float32, [None, n_features], name="s_")
+        r = tf.placeholder(
+            tf.float32,
+            [
+                None,
+            ],
+            name="r",
+        )
+        a = tf.placeholder(
+            tf.int32,
+            [
+                None,
+            ],
+            name="a",
+        )
 
-        with tf.variable_scope('eval_net'):
-            e1 = _dense(s, 20, 'e1', tf.nn.relu)
-            q_eval = _dense(e1, n_actions, 'q')
-        with tf.variable_scope('target_net'):
-            t1 = _dense(s_, 20, 't1', tf.nn.relu)
-            q_next = _dense(t1, n_actions, 't2')
+        with tf.variable_scope("eval_net"):
+            e1 = _dense(s, 20, "e1", tf.nn.relu)
+            q_eval = _dense(e1, n_actions, "q")
+        with tf.variable_scope("target_net"):
+            t1 = _dense(s_, 20, "t1", tf.nn.relu)
+            q_next = _dense(t1, n_actions, "t2")
 
-        with tf.variable_scope('q_target'):
-            q_target = r + gamma * tf.reduce_max(q_next, axis=1, name='Qmax_s_')
+        with tf.variable_scope("q_target"):
+            q_target = r + gamma * tf.reduce_max(q_next, axis=1, name="Qmax_s_")
             q_target = tf.stop_gradient(q_target)
-        with tf.variable_scope('q_eval'):
+        with tf.variable_scope("q_eval"):
             a_indices = tf.stack([tf.range(tf.shape(a)[0], dtype=tf.int32), a], axis=1)
             q_eval_wrt_a = tf.gather_nd(params=q_eval, indices=a_indices)
-        with tf.variable_scope('loss'):
-            loss = tf.reduce_mean(tf.squared_difference(q_target, q_eval_wrt_a, name='TD_error'))
-        with tf.variable_scope('train'):
+        with tf.variable_scope("loss"):
+            loss = tf.reduce_mean(tf.squared_difference(q_target, q_eval_wrt_a, name="TD_error"))
+        with tf.variable_scope("train"):
             _train_op = tf.train.RMSPropOptimizer(lr).minimize(loss)
 
-        t_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope='target_net')
-        e_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope='eval_net')
-        with tf.variable_scope('hard_replacement'):
+        t_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="target_net")
+        e_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="eval_net")
+        with tf.variable_scope("hard_replacement"):
             target_replace_op = [tf.assign(t, e) for t, e in zip(t_params, e_params)]
     return types.SimpleNamespace(**locals())
 
@@ -161,37 +171,39 @@ def ddpg_seed(s_dim: int = 3, a_dim: int = 2) -> types.SimpleNamespace:
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(3)
-        S = tf.placeholder(tf.float32, [None, s_dim], 's')
-        R = tf.placeholder(tf.float32, [None, 1], 'r')
-        with tf.variable_scope('Actor'):
-            with tf.variable_scope('eval_net'):
-                net = _dense(S, 30, 'l1', tf.nn.relu)
-                a = _dense(net, a_dim, 'a', tf.nn.tanh)
-        with tf.variable_scope('Critic'):
-            with tf.variable_scope('eval_net'):
-                net = _dense(tf.concat([S, a], axis=1), 30, 'l1', tf.nn.relu)
-                q = _dense(net, 1, 'q')
-        actor_params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope='Actor/eval_net')
-        critic_params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope='Critic/eval_net')
-        with tf.variable_scope('C_train'):
+        S = tf.placeholder(tf.float32, [None, s_dim], "s")
+        R = tf.placeholder(tf.float32, [None, 1], "r")
+        with tf.variable_scope("Actor"):
+            with tf.variable_scope("eval_net"):
+                net = _dense(S, 30, "l1", tf.nn.relu)
+                a = _dense(net, a_dim, "a", tf.nn.tanh)
+        with tf.variable_scope("Critic"):
+            with tf.variable_scope("eval_net"):
+                net = _dense(tf.concat([S, a], axis=1), 30, "l1", tf.nn.relu)
+                q = _dense(net, 1, "q")
+        actor_params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope="Actor/eval_net")
+        critic_params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope="Critic/eval_net")
+        with tf.variable_scope("C_train"):
             td_loss = tf.reduce_mean(tf.squared_difference(R, q))
             train_critic = tf.train.AdamOptimizer(0.01).minimize(td_loss, var_list=critic_params)
-        with tf.variable_scope('a_grad'):
+        with tf.variable_scope("a_grad"):
             a_grads = tf.gradients(q, a)[0]
-        with tf.variable_scope('policy_grads'):
+        with tf.variable_scope("policy_grads"):
             policy_grads = tf.gradients(ys=a, xs=actor_params, grad_ys=a_grads)
-        with tf.variable_scope('A_train'):
+        with tf.variable_scope("A_train"):
             train_actor = tf.train.AdamOptimizer(-0.001).apply_gradients(
-                zip(policy_grads, actor_params))
+                zip(policy_grads, actor_params)
+            )
     return types.SimpleNamespace(**locals())
 
 
 def _dense(x, units: int, name: str, activation=None):
     """A dense layer from tf.get_variable, as the seeds write them."""
     with tf.variable_scope(name):
-        w = tf.get_variable('w', [int(x.shape[-1]), units],
-                            initializer=tf.random_normal_initializer(0., 0.3))
-        b = tf.get_variable('b', [1, units], initializer=tf.constant_initializer(0.1))
+        w = tf.get_variable(
+            "w", [int(x.shape[-1]), units], initializer=tf.random_normal_initializer(0.0, 0.3)
+        )
+        b = tf.get_variable("b", [1, units], initializer=tf.constant_initializer(0.1))
         y = tf.matmul(x, w) + b
     return activation(y) if activation else y
 
@@ -203,19 +215,19 @@ def dqn3_seed(n_features: int = 4, n_actions: int = 3, batch: int = 8) -> types.
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(4)
-        s = tf.placeholder(tf.float32, [batch, n_features], 's')
-        s2 = tf.placeholder(tf.float32, [batch, n_features], 's2')
-        a = tf.placeholder(tf.int32, [batch], 'a')
-        r = tf.placeholder(tf.float32, [batch], 'r')
-        with tf.variable_scope('network'):
-            q_all = _dense(_dense(s, 16, 'l1', tf.nn.relu), n_actions, 'out')
-        with tf.variable_scope('target_network'):
-            q2_all = _dense(_dense(s2, 16, 'l1', tf.nn.relu), n_actions, 'out')
+        s = tf.placeholder(tf.float32, [batch, n_features], "s")
+        s2 = tf.placeholder(tf.float32, [batch, n_features], "s2")
+        a = tf.placeholder(tf.int32, [batch], "a")
+        r = tf.placeholder(tf.float32, [batch], "r")
+        with tf.variable_scope("network"):
+            q_all = _dense(_dense(s, 16, "l1", tf.nn.relu), n_actions, "out")
+        with tf.variable_scope("target_network"):
+            q2_all = _dense(_dense(s2, 16, "l1", tf.nn.relu), n_actions, "out")
         q2_max = tf.reduce_max(q2_all, axis=1)
         q = tf.reduce_sum(q_all * tf.one_hot(a, n_actions), axis=1)
         delta = tf.clip_by_value(r + 0.99 * q2_max - q, -1.0, 1.0)
         targets = tf.stop_gradient(tf.one_hot(a, n_actions) * delta[:, None])
-        params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope='network')
+        params = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope="network")
         grads = tf.gradients(q_all, params, grad_ys=-targets)
         train = tf.train.RMSPropOptimizer(0.00025).apply_gradients(zip(grads, params))
     return types.SimpleNamespace(**locals())

@@ -22,8 +22,8 @@ def _records(data: bytes) -> list[bytes]:
     """The payloads of a TFRecord file, each read by its length field."""
     out, at = [], 0
     while at < len(data):
-        length = int.from_bytes(data[at:at + 8], "little")
-        out.append(data[at + 12:at + 12 + length])
+        length = int.from_bytes(data[at : at + 8], "little")
+        out.append(data[at + 12 : at + 12 + length])
         at += 12 + length + 4
     return out
 
@@ -56,7 +56,10 @@ def test_the_file_is_byte_for_byte_what_tensorboards_writer_makes_of_the_same_ev
 
 
 def test_files_are_named_as_tensorboard_names_them_and_never_reused(tmp_path):
-    first, second = RecordWriter(str(tmp_path / "new" / "dir")), RecordWriter(str(tmp_path / "new" / "dir"))
+    first, second = (
+        RecordWriter(str(tmp_path / "new" / "dir")),
+        RecordWriter(str(tmp_path / "new" / "dir")),
+    )
     pattern = rf"events\.out\.tfevents\.\d{{10}}\.[^/]+\.{os.getpid()}\.\d+\.gradscope"
     for writer in (first, second):
         assert re.fullmatch(pattern, os.path.basename(writer.path)), writer.path
@@ -64,16 +67,22 @@ def test_files_are_named_as_tensorboard_names_them_and_never_reused(tmp_path):
     _write_some(first)
     second.close()
     first.close()
-    assert len(_records(open(first.path, "rb").read())) == 5  # the second writer did not truncate it
+    assert (
+        len(_records(open(first.path, "rb").read())) == 5
+    )  # the second writer did not truncate it
 
 
 def test_records_are_on_disk_after_each_recorded_step_without_close(tmp_path):
     m = multihead_seed()
     rng = np.random.default_rng(0)
     with m.graph.as_default():
-        gs = GraphRecorder(str(tmp_path), losses={"loss1": m.loss1, "loss2": m.loss2},
-                           train_ops={"loss1": m.train1, "loss2": m.train2}, every_n_steps=5,
-                           rules=["never(loss1, Agent/layer2_2)"])
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1, "loss2": m.loss2},
+            train_ops={"loss1": m.train1, "loss2": m.train2},
+            every_n_steps=5,
+            rules=["never(loss1, Agent/layer2_2)"],
+        )
         sess = gs.wrap(tf.Session())
         sess.run(tf.global_variables_initializer())
         for _ in range(7):
@@ -87,14 +96,18 @@ def test_records_are_on_disk_after_each_recorded_step_without_close(tmp_path):
         sess.close()
 
 
-def test_the_flowgraph_is_on_disk_after_the_first_train_call_even_when_its_step_is_not_recorded(tmp_path):
+def test_the_flowgraph_is_on_disk_after_the_first_train_call_even_when_its_step_is_not_recorded(
+    tmp_path,
+):
     graph = tf.Graph()
     with graph.as_default():
         global_step = tf.train.get_or_create_global_step()
         w = tf.get_variable("w", [2, 1])
         loss = tf.reduce_mean(tf.square(tf.matmul(tf.ones([4, 2]), w)))
         train = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
-        gs = GraphRecorder(str(tmp_path), losses={"mse": loss}, train_ops={"mse": train}, every_n_steps=10)
+        gs = GraphRecorder(
+            str(tmp_path), losses={"mse": loss}, train_ops={"mse": train}, every_n_steps=10
+        )
         sess = gs.wrap(tf.Session())
         sess.run(tf.global_variables_initializer())
         sess.run(global_step.assign(3))  # a resumed run: its first train call is step 3

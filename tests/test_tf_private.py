@@ -33,7 +33,11 @@ def _graph_calling_a_function():
     inner = tf.function(lambda x: x * 2.0)
     outer = tf.function(lambda x: inner(x) + 1.0)
     graph = outer.get_concrete_function(tf.TensorSpec([], tf.float32)).graph
-    call = next(op for op in graph.get_operations() if op.type in ("PartitionedCall", "StatefulPartitionedCall"))
+    call = next(
+        op
+        for op in graph.get_operations()
+        if op.type in ("PartitionedCall", "StatefulPartitionedCall")
+    )
     return graph, call.get_attr("f").name
 
 
@@ -134,6 +138,7 @@ def test_count_traces_apart():
     def variants():
         made = []
         for mode in ("plain", "recorded"):
+
             def variant(*args):
                 return user_step(*args)
 
@@ -145,7 +150,9 @@ def test_count_traces_apart():
     plain, recorded = variants()
     # The premise: tf.function keys its retrace count on the code behind `__wrapped__`.
     same = [tf.function(v)._key_for_call_stats for v in variants()]
-    assert same[0] is same[1] is user_step.__code__, "tf.function no longer counts traces per __wrapped__ code"
+    assert same[0] is same[1] is user_step.__code__, (
+        "tf.function no longer counts traces per __wrapped__ code"
+    )
     for variant in (plain, recorded):
         private.count_traces_apart(variant)
         assert not hasattr(variant, "__wrapped__") and variant.__code__.co_name == variant.__name__
@@ -211,11 +218,15 @@ def test_open_writer_file(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     writer = tf.summary.create_file_writer(str(first))
     private.close_writer_file(writer)
-    private.open_writer_file(writer, str(second), max_queue=1000, flush_millis=10**9, filename_suffix=".v2")
+    private.open_writer_file(
+        writer, str(second), max_queue=1000, flush_millis=10**9, filename_suffix=".v2"
+    )
     with private.default_writer_set(writer):
         tf.summary.scalar("moved", 1.0, step=0)
     writer.flush()
-    assert [os.path.basename(p).endswith(".v2") for p in glob.glob(str(second / "*tfevents*"))] == [True]
+    assert [os.path.basename(p).endswith(".v2") for p in glob.glob(str(second / "*tfevents*"))] == [
+        True
+    ]
     assert _events(str(second)) == ["moved"] and _events(str(first)) == []
 
 
@@ -352,7 +363,12 @@ def _two_outputs(lib):
     q = lib.layers.Dense(1, name="q")(inputs)
     aux = lib.layers.Dense(1, name="aux")(inputs)
     model = lib.Model(inputs, {"q": q, "aux": aux}, name="agent")
-    model.compile("sgd", loss={"q": "mse", "aux": "mse"}, loss_weights={"q": 1.0, "aux": 0.5}, steps_per_execution=2)
+    model.compile(
+        "sgd",
+        loss={"q": "mse", "aux": "mse"},
+        loss_weights={"q": 1.0, "aux": 0.5},
+        steps_per_execution=2,
+    )
     return model
 
 
@@ -386,7 +402,9 @@ def test_has_flat_losses(keras3_trained):
 
 
 def test_flat_losses(keras3_trained):
-    assert not private.flat_losses(private.compile_loss(_two_outputs(keras)))  # built inside the first traced step
+    assert not private.flat_losses(
+        private.compile_loss(_two_outputs(keras))
+    )  # built inside the first traced step
     entries = private.flat_losses(private.compile_loss(keras3_trained))
     assert [(e.name, float(e.loss_weights)) for e in entries] == [("q", 1.0), ("aux", 0.5)]
     assert all(callable(e.loss) for e in entries)
@@ -425,7 +443,9 @@ def test_legacy_output_names(tf_keras_trained):
 
 def test_legacy_loss_weights(tf_keras_trained):
     container = tf_keras_trained.compiled_loss
-    weights = dict(zip(private.legacy_output_names(container), private.legacy_loss_weights(container)))
+    weights = dict(
+        zip(private.legacy_output_names(container), private.legacy_loss_weights(container))
+    )
     assert weights == {"q": 1.0, "aux": 0.5}
 
 
@@ -450,10 +470,16 @@ def test_legacy_steps_per_execution(tf_keras_trained):
 def test_every_name_of_the_module_has_its_test():
     tree = ast.parse(pathlib.Path(private.__file__).read_text())
     public = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)} | {
-        target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
-        if isinstance(target, ast.Name) and target.id != "__all__"}
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id != "__all__"
+    }
     public = {name for name in public if not name.startswith("_")}
-    assert public == set(private.__all__), "public names outside __all__ (or __all__ naming none): " + str(
-        public ^ set(private.__all__))
+    assert public == set(private.__all__), (
+        "public names outside __all__ (or __all__ naming none): "
+        + str(public ^ set(private.__all__))
+    )
     missing = [name for name in private.__all__ if f"test_{name}" not in globals()]
     assert missing == [], f"no test for: {missing}"

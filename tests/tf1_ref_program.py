@@ -56,9 +56,15 @@ def main(logdir: str) -> None:
     variables = tf.trainable_variables()
     scopes = [v.name[:-2].rsplit("/", 1)[0] for v in variables]
     check = {"fit": tf.gradients(fit, variables), "aux": tf.gradients(aux, variables)}
-    gs = GraphRecorder(logdir, losses={"fit": fit, "aux": aux},
-                       train_ops={"fit": train_fit, "aux": train_aux}, every_n_steps=1)
-    raw = tf.Session(config=tf.ConfigProto(inter_op_parallelism_threads=4, intra_op_parallelism_threads=4))
+    gs = GraphRecorder(
+        logdir,
+        losses={"fit": fit, "aux": aux},
+        train_ops={"fit": train_fit, "aux": train_aux},
+        every_n_steps=1,
+    )
+    raw = tf.Session(
+        config=tf.ConfigProto(inter_op_parallelism_threads=4, intra_op_parallelism_threads=4)
+    )
     sess = gs.wrap(raw)
     sess.run(tf.global_variables_initializer())
     rng = np.random.default_rng(0)
@@ -73,13 +79,18 @@ def main(logdir: str) -> None:
             expected[loss][step] = {s: float(np.sqrt(v)) for s, v in sums.items()}
             sess.run(train, feed)
     sess.close()
-    print(json.dumps({
-        "ref": variables[0].dtype.is_ref_dtype if hasattr(variables[0].dtype, "is_ref_dtype")
-        else "_ref" in variables[0].dtype.name,
-        "cond_context": in_control_flow(branch.op.inputs[0].op),
-        "recorded": _recorded(logdir, sorted(set(scopes))),
-        "expected": expected,
-    }))
+    print(
+        json.dumps(
+            {
+                "ref": variables[0].dtype.is_ref_dtype
+                if hasattr(variables[0].dtype, "is_ref_dtype")
+                else "_ref" in variables[0].dtype.name,
+                "cond_context": in_control_flow(branch.op.inputs[0].op),
+                "recorded": _recorded(logdir, sorted(set(scopes))),
+                "expected": expected,
+            }
+        )
+    )
 
 
 def _recorded(logdir: str, scopes: list[str]) -> dict:

@@ -6,7 +6,6 @@ Imports only `format` and `scopes` (and tensorflow); imported by `record`,
 `integrations` and `tb_gradscope.testing`.
 """
 
-
 from tb_gradscope.analysis.core import analyze_graph
 from tb_gradscope.analysis.fingerprint import fingerprint
 from tb_gradscope.analysis.function import UNTRACED_MESSAGE, analyze_function, untraced_message

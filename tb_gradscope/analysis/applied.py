@@ -13,7 +13,7 @@ a copy, not an update.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from tb_gradscope.analysis.flatten import SYNTHETIC, FlatGraph
 
@@ -59,7 +59,9 @@ def written_variables(flat: FlatGraph, node: int, variables: set[int]) -> set[in
 
 def gradient_nodes(flat: FlatGraph) -> list[int]:
     """Nodes TF created to compute a gradient (by their name scope)."""
-    return [n for n, name in enumerate(flat.names) if "gradient" in name and GRADIENT_NAME.search(name)]
+    return [
+        n for n, name in enumerate(flat.names) if "gradient" in name and GRADIENT_NAME.search(name)
+    ]
 
 
 def gradient_writes(
@@ -100,9 +102,7 @@ def gradient_writes(
     return writes
 
 
-def gradient_seeds_by_loss(
-    flat: FlatGraph, cones: dict[str, bytearray]
-) -> dict[str, list[int]]:
+def gradient_seeds_by_loss(flat: FlatGraph, cones: dict[str, bytearray]) -> dict[str, list[int]]:
     """The gradient ops each loss's gradient computation consists of.
 
     The gradient ops of one `tape.gradient`/`tf.gradients` call form a

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -101,8 +102,10 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
     flat = flatten(graph)
     var_nodes, var_names, missing = match_variables(flat, graph, variable_scopes)
     leaves = [scope for _, scope in variable_scopes]
-    scope_list = list(scopes) if scopes is not None else scopes_lib.tree_order(
-        a for leaf in leaves for a in scopes_lib.ancestors(leaf)
+    scope_list = (
+        list(scopes)
+        if scopes is not None
+        else scopes_lib.tree_order(a for leaf in leaves for a in scopes_lib.ancestors(leaf))
     )
     warnings = []
     if missing:
@@ -139,7 +142,10 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
                 if _RANK[state] > _RANK[states[i]]:  # a replicated variable: any replica
                     states[i] = state
         outside_tape[spec.name] = {
-            i for node, indices in var_nodes.items() for i in indices if i in unwatched and forward[node]
+            i
+            for node, indices in var_nodes.items()
+            for i in indices
+            if i in unwatched and forward[node]
         }
         cells[spec.name] = _roll_up(states, leaves, scope_list)
 
@@ -154,7 +160,9 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
         hit = {a for i in union for a in scopes_lib.ancestors(leaves[i])}
         applied_scopes = [s for s in scope_list if s in hit]
     return FlowGraph(
-        losses=[LossInfo(s.name, s.kind, s.tensor.name, optimizer_of.get(s.name, "")) for s in specs],
+        losses=[
+            LossInfo(s.name, s.kind, s.tensor.name, optimizer_of.get(s.name, "")) for s in specs
+        ],
         scopes=scope_list,
         cells=cells,
         blocked_edges=blocked,
@@ -196,7 +204,9 @@ def _attribute(variable) -> bool | None:
 
 def _or(a: bytearray, b: bytearray) -> bytearray:
     """Element-wise OR of two flag arrays (one big-int operation, not a Python loop)."""
-    return bytearray((int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little"))
+    return bytearray(
+        (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(len(a), "little")
+    )
 
 
 def _unwatched(tape_variables, variable_scopes, var_nodes, gradient) -> set[int]:
@@ -211,7 +221,9 @@ def _unwatched(tape_variables, variable_scopes, var_nodes, gradient) -> set[int]
     return set(reached) - watched if watched else set()
 
 
-def _tape_boundary_edges(per_loss, outside_tape, leaves, var_names, cells, loss_ids) -> list[BlockedEdge]:
+def _tape_boundary_edges(
+    per_loss, outside_tape, leaves, var_names, cells, loss_ids
+) -> list[BlockedEdge]:
     """One blocked edge per leaf scope a loss depends on only outside its tape
     (every variable of the leaf is blocked for the loss)."""
     edges = []
@@ -243,7 +255,9 @@ def _state(forward: int, gradient: int, applied: set[int] | None, index: int) ->
     return BLOCKED if forward else INDEPENDENT
 
 
-def _roll_up(states: Sequence[str], leaves: Sequence[str], scope_list: Sequence[str]) -> dict[str, str]:
+def _roll_up(
+    states: Sequence[str], leaves: Sequence[str], scope_list: Sequence[str]
+) -> dict[str, str]:
     best: dict[str, int] = {s: 0 for s in scope_list}
     for state, leaf in zip(states, leaves):
         rank = _RANK[state]
@@ -263,13 +277,18 @@ def _optimizer_groups(steps_by_loss: Mapping[str, set[int]]) -> dict[str, str]:
         if not writes:
             continue
         joined = [g for g in groups if g[0] & writes]
-        merged = (set(writes).union(*(g[0] for g in joined)), [n for g in joined for n in g[1]] + [name])
+        merged = (
+            set(writes).union(*(g[0] for g in joined)),
+            [n for g in joined for n in g[1]] + [name],
+        )
         groups = [g for g in groups if g not in joined] + [merged]
     groups.sort(key=lambda g: min(g[0]))
     return {name: f"opt{k}" for k, (_, members) in enumerate(groups) for name in members}
 
 
-def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> tuple[dict[Any, set[int]], dict[str, set[int]]]:
+def _applied(
+    flat: FlatGraph, specs, var_nodes, train_ops, cones
+) -> tuple[dict[Any, set[int]], dict[str, set[int]]]:
     """(loss name (None: every loss) -> indices of variables its optimizer
     applies, loss name -> the write ops of its optimizer step).
 
@@ -295,11 +314,17 @@ def _applied(flat: FlatGraph, specs, var_nodes, train_ops, cones) -> tuple[dict[
                 f"{[s.name for s in specs]}; key train_ops by loss name"
             )
         ops = ops if isinstance(ops, (list, tuple)) else [ops]
-        starts = [flat.root_ops[id(getattr(o, "op", o))] for o in ops if id(getattr(o, "op", o)) in flat.root_ops]
+        starts = [
+            flat.root_ops[id(getattr(o, "op", o))]
+            for o in ops
+            if id(getattr(o, "op", o)) in flat.root_ops
+        ]
         if len(starts) != len(ops):
             raise AnalysisError(f"a train op of loss '{name}' is not in the analysed graph")
         run = applied_lib.upstream(flat, starts)
-        result[name] = {i for w, targets in writes.items() if w in run for n in targets for i in var_nodes[n]}
+        result[name] = {
+            i for w, targets in writes.items() if w in run for n in targets for i in var_nodes[n]
+        }
         steps[name] = {w for w in writes if w in run}
     return result, steps
 
@@ -330,7 +355,9 @@ def _blocked_edges(flat, sg: ScopeGraph, loss_ids, per_loss) -> list[BlockedEdge
     result = []
     for spec, _, _, _, cuts, _ in per_loss:
         for cut in cuts:
-            producer_side, consumer = sg.place(cut.producer, cut.consumer, loss_nodes, loss_ids[spec.name])
+            producer_side, consumer = sg.place(
+                cut.producer, cut.consumer, loss_nodes, loss_ids[spec.name]
+            )
             # One cut can separate several producer scopes (a stop_gradient on a
             # backup computed from two target critics and the policy): one edge each.
             scope_producers = [p for p in producer_side if not p.startswith(("input:", "loss:"))]

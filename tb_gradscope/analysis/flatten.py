@@ -123,7 +123,12 @@ class _Flattener:
         ops = graph.get_operations()
         for op in ops:
             op_type = op.type
-            if op_type in CALL_OPS or op_type in WHILE_OPS or op_type in IF_OPS or op_type in CASE_OPS:
+            if (
+                op_type in CALL_OPS
+                or op_type in WHILE_OPS
+                or op_type in IF_OPS
+                or op_type in CASE_OPS
+            ):
                 if self._try_call(graph, op, prefix, by_output, pending):
                     continue
                 node = flat.add(op, op_type, prefix + op.name)

@@ -10,7 +10,8 @@ loses: without a graph, "blocked" cannot be told from "independent".
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 

@@ -133,9 +133,7 @@ def _custom_gradient_rule(op: tf.Operation) -> Rule:
     scratch.outer_graph = op.graph
     try:
         with scratch.as_default():
-            seeds = [
-                tf.compat.v1.placeholder(out.dtype, out.shape) for out in op.outputs
-            ]
+            seeds = [tf.compat.v1.placeholder(out.dtype, out.shape) for out in op.outputs]
             grads = list(fn(op, *seeds))
     except Exception:  # noqa: BLE001 - any failure of user code means "unknown"
         return Rule(CAUSE_UNKNOWN)
@@ -149,4 +147,3 @@ def _custom_gradient_rule(op: tf.Operation) -> Rule:
     if not none and not rerouted:
         return PASS
     return Rule(None, frozenset(none), frozenset(rerouted))
-

@@ -6,7 +6,8 @@ Every error names the loss or variable at fault and says what to pass instead.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -86,7 +87,11 @@ def _is_eager(tensor: Any) -> bool:
 
 def handle_of(variable: Any) -> Any:
     """The resource handle (or TF1 ref tensor) behind a tf.Variable or Keras 3 variable."""
-    for candidate in (variable, getattr(variable, "value", None), private.keras_inner_variable(variable)):
+    for candidate in (
+        variable,
+        getattr(variable, "value", None),
+        private.keras_inner_variable(variable),
+    ):
         if candidate is None:
             continue
         try:

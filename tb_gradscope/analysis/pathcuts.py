@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from tb_gradscope.analysis.flatten import FlatGraph
 from tb_gradscope.analysis.gradrules import STRUCTURAL_OPS, GradientRules
@@ -48,7 +48,10 @@ def with_path_cuts(
     own call of the encoder is cut, the encoder learns by the predictor),
     followed by the per-path cuts, one blocked edge per (cut, producer scope)."""
     loss_nodes = {start: loss_ids[spec.name] for spec, start, *_ in per_loss}
-    by_loss = {spec.name: (spec, start, gradient, passed) for spec, start, _, gradient, _, passed in per_loss}
+    by_loss = {
+        spec.name: (spec, start, gradient, passed)
+        for spec, start, _, gradient, _, passed in per_loss
+    }
     open_by_loss: dict[str, set[tuple[str, str]]] = {}
 
     def open_edges(loss: str) -> set[tuple[str, str]]:
@@ -96,7 +99,12 @@ def with_path_cuts(
 
 
 def gradient_edges(
-    flat: FlatGraph, sg: ScopeGraph, rules: GradientRules, reached: bytearray, start: int, loss_id: str
+    flat: FlatGraph,
+    sg: ScopeGraph,
+    rules: GradientRules,
+    reached: bytearray,
+    start: int,
+    loss_id: str,
 ) -> set[tuple[str, str]]:
     """The scope-graph edges the loss's gradient crosses: the forward labelling
     of `ScopeGraph`, over the data edges TF's gradient rules let through into
@@ -114,8 +122,12 @@ def gradient_edges(
             if rule.cause is not None:
                 continue
             carried = [
-                src for i, (src, trainable) in enumerate(op_inputs)
-                if trainable and i not in rule.rerouted and i not in rule.none_inputs and src not in readers
+                src
+                for i, (src, trainable) in enumerate(op_inputs)
+                if trainable
+                and i not in rule.rerouted
+                and i not in rule.none_inputs
+                and src not in readers
             ]
             scope = label.get(n)
             if scope is not None:

@@ -20,7 +20,7 @@ no other path, so the `tf.where` inside a Huber loss is not a blocked edge.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from collections.abc import Iterable
 
 from tb_gradscope.analysis.flatten import FlatGraph
 from tb_gradscope.analysis.gradrules import STRUCTURAL_OPS, GradientRules
@@ -121,8 +121,11 @@ def gradient_walk(
                 stack.append(src)
     for producer, consumer, cause in _integer_cuts(flat, rules, integer_edges, var_dep):
         cuts.setdefault((producer, consumer), cause)
-    hidden = _hidden(flat, reached, variables) if any(
-        c in _IMPLICIT for c in cuts.values()) else bytearray(len(flat))
+    hidden = (
+        _hidden(flat, reached, variables)
+        if any(c in _IMPLICIT for c in cuts.values())
+        else bytearray(len(flat))
+    )
     ordered = sorted(
         (
             kv
@@ -135,7 +138,11 @@ def gradient_walk(
         (kv for kv in cuts.items() if reached[kv[0][0]] and kv[1] not in _IMPLICIT),
         key=lambda kv: (kv[0][1], kv[0][0]),
     )
-    return reached, [Cut(p, c, cause) for (p, c), cause in ordered], [Cut(p, c, cause) for (p, c), cause in passed]
+    return (
+        reached,
+        [Cut(p, c, cause) for (p, c), cause in ordered],
+        [Cut(p, c, cause) for (p, c), cause in passed],
+    )
 
 
 def _hidden(flat: FlatGraph, reached: bytearray, variables: Iterable[int]) -> bytearray:

@@ -13,7 +13,7 @@ nested that deep).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping
+from collections.abc import Mapping
 
 from tb_gradscope.analysis.flatten import BRANCH, LINK, LOOP_VAR, FlatGraph
 
@@ -106,7 +106,9 @@ class ScopeGraph:
             self._downstream = self._backward(loss_nodes)
         return self._downstream[node]
 
-    def place(self, producer: int, consumer: int, loss_nodes: Mapping[int, str], own: str) -> tuple[list[str], str]:
+    def place(
+        self, producer: int, consumer: int, loss_nodes: Mapping[int, str], own: str
+    ) -> tuple[list[str], str]:
         """(the scope-graph nodes feeding a cut edge `producer -> consumer`, the
         node the cut value next arrives at) for the loss whose node is `own`.
 
@@ -115,9 +117,13 @@ class ScopeGraph:
         producer_side = sorted(self.sources(producer), key=prefer_scope)
         down = self.downstream(consumer, loss_nodes)
         if down <= set(producer_side):  # the cut sits inside the producer's scope
-            down = frozenset().union(
-                *(self.downstream(c, loss_nodes) for c in self.flat.consumers()[consumer])
-            ) - set(producer_side) or down
+            down = (
+                frozenset().union(
+                    *(self.downstream(c, loss_nodes) for c in self.flat.consumers()[consumer])
+                )
+                - set(producer_side)
+                or down
+            )
         consumer_side = [own] if own in down else sorted(down, key=prefer_scope)
         label = self.label.get(consumer)
         if label is not None and label not in producer_side:

@@ -12,7 +12,7 @@ them without the demos; `tb_gradscope.cli` adds the demos on top. Imported by
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 from tb_gradscope.commands import dispatch
 

@@ -45,10 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tables could not be read (not checked), or rules none of which any "
         "recorded step could check. Rules file format: docs/RULES.md."
     )
-    parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
-    parser.add_argument("--rules", metavar="FILE", help="a TOML rules file to check every run against")
+    parser.add_argument(
+        "logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)"
+    )
+    parser.add_argument(
+        "--rules", metavar="FILE", help="a TOML rules file to check every run against"
+    )
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="check only this run")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -56,8 +62,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     from tb_gradscope import rules as rules_lib
-    from tb_gradscope.read import logdir
-    from tb_gradscope.read import violations
+    from tb_gradscope.read import logdir, violations
 
     given: list = []
     if args.rules:
@@ -77,20 +82,25 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         for warning in logs.warnings + checked_runs[logs.run].warnings:
             print(f"warning: {safe(warning)}", file=err)
     any_rules = bool(given) or any(c.rules for c in checked_runs.values())
-    per_run, notes = violations.drop_inapplicable({run: c.violations for run, c in checked_runs.items()}, given)
+    per_run, notes = violations.drop_inapplicable(
+        {run: c.violations for run, c in checked_runs.items()}, given
+    )
     for note in notes:
         print(f"note: {safe(note)}", file=err)
     found = [v for run in sorted(per_run) for v in per_run[run]]
     if getattr(args, "format", "text") == "json":  # a caller's Namespace may lack --format
-        document = {"logdir": args.logdir, "runs": [
-            {
-                "run": run,
-                "rules": [str(r) for r in checked_runs[run].rules],
-                "violations": [v.to_json() for v in per_run[run]],
-                "warnings": checked_runs[run].warnings,
-            }
-            for run in sorted(per_run)
-        ]}
+        document = {
+            "logdir": args.logdir,
+            "runs": [
+                {
+                    "run": run,
+                    "rules": [str(r) for r in checked_runs[run].rules],
+                    "violations": [v.to_json() for v in per_run[run]],
+                    "warnings": checked_runs[run].warnings,
+                }
+                for run in sorted(per_run)
+            ],
+        }
         json.dump(document, out, indent=1, ensure_ascii=True, allow_nan=False)
         out.write("\n")
     else:
@@ -108,14 +118,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         checked += f", {len(unreadable)} of them not at any recorded step"
     recorded_any = any(e.type == "violation" for logs in runs for e in logs.events)
     if not found and unreadable:
-        print(f"{checked}: no violations in what could be read; exit {UNREADABLE}: the rest could not be checked", file=err)
+        print(
+            f"{checked}: no violations in what could be read; exit {UNREADABLE}: the rest could not be checked",
+            file=err,
+        )
         return UNREADABLE
     if not any_rules and not recorded_any:
         print(f"{checked}: no rules given and none recorded", file=err)
         return OK
     if not recorded_any and not any(c.checked for c in checked_runs.values()):
-        print(f"{checked}: rules were given but no recorded step could check them (the lines above say what "
-              f"each one names that no run recorded); exit {UNREADABLE}: nothing was checked", file=err)
+        print(
+            f"{checked}: rules were given but no recorded step could check them (the lines above say what "
+            f"each one names that no run recorded); exit {UNREADABLE}: nothing was checked",
+            file=err,
+        )
         return UNREADABLE
     summary = f"{len(found)} violation(s)" if found else "no violations"
     print(f"{checked}: {summary}", file=err)

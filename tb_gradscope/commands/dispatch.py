@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 from tb_gradscope import __version__
 

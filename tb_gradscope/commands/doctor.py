@@ -46,20 +46,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "2 bad usage, unreadable logdir, no gradscope data, or a run whose gradient tables "
         "could not be read. docs/CLI.md lists every finding kind."
     )
-    parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
+    parser.add_argument(
+        "logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)"
+    )
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="diagnose only this run")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit 1 on hazards too (a gradient reaching a trainable target or another "
-                             "loss's value that no optimizer step applies today)")
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on hazards too (a gradient reaching a trainable target or another "
+        "loss's value that no optimizer step applies today)",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Prints each run's findings; returns the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    from tb_gradscope.read import logdir
     from tb_gradscope.read import finding as F
+    from tb_gradscope.read import logdir
     from tb_gradscope.read.findings import diagnose, partial_warning
     from tb_gradscope.read.runs import run_records
 
@@ -77,19 +84,29 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         for warning in logs.warnings + ([partial[logs.run]] if partial[logs.run] else []):
             print(f"warning: {safe(warning)}", file=err)
     if args.format == "json":
-        document = {"logdir": args.logdir, "runs": [
-            {"run": name, "findings": [f.to_json() for f in found], "partial": bool(partial[name]),
-             "warnings": [partial[name]] if partial[name] else []}
-            for name, found in per_run.items()
-        ]}
+        document = {
+            "logdir": args.logdir,
+            "runs": [
+                {
+                    "run": name,
+                    "findings": [f.to_json() for f in found],
+                    "partial": bool(partial[name]),
+                    "warnings": [partial[name]] if partial[name] else [],
+                }
+                for name, found in per_run.items()
+            ],
+        }
         json.dump(document, out, indent=1, ensure_ascii=True, allow_nan=False)
         out.write("\n")
     else:
         out.write("\n\n".join(render_run(name, found) for name, found in per_run.items()) + "\n")
     unreadable = [logs.run for logs in runs if logs.grads_unreadable]
     for name in unreadable:
-        print(f"error: run {safe(name)}: not diagnosed: none of its gradient tables could be read "
-              "(the warnings above say why)", file=err)
+        print(
+            f"error: run {safe(name)}: not diagnosed: none of its gradient tables could be read "
+            "(the warnings above say why)",
+            file=err,
+        )
     strict = getattr(args, "strict", False)  # a caller's Namespace may lack --strict
     every = [f for found in per_run.values() for f in found]
     leaks = [f for f in every if f.severity != F.HAZARD]
@@ -115,11 +132,17 @@ def render_run(run: str, found: list[Finding]) -> str:
         label = "note: hazard, " if f.severity == HAZARD else ""
         partial = " (partial: no FlowGraph)" if f.partial else ""
         lines += ["", f"{i}. [{f.kind}] {label}{safe(f.what)}{partial}"]
-        where = [f"loss {safe(f.loss)}" if f.loss else "", f"scope {safe(f.scope)}",
-                 f"pair {safe(f.pair)}" if f.pair else "", f"edge {safe(f.edge)}" if f.edge else ""]
+        where = [
+            f"loss {safe(f.loss)}" if f.loss else "",
+            f"scope {safe(f.scope)}",
+            f"pair {safe(f.pair)}" if f.pair else "",
+            f"edge {safe(f.edge)}" if f.edge else "",
+        ]
         lines.append("   where:    " + ", ".join(w for w in where if w))
         lines.append(f"   evidence: {f.evidence_line()}")
         lines.append(f"   why:      {safe(f.why)}")
         lines.append(f"   fix:      {safe(f.fix)}")
-        lines.append(f"   rule:     {safe(f.rule)}" if f.rule else "   rule:     (no rule kind expresses it)")
+        lines.append(
+            f"   rule:     {safe(f.rule)}" if f.rule else "   rule:     (no rule kind expresses it)"
+        )
     return "\n".join(lines)

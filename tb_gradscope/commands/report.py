@@ -29,11 +29,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "target/online pair at that step, anomalies, and violations (recorded ones, plus the "
         "rules of --rules FILE and those the run recorded, evaluated over all steps)."
     )
-    parser.epilog = "exit status: 0 on success, 2 on bad usage, unreadable logdir or no gradscope data."
-    parser.add_argument("logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)")
+    parser.epilog = (
+        "exit status: 0 on success, 2 on bad usage, unreadable logdir or no gradscope data."
+    )
+    parser.add_argument(
+        "logdir", metavar="LOGDIR", help="a TensorBoard logdir (one run per subdirectory)"
+    )
     parser.add_argument("--run", metavar="RUN", dest="run_name", help="report only this run")
-    parser.add_argument("--step", metavar="S", type=int, help="the recorded step to show (default: each loss at its latest recorded step)")
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument(
+        "--step",
+        metavar="S",
+        type=int,
+        help="the recorded step to show (default: each loss at its latest recorded step)",
+    )
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
     parser.add_argument("--rules", metavar="FILE", help="also evaluate the rules of this TOML file")
 
 
@@ -75,8 +86,10 @@ def render_run(report: dict[str, Any]) -> str:
     lines = [head]
     loss_steps = report.get("loss_steps") or {}
     if any(s != report["step"] for s in loss_steps.values()):
-        lines.append("losses at their latest recorded step: " + ", ".join(
-            f"{safe(loss)} at step {s}" for loss, s in loss_steps.items()))
+        lines.append(
+            "losses at their latest recorded step: "
+            + ", ".join(f"{safe(loss)} at step {s}" for loss, s in loss_steps.items())
+        )
     lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
     lines += ["", "blocked edges:"]
@@ -97,7 +110,9 @@ def render_run(report: dict[str, Any]) -> str:
     if report["warnings"]:
         lines += ["", "warnings:"] + [f"  {safe(w)}" for w in report["warnings"]]
     if report["flowgraph"] and report["flowgraph"]["warnings"]:
-        lines += ["", "analysis warnings:"] + [f"  {safe(w)}" for w in report["flowgraph"]["warnings"]]
+        lines += ["", "analysis warnings:"] + [
+            f"  {safe(w)}" for w in report["flowgraph"]["warnings"]
+        ]
     return "\n".join(lines)
 
 
@@ -113,10 +128,19 @@ def _flow_table(report: dict[str, Any]) -> list[str]:
     # Columns are padded to at most _MAX_COLUMN: a longer name is printed whole
     # and shifts its own row only, instead of widening every row to its length.
     first = min(_MAX_COLUMN, max([len("scope")] + [len(x) for x in labels]))
-    widths = [min(_MAX_COLUMN, max([len(safe(loss))] + [len(row[i]) for row in cells])) for i, loss in enumerate(losses)]
-    rows = ["  " + "scope".ljust(first) + "".join("  " + safe(loss).ljust(w) for loss, w in zip(losses, widths))]
+    widths = [
+        min(_MAX_COLUMN, max([len(safe(loss))] + [len(row[i]) for row in cells]))
+        for i, loss in enumerate(losses)
+    ]
+    rows = [
+        "  "
+        + "scope".ljust(first)
+        + "".join("  " + safe(loss).ljust(w) for loss, w in zip(losses, widths))
+    ]
     for label, row in zip(labels, cells):
-        rows.append("  " + label.ljust(first) + "".join("  " + c.ljust(w) for c, w in zip(row, widths)))
+        rows.append(
+            "  " + label.ljust(first) + "".join("  " + c.ljust(w) for c, w in zip(row, widths))
+        )
     return [r.rstrip() for r in rows]
 
 

@@ -10,7 +10,8 @@ as `\\xNN` / `\\uNNNN` escapes instead. The wording lives on the read side
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tb_gradscope.read.evidence import evidence_sentences, number, safe
 

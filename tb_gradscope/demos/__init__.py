@@ -6,4 +6,3 @@ what the clean twin keeps and the leaky twin breaks. Imports `record`,
 `integrations` and `pairs` like any user script; imported by `tb_gradscope.cli`
 only: library code never imports this package.
 """
-

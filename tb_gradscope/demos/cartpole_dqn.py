@@ -10,7 +10,8 @@ and in how the TD update's gradient is taken, which each demo writes as its own
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -70,8 +71,12 @@ def run(spec: RunSpec, make_train_step: StepMaker) -> Outcome:
     common.hard_copy(online, target)
     leaky = spec.twin == LEAKY
     variables = online.trainable_variables + (target.trainable_variables if leaky else [])
-    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
-                             [pair_models(target, online, every=SYNC_EVERY)])
+    rec = recording.recorder(
+        spec,
+        {"online": online, "target": target},
+        RULES,
+        [pair_models(target, online, every=SYNC_EVERY)],
+    )
     train_step = make_train_step(Agent(online, target, variables, rec, env.num_actions, leaky))
 
     @tf.function(reduce_retracing=True)

@@ -24,19 +24,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "demos: " + "; ".join(spec.DEMO_NAMES)
     parser.add_argument("logdir", metavar="LOGDIR", help="where the runs are written")
     parser.add_argument(
-        "--only", metavar="NAME", nargs="+", choices=spec.DEMO_NAMES, default=[],
+        "--only",
+        metavar="NAME",
+        nargs="+",
+        choices=spec.DEMO_NAMES,
+        default=[],
         help="run only these demos (default: all)",
     )
     parser.add_argument(
-        "--steps", type=_positive_int, default=None, metavar="N",
+        "--steps",
+        type=_positive_int,
+        default=None,
+        metavar="N",
         help="optimizer steps per run (default: each demo's own, a few hundred)",
     )
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace runs an earlier `demo` left in LOGDIR (default: refuse)")
-    parser.add_argument("--seed", type=int, default=spec.DEFAULT_SEED,
-                        help="random seed of every run (default: %(default)s)")
     parser.add_argument(
-        "--env", choices=envs.ENV_CHOICES, default=envs.AUTO,
+        "--overwrite",
+        action="store_true",
+        help="replace runs an earlier `demo` left in LOGDIR (default: refuse)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=spec.DEFAULT_SEED,
+        help="random seed of every run (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--env",
+        choices=envs.ENV_CHOICES,
+        default=envs.AUTO,
         help="CartPole for the RL demos: gymnasium's when installed (auto), "
         "or the built-in one (default: %(default)s)",
     )
@@ -49,8 +65,14 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        reports = run_demos(args.logdir, only=args.only, steps=args.steps, seed=args.seed,
-                            env=args.env, overwrite=args.overwrite)
+        reports = run_demos(
+            args.logdir,
+            only=args.only,
+            steps=args.steps,
+            seed=args.seed,
+            env=args.env,
+            overwrite=args.overwrite,
+        )
     except (FileExistsError, ValueError) as e:
         print(f"tb-gradscope demo: error: {e}", file=sys.stderr)
         return 2
@@ -58,12 +80,16 @@ def run(args: argparse.Namespace) -> int:
         losses = ", ".join(f"{k}={v:.4g}" for k, v in r.result.losses.items())
         note = f" ({r.result.note})" if r.result.note else ""
         print(f"{r.run_dir}: {r.steps} steps in {r.seconds:.1f}s, {losses}{note}")
-    print(f"{len(reports)} runs in {time.perf_counter() - started:.1f}s; "
-          f"view with: tensorboard --logdir {args.logdir}")
+    print(
+        f"{len(reports)} runs in {time.perf_counter() - started:.1f}s; "
+        f"view with: tensorboard --logdir {args.logdir}"
+    )
     if reports:
         demo_dir = os.path.dirname(reports[0].run_dir)
-        print(f"see what a leaky twin breaks: tb-gradscope check {demo_dir} "
-              f"--rules {os.path.join(demo_dir, RULES_FILE)}")
+        print(
+            f"see what a leaky twin breaks: tb-gradscope check {demo_dir} "
+            f"--rules {os.path.join(demo_dir, RULES_FILE)}"
+        )
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 import numpy as np
@@ -20,8 +20,9 @@ def seed_everything(seed: int) -> None:
     tf.config.experimental.enable_op_determinism()
 
 
-def mlp(name: str, input_size: int, hidden: Sequence[int], outputs: int,
-        output_name: str = "q") -> keras.Model:
+def mlp(
+    name: str, input_size: int, hidden: Sequence[int], outputs: int, output_name: str = "q"
+) -> keras.Model:
     """A functional MLP whose layers are named l1, l2, ... and `output_name`.
 
     Functional models give their variables no model prefix (`l1/kernel`); the

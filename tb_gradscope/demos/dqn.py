@@ -28,7 +28,9 @@ def train(spec: RunSpec) -> RunResult:
     common.seed_everything(spec.seed)
     outcome = cartpole_dqn.run(spec, _train_step)
     mean_return = float(np.mean(outcome.returns[-10:])) if outcome.returns else float("nan")
-    return RunResult({"td": outcome.td}, f"{outcome.env_name}, mean return of last episodes {mean_return:.1f}")
+    return RunResult(
+        {"td": outcome.td}, f"{outcome.env_name}, mean return of last episodes {mean_return:.1f}"
+    )
 
 
 def _train_step(agent: Agent):

@@ -27,9 +27,7 @@ CLIP_DELTA = 1.0
 def train(spec: RunSpec) -> RunResult:
     """Trains one twin with RMSprop, DQN 3.0's optimizer family."""
     if spec.twin not in (CLEAN, LEAKY):
-        raise ValueError(
-            f"dqn3_grad_start has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}"
-        )
+        raise ValueError(f"dqn3_grad_start has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     common.seed_everything(spec.seed)
     outcome = cartpole_dqn.run(spec, _train_step)
     return RunResult({"td": outcome.td}, outcome.env_name)

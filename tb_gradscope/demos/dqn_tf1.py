@@ -48,8 +48,9 @@ RULES = (
 def _dense(x, units: int, name: str, activation=None):
     """A layer from get_variable, as the seed writes them (scope NAME: w, b)."""
     with v1.variable_scope(name):
-        w = v1.get_variable("w", [int(x.shape[-1]), units],
-                            initializer=v1.random_normal_initializer(0.0, 0.3))
+        w = v1.get_variable(
+            "w", [int(x.shape[-1]), units], initializer=v1.random_normal_initializer(0.0, 0.3)
+        )
         b = v1.get_variable("b", [1, units], initializer=v1.constant_initializer(0.1))
         y = tf.matmul(x, w) + b
     return activation(y) if activation else y
@@ -100,8 +101,13 @@ def train(spec: RunSpec) -> RunResult:
     m = build_graph(spec.twin, env.observation_size, env.num_actions, spec.seed)
     with m.graph.as_default():
         pair = pair_prefixes(v1.trainable_variables(), "target_net", "eval_net", every=SYNC_EVERY)
-        gs = GraphRecorder(spec.run_dir, losses={"td": m.loss}, train_ops={"td": m.train_op},
-                           every_n_steps=spec.record_every, pairs=[pair])
+        gs = GraphRecorder(
+            spec.run_dir,
+            losses={"td": m.loss},
+            train_ops={"td": m.train_op},
+            every_n_steps=spec.record_every,
+            pairs=[pair],
+        )
         with gs.wrap(v1.Session(graph=m.graph)) as sess:
             sess.run(m.init)
             sess.run(m.replace_op)

@@ -64,8 +64,12 @@ def _train(spec: RunSpec) -> RunResult:
         common.hard_copy(online, target)  # the seed's "Change0"
     optimizer = keras.optimizers.Adam(3e-3)
     variables = online.trainable_variables
-    rec = recording.recorder(spec, {"online": online, "target": target}, RULES,
-                             [pair_models(target, online, tau=1.0 - DECAY)])
+    rec = recording.recorder(
+        spec,
+        {"online": online, "target": target},
+        RULES,
+        [pair_models(target, online, tau=1.0 - DECAY)],
+    )
 
     @tf.function(reduce_retracing=True)
     def train_step(s, r, s2):
@@ -83,8 +87,12 @@ def _train(spec: RunSpec) -> RunResult:
         td = float(train_step(*sample_windows(rng, BATCH)))
         spec.on_step(step + 1)
     rec.close()
-    gap = np.sqrt(sum(np.sum((t.numpy() - o.numpy()) ** 2)
-                      for t, o in zip(common.weights(target), common.weights(online))))
+    gap = np.sqrt(
+        sum(
+            np.sum((t.numpy() - o.numpy()) ** 2)
+            for t, o in zip(common.weights(target), common.weights(online))
+        )
+    )
     return RunResult({"td": td}, f"final ||target - online|| = {gap:.3f}")
 
 

@@ -60,13 +60,14 @@ class PerLossOptimizers:
     rest with `second`, so the recorded update covers both.
     """
 
-    def __init__(self, first: keras.optimizers.Optimizer, split: int,
-                 second: keras.optimizers.Optimizer):
+    def __init__(
+        self, first: keras.optimizers.Optimizer, split: int, second: keras.optimizers.Optimizer
+    ):
         self.first, self.split, self.second = first, split, second
 
     def apply_gradients(self, grads_and_vars: list) -> None:
         self.first.apply_gradients(grads_and_vars[: self.split])
-        self.second.apply_gradients(grads_and_vars[self.split:])
+        self.second.apply_gradients(grads_and_vars[self.split :])
 
 
 def _variables(agent: keras.Model, *layers: str) -> list:
@@ -100,10 +101,8 @@ def _train(spec: RunSpec) -> RunResult:
             loss2 = tf.reduce_mean(tf.square(y2 - p2))
         gv1 = list(zip(tape.gradient(loss1, var_list1), var_list1))
         # Like TF1's minimize, skip variables the loss does not reach.
-        gv2 = [(g, v) for g, v in zip(tape.gradient(loss2, var_list2), var_list2)
-               if g is not None]
-        rec.record_gradients({"loss1": gv1, "loss2": gv2},
-                             losses={"loss1": loss1, "loss2": loss2})
+        gv2 = [(g, v) for g, v in zip(tape.gradient(loss2, var_list2), var_list2) if g is not None]
+        rec.record_gradients({"loss1": gv1, "loss2": gv2}, losses={"loss1": loss1, "loss2": loss2})
         rec.apply(PerLossOptimizers(opt1, len(gv1), opt2), gv1 + gv2)
         return loss1, loss2
 

@@ -14,8 +14,14 @@ class ProgressBar:
     line of each run, so logs stay readable.
     """
 
-    def __init__(self, label: str, total: int, stream: TextIO | None = None,
-                 width: int = 30, min_interval: float = 0.1):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        stream: TextIO | None = None,
+        width: int = 30,
+        min_interval: float = 0.1,
+    ):
         self._label = label
         self._total = max(total, 1)
         self._stream = stream if stream is not None else sys.stderr

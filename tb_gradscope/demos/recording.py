@@ -11,20 +11,27 @@ two packages import each other, and only this order resolves.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from tb_gradscope.record import Recorder  # first: see the module docstring
 from tb_gradscope.demos.spec import RunSpec
 from tb_gradscope.pairs import Pair
+from tb_gradscope.record import Recorder  # first: see the module docstring
 
 
-def recorder(spec: RunSpec, models: Mapping[str, Any], rules: Sequence[str],
-             pairs: Sequence[Pair] = ()) -> Recorder:
+def recorder(
+    spec: RunSpec, models: Mapping[str, Any], rules: Sequence[str], pairs: Sequence[Pair] = ()
+) -> Recorder:
     """A Recorder writing to `spec.run_dir`, scopes rooted at the given model names.
 
     Violations are logged, never raised: the leaky twin must train to the end
     so its broken rules are on record.
     """
-    return Recorder(logdir=spec.run_dir, every_n_steps=spec.record_every,
-                    models=dict(models), pairs=list(pairs) or None,
-                    rules=list(rules), on_violation="log")
+    return Recorder(
+        logdir=spec.run_dir,
+        every_n_steps=spec.record_every,
+        models=dict(models),
+        pairs=list(pairs) or None,
+        rules=list(rules),
+        on_violation="log",
+    )

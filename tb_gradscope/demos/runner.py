@@ -15,7 +15,8 @@ import os
 import shutil
 import sys
 import time
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from tb_gradscope.demos import spec as demo_spec
 from tb_gradscope.demos.progress import ProgressBar
@@ -63,7 +64,9 @@ def run_demos(
     names = list(dict.fromkeys(only)) or list(demo_spec.DEMO_NAMES)
     unknown = [n for n in names if n not in demo_spec.DEMO_NAMES]
     if unknown:
-        raise ValueError(f"unknown demo(s) {unknown}; choose from {', '.join(demo_spec.DEMO_NAMES)}")
+        raise ValueError(
+            f"unknown demo(s) {unknown}; choose from {', '.join(demo_spec.DEMO_NAMES)}"
+        )
     for name in names:
         _clear_or_refuse(os.path.join(logdir, name), overwrite)
     demos = [demo_spec.load_demo(name) for name in names]
@@ -77,12 +80,14 @@ def run_demos(
             bar = ProgressBar(f"{demo.name}/{twin}", n, stream)
             started = time.perf_counter()
             result = demo.train(
-                demo_spec.RunSpec(twin=twin, run_dir=run_dir, steps=n, seed=seed,
-                                  env=env, on_step=bar.update)
+                demo_spec.RunSpec(
+                    twin=twin, run_dir=run_dir, steps=n, seed=seed, env=env, on_step=bar.update
+                )
             )
             bar.finish(n)
-            reports.append(RunReport(demo.name, twin, run_dir, n,
-                                     time.perf_counter() - started, result))
+            reports.append(
+                RunReport(demo.name, twin, run_dir, n, time.perf_counter() - started, result)
+            )
     return reports
 
 

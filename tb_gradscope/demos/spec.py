@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 CLEAN = "clean"
 LEAKY = "leaky"

@@ -7,7 +7,6 @@ Python, numpy and TensorBoard's protos only: never tensorflow. Imports no other
 tb_gradscope package; every package may import it. See docs/FORMAT.md.
 """
 
-
 from tb_gradscope.format.events import ANOMALY, DROPPED, SKIPPED, VIOLATION, Event
 from tb_gradscope.format.flowgraph import (
     BLOCKED,
@@ -40,7 +39,6 @@ from tb_gradscope.format.metadata import (
     parse_plugin_content,
     tag_for,
 )
-from tb_gradscope.format.schema import clean_attrs, read_plugin_content
 from tb_gradscope.format.records import (
     Table,
     decode_blobs,
@@ -50,6 +48,7 @@ from tb_gradscope.format.records import (
     encode_json,
     encode_table,
 )
+from tb_gradscope.format.schema import clean_attrs, read_plugin_content
 
 __all__ = [
     "ANOMALY",

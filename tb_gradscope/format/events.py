@@ -6,7 +6,8 @@ An EVENTS record holds, at a step, one JSON document per event seen there.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tb_gradscope.format import schema
 from tb_gradscope.format.metadata import FormatError
@@ -58,7 +59,7 @@ class Event:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Event":
+    def from_json(cls, doc: Mapping[str, Any]) -> Event:
         """Reads an event document, checking every field's type.
 
         Raises:

@@ -8,7 +8,8 @@ only serialisation; docs/FORMAT.md describes the document.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tb_gradscope.format import schema
 from tb_gradscope.format.metadata import FormatError
@@ -162,7 +163,7 @@ class FlowGraph:
         return doc
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "FlowGraph":
+    def from_json(cls, doc: Mapping[str, Any]) -> FlowGraph:
         """Reads a FlowGraph document, checking every field's type.
 
         Raises:
@@ -177,7 +178,9 @@ class FlowGraph:
             blocked_edges=[_blocked_edge(e) for e in doc.get("blocked_edges", [])],
             nodes=[GraphNode(**_known(n, GraphNode)) for n in doc.get("nodes", [])],
             edges=[
-                GraphEdge(**{**_known(e, GraphEdge), "blocked_for": tuple(e.get("blocked_for", ()))})
+                GraphEdge(
+                    **{**_known(e, GraphEdge), "blocked_for": tuple(e.get("blocked_for", ()))}
+                )
                 for e in doc.get("edges", [])
             ],
             applied=doc.get("applied"),
@@ -192,7 +195,9 @@ class FlowGraph:
                 raise FormatError(f"FlowGraph loss '{loss}' has unknown flow states {bad}")
         bad = sorted({t for t in (graph.trainable or {}).values() if t not in TRAINABILITY})
         if bad:
-            raise FormatError(f"FlowGraph 'trainable' holds unknown values {bad}; expected one of {list(TRAINABILITY)}")
+            raise FormatError(
+                f"FlowGraph 'trainable' holds unknown values {bad}; expected one of {list(TRAINABILITY)}"
+            )
         return graph
 
 
@@ -203,8 +208,13 @@ _DOCUMENT = {
     "losses": _LIST,
     "scopes": _TEXTS,
     "cells": (
-        lambda v: schema.is_object(v)
-        and all(schema.is_object(row) and all(isinstance(st, str) for st in row.values()) for row in v.values()),
+        lambda v: (
+            schema.is_object(v)
+            and all(
+                schema.is_object(row) and all(isinstance(st, str) for st in row.values())
+                for row in v.values()
+            )
+        ),
         "an object of {scope: flow state} objects",
     ),
     "blocked_edges": _LIST,
@@ -214,14 +224,25 @@ _DOCUMENT = {
     "warnings": _TEXTS,
     "source": _TEXT,
     "trainable": (
-        lambda v: v is None or (schema.is_object(v) and all(isinstance(t, str) for t in v.values())),
+        lambda v: (
+            v is None or (schema.is_object(v) and all(isinstance(t, str) for t in v.values()))
+        ),
         "null or an object of {scope: trainability} strings",
     ),
     "path_cuts": (lambda v: isinstance(v, bool), "true or false"),
 }
 _LOSS = {"name": _TEXT, "kind": _TEXT, "tensor": _TEXT, "optimizer": _TEXT}
 _SOURCE = {"file": _TEXT, "line": (schema.is_int, "an integer"), "function": _TEXT}
-_EDGE_FIELDS = ("loss", "producer", "consumer", "op_name", "op_type", "cause", "producer_scope", "consumer_scope")
+_EDGE_FIELDS = (
+    "loss",
+    "producer",
+    "consumer",
+    "op_name",
+    "op_type",
+    "cause",
+    "producer_scope",
+    "consumer_scope",
+)
 _BLOCKED = {
     **{name: _TEXT for name in _EDGE_FIELDS},
     "source": (lambda v: v is None or schema.is_object(v), "null or an object"),
@@ -229,7 +250,10 @@ _BLOCKED = {
 }
 _NODE = {"id": _TEXT, "kind": _TEXT, "label": _TEXT}
 _GRAPH_EDGE = {
-    "src": _TEXT, "dst": _TEXT, "tensors": (schema.is_int, "an integer"), "blocked_for": _TEXTS,
+    "src": _TEXT,
+    "dst": _TEXT,
+    "tensors": (schema.is_int, "an integer"),
+    "blocked_for": _TEXTS,
 }
 
 
@@ -241,7 +265,9 @@ def check_document(doc: Any) -> None:
     for i, edge in enumerate(doc.get("blocked_edges", [])):
         schema.require(edge, f"FlowGraph blocked_edges[{i}]", _BLOCKED, _EDGE_FIELDS)
         if edge.get("source") is not None:
-            schema.require(edge["source"], f"FlowGraph blocked_edges[{i}].source", _SOURCE, ("file", "line"))
+            schema.require(
+                edge["source"], f"FlowGraph blocked_edges[{i}].source", _SOURCE, ("file", "line")
+            )
     for i, node in enumerate(doc.get("nodes", [])):
         schema.require(node, f"FlowGraph nodes[{i}]", _NODE, ("id", "kind", "label"))
     for i, edge in enumerate(doc.get("edges", [])):

@@ -15,7 +15,8 @@ import dataclasses
 import enum
 import json
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tensorboard.compat.proto import summary_pb2
 
@@ -64,6 +65,7 @@ def recorded_stat(row: Mapping[str, float], column: str) -> float | None:
         return None
     return value
 
+
 KIND_SPECS: Mapping[Kind, KindSpec] = {
     # grad_vars: how many variables of the scope received a gradient (0 means
     # "no gradient", i.e. tape.gradient returned None for all of them, and the
@@ -76,9 +78,7 @@ KIND_SPECS: Mapping[Kind, KindSpec] = {
     ),
     # update_norm is ||theta_after - theta_before|| across the optimizer step,
     # weight_norm is ||theta_after||.
-    Kind.UPDATE_STATS: KindSpec(
-        summary_pb2.DATA_CLASS_TENSOR, ("update_norm", "weight_norm")
-    ),
+    Kind.UPDATE_STATS: KindSpec(summary_pb2.DATA_CLASS_TENSOR, ("update_norm", "weight_norm")),
     Kind.FLOWGRAPH: KindSpec(summary_pb2.DATA_CLASS_BLOB_SEQUENCE),
     # drift = distance / online_norm with distance = ||theta_t - theta_o||;
     # target_step = ||theta_t(now) - theta_t(previous recorded step)||;
@@ -94,7 +94,14 @@ KIND_SPECS: Mapping[Kind, KindSpec] = {
 # Columns the DRIFT writers (`record/drift.py`, the TF1 recorder) add after the
 # format's required ones (meanings in `record/drift.py`). Readers look columns
 # up by name, so records without them still decode.
-DRIFT_EXTRA_COLUMNS = ("online_step", "gap", "tau_reverse", "gap_reverse", "optimizer_vars", "target_moved")
+DRIFT_EXTRA_COLUMNS = (
+    "online_step",
+    "gap",
+    "tau_reverse",
+    "gap_reverse",
+    "optimizer_vars",
+    "target_moved",
+)
 DRIFT_COLUMNS = KIND_SPECS[Kind.DRIFT].columns + DRIFT_EXTRA_COLUMNS
 
 
@@ -206,9 +213,7 @@ def parse_plugin_content(content: bytes) -> RecordInfo:
     try:
         kind = Kind(payload.get("kind"))
     except ValueError:
-        raise FormatError(
-            f"unknown gradscope record kind {payload.get('kind')!r}"
-        ) from None
+        raise FormatError(f"unknown gradscope record kind {payload.get('kind')!r}") from None
     scopes = payload.get("scopes", [])
     columns = payload.get("columns", [])
     attrs = payload.get("attrs", {})
@@ -226,9 +231,7 @@ def parse_plugin_content(content: bytes) -> RecordInfo:
             raise FormatError(f"gradscope {kind.value} metadata repeats {what} {twice[:5]}")
     missing = [c for c in KIND_SPECS[kind].columns if c not in columns]
     if KIND_SPECS[kind].is_table and missing:
-        raise FormatError(
-            f"gradscope {kind.value} record lacks columns {missing}"
-        )
+        raise FormatError(f"gradscope {kind.value} record lacks columns {missing}")
     return RecordInfo(
         kind=kind,
         version=version,

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,9 +72,7 @@ def decode_table(info: RecordInfo, values: Any) -> Table:
             f"{array.shape}, metadata says {expected}"
         )
     if not np.issubdtype(array.dtype, np.floating):
-        raise FormatError(
-            f"{info.kind.value} '{info.name}': stored table has dtype {array.dtype}"
-        )
+        raise FormatError(f"{info.kind.value} '{info.name}': stored table has dtype {array.dtype}")
     return Table(info, array.astype(np.float64))
 
 

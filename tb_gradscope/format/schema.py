@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tb_gradscope.format.metadata import FormatError, Kind, RecordInfo, parse_plugin_content
 
@@ -50,14 +51,23 @@ def optional(check: Check) -> Check:
 
 def describe(value: Any) -> str:
     """A short account of a wrong value: its JSON type and a clipped repr."""
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-             list: "a list", dict: "an object", type(None): "null"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }
     text = repr(value)
     text = text if len(text) <= 40 else text[:37] + "..."
     return f"{names.get(type(value), type(value).__name__)} ({text})"
 
 
-def require(doc: Any, what: str, fields: Mapping[str, tuple[Check, str]], required: tuple[str, ...] = ()) -> None:
+def require(
+    doc: Any, what: str, fields: Mapping[str, tuple[Check, str]], required: tuple[str, ...] = ()
+) -> None:
     """Checks a JSON object's fields: `fields[name] = (check, expected)`.
 
     Unknown fields are allowed (newer writers may add optional ones).
@@ -73,7 +83,9 @@ def require(doc: Any, what: str, fields: Mapping[str, tuple[Check, str]], requir
         raise FormatError(f"{what} lacks field(s) {missing}")
     for name, (check, expected) in fields.items():
         if name in doc and not check(doc[name]):
-            raise FormatError(f"{what} field '{name}' is {describe(doc[name])}, expected {expected}")
+            raise FormatError(
+                f"{what} field '{name}' is {describe(doc[name])}, expected {expected}"
+            )
 
 
 # Metadata `attrs` per kind: {name: (check, expected)}. An attribute that
@@ -83,7 +95,11 @@ _COMMON_ATTRS = {
     "recorder": (is_str, "a string"),
 }
 ATTR_SCHEMA: Mapping[Kind, Mapping[str, tuple[Check, str]]] = {
-    Kind.GRAD_STATS: {**_COMMON_ATTRS, "kind": (is_str, "a string"), "rules": (is_str_list, "a list of rule strings")},
+    Kind.GRAD_STATS: {
+        **_COMMON_ATTRS,
+        "kind": (is_str, "a string"),
+        "rules": (is_str_list, "a list of rule strings"),
+    },
     Kind.UPDATE_STATS: _COMMON_ATTRS,
     Kind.DRIFT: {
         **_COMMON_ATTRS,

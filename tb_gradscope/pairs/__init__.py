@@ -11,7 +11,6 @@ when a training-side name is used. Imported by the recorder, the
 integrations, the demos and users' scripts.
 """
 
-
 from typing import Any
 
 _LAZY = {

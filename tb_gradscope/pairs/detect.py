@@ -10,7 +10,8 @@ never considered.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.pairs import naming
@@ -71,8 +72,13 @@ def _structure_pairs(named: Sequence[tuple[Any, str]]) -> list[Pair]:
                     continue
                 try:
                     pair = _make_pair(
-                        f"{t_scope}<-{o_scope}", kids[t_seg], kids[o_seg],
-                        t_scope, o_scope, None, None,
+                        f"{t_scope}<-{o_scope}",
+                        kids[t_seg],
+                        kids[o_seg],
+                        t_scope,
+                        o_scope,
+                        None,
+                        None,
                     )
                 except ValueError:
                     continue

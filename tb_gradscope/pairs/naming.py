@@ -7,7 +7,8 @@ and recognising optimizer slot variables, which are never scopes.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tb_gradscope import _tf_private as private
 from tb_gradscope import naming as var_naming

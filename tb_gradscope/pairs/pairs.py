@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -58,8 +59,13 @@ class Pair:
     every: int | None = None
 
     def __post_init__(self):
-        sizes = {len(self.target), len(self.online), len(self.target_names),
-                 len(self.online_names), len(self.state)}
+        sizes = {
+            len(self.target),
+            len(self.online),
+            len(self.target_names),
+            len(self.online_names),
+            len(self.state),
+        }
         if len(sizes) != 1 or not self.target:
             raise ValueError(
                 f"pair '{self.name}' needs as many target as online variables "
@@ -126,12 +132,17 @@ def _why_empty(prefix: str, given: Sequence[Any], named: Sequence[tuple[Any, str
     if graph is not None and hasattr(graph, "get_collection"):
         given_ids = {id(v) for v in given}
         others = [
-            v for v in graph.get_collection("variables")
+            v
+            for v in graph.get_collection("variables")
             if id(v) not in given_ids and scopes_lib.variable_name(v.name).startswith(prefix + SEP)
         ]
         if others:
             frozen = sum(not getattr(v, "trainable", True) for v in others)
-            what = f"{frozen} of them not trainable (trainable=False)" if frozen else "none of them in the list"
+            what = (
+                f"{frozen} of them not trainable (trainable=False)"
+                if frozen
+                else "none of them in the list"
+            )
             return (
                 f"{len(others)} variable(s) exist under scope '{prefix}' but were not given ({what}); "
                 "pass tf.compat.v1.global_variables(), or use "
@@ -253,24 +264,30 @@ def _make_pair(
 
 def _check_schedule(label: str, tau: Any, every: Any) -> None:
     """tau: a number in (0, 1]; every: a whole number >= 1 (either may be None)."""
-    if tau is not None and (isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 < float(tau) <= 1.0):
+    if tau is not None and (
+        isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not 0.0 < float(tau) <= 1.0
+    ):
         raise ValueError(
             f"pair '{label}': tau must be a number in (0, 1] (target <- (1 - tau) target + tau online), "
             f"got {tau!r}"
         )
-    if every is not None and (isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1):
-        raise ValueError(f"pair '{label}': every must be a whole number of steps >= 1, got {every!r}")
+    if every is not None and (
+        isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1
+    ):
+        raise ValueError(
+            f"pair '{label}': every must be a whole number of steps >= 1, got {every!r}"
+        )
 
 
 def _match_by_name(t_items, o_items, t_root, o_root):
     """Items matched on the name relative to each root, or None if names differ."""
-    t_rel = {n[len(t_root) + 1:]: (v, n) for v, n in t_items}
-    o_rel = {n[len(o_root) + 1:]: (v, n) for v, n in o_items}
+    t_rel = {n[len(t_root) + 1 :]: (v, n) for v, n in t_items}
+    o_rel = {n[len(o_root) + 1 :]: (v, n) for v, n in o_items}
     if set(t_rel) != set(o_rel) or len(t_rel) != len(t_items) or len(o_rel) != len(o_items):
         return None
     if any(tuple(t_rel[k][0].shape) != tuple(o_rel[k][0].shape) for k in t_rel):
         return None
-    return [(t_rel[k], o_rel[k]) for k in (n[len(t_root) + 1:] for _, n in t_items)]
+    return [(t_rel[k], o_rel[k]) for k in (n[len(t_root) + 1 :] for _, n in t_items)]
 
 
 def _match_by_order(label, t_items, o_items):

@@ -8,4 +8,3 @@ numbers JSON-safe; `static` serves the built frontend. Every conclusion comes
 from `tb_gradscope.read`. Imports `format`, `read` and `scopes`, never
 tensorflow; imported by TensorBoard only (nothing in tb_gradscope imports it).
 """
-

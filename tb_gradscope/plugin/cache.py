@@ -127,7 +127,9 @@ class RunCache:
                     self._entries.popitem(last=False)
             return data
 
-    def _refresh(self, ctx, experiment_id: str, listing: RunListing, old: RunData | None) -> RunData:
+    def _refresh(
+        self, ctx, experiment_id: str, listing: RunListing, old: RunData | None
+    ) -> RunData:
         tables: dict[str, TableSeries] = {}
         blobs: dict[str, list[BlobStep]] = {}
         warnings: dict[str, list[str]] = {}
@@ -147,7 +149,9 @@ class RunCache:
                 stale_tables.append(record)
             else:
                 stale_blobs.append(record)
-        read_tables, table_warnings = self._reader.read_tables(ctx, experiment_id, listing.run, stale_tables)
+        read_tables, table_warnings = self._reader.read_tables(
+            ctx, experiment_id, listing.run, stale_tables
+        )
         known = {
             r.tag: old.blobs[r.tag]
             for r in stale_blobs

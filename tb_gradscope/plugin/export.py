@@ -12,7 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -43,7 +44,10 @@ def _write(header: list[str], rows: Iterable[list[str]]) -> str:
 def run_csv(data: dict[str, Any]) -> str:
     return _write(
         ["scope", "parent", "depth", "leaf"],
-        ([text(s["name"]), text(s["parent"]), number(s["depth"]), number(s["leaf"])] for s in data["scopes"]),
+        (
+            [text(s["name"]), text(s["parent"]), number(s["depth"]), number(s["leaf"])]
+            for s in data["scopes"]
+        ),
     )
 
 
@@ -57,13 +61,28 @@ def matrix_csv(data: dict[str, Any]) -> str:
             for scope, cell in row.items():
                 update = data["updates"].get(scope, {})
                 yield (
-                    [number(data["step"]), text(loss), text(scope), cell["state"], cell["static_state"] or ""]
+                    [
+                        number(data["step"]),
+                        text(loss),
+                        text(scope),
+                        cell["state"],
+                        cell["static_state"] or "",
+                    ]
                     + [number(cell[c]) for c in MATRIX_STATS]
                     + [number(cell["violation"])]
                     + [number(update.get(c)) for c in UPDATE_STATS]
                 )
 
-    header = ["step", "loss", "scope", "state", "static_state", *MATRIX_STATS, "violation", *UPDATE_STATS]
+    header = [
+        "step",
+        "loss",
+        "scope",
+        "state",
+        "static_state",
+        *MATRIX_STATS,
+        "violation",
+        *UPDATE_STATS,
+    ]
     return _write(header, rows())
 
 
@@ -89,7 +108,12 @@ def flowgraph_csv(data: dict[str, Any]) -> str:
     def rows():
         for loss, row in graph["cells"].items():
             for scope, state in row.items():
-                yield [text(loss), text(scope), state, text("; ".join(blocked.get((loss, scope), [])))]
+                yield [
+                    text(loss),
+                    text(scope),
+                    state,
+                    text("; ".join(blocked.get((loss, scope), []))),
+                ]
 
     return _write(["loss", "scope", "static_state", "blocked_by"], rows())
 

@@ -39,9 +39,7 @@ class GradscopeLoader(base_plugin.TBLoader):
     def fix_flags(self, flags: argparse.Namespace) -> None:
         value = getattr(flags, FLAG, None)
         if value is not None and value < 0:
-            raise base_plugin.FlagsError(
-                f"--{FLAG} must be >= 0 (0 keeps every step), got {value}"
-            )
+            raise base_plugin.FlagsError(f"--{FLAG} must be >= 0 (0 keeps every step), got {value}")
         hints = getattr(flags, "samples_per_plugin", None)
         if not isinstance(hints, dict):
             hints = _parse_hints(hints or "")

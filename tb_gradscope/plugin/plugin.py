@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
@@ -112,7 +113,15 @@ class GradscopePlugin(base_plugin.TBPlugin):
         return views.matrix(self._view(ctx, experiment, run), step)
 
     def series_impl(
-        self, ctx, experiment: str, run: str, kind: str, name: str, scope: str, stat: str, points: int
+        self,
+        ctx,
+        experiment: str,
+        run: str,
+        kind: str,
+        name: str,
+        scope: str,
+        stat: str,
+        points: int,
     ) -> dict[str, Any]:
         return timeseries.series(self._view(ctx, experiment, run), kind, name, scope, stat, points)
 
@@ -270,7 +279,9 @@ def _decoded(data: RunData) -> RunLogs:
     the findings and violations routes conclude what doctor and check do."""
     logs = data.derived.get("logs")
     if logs is None:
-        logs = data.derived["logs"] = decode_run(data.listing, data.tables, data.blobs, data.read_warnings)
+        logs = data.derived["logs"] = decode_run(
+            data.listing, data.tables, data.blobs, data.read_warnings
+        )
     return logs
 
 
@@ -287,16 +298,22 @@ def _arg(request: wrappers.Request, name: str, default: str | None = None) -> st
     return value
 
 
-def _int_arg(request: wrappers.Request, name: str, default: int | None, low: int, high: int) -> int | None:
+def _int_arg(
+    request: wrappers.Request, name: str, default: int | None, low: int, high: int
+) -> int | None:
     value = request.args.get(name)
     if value is None:
         return default
     try:
         number = int(value.strip(), 10)
     except ValueError:
-        raise errors.InvalidArgumentError(f"query parameter {name!r} must be an integer, got {value!r}") from None
+        raise errors.InvalidArgumentError(
+            f"query parameter {name!r} must be an integer, got {value!r}"
+        ) from None
     if not low <= number <= high:
-        raise errors.InvalidArgumentError(f"query parameter {name!r} must be in [{low}, {high}], got {number}")
+        raise errors.InvalidArgumentError(
+            f"query parameter {name!r} must be in [{low}, {high}], got {number}"
+        )
     return number
 
 

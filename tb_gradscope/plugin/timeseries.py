@@ -16,8 +16,8 @@ from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.plugin.encoding import jsonable, nums
-from tb_gradscope.read.reader import TableSeries
 from tb_gradscope.plugin.views import RunView, conflict_losses
+from tb_gradscope.read.reader import TableSeries
 
 DEFAULT_POINTS = 1000
 MAX_POINTS = 100_000
@@ -44,7 +44,9 @@ def series(
         )
     parts = [s for s in group if scope in s.record.info.scopes and stat in s.record.info.columns]
     if not parts:
-        raise errors.NotFoundError(f"run {view.run!r} has no {kind} {name!r} series for scope {scope!r}")
+        raise errors.NotFoundError(
+            f"run {view.run!r} has no {kind} {name!r} series for scope {scope!r}"
+        )
     steps, walls, values = [], [], []
     for s in parts:
         info = s.record.info
@@ -56,7 +58,9 @@ def series(
     else:
         step_arr, wall_arr, value_arr = _merge(steps, walls, values)
     keep = pick(len(step_arr), points)
-    rows = zip(step_arr[keep].tolist(), wall_arr[keep].tolist(), _values(kind, stat, value_arr[keep]))
+    rows = zip(
+        step_arr[keep].tolist(), wall_arr[keep].tolist(), _values(kind, stat, value_arr[keep])
+    )
     return {
         "run": view.run,
         "kind": kind,
@@ -104,7 +108,9 @@ def conflict(view: RunView, points: int = DEFAULT_POINTS) -> dict[str, Any]:
 
 def _group(view: RunView, kind: str, name: str) -> list[TableSeries]:
     if kind not in TABLE_KINDS:
-        raise errors.InvalidArgumentError(f"kind {kind!r} is not a table kind; use one of {list(TABLE_KINDS)}")
+        raise errors.InvalidArgumentError(
+            f"kind {kind!r} is not a table kind; use one of {list(TABLE_KINDS)}"
+        )
     group = view.groups.get((fmt.Kind(kind), name))
     if not group:
         known = view.names(fmt.Kind(kind))
@@ -143,7 +149,9 @@ def _dense(group: list[TableSeries], points: int) -> dict[str, Any]:
     steps = all_steps[pick(len(all_steps), points)]
     scopes = scope_tree.tree_order(sc for s in group for sc in s.record.info.scopes)
     columns = list(dict.fromkeys(c for s in group for c in s.record.info.columns))
-    values: dict[str, dict[str, list]] = {c: {sc: [None] * len(steps) for sc in scopes} for c in columns}
+    values: dict[str, dict[str, list]] = {
+        c: {sc: [None] * len(steps) for sc in scopes} for c in columns
+    }
     for s in group:
         info = s.record.info
         pos = np.minimum(np.searchsorted(s.steps, steps), len(s.steps) - 1)

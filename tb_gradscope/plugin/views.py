@@ -40,7 +40,12 @@ class RunView:
             if series is not None:
                 self.groups.setdefault((record.info.kind, record.info.name), []).append(series)
         self.losses = sorted(name for kind, name in self.groups if kind == fmt.Kind.GRAD_STATS)
-        grad = [s for (kind, _), group in self.groups.items() if kind == fmt.Kind.GRAD_STATS for s in group]
+        grad = [
+            s
+            for (kind, _), group in self.groups.items()
+            if kind == fmt.Kind.GRAD_STATS
+            for s in group
+        ]
         self.steps = (
             np.unique(np.concatenate([s.steps for s in grad])) if grad else np.zeros(0, np.int64)
         )
@@ -58,11 +63,21 @@ class RunView:
         (UPDATE tables up to the last pair's first drift record: what
         never_synced reads), the same the CLI reports, minus those the run
         recorded itself."""
-        drift = [s for (kind, _), group in self.groups.items() if kind == fmt.Kind.DRIFT for s in group]
-        updates = [s for (kind, _), group in self.groups.items() if kind == fmt.Kind.UPDATE_STATS for s in group]
+        drift = [
+            s for (kind, _), group in self.groups.items() if kind == fmt.Kind.DRIFT for s in group
+        ]
+        updates = [
+            s
+            for (kind, _), group in self.groups.items()
+            if kind == fmt.Kind.UPDATE_STATS
+            for s in group
+        ]
         last_first = max((int(s.steps[0]) for s in drift if len(s.steps)), default=0)
         found, warnings = derived_anomalies(
-            self.run, runs.drift_series(drift), recorded, runs.update_tables(updates, until=last_first)
+            self.run,
+            runs.drift_series(drift),
+            recorded,
+            runs.update_tables(updates, until=last_first),
         )
         self.warnings += warnings
         wall_of = {}
@@ -106,7 +121,10 @@ class RunView:
 
     def all_scopes(self) -> list[str]:
         return scope_tree.tree_order(
-            s for group in self.groups.values() for series in group for s in series.record.info.scopes
+            s
+            for group in self.groups.values()
+            for series in group
+            for s in series.record.info.scopes
         )
 
     def require_steps(self) -> np.ndarray:
@@ -178,7 +196,9 @@ def matrix(view: RunView, step: int | None) -> dict[str, Any]:
     steps = view.require_steps()
     if step is None:
         step = int(steps[-1])
-    elif not (np.searchsorted(steps, step) < len(steps) and steps[np.searchsorted(steps, step)] == step):
+    elif not (
+        np.searchsorted(steps, step) < len(steps) and steps[np.searchsorted(steps, step)] == step
+    ):
         raise errors.NotFoundError(
             f"step {step} is not kept for run {view.run!r} ({len(steps)} steps kept, "
             f"{int(steps[0])}..{int(steps[-1])}); pick one from the run's steps"
@@ -286,7 +306,9 @@ def _is_violated(violated: set[tuple[str, str]], loss: str, scope: str) -> bool:
     for v_loss, v_scope in violated:
         if v_loss != loss:
             continue
-        if v_scope == scope or (any(c in v_scope for c in "*?") and fnmatch.fnmatchcase(scope, v_scope)):
+        if v_scope == scope or (
+            any(c in v_scope for c in "*?") and fnmatch.fnmatchcase(scope, v_scope)
+        ):
             return True
     return False
 

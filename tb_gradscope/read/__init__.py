@@ -10,4 +10,3 @@ evaluated over the logs (`violations`, `tracks`), `doctor`'s findings
 TensorBoard's data API), never tensorflow; imported by `plugin` and `commands`
 only, so the tab and `tb-gradscope` cannot disagree.
 """
-

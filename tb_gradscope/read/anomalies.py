@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +46,21 @@ from tb_gradscope.read.drift import within as _within
 from tb_gradscope.read.online_path import online_moves, path_estimate
 
 __all__ = [
-    "EVERY_MISMATCH", "MOVED_BY_OPTIMIZER", "MOVING_STATS_NOT_TRACKED",
-    "Mode", "NEVER_SYNCED", "Series", "TARGET_FROZEN", "TAU_MISMATCH", "Thresholds",
-    "WRONG_DIRECTION", "derived_anomalies", "find_anomalies", "pair_series", "scope_modes", "update_mode",
+    "EVERY_MISMATCH",
+    "MOVED_BY_OPTIMIZER",
+    "MOVING_STATS_NOT_TRACKED",
+    "Mode",
+    "NEVER_SYNCED",
+    "Series",
+    "TARGET_FROZEN",
+    "TAU_MISMATCH",
+    "Thresholds",
+    "WRONG_DIRECTION",
+    "derived_anomalies",
+    "find_anomalies",
+    "pair_series",
+    "scope_modes",
+    "update_mode",
 ]
 
 NEVER_SYNCED = "never_synced"
@@ -71,8 +84,12 @@ class _Pair:
 
     def event(self, name: str, index: int, message: str, scope: str = "", **evidence: Any) -> Event:
         return Event(
-            type=ANOMALY, name=name, step=int(self.series.steps[index]), message=message,
-            scope=scope or self.root, pair=self.name,
+            type=ANOMALY,
+            name=name,
+            step=int(self.series.steps[index]),
+            message=message,
+            scope=scope or self.root,
+            pair=self.name,
             evidence={k: _plain(v) for k, v in evidence.items()},
         )
 
@@ -142,12 +159,15 @@ def derived_anomalies(
         attrs = series[0][1].info.attrs
         try:
             moves = online_moves(updates, attrs.get("online"), min(s for s, _ in series))
-            events = find_anomalies(name, attrs, [s for s, _ in series], [t for _, t in series], moves=moves)
+            events = find_anomalies(
+                name, attrs, [s for s, _ in series], [t for _, t in series], moves=moves
+            )
         except (KeyError, ValueError, IndexError) as e:
             warnings.append(f"run {run!r} pair {name!r}: anomalies not derived: {e}")
             continue
         found += [e for e in events if (e.name, e.pair, e.scope, e.step) not in seen]
     return found, warnings
+
 
 def _never_synced(p: _Pair, moves: Mapping[int, float]) -> list[Event]:
     """Far from online at the first recorded step, and farther than online
@@ -164,39 +184,57 @@ def _never_synced(p: _Pair, moves: Mapping[int, float]) -> list[Event]:
     path = path_estimate(first, seen)
     if not distance > path:
         return []
-    moved = (f"online moved about {path:.3g} over steps 0..{first} ({len(seen)} recorded)"
-             if seen else "no move of online was recorded before it")
-    return [p.event(
-        NEVER_SYNCED, 0,
-        f"pair '{p.name}': target '{p.root}' starts at distance {distance:.3g} from online "
-        f"'{p.online}' at the first recorded step ({drift:.3g} of online's norm, drift > "
-        f"{p.th.never_synced_drift:g}), while {moved}: it was never initialised from "
-        "the online weights; copy them once before training",
-        drift=drift, threshold=p.th.never_synced_drift,
-        distance=distance, online_norm=s.online_norm[0],
-        online_path=path, online_moves_recorded=len(seen),
-    )]
+    moved = (
+        f"online moved about {path:.3g} over steps 0..{first} ({len(seen)} recorded)"
+        if seen
+        else "no move of online was recorded before it"
+    )
+    return [
+        p.event(
+            NEVER_SYNCED,
+            0,
+            f"pair '{p.name}': target '{p.root}' starts at distance {distance:.3g} from online "
+            f"'{p.online}' at the first recorded step ({drift:.3g} of online's norm, drift > "
+            f"{p.th.never_synced_drift:g}), while {moved}: it was never initialised from "
+            "the online weights; copy them once before training",
+            drift=drift,
+            threshold=p.th.never_synced_drift,
+            distance=distance,
+            online_norm=s.online_norm[0],
+            online_path=path,
+            online_moves_recorded=len(seen),
+        )
+    ]
 
 
 def _wrong_direction(p: _Pair) -> list[Event]:
     s, th = p.series, p.th
     pulled = (
-        s.defined & ~s.moved(th) & s.online_moved(th)
-        & (s.tau_reverse > 0) & (s.tau_reverse <= 1 + 1e-3)
+        s.defined
+        & ~s.moved(th)
+        & s.online_moved(th)
+        & (s.tau_reverse > 0)
+        & (s.tau_reverse <= 1 + 1e-3)
         & (np.nan_to_num(s.residual_reverse, nan=1.0) < th.exact)
     )
     if not pulled.any():
         return []
     i = int(np.argmax(pulled))
-    return [p.event(
-        WRONG_DIRECTION, i,
-        f"pair '{p.name}': online '{p.online}' was moved onto target '{p.root}' "
-        f"(tau_reverse {s.tau_reverse[i]:.3g}) while the target stayed put: the "
-        "update copies online <- target; swap its arguments",
-        tau_reverse=s.tau_reverse[i], residual_reverse=s.residual_reverse[i],
-        online_step=s.online_step[i], target_step=s.target_step[i],
-        drift=s.drift[i], points=int(pulled.sum()),
-    )]
+    return [
+        p.event(
+            WRONG_DIRECTION,
+            i,
+            f"pair '{p.name}': online '{p.online}' was moved onto target '{p.root}' "
+            f"(tau_reverse {s.tau_reverse[i]:.3g}) while the target stayed put: the "
+            "update copies online <- target; swap its arguments",
+            tau_reverse=s.tau_reverse[i],
+            residual_reverse=s.residual_reverse[i],
+            online_step=s.online_step[i],
+            target_step=s.target_step[i],
+            drift=s.drift[i],
+            points=int(pulled.sum()),
+        )
+    ]
 
 
 def _target_frozen(p: _Pair) -> list[Event]:
@@ -215,20 +253,29 @@ def _target_frozen(p: _Pair) -> list[Event]:
         span = s.steps[run[-1]] - s.steps[run[0]] if run else 0
         # Nothing is judged before a declared copy is due: the idle run must
         # span a whole declared period (two for a target seen copying).
-        long_enough = len(run) >= th.frozen_points and (
-            p.mode.kind != "hard" or span >= 2 * int(period)
-        ) and (declared is None or span >= declared)
+        long_enough = (
+            len(run) >= th.frozen_points
+            and (p.mode.kind != "hard" or span >= 2 * int(period))
+            and (declared is None or span >= declared)
+        )
         if long_enough and online[run].any():
             first, last = run[0], run[-1]
-            return [p.event(
-                TARGET_FROZEN, first,
-                f"pair '{p.name}': target '{p.root}' did not move from step "
-                f"{s.steps[first]} to {s.steps[last]} ({len(run)} recorded steps) "
-                f"while online '{p.online}' kept training (drift {s.drift[first]:.3g} "
-                f"-> {s.drift[last]:.3g}); check that the target update runs",
-                first_step=s.steps[first], last_step=s.steps[last], points=len(run),
-                drift_first=s.drift[first], drift_last=s.drift[last], mode=p.mode.label,
-            )]
+            return [
+                p.event(
+                    TARGET_FROZEN,
+                    first,
+                    f"pair '{p.name}': target '{p.root}' did not move from step "
+                    f"{s.steps[first]} to {s.steps[last]} ({len(run)} recorded steps) "
+                    f"while online '{p.online}' kept training (drift {s.drift[first]:.3g} "
+                    f"-> {s.drift[last]:.3g}); check that the target update runs",
+                    first_step=s.steps[first],
+                    last_step=s.steps[last],
+                    points=len(run),
+                    drift_first=s.drift[first],
+                    drift_last=s.drift[last],
+                    mode=p.mode.label,
+                )
+            ]
         run = []
     return []
 
@@ -239,29 +286,35 @@ def _moved_by_optimizer(p: _Pair, tables: Sequence[Table]) -> list[Event]:
     static = [i for i, w in enumerate(written) if w]
     moved = s.moved(th)
     tau = np.nan_to_num(s.tau)
-    odd = moved & (
-        (s.move_residual() > th.unexplained) | (tau < -0.01) | (tau > 1.01)
-    )
+    odd = moved & ((s.move_residual() > th.unexplained) | (tau < -0.01) | (tau > 1.01))
     dynamic = int(odd.sum()) >= 2 and odd.sum() >= 0.5 * moved.sum()
     if not static and not dynamic:
         return []
     i = static[0] if static else int(np.argmax(odd))
     if static:
         scopes = written[i]
-        how = (f"an optimizer writes {len(scopes)} target scope(s) "
-               f"({', '.join(scopes[:5])}{', ...' if len(scopes) > 5 else ''})")
+        how = (
+            f"an optimizer writes {len(scopes)} target scope(s) "
+            f"({', '.join(scopes[:5])}{', ...' if len(scopes) > 5 else ''})"
+        )
     else:
-        how = (f"its moves are not toward online '{p.online}' (median residual "
-               f"{np.median(s.residual[odd]):.3g} at {int(odd.sum())} of {int(moved.sum())} "
-               "recorded moves)")
-    return [p.event(
-        MOVED_BY_OPTIMIZER, i,
-        f"pair '{p.name}': target '{p.root}' is moved by an optimizer or gradient: "
-        f"{how}; leave the target out of the optimizer's var_list and stop its gradient",
-        optimizer_scopes=written[i] if static else [], unexplained_moves=int(odd.sum()),
-        moves=int(moved.sum()),
-        median_residual=float(np.median(s.residual[odd])) if odd.any() else math.nan,
-    )]
+        how = (
+            f"its moves are not toward online '{p.online}' (median residual "
+            f"{np.median(s.residual[odd]):.3g} at {int(odd.sum())} of {int(moved.sum())} "
+            "recorded moves)"
+        )
+    return [
+        p.event(
+            MOVED_BY_OPTIMIZER,
+            i,
+            f"pair '{p.name}': target '{p.root}' is moved by an optimizer or gradient: "
+            f"{how}; leave the target out of the optimizer's var_list and stop its gradient",
+            optimizer_scopes=written[i] if static else [],
+            unexplained_moves=int(odd.sum()),
+            moves=int(moved.sum()),
+            median_residual=float(np.median(s.residual[odd])) if odd.any() else math.nan,
+        )
+    ]
 
 
 def _optimizer_scopes(table: Table, root: str) -> list[str]:
@@ -279,26 +332,43 @@ def _mismatch(p: _Pair) -> list[Event]:
     moved = np.flatnonzero(s.moved(p.th))
     first = int(moved[0]) if len(moved) else 0
     tau = p.attrs.get("tau")
-    if isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau > 0 and mode.kind in ("ema", "hard"):
+    if (
+        isinstance(tau, (int, float))
+        and not isinstance(tau, bool)
+        and tau > 0
+        and mode.kind in ("ema", "hard")
+    ):
         effective = mode.tau if mode.kind == "ema" else 1.0
         if abs(effective - tau) > p.th.tau_tolerance * tau:
-            seen = (f"effective tau {effective:.4g} (median of {mode.points} recorded steps)"
-                    if mode.kind == "ema" else f"hard copies ({mode.label}, tau 1)")
-            events.append(p.event(
-                TAU_MISMATCH, first,
-                f"pair '{p.name}': declared tau {tau:g} but target '{p.root}' follows "
-                f"online '{p.online}' with {seen}; fix the update or the declaration",
-                declared_tau=float(tau), effective_tau=effective, mode=mode.label,
-            ))
+            seen = (
+                f"effective tau {effective:.4g} (median of {mode.points} recorded steps)"
+                if mode.kind == "ema"
+                else f"hard copies ({mode.label}, tau 1)"
+            )
+            events.append(
+                p.event(
+                    TAU_MISMATCH,
+                    first,
+                    f"pair '{p.name}': declared tau {tau:g} but target '{p.root}' follows "
+                    f"online '{p.online}' with {seen}; fix the update or the declaration",
+                    declared_tau=float(tau),
+                    effective_tau=effective,
+                    mode=mode.label,
+                )
+            )
     every = _declared_every(p.attrs)
     if every is not None and mode.kind in ("ema", "hard"):
         if mode.kind == "ema" or (mode.every and mode.every != every):
-            events.append(p.event(
-                EVERY_MISMATCH, first,
-                f"pair '{p.name}': declared a hard copy every {every} steps but target "
-                f"'{p.root}' follows online '{p.online}' as {mode.label}",
-                declared_every=every, mode=mode.label,
-            ))
+            events.append(
+                p.event(
+                    EVERY_MISMATCH,
+                    first,
+                    f"pair '{p.name}': declared a hard copy every {every} steps but target "
+                    f"'{p.root}' follows online '{p.online}' as {mode.label}",
+                    declared_every=every,
+                    mode=mode.label,
+                )
+            )
     return events
 
 
@@ -319,17 +389,21 @@ def _moving_stats(
     if not stuck:
         return []
     names = [scope for scope, _ in stuck]
-    return [p.event(
-        MOVING_STATS_NOT_TRACKED, first,
-        f"pair '{p.name}': {len(names)} non-trainable target scope(s) "
-        f"({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}) never move while "
-        f"their online twins change, though the trainable weights follow as "
-        f"{p.mode.label}: the target update copies only trainable weights; update "
-        "from model.weights (moving statistics included)",
-        scope=names[0], scopes=names,
-        drift_first=[float(_first_finite(one.drift)) for _, one in stuck],
-        drift_last=[float(_last_finite(one.drift)) for _, one in stuck],
-    )]
+    return [
+        p.event(
+            MOVING_STATS_NOT_TRACKED,
+            first,
+            f"pair '{p.name}': {len(names)} non-trainable target scope(s) "
+            f"({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}) never move while "
+            f"their online twins change, though the trainable weights follow as "
+            f"{p.mode.label}: the target update copies only trainable weights; update "
+            "from model.weights (moving statistics included)",
+            scope=names[0],
+            scopes=names,
+            drift_first=[float(_first_finite(one.drift)) for _, one in stuck],
+            drift_last=[float(_last_finite(one.drift)) for _, one in stuck],
+        )
+    ]
 
 
 def _declared_every(attrs: Mapping[str, Any]) -> int | None:

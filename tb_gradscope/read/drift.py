@@ -8,7 +8,8 @@ one means is documented in `tb_gradscope.record.drift`, which writes them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -81,9 +82,14 @@ class Series:
             for row in rows:
                 gap, gap_r = row.get("gap", np.nan), row.get("gap_reverse", np.nan)
                 sums[i] += [
-                    row["distance"] ** 2, row["online_norm"] ** 2, row["target_step"] ** 2,
-                    gap**2, _nan0(row["tau"]) * gap**2, row.get("online_step", np.nan) ** 2,
-                    gap_r**2, _nan0(row.get("tau_reverse", np.nan)) * gap_r**2,
+                    row["distance"] ** 2,
+                    row["online_norm"] ** 2,
+                    row["target_step"] ** 2,
+                    gap**2,
+                    _nan0(row["tau"]) * gap**2,
+                    row.get("online_step", np.nan) ** 2,
+                    gap_r**2,
+                    _nan0(row.get("tau_reverse", np.nan)) * gap_r**2,
                 ]
         sums[~present] = np.nan
         moved2[~present] = np.nan
@@ -186,9 +192,14 @@ def pair_series(
         root = min(scopes, key=lambda s: (s.count("/"), s)) if scopes else ""
     declared = attrs.get("state_scopes")
     # attrs come from a log: anything but a list of names is no state scope.
-    state = [s for s in declared if isinstance(s, str) and s in scopes] if isinstance(declared, list) else []
+    state = (
+        [s for s in declared if isinstance(s, str) and s in scopes]
+        if isinstance(declared, list)
+        else []
+    )
     cover = [
-        s for s in scopes
+        s
+        for s in scopes
         if within(s, root)
         and not any(within(x, s) for x in state)
         and (s == root or _parent(s) not in scopes or any(within(x, _parent(s)) for x in state))

@@ -17,7 +17,7 @@ import glob
 import os
 import stat
 import struct
-from typing import Mapping
+from collections.abc import Mapping
 
 # No event can be this long (protobuf messages stop at 2 GiB): a record header
 # claiming more is damage, and TensorBoard's loaders would try to allocate it
@@ -52,17 +52,32 @@ def unsafe_event_files(logdir: str) -> dict[str, UnsafeFile]:
             try:
                 mode = os.stat(path).st_mode
             except OSError as e:
-                found[path] = UnsafeFile(run, path, None, f"run {run!r}: event file {name!r} cannot be read ({e.strerror}): skipped")
+                found[path] = UnsafeFile(
+                    run,
+                    path,
+                    None,
+                    f"run {run!r}: event file {name!r} cannot be read ({e.strerror}): skipped",
+                )
                 continue
             if not stat.S_ISREG(mode):
-                what = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-                found[path] = UnsafeFile(run, path, None, f"run {run!r}: event file {name!r} is {what}: not read")
+                what = (
+                    "a FIFO"
+                    if stat.S_ISFIFO(mode)
+                    else "a device"
+                    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "not a regular file"
+                )
+                found[path] = UnsafeFile(
+                    run, path, None, f"run {run!r}: event file {name!r} is {what}: not read"
+                )
                 continue
             oversized = _oversized_record(path)
             if oversized is not None:
                 offset, n, length = oversized
                 found[path] = UnsafeFile(
-                    run, path, offset,
+                    run,
+                    path,
+                    offset,
                     f"run {run!r}: event file {name!r} is damaged: record {n} (byte {offset}) claims "
                     f"{length} bytes, more than an event can hold; only the {n} records before it are read",
                 )
@@ -142,7 +157,7 @@ def damaged_event_files(logdir: str, run: str) -> list[str]:
             data = f.read()
         pos, n, problem = 0, 0, None
         while pos < len(data) and problem is None:
-            header = data[pos:pos + 12]
+            header = data[pos : pos + 12]
             if len(header) < 12:
                 problem = "its last record is cut short (killed mid-write?)"
                 break
@@ -150,18 +165,26 @@ def damaged_event_files(logdir: str, run: str) -> list[str]:
             if struct.unpack("<I", header[8:])[0] != masked_crc32c(header[:8]):
                 problem = f"record {n} (byte {pos}) has a bad length CRC"
             elif length >= MAX_RECORD_BYTES:
-                problem = f"record {n} (byte {pos}) claims {length} bytes, more than an event can hold"
+                problem = (
+                    f"record {n} (byte {pos}) claims {length} bytes, more than an event can hold"
+                )
             elif pos + 16 + length > len(data):
                 problem = "its last record is cut short (killed mid-write?)"
             elif pos + length <= CRC_CHECK_BYTES and struct.unpack(
-                "<I", data[pos + 12 + length:pos + 16 + length]
-            )[0] != masked_crc32c(data[pos + 12:pos + 12 + length]):
+                "<I", data[pos + 12 + length : pos + 16 + length]
+            )[0] != masked_crc32c(data[pos + 12 : pos + 12 + length]):
                 problem = f"record {n} (byte {pos}) has a bad data CRC"
             else:
                 pos, n = pos + 16 + length, n + 1
         if problem is None:
             continue
         rest = len(data) - pos
-        lost = "" if "cut short" in problem else f"; TensorBoard reads no further: {rest} bytes after it are not shown"
-        found.append(f"run {run!r}: event file {os.path.basename(path)!r} is damaged: {problem}{lost}")
+        lost = (
+            ""
+            if "cut short" in problem
+            else f"; TensorBoard reads no further: {rest} bytes after it are not shown"
+        )
+        found.append(
+            f"run {run!r}: event file {os.path.basename(path)!r} is damaged: {problem}{lost}"
+        )
     return found

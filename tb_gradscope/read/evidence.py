@@ -14,7 +14,8 @@ Never imports tensorflow.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope.format import flowgraph as fg
@@ -88,7 +89,7 @@ def number(value: Any) -> str:
 
 
 def blocked_where(edge: Mapping[str, Any]) -> str:
-    """" at file:line in function" (or "" when the op has no user source line)."""
+    """ " at file:line in function" (or "" when the op has no user source line)."""
     if not edge.get("source"):
         return ""
     where = f" at {safe(edge['source'])}"
@@ -185,8 +186,11 @@ def _moves(doc: Mapping[str, Any]) -> str:
 
 
 def _grad_norms(doc: Mapping[str, Any]) -> str:
-    parts = [f"{name} {number(doc[key])}" for key, name in (("grad_l2_median", "median"), ("grad_l2_max", "max"))
-             if key in doc]
+    parts = [
+        f"{name} {number(doc[key])}"
+        for key, name in (("grad_l2_median", "median"), ("grad_l2_max", "max"))
+        if key in doc
+    ]
     return "gradient norm " + ", ".join(parts)
 
 
@@ -205,8 +209,14 @@ _PHRASES: list[tuple[tuple[str, ...], Any]] = [
     (("grad_l2_median", "grad_l2_max"), _grad_norms),
     (("grad_l2_max",), _grad_norms),
     (("grad_vars",), lambda d: f"{_count(d['grad_vars'], 'variable')} with a gradient"),
-    (("nonfinite",), lambda d: "no non-finite element" if d["nonfinite"] == 0
-        else f"{_count(d['nonfinite'], 'non-finite element')}"),
+    (
+        ("nonfinite",),
+        lambda d: (
+            "no non-finite element"
+            if d["nonfinite"] == 0
+            else f"{_count(d['nonfinite'], 'non-finite element')}"
+        ),
+    ),
     (("update_norm",), lambda d: f"applied update norm {number(d['update_norm'])}"),
     (("state",), lambda d: f"flow state at trace: {safe(d['state'])}"),
     (("anomaly",), lambda d: f"anomaly {safe(d['anomaly'])}"),

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tb_gradscope.read.evidence import evidence_sentences
 
@@ -24,8 +25,17 @@ LOSSES_FIGHTING = "losses_fighting"
 PAIR_ANOMALY = "pair_anomaly"
 NONFINITE = "nonfinite_gradient"
 VANISHING = "vanishing_gradient"
-KINDS = (TARGET_TRAINED, TARGET_NOT_CUT, JUDGE_TRAINED, SHARED_BY_OPTIMIZERS, VALUE_NOT_CUT, LOSSES_FIGHTING,
-         PAIR_ANOMALY, NONFINITE, VANISHING)
+KINDS = (
+    TARGET_TRAINED,
+    TARGET_NOT_CUT,
+    JUDGE_TRAINED,
+    SHARED_BY_OPTIMIZERS,
+    VALUE_NOT_CUT,
+    LOSSES_FIGHTING,
+    PAIR_ANOMALY,
+    NONFINITE,
+    VANISHING,
+)
 
 # How bad a finding is. A leak: something trains what it must not, or a
 # number or target is broken (doctor exits 1). A hazard: a gradient reaches a
@@ -83,7 +93,11 @@ class Finding:
     def evidence_line(self) -> str:
         """When it was seen and its evidence in phrases, as `doctor` prints it
         and the tab shows it: `steps 0..195 (40 recorded); ...`."""
-        seen = f"steps {self.first_step}..{self.last_step} ({self.steps} recorded)" if self.steps else "trace time"
+        seen = (
+            f"steps {self.first_step}..{self.last_step} ({self.steps} recorded)"
+            if self.steps
+            else "trace time"
+        )
         return f"{seen}; " + "; ".join(evidence_sentences(self.evidence))
 
     def to_json(self) -> dict[str, Any]:

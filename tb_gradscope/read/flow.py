@@ -9,7 +9,8 @@ through the FlowGraph's scope graph.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope.format.flowgraph import NODE_SCOPE
@@ -53,7 +54,8 @@ class Flow:
         """Scopes `loss` updates and no other loss does (targets are nobody's own)."""
         if loss not in self._own:
             self._own[loss] = {
-                s for s in self.updated[loss]
+                s
+                for s in self.updated[loss]
                 if self.owners(s) == [loss] and not any(within(s, t) for t in self.targets)
             }
         return self._own[loss]
@@ -88,8 +90,10 @@ class Flow:
         for source in self.own(loss):
             judged |= downstream(self.graph, source, open_for=loss)
         passable = {
-            n.id for n in self.graph.nodes
-            if n.kind == NODE_SCOPE and n.id not in judged
+            n.id
+            for n in self.graph.nodes
+            if n.kind == NODE_SCOPE
+            and n.id not in judged
             and (n.id not in self.updated[loss] or self.scalar(n.id) is True)
         }
         return LOSS_PREFIX + loss in downstream(self.graph, scope, open_for=loss, through=passable)
@@ -108,7 +112,9 @@ class Flow:
 
     def norms(self, loss: str, scope: str, steps: list[int]) -> dict[str, Any]:
         """The gradient L2 norm of (loss, scope) over `steps`: median and max."""
-        values = [row["l2"] for s in steps if (row := self.records.grad(loss, scope, s)) is not None]
+        values = [
+            row["l2"] for s in steps if (row := self.records.grad(loss, scope, s)) is not None
+        ]
         if not values:
             return {}
         return {"grad_l2_median": statistics.median(values), "grad_l2_max": max(values)}

@@ -13,7 +13,7 @@ states the same rule in words.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from tb_gradscope import format as fmt
 

@@ -16,7 +16,7 @@ gradients that vanish or stop being finite and stay so.
 from __future__ import annotations
 
 import statistics
-from typing import Iterable
+from collections.abc import Iterable
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
@@ -33,8 +33,9 @@ VANISHING_STEPS = 3  # the last N recorded steps of the loss, in a row
 NONFINITE_STEPS = 2
 
 
-def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = (),
-                    explained: Iterable[tuple[str, str]] = ()) -> list[Finding]:
+def losses_fighting(
+    flow: Flow, taken: Iterable[tuple[str, str]] = (), explained: Iterable[tuple[str, str]] = ()
+) -> list[Finding]:
     """Losses whose gradients stay strongly opposed over the region both update.
 
     A region is a highest scope all of whose variable holders both losses
@@ -51,9 +52,13 @@ def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = (),
     for (a, b), series in sorted(records.conflict.items()):
         if frozenset((a, b)) in explained_pairs:
             continue
-        shared = [h for h in flow.holders if h in flow.updated.get(a, {}) and h in flow.updated.get(b, {})]
+        shared = [
+            h for h in flow.holders if h in flow.updated.get(a, {}) and h in flow.updated.get(b, {})
+        ]
         for scope in cover(shared, flow.holders):
-            by_step = {s: cos[scope] for s, cos in series if scope in cos and cos[scope] == cos[scope]}
+            by_step = {
+                s: cos[scope] for s, cos in series if scope in cos and cos[scope] == cos[scope]
+            }
             values = list(by_step.values())
             steps = [s for s, value in by_step.items() if value <= FIGHT_COSINE]
             if len(values) < FIGHT_MIN_STEPS or len(steps) < FIGHT_SHARE * len(values):
@@ -61,49 +66,59 @@ def losses_fighting(flow: Flow, taken: Iterable[tuple[str, str]] = (),
             if any(within(scope, s) or within(s, scope) for loss, s in taken if loss in (a, b)):
                 continue
             loss, other = (b, a) if flow.losses.index(b) > flow.losses.index(a) else (a, b)
-            found.append(Finding(
-                kind=F.LOSSES_FIGHTING,
-                what=f"losses '{a}' and '{b}' both update '{scope}' and pull it in opposite directions: "
-                     f"gradient cosine <= {FIGHT_COSINE:g} at {len(steps)} of {len(values)} recorded steps",
-                loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
-                evidence={"other_loss": other, "cosine_by_step": {str(k): v for k, v in by_step.items()},
-                          "cosine_median": statistics.median(values),
-                          "steps_opposed": len(steps), "steps_with_cosine": len(values)},
-                why="two losses whose gradients on a shared scope cancel make it learn neither; usually one "
+            found.append(
+                Finding(
+                    kind=F.LOSSES_FIGHTING,
+                    what=f"losses '{a}' and '{b}' both update '{scope}' and pull it in opposite directions: "
+                    f"gradient cosine <= {FIGHT_COSINE:g} at {len(steps)} of {len(values)} recorded steps",
+                    loss=loss,
+                    scope=scope,
+                    edge=flow.edge_into(loss, scope),
+                    evidence={
+                        "other_loss": other,
+                        "cosine_by_step": {str(k): v for k, v in by_step.items()},
+                        "cosine_median": statistics.median(values),
+                        "steps_opposed": len(steps),
+                        "steps_with_cosine": len(values),
+                    },
+                    why="two losses whose gradients on a shared scope cancel make it learn neither; usually one "
                     "of them was meant only to read it",
-                fix=f"if '{loss}' should only read '{scope}', cut it with tf.stop_gradient where its head "
+                    fix=f"if '{loss}' should only read '{scope}', cut it with tf.stop_gradient where its head "
                     f"reads '{scope}'; if both must train it, reweight them or give each its own scope",
-                rule=str(rules_lib.Never(loss, f"{scope}/*")),
-                first_step=min(steps), last_step=max(steps), steps=len(steps),
-            ))
+                    rule=str(rules_lib.Never(loss, f"{scope}/*")),
+                    first_step=min(steps),
+                    last_step=max(steps),
+                    steps=len(steps),
+                )
+            )
     return found
 
 
 _ANOMALY_FIX = {
     anomalies.NEVER_SYNCED: "copy the online weights into the target once before training "
-                            "(target.set_weights(online.get_weights()))",
+    "(target.set_weights(online.get_weights()))",
     anomalies.TARGET_FROZEN: "make sure the target update (copy or Polyak) runs, inside the traced step if the "
-                             "step is a tf.function",
+    "step is a tf.function",
     anomalies.MOVED_BY_OPTIMIZER: "leave the target out of every optimizer's var_list and stop its gradient",
     anomalies.WRONG_DIRECTION: "swap the arguments of the target update: target <- online, not online <- target",
     anomalies.TAU_MISMATCH: "make the update use the tau you declared (or declare the tau it uses)",
     anomalies.EVERY_MISMATCH: "make the update copy every N steps as declared (or declare what it does)",
     anomalies.MOVING_STATS_NOT_TRACKED: "update the target from model.weights (moving statistics included), "
-                                        "not only trainable_weights",
+    "not only trainable_weights",
 }
 
 # The same fixes in TF1 graph code: the copy is an assign op run in the session.
 _ANOMALY_FIX_TF1 = {
     anomalies.NEVER_SYNCED: "copy the online variables into the target once, right after initializing: "
-                            "sess.run([tf.compat.v1.assign(t, o) for t, o in zip(target_vars, online_vars)])",
+    "sess.run([tf.compat.v1.assign(t, o) for t, o in zip(target_vars, online_vars)])",
     anomalies.TARGET_FROZEN: "make sure the target update's assign ops run: sess.run them with (or after) the "
-                             "train op, or give the train op a control dependency on them",
+    "train op, or give the train op a control dependency on them",
     anomalies.MOVED_BY_OPTIMIZER: "leave the target out of every minimize's var_list (or create it with "
-                                  "trainable=False) and stop its gradient",
+    "trainable=False) and stop its gradient",
     anomalies.WRONG_DIRECTION: "swap the arguments of the assign ops: tf.compat.v1.assign(target, ...), "
-                               "not assign(online, ...)",
+    "not assign(online, ...)",
     anomalies.MOVING_STATS_NOT_TRACKED: "update the target from every global variable of the online scope "
-                                        "(moving statistics included), not only the trainable ones",
+    "(moving statistics included), not only the trainable ones",
 }
 
 
@@ -119,8 +134,9 @@ def pair_anomalies(records: RunRecords) -> list[Finding]:
     """One finding per pair anomaly (recorded or derived from DRIFT), first step first."""
     events = [e for e in records.events if e.type == fmt.ANOMALY]
     for pair in records.pairs:
-        events += anomalies.find_anomalies(pair.name, pair.attrs, list(pair.steps), list(pair.tables),
-                                           moves=pair.online_moves)
+        events += anomalies.find_anomalies(
+            pair.name, pair.attrs, list(pair.steps), list(pair.tables), moves=pair.online_moves
+        )
     attrs = {p.name: p.attrs for p in records.pairs}
     source = records.flowgraph.source if records.flowgraph is not None else ""
     groups: dict[tuple[str, str, str], list[fmt.Event]] = {}
@@ -132,17 +148,23 @@ def pair_anomalies(records: RunRecords) -> list[Finding]:
         first, steps = seen[0], sorted({e.step for e in seen})
         pair_attrs = attrs.get(pair, {})
         target, online = str(pair_attrs.get("target", scope)), str(pair_attrs.get("online", ""))
-        found.append(Finding(
-            kind=F.PAIR_ANOMALY,
-            what=first.message,
-            loss="", scope=scope, pair=pair,
-            evidence={"anomaly": name, **first.evidence},
-            why="a target that does not follow its online network as declared gives every loss that "
+        found.append(
+            Finding(
+                kind=F.PAIR_ANOMALY,
+                what=first.message,
+                loss="",
+                scope=scope,
+                pair=pair,
+                evidence={"anomaly": name, **first.evidence},
+                why="a target that does not follow its online network as declared gives every loss that "
                 "reads it a wrong target",
-            fix=anomaly_fix(name, source),
-            rule=_pair_rule(name, target, online, pair_attrs),
-            first_step=steps[0], last_step=steps[-1], steps=len(steps),
-        ))
+                fix=anomaly_fix(name, source),
+                rule=_pair_rule(name, target, online, pair_attrs),
+                first_step=steps[0],
+                last_step=steps[-1],
+                steps=len(steps),
+            )
+        )
     return found
 
 
@@ -150,7 +172,11 @@ def _pair_rule(name: str, target: str, online: str, attrs) -> str:
     if name == anomalies.MOVED_BY_OPTIMIZER or not online:
         return str(rules_lib.Never("*", f"{target}/*"))
     tau, every = attrs.get("tau"), attrs.get("every")
-    tau = tau if isinstance(tau, (int, float)) and not isinstance(tau, bool) and 0 < tau <= 1 else None
+    tau = (
+        tau
+        if isinstance(tau, (int, float)) and not isinstance(tau, bool) and 0 < tau <= 1
+        else None
+    )
     every = every if isinstance(every, int) and not isinstance(every, bool) and every > 0 else None
     return str(rules_lib.Tracks(target, online, tau, every))
 
@@ -195,7 +221,20 @@ def _numeric_finding(kind: str, loss: str, scope: str, steps: list[int], recorde
         what = f"the gradient of loss '{loss}' on '{scope}' is zero at its last {len(steps)} recorded steps"
         why = f"'{scope}' is meant to learn from '{loss}' but no longer gets any gradient (saturated or dead units)"
         fix = "check the activations feeding it (dead ReLUs, saturated tanh/sigmoid) and the learning rate"
-    return Finding(kind=kind, what=what, loss=loss, scope=scope,
-                   evidence={"steps_seen": len(steps), "loss_recorded_steps": recorded, "at_steps": steps[:20]},
-                   why=why, fix=fix, rule="", first_step=steps[0], last_step=steps[-1], steps=len(steps))
-
+    return Finding(
+        kind=kind,
+        what=what,
+        loss=loss,
+        scope=scope,
+        evidence={
+            "steps_seen": len(steps),
+            "loss_recorded_steps": recorded,
+            "at_steps": steps[:20],
+        },
+        why=why,
+        fix=fix,
+        rule="",
+        first_step=steps[0],
+        last_step=steps[-1],
+        steps=len(steps),
+    )

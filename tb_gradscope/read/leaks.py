@@ -41,12 +41,13 @@ predictions: a loss reaching one is not a leak.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from tb_gradscope import rules as rules_lib
+from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
-from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
 from tb_gradscope.read.flow import Flow
 from tb_gradscope.read.records import cover
 from tb_gradscope.read.targets import Target
@@ -56,27 +57,35 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
     """A loss whose gradient updates a target scope."""
     found = []
     for loss in flow.losses:
-        flagged = [h for h in flow.holders if h in flow.updated[loss] and any(t.holds(h) for t in targets)]
+        flagged = [
+            h for h in flow.holders if h in flow.updated[loss] and any(t.holds(h) for t in targets)
+        ]
         for scope in cover(flagged, flow.holders):
             inside = _targets_at(scope, targets)
             target = inside[0]
             steps = _steps(flow.updated[loss], flagged, scope)
             online = [h for h in flow.updated[loss] if any(_within(h, t.online) for t in inside)]
             boot = " and the online side it should anchor" if online else ""
-            found.append(Finding(
-                kind=F.TARGET_TRAINED,
-                what=f"loss '{loss}' updates target scope '{scope}'{boot}: its gradient reaches the "
-                     f"target and an optimizer step fed by it writes the target's variables",
-                loss=loss, scope=scope, pair=target.pair if len(inside) == 1 else "",
-                edge=flow.edge_into(loss, scope),
-                evidence=_target_evidence(flow, loss, scope, inside, steps, online_updated_by_loss=bool(online)),
-                why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
+            found.append(
+                Finding(
+                    kind=F.TARGET_TRAINED,
+                    what=f"loss '{loss}' updates target scope '{scope}'{boot}: its gradient reaches the "
+                    f"target and an optimizer step fed by it writes the target's variables",
+                    loss=loss,
+                    scope=scope,
+                    pair=target.pair if len(inside) == 1 else "",
+                    edge=flow.edge_into(loss, scope),
+                    evidence=_target_evidence(
+                        flow, loss, scope, inside, steps, online_updated_by_loss=bool(online)
+                    ),
+                    why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
                     f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
-                fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
+                    fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
                     f"the target side of '{loss}' under tf.stop_gradient (or before the tape opens)",
-                rule=str(rules_lib.Never(loss, f"{scope}/*")),
-                **_span(steps),
-            ))
+                    rule=str(rules_lib.Never(loss, f"{scope}/*")),
+                    **_span(steps),
+                )
+            )
     return found
 
 
@@ -88,34 +97,47 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
     found = []
     for loss in flow.losses:
         flagged = [
-            h for h in flow.holders
-            if h in flow.reached[loss] and h not in flow.updated[loss]
-            and graph.trainability(h) in (TRAINABLE, MIXED) and any(t.holds(h) for t in targets)
+            h
+            for h in flow.holders
+            if h in flow.reached[loss]
+            and h not in flow.updated[loss]
+            and graph.trainability(h) in (TRAINABLE, MIXED)
+            and any(t.holds(h) for t in targets)
         ]
         for scope in cover(flagged, flow.holders):
             inside = _targets_at(scope, targets)
             target = inside[0]
             steps = _steps(flow.reached[loss], flagged, scope)
-            found.append(Finding(
-                kind=F.TARGET_NOT_CUT,
-                what=f"the gradient of loss '{loss}' reaches target scope '{scope}', whose variables are "
-                     f"trainable: no cut stands between them (no optimizer step fed by '{loss}' writes it today)",
-                loss=loss, scope=scope, pair=target.pair if len(inside) == 1 else "",
-                edge=flow.edge_into(loss, scope),
-                evidence=_target_evidence(
-                    flow, loss, scope, inside, steps,
-                    trainable=sorted({graph.trainability(h) for h in flagged if _within(h, scope)}),
-                ),
-                why=f"'{target.root}' is the target of '{target.online}' and must move only by its sync; "
+            found.append(
+                Finding(
+                    kind=F.TARGET_NOT_CUT,
+                    what=f"the gradient of loss '{loss}' reaches target scope '{scope}', whose variables are "
+                    f"trainable: no cut stands between them (no optimizer step fed by '{loss}' writes it today)",
+                    loss=loss,
+                    scope=scope,
+                    pair=target.pair if len(inside) == 1 else "",
+                    edge=flow.edge_into(loss, scope),
+                    evidence=_target_evidence(
+                        flow,
+                        loss,
+                        scope,
+                        inside,
+                        steps,
+                        trainable=sorted(
+                            {graph.trainability(h) for h in flagged if _within(h, scope)}
+                        ),
+                    ),
+                    why=f"'{target.root}' is the target of '{target.online}' and must move only by its sync; "
                     f"its trainable variables in the gradient path of '{loss}' are trained by any tape.gradient "
                     f"over trainable_variables or any optimizer without var_list, toward the prediction they "
                     f"should anchor",
-                fix=f"compute the target side of '{loss}' under tf.stop_gradient (or before the tape opens); "
+                    fix=f"compute the target side of '{loss}' under tf.stop_gradient (or before the tape opens); "
                     f"if '{target.root}' never trains, create it with trainable=False",
-                rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
-                severity=F.HAZARD,
-                **_span(steps),
-            ))
+                    rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
+                    severity=F.HAZARD,
+                    **_span(steps),
+                )
+            )
     return found
 
 
@@ -129,9 +151,15 @@ def _target_evidence(
 ) -> dict[str, Any]:
     """Evidence of a finding about `loss` reaching target scope `scope`: the
     targets and their online sides, `extra`, then the optimizer, steps and norms."""
-    return {"targets": [t.root for t in inside], "online": [t.online for t in inside],
-            "pairs_declared": all(t.pair for t in inside), **extra,
-            **_optimizer(flow, loss), **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)}
+    return {
+        "targets": [t.root for t in inside],
+        "online": [t.online for t in inside],
+        "pairs_declared": all(t.pair for t in inside),
+        **extra,
+        **_optimizer(flow, loss),
+        **_seen(flow, loss, steps),
+        **flow.norms(loss, scope, steps),
+    }
 
 
 def cross_loss(flow: Flow, exclude: Iterable[str] = ()) -> list[Finding]:
@@ -158,10 +186,18 @@ def cross_loss(flow: Flow, exclude: Iterable[str] = ()) -> list[Finding]:
     for (loss, holder), (kind, other) in chosen.items():
         groups.setdefault((kind, loss, other), []).append(holder)
     found = []
-    for (kind, loss, other), flagged in sorted(groups.items(), key=lambda kv: (F.KINDS.index(kv[0][0]), kv[0][1:])):
-        also = [h for h in flow.reached[loss] if other in flow.owners(h)] if kind == F.VALUE_NOT_CUT else []
+    for (kind, loss, other), flagged in sorted(
+        groups.items(), key=lambda kv: (F.KINDS.index(kv[0][0]), kv[0][1:])
+    ):
+        also = (
+            [h for h in flow.reached[loss] if other in flow.owners(h)]
+            if kind == F.VALUE_NOT_CUT
+            else []
+        )
         for scope in cover(flagged, flow.holders, also):
-            found.append(_BUILD[kind](flow, loss, other, scope, [h for h in flagged if _within(h, scope)]))
+            found.append(
+                _BUILD[kind](flow, loss, other, scope, [h for h in flagged if _within(h, scope)])
+            )
     return found
 
 
@@ -214,7 +250,11 @@ def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str
 def _value_by_name(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
     """Without a FlowGraph: `loss` reaches a scope named after another loss
     that trains it (`ac/critic_head` for loss `critic`), and not after itself."""
-    if holder not in flow.reached[loss] or named_after(holder, loss) or flow.scalar(holder) is not False:
+    if (
+        holder not in flow.reached[loss]
+        or named_after(holder, loss)
+        or flow.scalar(holder) is not False
+    ):
         return None
     others = [o for o in flow.owners(holder) if o != loss and named_after(holder, o)]
     return (F.VALUE_NOT_CUT, others[0]) if others else None
@@ -225,7 +265,7 @@ def named_after(scope: str, loss: str) -> bool:
     word of a role (`critic`, `critic_head`, `critic-net` for loss `critic`)."""
     name = loss.lower()
     for seg in scope.lower().split("/"):
-        if seg == name or (seg.startswith(name) and seg[len(name):len(name) + 1] in ("_", "-")):
+        if seg == name or (seg.startswith(name) and seg[len(name) : len(name) + 1] in ("_", "-")):
             return True
     return False
 
@@ -236,33 +276,49 @@ def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
     return Finding(
         kind=F.JUDGE_TRAINED,
         what=f"loss '{loss}' updates '{scope}', which loss '{other}' trains and which reads the output of "
-             f"'{source}', a scope only '{loss}' trains",
-        loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
-        evidence={"other_loss": other, "feeds_from": source, **_optimizer(flow, loss),
-                  **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+        f"'{source}', a scope only '{loss}' trains",
+        loss=loss,
+        scope=scope,
+        edge=flow.edge_into(loss, scope),
+        evidence={
+            "other_loss": other,
+            "feeds_from": source,
+            **_optimizer(flow, loss),
+            **_seen(flow, loss, steps),
+            **flow.norms(loss, scope, steps),
+        },
         why=f"'{loss}' learns through '{scope}' (its critic or discriminator); training '{scope}' on "
-            f"'{loss}' lets it move the judge instead of improving '{source}'",
+        f"'{loss}' lets it move the judge instead of improving '{source}'",
         fix=f"give the optimizer that '{loss}' feeds only its own variables (a var_list without '{scope}')",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
         **_span(steps),
     )
 
 
-def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
+def _optimizers_finding(
+    flow: Flow, loss: str, other: str, scope: str, holders: list[str]
+) -> Finding:
     steps = _steps(flow.updated[loss], holders, scope)
     mine, theirs = flow.optimizer.get(loss, ""), flow.optimizer.get(other, "")
     return Finding(
         kind=F.SHARED_BY_OPTIMIZERS,
         what=f"'{scope}' is written by two optimizer steps: the one fed by '{loss}' ({mine}) and the one "
-             f"fed by '{other}' ({theirs})",
-        loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
-        evidence={"other_loss": other, "optimizer": mine, "other_optimizer": theirs,
-                  **_seen(flow, loss, steps), **flow.norms(loss, scope, steps)},
+        f"fed by '{other}' ({theirs})",
+        loss=loss,
+        scope=scope,
+        edge=flow.edge_into(loss, scope),
+        evidence={
+            "other_loss": other,
+            "optimizer": mine,
+            "other_optimizer": theirs,
+            **_seen(flow, loss, steps),
+            **flow.norms(loss, scope, steps),
+        },
         why=f"everything '{other}' trains is written by the optimizer step '{loss}' feeds too: that "
-            f"optimizer's variables take in '{other}'s network (no var_list, or one too wide), so "
-            f"'{loss}' trains what '{other}' exists to train",
+        f"optimizer's variables take in '{other}'s network (no var_list, or one too wide), so "
+        f"'{loss}' trains what '{other}' exists to train",
         fix=f"give the optimizer that '{loss}' feeds a var_list without '{scope}' (or, if '{scope}' "
-            f"belongs to '{loss}', leave it out of the one '{other}' feeds)",
+        f"belongs to '{loss}', leave it out of the one '{other}' feeds)",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
         **_span(steps),
     )
@@ -271,29 +327,43 @@ def _optimizers_finding(flow: Flow, loss: str, other: str, scope: str, holders: 
 def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
     steps = _steps(flow.reached[loss], holders, scope)
     trains = any(h in flow.updated[loss] for h in holders)
-    what = (f"loss '{loss}' trains '{scope}', which loss '{other}' trains, through a value it only reads"
-            if trains else
-            f"the gradient of loss '{loss}' reaches '{scope}', which loss '{other}' trains, through a value "
-            "it only reads (its optimizer drops it today: one var_list away from training it)")
+    what = (
+        f"loss '{loss}' trains '{scope}', which loss '{other}' trains, through a value it only reads"
+        if trains
+        else f"the gradient of loss '{loss}' reaches '{scope}', which loss '{other}' trains, through a value "
+        "it only reads (its optimizer drops it today: one var_list away from training it)"
+    )
     return Finding(
         kind=F.VALUE_NOT_CUT,
         what=what,
-        loss=loss, scope=scope, edge=flow.edge_into(loss, scope),
-        evidence={"other_loss": other, "updates": trains, **_optimizer(flow, loss),
-                  **_seen(flow, loss, steps), **flow.norms(loss, scope, steps),
-                  **_cosine(flow, loss, other, scope)},
+        loss=loss,
+        scope=scope,
+        edge=flow.edge_into(loss, scope),
+        evidence={
+            "other_loss": other,
+            "updates": trains,
+            **_optimizer(flow, loss),
+            **_seen(flow, loss, steps),
+            **flow.norms(loss, scope, steps),
+            **_cosine(flow, loss, other, scope),
+        },
         why=f"'{scope}' enters '{loss}' from the side, as a baseline or weight does, not as part of what "
-            f"'{loss}' trains; its gradient there pulls the prediction of '{other}' toward what suits '{loss}'",
+        f"'{loss}' trains; its gradient there pulls the prediction of '{other}' toward what suits '{loss}'",
         fix=f"wrap the value '{loss}' reads from '{scope}' in tf.stop_gradient "
-            f"(e.g. advantage = tf.stop_gradient(returns - value))",
-        rule=str(rules_lib.Blocked(loss, f"{scope}/*")) if flow.graph is not None else str(rules_lib.Never(loss, f"{scope}/*")),
+        f"(e.g. advantage = tf.stop_gradient(returns - value))",
+        rule=str(rules_lib.Blocked(loss, f"{scope}/*"))
+        if flow.graph is not None
+        else str(rules_lib.Never(loss, f"{scope}/*")),
         severity=F.LEAK if trains else F.HAZARD,
         **_span(steps),
     )
 
 
-_BUILD = {F.JUDGE_TRAINED: _judge_finding, F.SHARED_BY_OPTIMIZERS: _optimizers_finding,
-          F.VALUE_NOT_CUT: _value_finding}
+_BUILD = {
+    F.JUDGE_TRAINED: _judge_finding,
+    F.SHARED_BY_OPTIMIZERS: _optimizers_finding,
+    F.VALUE_NOT_CUT: _value_finding,
+}
 
 
 def _cosine(flow: Flow, a: str, b: str, scope: str) -> dict:
@@ -302,7 +372,11 @@ def _cosine(flow: Flow, a: str, b: str, scope: str) -> dict:
     values = [cos[scope] for _, cos in series if scope in cos and cos[scope] == cos[scope]]
     if not values:
         return {}
-    return {"cosine_median": statistics.median(values), "cosine_min": min(values), "cosine_steps": len(values)}
+    return {
+        "cosine_median": statistics.median(values),
+        "cosine_min": min(values),
+        "cosine_steps": len(values),
+    }
 
 
 def _optimizer(flow: Flow, loss: str) -> dict:
@@ -311,7 +385,9 @@ def _optimizer(flow: Flow, loss: str) -> dict:
 
 
 def _label_order(flow: Flow, label: str) -> int:
-    order = list(dict.fromkeys(flow.optimizer[loss] for loss in flow.losses if loss in flow.optimizer))
+    order = list(
+        dict.fromkeys(flow.optimizer[loss] for loss in flow.losses if loss in flow.optimizer)
+    )
     return order.index(label) if label in order else -1
 
 
@@ -326,7 +402,11 @@ def _seen(flow: Flow, loss: str, steps: list[int]) -> dict:
 
 def _span(steps: list[int]) -> dict:
     real = [s for s in steps if s >= 0]
-    return {"first_step": min(real, default=-1), "last_step": max(real, default=-1), "steps": len(real)}
+    return {
+        "first_step": min(real, default=-1),
+        "last_step": max(real, default=-1),
+        "steps": len(real),
+    }
 
 
 def _within(scope: str, root: str) -> bool:

@@ -51,8 +51,14 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
     ctx = tb_context.RequestContext()
     listings = reader.list_runs(ctx, EXPERIMENT)
     if not listings:
-        all_runs = sorted(r.run_name for r in data_provider.list_runs(ctx, experiment_id=EXPERIMENT))
-        found = f"{len(all_runs)} TensorBoard run(s), none with" if all_runs else "no event files and no"
+        all_runs = sorted(
+            r.run_name for r in data_provider.list_runs(ctx, experiment_id=EXPERIMENT)
+        )
+        found = (
+            f"{len(all_runs)} TensorBoard run(s), none with"
+            if all_runs
+            else "no event files and no"
+        )
         skipped = "".join(f"; {problem.message}" for problem in unsafe.values())
         raise LogdirError(
             f"logdir {logdir!r} has no gradscope data ({found} gradscope records{skipped}); "
@@ -62,15 +68,20 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
         reasons = [w for listing in listings.values() for w in listing.warnings]
         raise LogdirError(
             f"logdir {logdir!r} has gradscope records but none can be read: "
-            + "; ".join(reasons[:3]) + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+            + "; ".join(reasons[:3])
+            + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
         )
     if run is not None:
         if run not in listings:
-            raise LogdirError(f"run {run!r} has no gradscope data in {logdir!r}; runs: {sorted(listings)}")
+            raise LogdirError(
+                f"run {run!r} has no gradscope data in {logdir!r}; runs: {sorted(listings)}"
+            )
         listings = {run: listings[run]}
     loaded = [_load_run(reader, ctx, listings[name]) for name in sorted(listings)]
     for logs in loaded:
-        logs.warnings.extend(p.message for p in unsafe.values() if p.run == logs.run and p.keep is None)
+        logs.warnings.extend(
+            p.message for p in unsafe.values() if p.run == logs.run and p.keep is None
+        )
         logs.warnings.extend(damaged_event_files(logdir, logs.run))
     return loaded
 

@@ -22,7 +22,8 @@ is not there. Plain Python, never tensorflow.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from tb_gradscope.format.records import Table
 from tb_gradscope.read.drift import within

@@ -14,7 +14,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import threading
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from tensorboard import errors
@@ -133,7 +134,9 @@ class Reader:
             return {}, {}
         data, failed = self._read_tensors(ctx, experiment_id, run, list(records))
         out: dict[str, TableSeries] = {}
-        warnings: dict[str, list[str]] = {tag: [_skip_message(run, tag, reason)] for tag, reason in failed.items()}
+        warnings: dict[str, list[str]] = {
+            tag: [_skip_message(run, tag, reason)] for tag, reason in failed.items()
+        }
         for tag, record in records.items():
             if tag in failed:
                 continue
@@ -234,7 +237,9 @@ class Reader:
                     try:
                         documents.append(fmt.decode_json(blobs[ref.blob_key]))
                     except fmt.FormatError as e:
-                        warnings.setdefault(tag, []).append(_skip_message(run, tag, f"step {item.step}: {e} {blob}"))
+                        warnings.setdefault(tag, []).append(
+                            _skip_message(run, tag, f"step {item.step}: {e} {blob}")
+                        )
                 steps.append(BlobStep(int(item.step), float(item.wall_time), documents))
             out[tag] = steps
         return out, {tag: _summarised(found) for tag, found in warnings.items()}
@@ -248,9 +253,17 @@ class Reader:
             except errors.PublicError as e:
                 # The Rust data server cannot read back blob keys of runs
                 # whose name holds a quote or backslash.
-                return key, None, f"the data provider cannot read it ({_clip(str(e))}); try --load_fast=false"
+                return (
+                    key,
+                    None,
+                    f"the data provider cannot read it ({_clip(str(e))}); try --load_fast=false",
+                )
             except Exception as e:  # TensorBoard's conversion of a damaged tensor
-                return key, None, f"TensorBoard cannot convert it ({type(e).__name__}: {_clip(str(e))})"
+                return (
+                    key,
+                    None,
+                    f"TensorBoard cannot convert it ({type(e).__name__}: {_clip(str(e))})",
+                )
 
         if len(keys) <= 2:
             results = [read(key) for key in keys]
@@ -263,7 +276,9 @@ class Reader:
 
     def _list(self, ctx, experiment_id: str, run: str | None) -> dict[str, RunListing]:
         run_filter = provider.RunTagFilter(runs=[run]) if run is not None else None
-        kwargs = dict(experiment_id=experiment_id, plugin_name=fmt.PLUGIN_NAME, run_tag_filter=run_filter)
+        kwargs = dict(
+            experiment_id=experiment_id, plugin_name=fmt.PLUGIN_NAME, run_tag_filter=run_filter
+        )
         tensors = self._provider.list_tensors(ctx, **kwargs)
         blobs = self._provider.list_blob_sequences(ctx, **kwargs)
         listings: dict[str, RunListing] = {}
@@ -281,11 +296,17 @@ class Reader:
                     info, problems = parsed
                     if fmt.KIND_SPECS[info.kind].data_class != data_class:
                         listing.warnings.append(
-                            _skip_message(run_name, tag, f"{info.kind.value} stored with the wrong data class")
+                            _skip_message(
+                                run_name, tag, f"{info.kind.value} stored with the wrong data class"
+                            )
                         )
                         continue
                     listing.warnings += [f"run {run_name!r} tag {tag!r}: {p}" for p in problems]
-                    version = (series.max_step, series.max_wall_time, getattr(series, "max_length", None))
+                    version = (
+                        series.max_step,
+                        series.max_wall_time,
+                        getattr(series, "max_length", None),
+                    )
                     listing.records[tag] = Record(tag, info, version)
         for listing in listings.values():
             listing.warnings.sort()
@@ -323,7 +344,9 @@ def _decode_series(record: Record, data: list) -> tuple[TableSeries | None, str]
         tables.append(table.values)
     problem = ""
     if bad:
-        problem = f"{len(bad)} of {len(data)} steps unreadable (first: step {bad[0][0]}: {bad[0][1]})"
+        problem = (
+            f"{len(bad)} of {len(data)} steps unreadable (first: step {bad[0][0]}: {bad[0][1]})"
+        )
     if not tables:
         return None, problem or "no data"
     step_arr = np.asarray(steps, dtype=np.int64)
@@ -357,4 +380,3 @@ def _clip(text: str, limit: int = 200) -> str:
     """One line of at most `limit` characters of an error's text."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
-

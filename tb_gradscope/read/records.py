@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
+from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format.flowgraph import NODE_SCOPE
 from tb_gradscope.format.metadata import recorded_stat
-from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.read.flowstate import cell_state
 
 Row = Mapping[str, float]
@@ -28,7 +28,9 @@ MAX_EXAMINED_STEPS = 1000
 KEEP_LAST_STEPS = 10
 
 
-def flowgraph_in_force(flowgraphs: Sequence[tuple[int, fmt.FlowGraph]], step: int) -> fmt.FlowGraph | None:
+def flowgraph_in_force(
+    flowgraphs: Sequence[tuple[int, fmt.FlowGraph]], step: int
+) -> fmt.FlowGraph | None:
     """The FlowGraph in force at `step` among (step written, FlowGraph) by step:
     the latest written at or before it (or the first one, for steps recorded
     before any trace was written)."""
@@ -68,7 +70,9 @@ class RunRecords:
     run: str
     flowgraphs: list[tuple[int, fmt.FlowGraph]] = dataclasses.field(default_factory=list)
     grads: dict[int, dict[str, dict[str, Row]]] = dataclasses.field(default_factory=dict)
-    conflict: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = dataclasses.field(default_factory=dict)
+    conflict: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = dataclasses.field(
+        default_factory=dict
+    )
     pairs: list[PairSeries] = dataclasses.field(default_factory=list)
     events: list[fmt.Event] = dataclasses.field(default_factory=list)
 
@@ -221,8 +225,9 @@ def cover(flagged: Iterable[str], holders: Sequence[str], also: Iterable[str] = 
     return scopes_lib.tree_order(tops)
 
 
-def downstream(graph: fmt.FlowGraph, start: str, open_for: str | None = None,
-               through: set[str] | None = None) -> set[str]:
+def downstream(
+    graph: fmt.FlowGraph, start: str, open_for: str | None = None, through: set[str] | None = None
+) -> set[str]:
     """Scope-graph nodes reachable from `start` along its edges.
 
     `open_for`: only edges not cut for that loss. `through`: nodes a path may

@@ -11,7 +11,8 @@ the tab conclude from the same objects. Never imports tensorflow.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope.read.online_path import online_moves
@@ -83,7 +84,11 @@ def decode_run(
     logs.warnings += graph_warnings + event_warnings
     for tag in sorted(read_warnings):
         logs.warnings.extend(read_warnings[tag])
-    logs.warnings += [f"run {logs.run!r}: {e.message} (said at step {e.step})" for e in logs.events if e.type == fmt.DROPPED]
+    logs.warnings += [
+        f"run {logs.run!r}: {e.message} (said at step {e.step})"
+        for e in logs.events
+        if e.type == fmt.DROPPED
+    ]
     for named in (logs.drift, logs.conflict):
         for name in named:
             named[name].sort(key=lambda item: item[0])
@@ -112,7 +117,8 @@ def drift_series(tables: Iterable[TableSeries]) -> dict[str, list[tuple[int, fmt
         info = series.record.info
         if info.kind == fmt.Kind.DRIFT:
             found.setdefault(info.name, []).extend(
-                (step, fmt.decode_table(info, values)) for step, values in zip(series.steps.tolist(), series.values)
+                (step, fmt.decode_table(info, values))
+                for step, values in zip(series.steps.tolist(), series.values)
             )
     for named in found.values():
         named.sort(key=lambda item: item[0])
@@ -128,8 +134,11 @@ def update_tables(tables: Iterable[TableSeries], until: int | None = None) -> di
     for series in sorted(tables, key=lambda s: s.record.tag):
         info = series.record.info
         if info.kind == fmt.Kind.UPDATE_STATS:
-            found.update((step, fmt.decode_table(info, values)) for step, values in zip(series.steps.tolist(), series.values)
-                         if until is None or step <= until)
+            found.update(
+                (step, fmt.decode_table(info, values))
+                for step, values in zip(series.steps.tolist(), series.values)
+                if until is None or step <= until
+            )
     return found
 
 
@@ -145,14 +154,18 @@ def recorded_rules(listing: RunListing) -> list[str]:
     return found
 
 
-def flowgraphs(listing: RunListing, blobs: Mapping[str, list[BlobStep]]) -> tuple[list[Dated], list[str]]:
+def flowgraphs(
+    listing: RunListing, blobs: Mapping[str, list[BlobStep]]
+) -> tuple[list[Dated], list[str]]:
     """[(step, wall time, FlowGraph)] by step, and warnings. A FlowGraph
     written again at the same step replaces the earlier one (only a step's
     last document counts)."""
     return _documents(listing, blobs, fmt.Kind.FLOWGRAPH, fmt.FlowGraph.from_json, every=False)
 
 
-def recorded_events(listing: RunListing, blobs: Mapping[str, list[BlobStep]]) -> tuple[list[Dated], list[str]]:
+def recorded_events(
+    listing: RunListing, blobs: Mapping[str, list[BlobStep]]
+) -> tuple[list[Dated], list[str]]:
     """[(step, wall time, Event)] of every EVENTS document, by step, and warnings."""
     return _documents(listing, blobs, fmt.Kind.EVENTS, fmt.Event.from_json, every=True)
 
@@ -183,7 +196,10 @@ def _documents(
 def run_records(logs: RunLogs) -> RunRecords:
     """The run as the diagnosis (`read.findings`) reads it, a long run thinned."""
     grads = {
-        step: {loss: {s: table.row(s) for s in table.info.scopes} for loss, table in logs.grads[step].items()}
+        step: {
+            loss: {s: table.row(s) for s in table.info.scopes}
+            for loss, table in logs.grads[step].items()
+        }
         for step in thin(logs.grads)
     }
     conflict = {}
@@ -197,8 +213,14 @@ def run_records(logs: RunLogs) -> RunRecords:
             (step, dict(zip(t.info.scopes, t.column("cosine").tolist()))) for step, t in series
         ]
     pairs = [
-        PairSeries(name, series[0][1].info.attrs, [s for s, _ in series], [t for _, t in series],
-                   online_moves(logs.updates, series[0][1].info.attrs.get("online"), series[0][0]))
-        for name, series in sorted(logs.drift.items()) if series
+        PairSeries(
+            name,
+            series[0][1].info.attrs,
+            [s for s, _ in series],
+            [t for _, t in series],
+            online_moves(logs.updates, series[0][1].info.attrs.get("online"), series[0][0]),
+        )
+        for name, series in sorted(logs.drift.items())
+        if series
     ]
     return RunRecords(logs.run, list(logs.flowgraphs), grads, conflict, pairs, list(logs.events))

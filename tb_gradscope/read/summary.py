@@ -13,16 +13,17 @@ step; TD3's delayed actor) shows them all. NaN/Inf become null.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format.records import float_or_none
 from tb_gradscope.read.anomalies import derived_anomalies
+from tb_gradscope.read.evidence import blocked_edge_dict
 from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
 from tb_gradscope.read.runs import RunLogs
-from tb_gradscope.read.evidence import blocked_edge_dict
 from tb_gradscope.read.violations import check_run, json_safe
 
 
@@ -30,7 +31,9 @@ class StepError(ValueError):
     """The requested step was not recorded in a run."""
 
 
-def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_lib.Rule] = ()) -> dict[str, Any]:
+def run_summary(
+    logs: RunLogs, step: int | None = None, rules: Sequence[rules_lib.Rule] = ()
+) -> dict[str, Any]:
     """The report of one run at `step` (default: its latest recorded step).
 
     Raises:
@@ -51,15 +54,33 @@ def run_summary(logs: RunLogs, step: int | None = None, rules: Sequence[rules_li
     return {
         "run": logs.run,
         "step": chosen,
-        "recorded_steps": {"count": len(steps), "first": steps[0] if steps else None, "last": steps[-1] if steps else None},
-        "flowgraph": None if flowgraph is None else {"source": flowgraph.source, "warnings": flowgraph.warnings},
+        "recorded_steps": {
+            "count": len(steps),
+            "first": steps[0] if steps else None,
+            "last": steps[-1] if steps else None,
+        },
+        "flowgraph": None
+        if flowgraph is None
+        else {"source": flowgraph.source, "warnings": flowgraph.warnings},
         "loss_steps": loss_steps,
         **_table(logs, chosen, flowgraph, loss_steps),
-        "blocked_edges": [blocked_edge_dict(e) for e in (flowgraph.blocked_edges if flowgraph else [])],
-        "drift": [_drift_at(name, series, chosen) for name, series in sorted(logs.drift.items()) if series],
-        "conflict": [_conflict(name, series, chosen) for name, series in sorted(logs.conflict.items()) if series],
+        "blocked_edges": [
+            blocked_edge_dict(e) for e in (flowgraph.blocked_edges if flowgraph else [])
+        ],
+        "drift": [
+            _drift_at(name, series, chosen) for name, series in sorted(logs.drift.items()) if series
+        ],
+        "conflict": [
+            _conflict(name, series, chosen)
+            for name, series in sorted(logs.conflict.items())
+            if series
+        ],
         "anomalies": [_json_event(e) for e in anomalies],
-        "skipped_steps": [_json_event(e) for e in sorted(logs.events, key=lambda e: e.step) if e.type == fmt.SKIPPED],
+        "skipped_steps": [
+            _json_event(e)
+            for e in sorted(logs.events, key=lambda e: e.step)
+            if e.type == fmt.SKIPPED
+        ],
         "rules": [str(r) for r in checked.rules],
         "violations": [v.to_json() for v in checked.violations],
         "warnings": logs.warnings + anomaly_warnings + checked.warnings,
@@ -93,8 +114,9 @@ def _loss_steps(logs: RunLogs, step: int | None, latest_each: bool) -> dict[str,
     return found
 
 
-def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None,
-           loss_steps: dict[str, int]) -> dict[str, Any]:
+def _table(
+    logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None, loss_steps: dict[str, int]
+) -> dict[str, Any]:
     grads = {loss: logs.grads[s][loss] for loss, s in loss_steps.items()}
     updates = logs.updates.get(step) if step is not None else None
     # At a recorded step, the losses recorded there (a TD3 actor updated every
@@ -102,7 +124,9 @@ def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None,
     # default each loss at its latest step.
     losses = list(grads) if step is not None else list(flowgraph.cells) if flowgraph else []
     scopes = list(flowgraph.scopes) if flowgraph else []
-    recorded = [t.info.scopes for t in grads.values()] + ([updates.info.scopes] if updates is not None else [])
+    recorded = [t.info.scopes for t in grads.values()] + (
+        [updates.info.scopes] if updates is not None else []
+    )
     extra = [s for labels in recorded for s in labels if s not in scopes]
     scopes = scopes_lib.tree_order(scopes + extra) if extra else scopes
     cells: dict[str, dict[str, Any]] = {}
@@ -125,7 +149,9 @@ def _table(logs: RunLogs, step: int | None, flowgraph: fmt.FlowGraph | None,
             }
         cells[loss] = row
     update_rows = {
-        s: {k: float_or_none(v) for k, v in updates.row(s).items()} for s in scopes if updates is not None and s in updates
+        s: {k: float_or_none(v) for k, v in updates.row(s).items()}
+        for s in scopes
+        if updates is not None and s in updates
     }
     return {"losses": losses, "scopes": scopes, "cells": cells, "updates": update_rows}
 
@@ -138,13 +164,19 @@ def _drift_at(name: str, series: list, at: int | None) -> dict[str, Any]:
     attrs = table.info.attrs
     target = str(attrs.get("target", ""))
     scopes = table.info.scopes
-    row = table.row(target if target in table else scopes[0]) if scopes else {}  # a table may have no rows
+    row = (
+        table.row(target if target in table else scopes[0]) if scopes else {}
+    )  # a table may have no rows
     return {
         "pair": name,
         "target": target,
         "online": str(attrs.get("online", "")),
         "step": step,
-        **{k: float_or_none(row[k]) for k in ("drift", "distance", "target_step", "tau") if k in row},
+        **{
+            k: float_or_none(row[k])
+            for k in ("drift", "distance", "target_step", "tau")
+            if k in row
+        },
         "declared_tau": attrs.get("tau"),
         "declared_every": attrs.get("every"),
     }
@@ -155,8 +187,15 @@ def _conflict(name: str, series: list, step: int | None) -> dict[str, Any]:
     (or the latest recorded before it)."""
     at = [item for item in series if step is None or item[0] <= step] or series[:1]
     recorded, table = at[-1]
-    cosine = {s: float_or_none(v) for s, v in zip(table.info.scopes, table.column("cosine").tolist())}
-    return {"pair": name, "losses": list(table.info.attrs.get("losses", name.split("|"))), "step": recorded, "cosine": cosine}
+    cosine = {
+        s: float_or_none(v) for s, v in zip(table.info.scopes, table.column("cosine").tolist())
+    }
+    return {
+        "pair": name,
+        "losses": list(table.info.attrs.get("losses", name.split("|"))),
+        "step": recorded,
+        "cosine": cosine,
+    }
 
 
 def _json_event(event: fmt.Event) -> dict[str, Any]:

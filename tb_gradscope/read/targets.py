@@ -12,7 +12,7 @@ these are; that module imports tensorflow, this one must not).
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.read.records import RunRecords, within
@@ -83,7 +83,7 @@ def _online_candidates(kids: Iterable[str], seg: str, base: str) -> list[str]:
 
 
 def _shape(scopes: Sequence[str], root: str) -> frozenset[str]:
-    return frozenset(s[len(root):] for s in scopes if within(s, root))
+    return frozenset(s[len(root) :] for s in scopes if within(s, root))
 
 
 def _join(parent: str, seg: str) -> str:

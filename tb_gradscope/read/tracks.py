@@ -14,7 +14,7 @@ declared. A tracks rule breaks when:
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope.read import anomalies
@@ -46,12 +46,23 @@ def check_drift(
         pair = _find_pair(rule, drift)
         if pair is None:
             known = sorted(drift)
-            events.append(_event(rule, step, "", rule.target, (
-                f"no drift is recorded for target '{rule.target}' following online '{rule.online}' "
-                f"(recorded pairs: {known or 'none'}); declare the pair to the Recorder"
-            ), {"unmatched": "pair", "pairs": known}))
+            events.append(
+                _event(
+                    rule,
+                    step,
+                    "",
+                    rule.target,
+                    (
+                        f"no drift is recorded for target '{rule.target}' following online '{rule.online}' "
+                        f"(recorded pairs: {known or 'none'}); declare the pair to the Recorder"
+                    ),
+                    {"unmatched": "pair", "pairs": known},
+                )
+            )
             continue
-        events.extend(_check_series(rule, pair, sorted(drift[pair], key=lambda item: item[0]), updates))
+        events.extend(
+            _check_series(rule, pair, sorted(drift[pair], key=lambda item: item[0]), updates)
+        )
     return events
 
 
@@ -66,7 +77,9 @@ def _find_pair(rule: Tracks, drift: Mapping[str, DriftSeries]) -> str | None:
     return None
 
 
-def _check_series(rule: Tracks, pair: str, series: DriftSeries, updates: Mapping[int, fmt.Table] | None) -> list[fmt.Event]:
+def _check_series(
+    rule: Tracks, pair: str, series: DriftSeries, updates: Mapping[int, fmt.Table] | None
+) -> list[fmt.Event]:
     events = []
     first_table = series[0][1]
     root = str(first_table.info.attrs.get("target", ""))
@@ -74,23 +87,48 @@ def _check_series(rule: Tracks, pair: str, series: DriftSeries, updates: Mapping
     for step, table in series:
         row = table.row(root) if root in table else None
         if row is not None and not math.isfinite(row["drift"]):
-            events.append(_event(rule, step, pair, root, f"drift of pair '{pair}' is {row['drift']} at step {step}",
-                                 {"drift": row["drift"], "distance": row["distance"]}))
+            events.append(
+                _event(
+                    rule,
+                    step,
+                    pair,
+                    root,
+                    f"drift of pair '{pair}' is {row['drift']} at step {step}",
+                    {"drift": row["drift"], "distance": row["distance"]},
+                )
+            )
             break
     attrs = dict(first_table.info.attrs)
     for key in ("tau", "every"):
         if getattr(rule, key) is not None:
             attrs[key] = getattr(rule, key)
     moves = online_moves(updates, attrs.get("online"), series[0][0])
-    found = anomalies.find_anomalies(pair, attrs, [s for s, _ in series], [t for _, t in series], moves=moves)
+    found = anomalies.find_anomalies(
+        pair, attrs, [s for s, _ in series], [t for _, t in series], moves=moves
+    )
     for anomaly in found:
-        events.append(_event(rule, anomaly.step, pair, anomaly.scope, anomaly.message,
-                             {"anomaly": anomaly.name, **anomaly.evidence}))
+        events.append(
+            _event(
+                rule,
+                anomaly.step,
+                pair,
+                anomaly.scope,
+                anomaly.message,
+                {"anomaly": anomaly.name, **anomaly.evidence},
+            )
+        )
     return events
 
 
-def _event(rule: Tracks, step: int, pair: str, scope: str, message: str, evidence: dict) -> fmt.Event:
+def _event(
+    rule: Tracks, step: int, pair: str, scope: str, message: str, evidence: dict
+) -> fmt.Event:
     return fmt.Event(
-        type=fmt.VIOLATION, name=str(rule), step=int(step), message=message,
-        scope=scope, pair=pair, evidence={"at": "step", **evidence},
+        type=fmt.VIOLATION,
+        name=str(rule),
+        step=int(step),
+        message=message,
+        scope=scope,
+        pair=pair,
+        evidence={"at": "step", **evidence},
     )

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
@@ -56,11 +57,13 @@ class Violation:
 
     @property
     def when(self) -> str:
-        """"at trace, and at 60 steps (0-295)", "at trace", "at step 5"."""
+        """ "at trace, and at 60 steps (0-295)", "at trace", "at step 5"."""
         if self.count == 0:
             return "at trace"
-        steps = f"at step {self.event.step}" if self.count == 1 else (
-            f"at {self.count} steps ({self.event.step}-{self.last_step})"
+        steps = (
+            f"at step {self.event.step}"
+            if self.count == 1
+            else (f"at {self.count} steps ({self.event.step}-{self.last_step})")
         )
         return f"at trace, and {steps}" if self.trace else steps
 
@@ -71,8 +74,13 @@ class Violation:
         doc = self.event.to_json()
         doc["evidence"] = json_safe(doc["evidence"])
         return {
-            **doc, "steps_seen": self.count, "last_step": self.last_step, "source": self.source,
-            "at_trace": self.trace, "when": self.when, "also_breaks": list(self.also_breaks),
+            **doc,
+            "steps_seen": self.count,
+            "last_step": self.last_step,
+            "source": self.source,
+            "at_trace": self.trace,
+            "when": self.when,
+            "also_breaks": list(self.also_breaks),
             "evidence_text": evidence_sentences(self.event.evidence),
         }
 
@@ -104,7 +112,9 @@ def check_run(run: RunLogs, given: Sequence[rules_lib.Rule] = ()) -> RunCheck:
     return RunCheck(chosen, group(run.run, run.events, evaluated), warnings, unchecked)
 
 
-def run_rules(run: RunLogs, given: Sequence[rules_lib.Rule]) -> tuple[list[rules_lib.Rule], list[str]]:
+def run_rules(
+    run: RunLogs, given: Sequence[rules_lib.Rule]
+) -> tuple[list[rules_lib.Rule], list[str]]:
     """The rules to evaluate on a run: `given` plus those it recorded, and
     warnings for recorded rules that cannot be read and for evidence missing."""
     chosen = list(given)
@@ -138,19 +148,30 @@ def evaluate(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> list[fmt.Event]:
     if not run.flowgraphs and not run.grads:
         for rule in rules:
             if not isinstance(rule, rules_lib.Tracks):
-                events.append(fmt.Event(
-                    type=fmt.VIOLATION, name=str(rule), step=last,
-                    message="cannot be checked: the run has neither a FlowGraph nor gradient tables",
-                    loss=rule.loss, evidence={"at": "step", "unmatched": "run"},
-                ))
+                events.append(
+                    fmt.Event(
+                        type=fmt.VIOLATION,
+                        name=str(rule),
+                        step=last,
+                        message="cannot be checked: the run has neither a FlowGraph nor gradient tables",
+                        loss=rule.loss,
+                        evidence={"at": "step", "unmatched": "run"},
+                    )
+                )
     matched = _matched_in_run(run, rules)
-    return [e for e in events if e.evidence.get("unmatched") not in ("loss", "scope") or e.name not in matched]
+    return [
+        e
+        for e in events
+        if e.evidence.get("unmatched") not in ("loss", "scope") or e.name not in matched
+    ]
 
 
 def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
     """Rules whose loss and scope patterns match somewhere in the run: a step
     recorded before a scope existed (its layout lacked it) is no typo."""
-    losses = {loss for _, g in run.flowgraphs for loss in g.cells} | {loss for t in run.grads.values() for loss in t}
+    losses = {loss for _, g in run.flowgraphs for loss in g.cells} | {
+        loss for t in run.grads.values() for loss in t
+    }
     scopes = {s for _, g in run.flowgraphs for s in g.scopes}
     layouts = {t.info.scopes for tables in run.grads.values() for t in tables.values()}
     scopes |= {s for layout in layouts for s in layout}
@@ -170,14 +191,18 @@ def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
 _RULE_RANK = {"never": 0, "blocked": 1, "only": 2, "tracks": 3}
 
 
-def group(run: str, recorded: Iterable[fmt.Event], evaluated: Iterable[fmt.Event]) -> list[Violation]:
+def group(
+    run: str, recorded: Iterable[fmt.Event], evaluated: Iterable[fmt.Event]
+) -> list[Violation]:
     """One violation per (rule, loss, scope, pair): its trace-time and
     run-time occurrences together, first step first; evaluated ones already
     recorded are dropped; then a rule whose every breach repeats another's
     (same loss, scope, pair, message) is folded under it."""
     recorded = [e for e in recorded if e.type == fmt.VIOLATION]
     seen = {(e.name, e.loss, e.scope, e.step, e.evidence.get("at")) for e in recorded}
-    fresh = [e for e in evaluated if (e.name, e.loss, e.scope, e.step, e.evidence.get("at")) not in seen]
+    fresh = [
+        e for e in evaluated if (e.name, e.loss, e.scope, e.step, e.evidence.get("at")) not in seen
+    ]
     groups: dict[tuple, list[tuple[str, fmt.Event]]] = {}
     for source, events in ((RECORDED, recorded), (EVALUATED, fresh)):
         for event in events:
@@ -186,14 +211,18 @@ def group(run: str, recorded: Iterable[fmt.Event], evaluated: Iterable[fmt.Event
             groups.setdefault(key, []).append((source, event))
     merged = [_merge(run, found) for found in groups.values()]
     result = _fold(merged)
-    result.sort(key=lambda v: (v.event.step, _rank(v.event.name), v.event.name, v.event.loss, v.event.scope))
+    result.sort(
+        key=lambda v: (v.event.step, _rank(v.event.name), v.event.name, v.event.loss, v.event.scope)
+    )
     return result
 
 
 def _merge(run: str, found: list[tuple[str, fmt.Event]]) -> Violation:
     """The occurrences of one breach as one Violation (recorded wins over evaluated)."""
     at_trace = [e for _, e in found if e.evidence.get("at") == "trace"]
-    at_steps = sorted((e for _, e in found if e.evidence.get("at") != "trace"), key=lambda e: e.step)
+    at_steps = sorted(
+        (e for _, e in found if e.evidence.get("at") != "trace"), key=lambda e: e.step
+    )
     first = at_steps[0] if at_steps else min(at_trace, key=lambda e: e.step)
     steps = {e.step for e in at_steps}
     source = RECORDED if any(s == RECORDED for s, _ in found) else EVALUATED
@@ -211,14 +240,25 @@ def _fold(found: list[Violation]) -> list[Violation]:
     by_words: dict[tuple, list[Violation]] = {}
     for v in found:
         e = v.event
-        key = (e.loss, e.scope, e.pair, e.message, v.count, v.last_step, v.trace, "unmatched" in e.evidence)
+        key = (
+            e.loss,
+            e.scope,
+            e.pair,
+            e.message,
+            v.count,
+            v.last_step,
+            v.trace,
+            "unmatched" in e.evidence,
+        )
         by_words.setdefault(key, []).append(v)
     result = []
     for same in by_words.values():
         same.sort(key=lambda v: (_rank(v.event.name), v.event.name))
         head, rest = same[0], same[1:]
         also = tuple(dict.fromkeys(name for v in rest for name in (v.event.name, *v.also_breaks)))
-        result.append(dataclasses.replace(head, also_breaks=head.also_breaks + also) if also else head)
+        result.append(
+            dataclasses.replace(head, also_breaks=head.also_breaks + also) if also else head
+        )
     return result
 
 
@@ -243,7 +283,11 @@ def drop_inapplicable(
     for run, found in per_run.items():
         kept[run] = []
         for v in found:
-            if v.source == EVALUATED and "unmatched" in v.event.evidence and v.event.name in applies_somewhere:
+            if (
+                v.source == EVALUATED
+                and "unmatched" in v.event.evidence
+                and v.event.name in applies_somewhere
+            ):
                 notes.append(f"run {run}: rule {v.event.name} does not apply ({v.event.message})")
                 continue
             kept[run].append(v)

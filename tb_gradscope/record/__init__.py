@@ -9,11 +9,10 @@ pairs' drift; variables are named as scopes by `tb_gradscope.naming`. Imports
 side; imported by `integrations`, `demos` and users (through the root).
 """
 
-
-from tb_gradscope.record.drift_monitor import DriftMonitor
-from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.naming import VariableLayout, build_variable_layout, full_name
+from tb_gradscope.record.drift_monitor import DriftMonitor
 from tb_gradscope.record.emit import Stats
+from tb_gradscope.record.losses import StartPoint
 from tb_gradscope.record.recorder import Recorder
 from tb_gradscope.record.stats import RollUp, grad_table, update_table, variable_grad_stats
 from tb_gradscope.record.warn import GradscopeWarning

@@ -42,7 +42,7 @@ class Block:
     analyzed: bool = False
 
     @classmethod
-    def open(cls) -> "Block":
+    def open(cls) -> Block:
         if tf.executing_eagerly():
             return cls()
         graph = tf.compat.v1.get_default_graph()

@@ -35,7 +35,8 @@ itself warns once and checking stops; training goes on.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -78,7 +79,9 @@ def resolve_rules(rules: Any, on_violation: str | None) -> tuple[list[Rule], str
         raise ValueError(f"on_violation is {policy!r}; use one of {', '.join(POLICIES)}")
     parsed = [parse_rule(r) if isinstance(r, str) else r for r in rules]
     if not all(isinstance(r, Rule) for r in parsed):
-        raise ValueError("rules must be tb_gradscope.rules objects or strings such as 'never(td, target/*)'")
+        raise ValueError(
+            "rules must be tb_gradscope.rules objects or strings such as 'never(td, target/*)'"
+        )
     return parsed, policy
 
 
@@ -104,7 +107,11 @@ class RuleSteps:
             # of the step (one per optimizer): `tb-gradscope check` reports
             # rule losses that match nothing in the whole run.
             events = self._safely(
-                lambda: [e for e in self.checker.at_trace(flowgraph, step) if e.evidence.get("unmatched") != "loss"]
+                lambda: [
+                    e
+                    for e in self.checker.at_trace(flowgraph, step)
+                    if e.evidence.get("unmatched") != "loss"
+                ]
             )
             self.emitter.write_flowgraph(tf.constant(step, tf.int64), tf.constant(True))
             self._write_now(events, step, TRACE_EVENTS)
@@ -162,7 +169,11 @@ class RuleSteps:
 
         # Deferred only from a recorded variant, where `record` is the constant True.
         if defer is None or not defer(check_if_hit, [hit, step, *tensors]):
-            recorded_only(tf.logical_and(record, hit), lambda: self._in_graph(check, step, tensors), lambda: tf.constant(False))
+            recorded_only(
+                tf.logical_and(record, hit),
+                lambda: self._in_graph(check, step, tensors),
+                lambda: tf.constant(False),
+            )
 
     def _in_graph(self, check, step: tf.Tensor, tensors: list) -> tf.Tensor:
         """The host check of a step whose tables may break a rule: writes the

@@ -22,7 +22,8 @@ XLA).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -46,9 +47,7 @@ def loss_pairs(losses: Sequence[str]) -> list[tuple[str, str]]:
     return list(itertools.combinations(losses, 2))
 
 
-def shared_rows(
-    grads_a: Sequence[Any], grads_b: Sequence[Any], layout: ScopeLayout
-) -> list[int]:
+def shared_rows(grads_a: Sequence[Any], grads_b: Sequence[Any], layout: ScopeLayout) -> list[int]:
     """Indices of the scopes where both losses give some variable a gradient.
 
     `grads_a` and `grads_b` are aligned with the layout's variables (None where
@@ -83,7 +82,9 @@ def scope_grams(aligned: Mapping[str, Sequence[Any]], rollup: RollUp) -> tf.Tens
                 f"conflict got {len(aligned[name])} gradients of loss '{name}' for a "
                 f"layout of {n} variables; align them with the layout"
             )
-    present = [[j for j, name in enumerate(names) if aligned[name][i] is not None] for i in range(n)]
+    present = [
+        [j for j, name in enumerate(names) if aligned[name][i] is not None] for i in range(n)
+    ]
     used = [i for i in range(n) if present[i]]
     flats = {(i, j): _flat(aligned[names[j]][i]) for i in used for j in present[i]}
     big = [i for i in used if is_big(flats[(i, present[i][0])])]
@@ -98,7 +99,9 @@ def scope_grams(aligned: Mapping[str, Sequence[Any]], rollup: RollUp) -> tf.Tens
     if not parts:
         per_variable = tf.zeros([n, k * k], tf.float64)
     else:
-        per_variable = tf.scatter_nd(np.asarray(order, np.int32)[:, None], concat(parts), [n, k * k])
+        per_variable = tf.scatter_nd(
+            np.asarray(order, np.int32)[:, None], concat(parts), [n, k * k]
+        )
     return tf.reshape(rollup.sum(per_variable), [rollup.n_scopes, k, k])
 
 
@@ -125,7 +128,10 @@ def _big_gram(losses: Sequence[int], flats: Sequence[tf.Tensor], k: int) -> tf.T
 
 
 def _small_grams(
-    small: Sequence[int], present: Sequence[Sequence[int]], flats: Mapping[tuple[int, int], tf.Tensor], k: int
+    small: Sequence[int],
+    present: Sequence[Sequence[int]],
+    flats: Mapping[tuple[int, int], tf.Tensor],
+    k: int,
 ) -> tf.Tensor:
     """float64 [len(small), k*k]: the Gram matrices of the small variables, from one
     [losses x elements] matrix (zeros where a loss gives no gradient).
@@ -145,13 +151,17 @@ def _small_grams(
         rows.append(concat(pieces))
     matrix = tf.stack(rows)  # [k, elements]
     upper = [(a, b) for a in range(k) for b in range(a, k)]
-    products = tf.transpose(tf.gather(matrix, [a for a, _ in upper]) * tf.gather(matrix, [b for _, b in upper]))
+    products = tf.transpose(
+        tf.gather(matrix, [a for a, _ in upper]) * tf.gather(matrix, [b for _, b in upper])
+    )
     ids = np.repeat(np.arange(len(small), dtype=np.int32), sizes)
     if in_xla():  # XLA needs the number of segments statically
         sums = tf.math.unsorted_segment_sum(products, ids, len(small))
     else:
         sums = tf.math.segment_sum(products, ids)
-        sums = tf.pad(sums, [[0, len(small) - tf.shape(sums)[0]], [0, 0]])  # trailing empty variables
+        sums = tf.pad(
+            sums, [[0, len(small) - tf.shape(sums)[0]], [0, 0]]
+        )  # trailing empty variables
     column_of = {pair: c for c, pair in enumerate(upper)}
     full = [column_of[(min(a, b), max(a, b))] for a in range(k) for b in range(k)]
     return tf.gather(tf.cast(sums, tf.float64), full, axis=1)
@@ -185,4 +195,6 @@ def conflict_tables(
         cosine = cosine_matrix()[:, names.index(a), names.index(b)]
         return tf.cast(tf.gather(cosine, np.asarray(rows, np.int32))[:, None], tf.float32)
 
-    return {pair: (rows, lambda pair=pair, rows=rows: make(*pair, rows)) for pair, rows in found.items()}
+    return {
+        pair: (rows, lambda pair=pair, rows=rows: make(*pair, rows)) for pair, rows in found.items()
+    }

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -127,7 +128,9 @@ def once(fn: Callable[..., Any], *args: Any, on_error: OnError) -> Any:
         return fn(*args)
 
     def merged(strategy: tf.distribute.Strategy, *per_replica: Any) -> Any:
-        first = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
+        first = tf.nest.map_structure(
+            lambda v: strategy.experimental_local_results(v)[0], per_replica
+        )
         return _guarded(on_error, fn, *first)
 
     return tf.distribute.get_replica_context().merge_call(merged, args=args)
@@ -180,8 +183,10 @@ def record_global(
             return None
         flat = compute()
     else:
+
         def skip():
             return [[tf.zeros([0], d) for d in group] for group in dtypes]
+
         flat = tf.cond(record, compute, skip)
 
     def merged(strategy: tf.distribute.Strategy, per_replica: list[list[Any]]) -> Any:

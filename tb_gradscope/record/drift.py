@@ -28,7 +28,8 @@ the number of variables or pairs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -107,7 +108,7 @@ class RowLayout:
     sizes: tuple[int, ...]
 
     @classmethod
-    def of(cls, variables: Sequence[Any]) -> "RowLayout":
+    def of(cls, variables: Sequence[Any]) -> RowLayout:
         return cls(tuple(int(np.prod(v.shape)) for v in variables))
 
     @property
@@ -139,7 +140,7 @@ class RowLayout:
         row_starts = np.cumsum(self.rows * CHUNK) - self.rows * CHUNK
         source = np.full(self.length, sum(self.sizes), np.int64)  # the zero after `flat`
         for start, row_start, size in zip(starts, row_starts, self.sizes):
-            source[row_start:row_start + size] = np.arange(start, start + size)
+            source[row_start : row_start + size] = np.arange(start, start + size)
         return tf.gather(tf.concat([flat, tf.zeros([1], flat.dtype)], 0), source)
 
 
@@ -147,7 +148,9 @@ class RowLayout:
 CHUNK = 32
 
 
-def sides_now(targets: Sequence[Any], onlines: Sequence[Any], layout: RowLayout, dtype: tf.DType) -> tf.Tensor:
+def sides_now(
+    targets: Sequence[Any], onlines: Sequence[Any], layout: RowLayout, dtype: tf.DType
+) -> tf.Tensor:
     """Targets then onlines, padded, as one flat vector of `dtype` (a concat)."""
     values = [tf.convert_to_tensor(v) for v in (*targets, *onlines)]
     n = len(targets)
@@ -180,15 +183,23 @@ def variable_sums(
 
 
 # The table's columns computed together: square roots of sums, ratios, a constant.
-_ROOTS = {"distance": _DIST2, "online_norm": _ON2, "target_step": _A2, "online_step": _C2, "gap": _B2,
-          "gap_reverse": _E2}
+_ROOTS = {
+    "distance": _DIST2,
+    "online_norm": _ON2,
+    "target_step": _A2,
+    "online_step": _C2,
+    "gap": _B2,
+    "gap_reverse": _E2,
+}
 _RATIOS = ("drift", "tau", "tau_reverse")  # distance / online_norm, AB / B2, CE / E2
 _NEED_PREVIOUS = {"target_step", "tau", "online_step", "gap", "tau_reverse", "gap_reverse"}
 _COMPUTED = (*_ROOTS, *_RATIOS, "optimizer_vars", "target_moved")
 
 
 def drift_table(
-    sums: tf.Tensor, have_previous: tf.Tensor, optimizer_vars: np.ndarray,
+    sums: tf.Tensor,
+    have_previous: tf.Tensor,
+    optimizer_vars: np.ndarray,
     have_recorded: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Scope sums [n_scopes, 8] -> the DRIFT table [n_scopes, len(DRIFT_COLUMNS)] (float32).
@@ -199,7 +210,7 @@ def drift_table(
     """
     nan = tf.constant(np.nan, tf.float64)
     if have_recorded is not None:
-        moved = tf.where(have_recorded, tf.sqrt(sums[:, _F2:_F2 + 1]), nan)
+        moved = tf.where(have_recorded, tf.sqrt(sums[:, _F2 : _F2 + 1]), nan)
     else:
         moved = tf.fill([tf.shape(sums)[0], 1], nan)
     roots = tf.sqrt(tf.gather(sums, list(_ROOTS.values()), axis=1))
@@ -215,9 +226,7 @@ def drift_table(
     return tf.cast(tf.gather(computed, order, axis=1), tf.float32)
 
 
-def optimizer_var_counts(
-    layout: scopes_lib.ScopeLayout, written: Sequence[bool]
-) -> np.ndarray:
+def optimizer_var_counts(layout: scopes_lib.ScopeLayout, written: Sequence[bool]) -> np.ndarray:
     """Per scope, how many of its target variables an optimizer writes."""
     flags = np.asarray(written, dtype=np.float64)
     return np.asarray([flags[list(m)].sum() for m in layout.members], dtype=np.float64)
@@ -236,5 +245,9 @@ def pair_table(
     layout = RowLayout.of(pair.target)
     dtype = tf.float64 if prev_target.dtype != prev_online.dtype else prev_target.dtype
     now = sides_now(pair.target, pair.online, layout, dtype)
-    previous = tf.concat([layout.pad(tf.cast(prev_target, dtype)), layout.pad(tf.cast(prev_online, dtype))], 0)
-    return drift_table(rollup.sum(variable_sums(now, previous, layout)), have_previous, optimizer_vars)
+    previous = tf.concat(
+        [layout.pad(tf.cast(prev_target, dtype)), layout.pad(tf.cast(prev_online, dtype))], 0
+    )
+    return drift_table(
+        rollup.sum(variable_sums(now, previous, layout)), have_previous, optimizer_vars
+    )

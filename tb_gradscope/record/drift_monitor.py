@@ -21,16 +21,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.format.metadata import DRIFT_COLUMNS, Kind, create_summary_metadata, make_info, tag_for
-from tb_gradscope.record import drift as drift_lib
+from tb_gradscope.format.metadata import (
+    DRIFT_COLUMNS,
+    Kind,
+    create_summary_metadata,
+    make_info,
+    tag_for,
+)
 from tb_gradscope.pairs import naming
 from tb_gradscope.pairs.pairs import Pair
 from tb_gradscope.record import distribute
+from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.record.emit import recorded_only
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.record.warn import warn_once
@@ -117,7 +124,11 @@ class DriftMonitor(tf.Module):
         name: str = "drift",
         sink: SummarySink | None = None,
     ):
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+        if (
+            isinstance(every_n_steps, bool)
+            or not isinstance(every_n_steps, int)
+            or every_n_steps < 1
+        ):
             raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
         pairs = list(pairs)
         if not pairs or not all(isinstance(p, Pair) for p in pairs):
@@ -129,7 +140,9 @@ class DriftMonitor(tf.Module):
             raise ValueError("pass DriftMonitor either logdir or sink, not both")
         names = [p.name for p in pairs]
         if len(set(names)) != len(names):
-            raise ValueError(f"pair names must be unique, got {names}; pass name=... to tell them apart")
+            raise ValueError(
+                f"pair names must be unique, got {names}; pass name=... to tell them apart"
+            )
         super().__init__(name=name)
         self.every_n_steps = every_n_steps
         self._optimizers = list(optimizers)
@@ -138,7 +151,9 @@ class DriftMonitor(tf.Module):
         self._disabled = False
         self._metadata: dict[str, bytes] = {}
         with tf.init_scope():
-            self.step = step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
+            self.step = (
+                step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
+            )
             self._sink = sink if sink is not None else SummarySink(logdir, name)
             self._states = [self._make_state(p) for p in pairs]
             self._groups = self._make_groups(self._states)
@@ -170,11 +185,17 @@ class DriftMonitor(tf.Module):
         if not self._disabled:
             try:
                 # Read now (a cast of an int64 variable is the variable, read where used).
-                current = tf.cast(tf.convert_to_tensor(self.step if step is None else step), tf.int64)
+                current = tf.cast(
+                    tf.convert_to_tensor(self.step if step is None else step), tf.int64
+                )
                 if seen is not None:
                     self._work(current, seen)
                 else:
-                    recorded_only(self._any_due(current), lambda: self._work_fn(current), lambda: tf.constant(False))
+                    recorded_only(
+                        self._any_due(current),
+                        lambda: self._work_fn(current),
+                        lambda: tf.constant(False),
+                    )
             except NoWriterError:
                 raise
             except Exception as e:  # monitoring must never break the training loop
@@ -185,7 +206,8 @@ class DriftMonitor(tf.Module):
     def due_at(self, step: int) -> bool:
         """Whether any pair is recorded at `step` (a host-side int)."""
         return step >= 0 and any(
-            step % self.every_n_steps == 0 or (s.pair.every and step % s.pair.every == 0) for s in self._states
+            step % self.every_n_steps == 0 or (s.pair.every and step % s.pair.every == 0)
+            for s in self._states
         )
 
     @_no_autograph
@@ -217,7 +239,9 @@ class DriftMonitor(tf.Module):
         self._sink.close()
 
     def _make_state(self, pair: Pair) -> _PairState:
-        return _PairState(pair=pair, layout=drift_lib.pair_layout(pair), tag=tag_for(Kind.DRIFT, pair.name))
+        return _PairState(
+            pair=pair, layout=drift_lib.pair_layout(pair), tag=tag_for(Kind.DRIFT, pair.name)
+        )
 
     @staticmethod
     def _make_groups(states: Sequence[_PairState]) -> list[_Group]:
@@ -230,16 +254,24 @@ class DriftMonitor(tf.Module):
             variables = [v for s in members for v in (*s.pair.target, *s.pair.online)]
             rows = drift_lib.RowLayout.of([v for s in members for v in s.pair.target])
             dtype = drift_lib.flat_dtype(variables)
-            groups.append(_Group(
-                states=members,
-                rows=rows,
-                rollup=RollUp.concatenate([RollUp.from_layout(s.layout) for s in members]),
-                dtype=dtype,
-                previous=distribute.local_variable(lambda n=2 * rows.length, d=dtype: tf.zeros([n], d), trainable=False),
-                snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
-                recorded=distribute.local_variable(lambda n=rows.length, d=dtype: tf.zeros([n], d), trainable=False),
-                recorded_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
-            ))
+            groups.append(
+                _Group(
+                    states=members,
+                    rows=rows,
+                    rollup=RollUp.concatenate([RollUp.from_layout(s.layout) for s in members]),
+                    dtype=dtype,
+                    previous=distribute.local_variable(
+                        lambda n=2 * rows.length, d=dtype: tf.zeros([n], d), trainable=False
+                    ),
+                    snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+                    recorded=distribute.local_variable(
+                        lambda n=rows.length, d=dtype: tf.zeros([n], d), trainable=False
+                    ),
+                    recorded_step=distribute.local_variable(
+                        _NEVER, dtype=tf.int64, trainable=False
+                    ),
+                )
+            )
         return groups
 
     def _due(self, step: tf.Tensor, pair: Pair) -> Callable[[], tf.Tensor]:
@@ -266,16 +298,30 @@ class DriftMonitor(tf.Module):
 
             def write(group=group) -> tf.Tensor:
                 tables = self._tables(group, step)
-                records = [(s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)]
+                records = [
+                    (s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)
+                ]
                 return self._sink.write_due(records, step)
 
             done = self._when(self._due(step, pair), write, pair, seen, 0)
             with tf.control_dependencies([done]):
-                self._when(self._due(step + 1, pair), lambda group=group: self._snapshot(group, step), pair, seen, 1)
+                self._when(
+                    self._due(step + 1, pair),
+                    lambda group=group: self._snapshot(group, step),
+                    pair,
+                    seen,
+                    1,
+                )
         return tf.constant(True)
 
-    def _when(self, due: Callable[[], tf.Tensor], work: Callable[[], tf.Tensor], pair: Pair,
-              seen: Steps | None, ahead: int) -> tf.Tensor:
+    def _when(
+        self,
+        due: Callable[[], tf.Tensor],
+        work: Callable[[], tf.Tensor],
+        pair: Pair,
+        seen: Steps | None,
+        ahead: int,
+    ) -> tf.Tensor:
         """`work()` when `pair` is due `ahead` steps after the step seen: gated
         in the graph, or decided here when `seen` tells it for every step."""
         always = None if seen is None else _always_due(self.every_n_steps, pair.every, seen, ahead)
@@ -287,15 +333,23 @@ class DriftMonitor(tf.Module):
         """The DRIFT table of each pair of `group` at `step` (its snapshot is
         of `step - 1` or it has none)."""
         written = self._written_set()
-        counts = np.concatenate([
-            drift_lib.optimizer_var_counts(s.layout, [naming.variable_key(v) in written for v in s.pair.target])
-            for s in group.states
-        ])
+        counts = np.concatenate(
+            [
+                drift_lib.optimizer_var_counts(
+                    s.layout, [naming.variable_key(v) in written for v in s.pair.target]
+                )
+                for s in group.states
+            ]
+        )
         now = drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
         recorded = group.recorded.read_value()
-        sums = group.rollup.sum(drift_lib.variable_sums(now, group.previous.read_value(), group.rows, recorded))
+        sums = group.rollup.sum(
+            drift_lib.variable_sums(now, group.previous.read_value(), group.rows, recorded)
+        )
         have_recorded = tf.logical_and(group.recorded_step > _NEVER, group.recorded_step < step)
-        table = drift_lib.drift_table(sums, tf.equal(group.snap_step, step - 1), counts, have_recorded)
+        table = drift_lib.drift_table(
+            sums, tf.equal(group.snap_step, step - 1), counts, have_recorded
+        )
         with tf.control_dependencies([table]):  # the next record's movement is measured from here
             group.recorded.assign(now[: group.rows.length])
             group.recorded_step.assign(step)
@@ -304,7 +358,9 @@ class DriftMonitor(tf.Module):
         return tf.split(table, [len(s.layout.scopes) for s in group.states])
 
     def _snapshot(self, group: _Group, step: tf.Tensor) -> tf.Tensor:
-        group.previous.assign(drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype))
+        group.previous.assign(
+            drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
+        )
         group.snap_step.assign(step)
         return tf.constant(True)
 

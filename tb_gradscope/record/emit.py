@@ -12,13 +12,20 @@ compiled step and hands to `Recorder.write` outside it.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
 from tb_gradscope.format.flowgraph import FlowGraph
-from tb_gradscope.format.metadata import KIND_SPECS, Kind, create_summary_metadata, make_info, tag_for
+from tb_gradscope.format.metadata import (
+    KIND_SPECS,
+    Kind,
+    create_summary_metadata,
+    make_info,
+    tag_for,
+)
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import stats
 from tb_gradscope.record.reductions import BIG, in_xla
@@ -93,7 +100,9 @@ class Emitter:
         self._metadata: dict[str, bytes] = {}
         self.record_of: dict[str, tuple[Kind, str]] = {}  # tag -> (kind, name)
         self._deferred: dict[int, list[Stats]] = {}
-        self._recorded: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> [branch outputs]
+        self._recorded: weakref.WeakKeyDictionary = (
+            weakref.WeakKeyDictionary()
+        )  # graph -> [branch outputs]
         self.deferred_made = False
         self.deferred_written = False
 
@@ -140,7 +149,11 @@ class Emitter:
             self._deferred.setdefault(graph_key(), []).append(result)
             self.deferred_made = True
             return result
-        self.write_when(record, step, lambda: [(kind, name, scopes, attrs, make()) for name, make in makers.items()])
+        self.write_when(
+            record,
+            step,
+            lambda: [(kind, name, scopes, attrs, make()) for name, make in makers.items()],
+        )
         return None
 
     def write_when(
@@ -187,7 +200,9 @@ class Emitter:
         return self._recorded.pop(tf.compat.v1.get_default_graph(), [])
 
     def write_due(
-        self, step: tf.Tensor, tables: Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]]
+        self,
+        step: tf.Tensor,
+        tables: Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]],
     ) -> tf.Tensor:
         """Writes tables ((kind, name, scopes, attrs, value) each) and the FlowGraph
         if not written yet, from inside the recorded-step branch."""
@@ -212,7 +227,9 @@ class Emitter:
         self.deferred_written = True
 
         def work() -> tf.Tensor:
-            records = [(tag, self._metadata[tag], table, False) for tag, table in item.tables.items()]
+            records = [
+                (tag, self._metadata[tag], table, False) for tag, table in item.tables.items()
+            ]
             return self.sink.write_due(records + self._flowgraph_record(), item.step)
 
         recorded_only(item.record, work, lambda: tf.constant(False))
@@ -220,7 +237,11 @@ class Emitter:
     def write_flowgraph(self, step: tf.Tensor, record: tf.Tensor) -> None:
         """The FlowGraph blob, at the first recorded step after it is known."""
         if self.flowgraph is not None:
-            recorded_only(record, lambda: self.sink.write_due(self._flowgraph_record(), step), lambda: tf.constant(False))
+            recorded_only(
+                record,
+                lambda: self.sink.write_due(self._flowgraph_record(), step),
+                lambda: tf.constant(False),
+            )
 
     def set_flowgraph(self, flowgraph: FlowGraph, deferred: bool = False) -> None:
         """The run's FlowGraph from now on. A replaced one (more losses merged

@@ -23,7 +23,8 @@ import resource
 import shutil
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -113,7 +114,9 @@ class EventFile:
         if failure is not None or size is None or (queued and size <= before):
             # Written nowhere, or cut short midway (TensorBoard would read
             # nothing after it): those steps are lost, a new file goes on.
-            self._note_fault(f"its event file stopped growing ({failure or 'no error'}; disk full?)", held=False)
+            self._note_fault(
+                f"its event file stopped growing ({failure or 'no error'}; disk full?)", held=False
+            )
             self._drop()
             self._open_in_logdir(step)
             return
@@ -129,15 +132,19 @@ class EventFile:
         """Flushes what the file can take, closes the writer, removes an empty file."""
         self.flush()
         if self.fault and self._file is not None and self.queued:
-            warn_once(("close_failed", self.logdir),
-                      f"Recorder '{self.name}': closing while {self.fault}; the "
-                      f"{self.queued} records held in memory are lost")
+            warn_once(
+                ("close_failed", self.logdir),
+                f"Recorder '{self.name}': closing while {self.fault}; the "
+                f"{self.queued} records held in memory are lost",
+            )
         try:
             self.writer.close()
         except tf.errors.OpError as e:
-            warn_once(("close_failed", self.logdir),
-                      f"Recorder '{self.name}': closing the event file failed ({e}); "
-                      "its last records are lost")
+            warn_once(
+                ("close_failed", self.logdir),
+                f"Recorder '{self.name}': closing the event file failed ({e}); "
+                "its last records are lost",
+            )
         if self._file and _size(self._file) == 0:
             with contextlib.suppress(OSError):
                 os.remove(self._file)
@@ -150,7 +157,9 @@ class EventFile:
             return f"no event file left in '{self.logdir}' (deleted or moved?)"
         if not os.access(self._file, os.W_OK):
             return f"its event file in '{self.logdir}' is read-only"
-        return _no_room(self._file, self._size or 0, HEADROOM_BYTES + self.queued * self._bytes_per_record)
+        return _no_room(
+            self._file, self._size or 0, HEADROOM_BYTES + self.queued * self._bytes_per_record
+        )
 
     def _note_fault(self, problem: str, held: bool = True) -> None:
         """Warns once about a fault; `held`: the queued records can wait for it
@@ -161,8 +170,8 @@ class EventFile:
         self.fault = problem
         then = (
             f"the recorder keeps up to {MAX_HELD_RECORDS} records in memory and writes them when it can"
-            if held else
-            "records written since are lost (since the last flush); the recorder goes on in a new event file"
+            if held
+            else "records written since are lost (since the last flush); the recorder goes on in a new event file"
         )
         warn_once(
             ("event_file_fault", self.logdir),
@@ -244,7 +253,9 @@ class EventFile:
         # Straight to this writer, not through its as_default(): its exit adds a flush.
         with private.default_writer_set(self.writer):
             tf.summary.write(
-                DROPPED_TAG, tf.constant(fmt.encode_blobs(info, [event.to_json()])), step=step,
+                DROPPED_TAG,
+                tf.constant(fmt.encode_blobs(info, [event.to_json()])),
+                step=step,
                 metadata=fmt.create_summary_metadata(info).SerializeToString(),
             )
         self._unreported.clear()
@@ -270,7 +281,9 @@ def _no_room(path: str, size: int, need: float) -> str | None:
         return f"the disk of '{path}' is full ({free} bytes free)"
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit != resource.RLIM_INFINITY and size + need > limit:
-        return f"its event file reached the file size limit (RLIMIT_FSIZE {limit} bytes; disk full?)"
+        return (
+            f"its event file reached the file size limit (RLIMIT_FSIZE {limit} bytes; disk full?)"
+        )
     return None
 
 
@@ -283,7 +296,9 @@ def _size(path: str | None) -> int | None:
 
 def _open_file(writer: Any, logdir: str) -> None:
     """(Re)creates the file writer behind `writer`'s resource: a new event file."""
-    private.open_writer_file(writer, logdir, max_queue=_NEVER, flush_millis=_NEVER, filename_suffix=".v2")
+    private.open_writer_file(
+        writer, logdir, max_queue=_NEVER, flush_millis=_NEVER, filename_suffix=".v2"
+    )
 
 
 def _create_writer(logdir: str, name: str) -> Any:

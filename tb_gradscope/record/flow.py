@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tb_gradscope.format.flowgraph import FlowGraph, GraphEdge
 from tb_gradscope.record.warn import warn_once
@@ -46,7 +47,13 @@ def analyze_step(
     if analyzer is None:
         return None
     try:
-        result = analyzer(graph, dict(losses), list(variable_scopes), scopes=list(scopes), watched=dict(watched or {}))
+        result = analyzer(
+            graph,
+            dict(losses),
+            list(variable_scopes),
+            scopes=list(scopes),
+            watched=dict(watched or {}),
+        )
         if not isinstance(result, FlowGraph):
             raise TypeError(f"analyze_graph returned {type(result).__name__}, not FlowGraph")
         return result
@@ -72,8 +79,15 @@ def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
     edges = {(e.src, e.dst): e for e in known.edges}
     for e in more.edges:
         old = edges.get((e.src, e.dst))
-        edges[(e.src, e.dst)] = e if old is None else GraphEdge(
-            e.src, e.dst, max(old.tensors, e.tensors), tuple(sorted(set(old.blocked_for) | set(e.blocked_for)))
+        edges[(e.src, e.dst)] = (
+            e
+            if old is None
+            else GraphEdge(
+                e.src,
+                e.dst,
+                max(old.tensors, e.tensors),
+                tuple(sorted(set(old.blocked_for) | set(e.blocked_for))),
+            )
         )
     applied = None
     if known.applied is not None or more.applied is not None:
@@ -86,7 +100,8 @@ def merge(known: FlowGraph, more: FlowGraph) -> FlowGraph:
         losses=list(known.losses) + new,
         scopes=list(known.scopes),
         cells={**known.cells, **{n: more.cells[n] for n in names}},
-        blocked_edges=list(known.blocked_edges) + [e for e in more.blocked_edges if e.loss in names],
+        blocked_edges=list(known.blocked_edges)
+        + [e for e in more.blocked_edges if e.loss in names],
         nodes=list(nodes.values()),
         edges=[edges[k] for k in sorted(edges)],
         applied=applied,
@@ -111,7 +126,9 @@ def relabel_optimizers(
     one; a function of several optimizers keeps its own grouping under labels
     unused so far.
     """
-    used = {info.optimizer for info in (known.losses if known is not None else ()) if info.optimizer}
+    used = {
+        info.optimizer for info in (known.losses if known is not None else ()) if info.optimizer
+    }
     own = sorted({info.optimizer for info in found.losses if info.optimizer})
     mapping: dict[str, str] = {}
     if len(optimizers) == 1 and len(own) == 1:
@@ -125,7 +142,10 @@ def relabel_optimizers(
             used = used | {mapping[label]}
     if all(k == v for k, v in mapping.items()):
         return found
-    losses = [dataclasses.replace(info, optimizer=mapping.get(info.optimizer, info.optimizer)) for info in found.losses]
+    losses = [
+        dataclasses.replace(info, optimizer=mapping.get(info.optimizer, info.optimizer))
+        for info in found.losses
+    ]
     return dataclasses.replace(found, losses=losses)
 
 

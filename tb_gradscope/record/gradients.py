@@ -11,7 +11,8 @@ optimizer, only at recorded steps, for ||delta theta||.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -66,7 +67,11 @@ def given(
 ) -> dict[str, Callable[[], list[Any]]]:
     """{loss: () -> aligned gradients} for gradients the user computed."""
     return {
-        name: (lambda name=name, pairs=pairs: layout.aligned(name, [g for g, _ in pairs], [v for _, v in pairs]))
+        name: (
+            lambda name=name, pairs=pairs: layout.aligned(
+                name, [g for g, _ in pairs], [v for _, v in pairs]
+            )
+        )
         for name, pairs in pairs_by_loss.items()
     }
 
@@ -80,11 +85,14 @@ def snapshot_if_recording(
     handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
     variables = [vlayout.variables[i] for i in handed]
     if in_xla():  # XLA needs equal shapes on both branches
+
         def empty():
             return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]
     else:
+
         def empty():
             return [tf.zeros([0], v.dtype) for v in variables]
+
     copies = recorded_only(record, lambda: stats.snapshot(variables), empty) if variables else []
     before: list[Any] = [None] * len(vlayout.variables)
     for i, copy in zip(handed, copies):

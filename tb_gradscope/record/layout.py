@@ -8,7 +8,8 @@ is not in it is reported once and left out.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -69,8 +70,10 @@ class LayoutResolver:
             if i is None:
                 self._unknown(loss, variable)
             elif grad is not None:
-                out[i] = grad if out[i] is None else (
-                    tf.convert_to_tensor(out[i]) + tf.convert_to_tensor(grad)
+                out[i] = (
+                    grad
+                    if out[i] is None
+                    else (tf.convert_to_tensor(out[i]) + tf.convert_to_tensor(grad))
                 )
         return out
 

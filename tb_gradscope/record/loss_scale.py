@@ -12,7 +12,8 @@ is exact), and a step whose gradients overflowed is recorded as a skipped step
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -104,7 +105,9 @@ def skipped_event(step: int, scale: float, skipped: int = 1) -> Event:
     )
 
 
-def record_scaled_losses(state: Any, step: tf.Variable, makers: Mapping[str, Callable[[], list]], scale: tf.Tensor) -> None:
+def record_scaled_losses(
+    state: Any, step: tf.Variable, makers: Mapping[str, Callable[[], list]], scale: tf.Tensor
+) -> None:
     """A Recorder's loss tables for gradients scaled by `scale` (read before the apply).
 
     In the recorded-step branch: the GRAD_STATS tables are unscaled, and when
@@ -117,17 +120,32 @@ def record_scaled_losses(state: Any, step: tf.Variable, makers: Mapping[str, Cal
 
     def write(found: list) -> tf.Tensor:
         tables = [
-            dataclasses.replace(t, value=unscaled(t.value, scale)) if t.kind == Kind.GRAD_STATS else t
+            dataclasses.replace(t, value=unscaled(t.value, scale))
+            if t.kind == Kind.GRAD_STATS
+            else t
             for t in found
         ]
         rows = [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in tables]
         over = overflowed([t.value for t in tables if t.kind == Kind.GRAD_STATS])
-        return tf.cond(over, lambda: _write_skipped(state.emitter, now, scale), lambda: state.emitter.write_due(now, rows))
+        return tf.cond(
+            over,
+            lambda: _write_skipped(state.emitter, now, scale),
+            lambda: state.emitter.write_due(now, rows),
+        )
 
     def make_aligned():
         return {name: make() for name, make in makers.items()}
-    found = tables_lib.recorded_tables(record, make_aligned, layout, rollup, state.conflict, write,
-                                       kernels=state.kernels, columns=state.grad_columns)[0]
+
+    found = tables_lib.recorded_tables(
+        record,
+        make_aligned,
+        layout,
+        rollup,
+        state.conflict,
+        write,
+        kernels=state.kernels,
+        columns=state.grad_columns,
+    )[0]
     if state.checks is not None:
         grads = {t.name: unscaled(t.value, scale) for t in found if t.kind == Kind.GRAD_STATS}
         state.pending_tables.setdefault(graph_key(), {}).update(grads)

@@ -9,7 +9,8 @@ Every check runs at trace time and names the loss and the fix.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -129,7 +130,9 @@ def check_variables(variables: Any, what: str) -> list[Any]:
     return list(variables)
 
 
-def check_given(grads_by_loss: Mapping[str, Any], losses: Mapping[str, Any] | None) -> dict[str, list]:
+def check_given(
+    grads_by_loss: Mapping[str, Any], losses: Mapping[str, Any] | None
+) -> dict[str, list]:
     """`record_gradients`' arguments checked: {loss: grads_and_vars as a list}."""
     check_loss_names(grads_by_loss, "record_gradients")
     pairs_by_loss = {name: check_pairs(name, gv) for name, gv in grads_by_loss.items()}

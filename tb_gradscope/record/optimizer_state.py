@@ -11,7 +11,8 @@ variables and name scope its first apply would use, gives the same state.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -25,6 +26,8 @@ def build_outside_trace(optimizer: Any, variables: Sequence[Any]) -> None:
     import keras  # only here: Keras 3 is there, its optimizer is in hand
 
     with tf.init_scope():
-        with keras.name_scope(optimizer.name, caller=optimizer):  # keras.src.backend.name_scope itself
+        with keras.name_scope(
+            optimizer.name, caller=optimizer
+        ):  # keras.src.backend.name_scope itself
             optimizer.build(list(variables))
         optimizer.built = True

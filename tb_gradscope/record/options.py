@@ -9,11 +9,11 @@ optional ones.
 from __future__ import annotations
 
 import os
-from typing import Any, Collection
+from collections.abc import Collection
+from typing import Any
 
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.scopes import ScopeSpec
-
 
 # Steps are int64 in the graph: a larger period would overflow the step test.
 MAX_EVERY = 2**62
@@ -61,7 +61,9 @@ def check_name(name: Any) -> None:
 def check_scopes(scopes: Any) -> None:
     """Raises ValueError unless `scopes` is None or a ScopeSpec."""
     if scopes is not None and not isinstance(scopes, ScopeSpec):
-        raise ValueError(f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}")
+        raise ValueError(
+            f"scopes must be a tb_gradscope.scopes.ScopeSpec, got {type(scopes).__name__}"
+        )
 
 
 def check_grad_columns(columns: Any) -> tuple[str, ...]:

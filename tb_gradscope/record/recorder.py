@@ -30,24 +30,26 @@ per-loss tables in `tables`).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope import naming
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
-from tb_gradscope import naming
-from tb_gradscope.record import gradients as gradients_lib, losses as losses_lib
-from tb_gradscope.record import options, targets
+from tb_gradscope.record import gradients as gradients_lib
 from tb_gradscope.record import loss_scale as loss_scale_lib
+from tb_gradscope.record import losses as losses_lib
+from tb_gradscope.record import options, targets
 from tb_gradscope.record.block import Block
-from tb_gradscope.record.optimizer_state import build_outside_trace
 from tb_gradscope.record.checks import RuleSteps, resolve_rules
+from tb_gradscope.record.emit import Emitter, Stats
+from tb_gradscope.record.layout import LayoutResolver
+from tb_gradscope.record.optimizer_state import build_outside_trace
 from tb_gradscope.record.recording import Recording
 from tb_gradscope.record.state import RecorderState
 from tb_gradscope.record.step_function import StepFunction, variant_due
-from tb_gradscope.record.emit import Emitter, Stats
-from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.scopes import ScopeSpec
@@ -371,7 +373,9 @@ class Recorder(tf.Module):
         """
         return self._trace(fn, "analyze", getattr(fn, "__name__", fn), *args, **kwargs)
 
-    def _trace(self, fn: Callable[..., Any], method: str, label: Any, *args: Any, **kwargs: Any) -> FlowGraph | None:
+    def _trace(
+        self, fn: Callable[..., Any], method: str, label: Any, *args: Any, **kwargs: Any
+    ) -> FlowGraph | None:
         """Traces `fn(*args)` once without running it; warns, naming `label`, if it cannot."""
         try:
             tf.function(fn).get_concrete_function(*args, **kwargs)
@@ -385,7 +389,11 @@ class Recorder(tf.Module):
         return self.flowgraph
 
     def analyze_losses(
-        self, losses_fn: Callable[..., Mapping[str, Any]], optimizer: Any, variables: Sequence[Any], *args: Any
+        self,
+        losses_fn: Callable[..., Mapping[str, Any]],
+        optimizer: Any,
+        variables: Sequence[Any],
+        *args: Any,
     ) -> FlowGraph | None:
         """`analyze` for a step whose tape cannot be traced, such as one tape
         around an environment rollout: traces, without running it, your own

@@ -12,7 +12,8 @@ aside, never the training loop.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -41,7 +42,9 @@ class Recording:
 
     # ----- gradients ---------------------------------------------------------
 
-    def given(self, pairs_by_loss: Mapping[str, list], losses: Mapping[str, Any] | None, tape: Any) -> Stats | None:
+    def given(
+        self, pairs_by_loss: Mapping[str, list], losses: Mapping[str, Any] | None, tape: Any
+    ) -> Stats | None:
         """`record_gradients`: records gradients the user computed."""
         self.s.losses_seen = True
         if self.s.disabled or self.s.variants.mode() is not None:
@@ -55,7 +58,9 @@ class Recording:
             return self._record_losses(gradients_lib.given(self.s.layout, pairs_by_loss))
         return None
 
-    def per_loss(self, tape: Any, losses: Mapping[str, Any], variables: Sequence[Any], grads: Sequence[Any]) -> None:
+    def per_loss(
+        self, tape: Any, losses: Mapping[str, Any], variables: Sequence[Any], grads: Sequence[Any]
+    ) -> None:
         """`gradients`: records each loss's gradients from the recorder's tape
         (and warns once when no variable got a gradient)."""
         self.s.losses_seen = True
@@ -72,13 +77,16 @@ class Recording:
             if self.s.layout.ensure(variables):
                 if distribute.is_first_replica():
                     self.s.stash_losses(losses, tape)
-                self._record_losses(gradients_lib.per_loss(self.s.layout, tape, losses, variables, grads))
+                self._record_losses(
+                    gradients_lib.per_loss(self.s.layout, tape, losses, variables, grads)
+                )
 
     def _record_losses(self, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
         """Records each loss's gradients; under tf.distribute, the global (summed)
         ones; with a loss scale, unscaled (read now, before the optimizer changes it)."""
         s, step = self.s, self.step
         if self.loss_scale is None:
+
             def record(given):
                 return s.record_losses(step, given)
         elif in_xla():
@@ -88,8 +96,10 @@ class Recording:
             )
         else:
             scale = loss_scale_lib.current_scale(self.loss_scale)
+
             def record(given):
                 return loss_scale_lib.record_scaled_losses(s, step, given, scale)
+
         if distribute.replicas_in_sync() > 1:
             return distribute.record_global(
                 s.should_record(step),
@@ -190,8 +200,10 @@ class Recording:
         returns it when rules need it (else None)."""
         s = self.s
         variables, rollup = s.layout.vlayout.variables, s.layout.rollup
+
         def maker():
             return s.kernels.update_table(before, variables, rollup)
+
         if s.checks is None or in_xla():
             s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
             return None
@@ -217,10 +229,12 @@ class Recording:
         if s.disabled or s.layout.vlayout is None:
             return
         with self.guard():
-            block.analyzed |= bool(distribute.once(
-                lambda: s.analyze_traced_step(self.step, self.name, defer_write=True),
-                on_error=self.step_aside,
-            ))
+            block.analyzed |= bool(
+                distribute.once(
+                    lambda: s.analyze_traced_step(self.step, self.name, defer_write=True),
+                    on_error=self.step_aside,
+                )
+            )
             distribute.once(s.check_step, self.step, None, on_error=self.step_aside)
 
     def _finish_step(self) -> None:
@@ -298,7 +312,9 @@ class Recording:
     def step_aside(self, error: Exception) -> None:
         """Stops recording after `error`, with one warning; re-raises the errors
         meant for the user (no writer, a rule violation) and tf.distribute's own."""
-        if isinstance(error, (NoWriterError, FlowRuleViolation)) or distribute.is_coordination(error):
+        if isinstance(error, (NoWriterError, FlowRuleViolation)) or distribute.is_coordination(
+            error
+        ):
             raise error
         self.s.disabled = True
         warn_once(

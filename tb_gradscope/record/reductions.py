@@ -15,7 +15,7 @@ kept a 10,000-variable step's first run busy for half an hour.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -44,7 +44,7 @@ def concat(parts: Sequence[tf.Tensor], axis: int = 0, fan_in: int | None = None)
     if not parts:
         raise ValueError("concat: no parts to join; pass at least one tensor")
     while len(parts) > 1:
-        groups = [parts[i:i + fan_in] for i in range(0, len(parts), fan_in)]
+        groups = [parts[i : i + fan_in] for i in range(0, len(parts), fan_in)]
         parts = [group[0] if len(group) == 1 else tf.concat(group, axis) for group in groups]
     return parts[0]
 
@@ -55,7 +55,9 @@ def stack(parts: Sequence[tf.Tensor], fan_in: int | None = None) -> tf.Tensor:
     parts = list(parts)
     if len(parts) <= fan_in:
         return tf.stack(parts)
-    return concat([tf.stack(parts[i:i + fan_in]) for i in range(0, len(parts), fan_in)], 0, fan_in)
+    return concat(
+        [tf.stack(parts[i : i + fan_in]) for i in range(0, len(parts), fan_in)], 0, fan_in
+    )
 
 
 def in_xla() -> bool:
@@ -82,10 +84,18 @@ class TensorGroup:
         self._inverse = np.argsort(np.asarray(order, np.int64)).astype(np.int32)
         self.flat = None
         if self.small:
-            dtype = tf.float64 if any(self.tensors[i].dtype == tf.float64 for i in self.small) else tf.float32
+            dtype = (
+                tf.float64
+                if any(self.tensors[i].dtype == tf.float64 for i in self.small)
+                else tf.float32
+            )
             parts = [tf.cast(self.tensors[i], dtype) for i in self.small]
             self.flat = concat(parts)
-            self.ids = tf.constant(np.repeat(np.arange(len(self.small), dtype=np.int32), [sizes[i] for i in self.small]))
+            self.ids = tf.constant(
+                np.repeat(
+                    np.arange(len(self.small), dtype=np.int32), [sizes[i] for i in self.small]
+                )
+            )
             # Sorted ids and no empty segment: TF's sorted segment kernels, ~3x
             # faster than the unsorted ones on CPU, and bitwise the same sums
             # (XLA has no kernel for them).
@@ -112,7 +122,9 @@ class TensorGroup:
         parts = []
         if self.big:
             values = [one(self.tensors[i]) for i in self.big]
-            if len({v.dtype for v in values}) > 1:  # e.g. float32 and float64 sums, float and int counts
+            if (
+                len({v.dtype for v in values}) > 1
+            ):  # e.g. float32 and float64 sums, float and int counts
                 values = [tf.cast(v, tf.float64) for v in values]
             parts.append(tf.cast(stack(values), tf.float64))
         if self.small:
@@ -129,10 +141,13 @@ class TensorGroup:
         element is finite; `max_abs` / `nonzero` False leave that pass out (and its key)."""
         out = {}
         if max_abs:
-            out["max_abs"] = tf.maximum(self.reduce(
-                lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
-                lambda f, i, k: self.segment_max(tf.abs(f)),
-            ), 0)
+            out["max_abs"] = tf.maximum(
+                self.reduce(
+                    lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
+                    lambda f, i, k: self.segment_max(tf.abs(f)),
+                ),
+                0,
+            )
         out["nonfinite"] = tf.zeros([len(self.tensors)], tf.float64)
         if nonzero:
             out["nonzero"] = self._nonzero()
@@ -146,13 +161,18 @@ class TensorGroup:
 
         out = {}
         if max_abs:
-            out["max_abs"] = tf.maximum(self.reduce(
-                lambda t: tf.reduce_max(finite_abs(t)),
-                lambda f, i, k: self.segment_max(finite_abs(f)),
-            ), 0)
+            out["max_abs"] = tf.maximum(
+                self.reduce(
+                    lambda t: tf.reduce_max(finite_abs(t)),
+                    lambda f, i, k: self.segment_max(finite_abs(f)),
+                ),
+                0,
+            )
         out["nonfinite"] = self.reduce(
             lambda t: tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)),
-            lambda f, i, k: self.segment_sum(tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype)),
+            lambda f, i, k: self.segment_sum(
+                tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype)
+            ),
         )
         if nonzero:
             out["nonzero"] = self._nonzero()

@@ -17,7 +17,7 @@ one makes the host check every recorded step, as before.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -30,11 +30,16 @@ _COLUMNS = fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns
 _GRAD_VARS, _L2 = _COLUMNS.index("grad_vars"), _COLUMNS.index("l2")
 
 
-def watched_rows(rules: Sequence[Rule], losses: Sequence[str], scopes: Sequence[str]) -> dict[str, np.ndarray] | None:
+def watched_rows(
+    rules: Sequence[Rule], losses: Sequence[str], scopes: Sequence[str]
+) -> dict[str, np.ndarray] | None:
     """{loss: rows where a gradient may break a rule}, or None when the host
     must check every recorded step (a `blocked` rule on one of `losses`)."""
     checked = [r for r in rules if not isinstance(r, Tracks)]
-    if any(isinstance(r, Blocked) and any(loss_matches(name, r.loss) for name in losses) for r in checked):
+    if any(
+        isinstance(r, Blocked) and any(loss_matches(name, r.loss) for name in losses)
+        for r in checked
+    ):
         return None
     watched = {}
     for name in losses:
@@ -60,7 +65,9 @@ def any_hit(grads: Mapping[str, tf.Tensor], watched: Mapping[str, np.ndarray]) -
     for name, rows in watched.items():
         if len(rows):
             table = tf.gather(grads[name], rows)
-            hit = tf.logical_and(tf.not_equal(table[:, _GRAD_VARS], 0), tf.not_equal(table[:, _L2], 0))
+            hit = tf.logical_and(
+                tf.not_equal(table[:, _GRAD_VARS], 0), tf.not_equal(table[:, _L2], 0)
+            )
             hits.append(tf.reduce_any(hit))
     if not hits:
         return None

@@ -15,7 +15,8 @@ are checked on them before the step counter advances.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -29,7 +30,6 @@ from tb_gradscope.record.emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record.layout import LayoutResolver
 from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.step_function import Variants
-
 
 # Losses whose due step is kept (`RecorderState._due`); more keep the period alone.
 _MAX_DUE = 64
@@ -46,24 +46,40 @@ class RecorderState:
         self.pending_losses: dict[int, dict] = {}  # per graph: losses for analysis
         self.pending_watched: dict[int, dict] = {}  # per graph: {loss: variables its tape watched}
         self.pending_tables: dict[int, dict] = {}  # per graph: {loss: GRAD_STATS} for rules
-        self.pending_optimizers: dict[int, list] = {}  # per graph: the optimizers `apply` traced in it
-        self.optimizer_labels: dict[int, str] = {}  # id(optimizer) -> its FlowGraph label, once known
-        self.losses_seen = False  # a loss was handed over since the step last advanced (rules warning)
+        self.pending_optimizers: dict[
+            int, list
+        ] = {}  # per graph: the optimizers `apply` traced in it
+        self.optimizer_labels: dict[
+            int, str
+        ] = {}  # id(optimizer) -> its FlowGraph label, once known
+        self.losses_seen = (
+            False  # a loss was handed over since the step last advanced (rules warning)
+        )
         self.disabled = False
         self.checks: RuleSteps | None = None
         self.monitor: Any = None  # a DriftMonitor when there are pairs
         self.block: Block | None = None  # the open `training_step()` block
         self.conflict = True
-        self.grad_columns: tuple[str, ...] = OPTIONAL_GRAD_COLUMNS  # the optional GRAD_STATS columns recorded
+        self.grad_columns: tuple[str, ...] = (
+            OPTIONAL_GRAD_COLUMNS  # the optional GRAD_STATS columns recorded
+        )
         self.kernels = tables_lib.EagerKernels()  # eager callers' table kernels, traced once
         self.variants = Variants()  # graphs traced by `Recorder.function` as unrecorded variants
-        self.host_step: int | None = None  # the counter as `Recorder.function` wrappers count it on the host
-        self._now: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (step, record)
-        self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> (copies, op count)
+        self.host_step: int | None = (
+            None  # the counter as `Recorder.function` wrappers count it on the host
+        )
+        self._now: weakref.WeakKeyDictionary = (
+            weakref.WeakKeyDictionary()
+        )  # graph -> (step, record)
+        self._snapshots: weakref.WeakKeyDictionary = (
+            weakref.WeakKeyDictionary()
+        )  # graph -> (copies, op count)
         self._branch_start: int | None = None  # op count where the last loss recording branch began
         self._due_slots: dict[str, int] = {}  # loss -> its slot in `_due_steps`
         with tf.init_scope():  # per loss, the step from which it is due (`_due`; transient)
-            self._due_steps = tf.Variable(tf.zeros([_MAX_DUE], tf.int64), trainable=False, name="due")
+            self._due_steps = tf.Variable(
+                tf.zeros([_MAX_DUE], tf.int64), trainable=False, name="due"
+            )
 
     def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, is it a recorded step), read once per traced step.
@@ -104,7 +120,9 @@ class RecorderState:
         now, record = self.now(step)
         return self.emitter.emit(kind, makers, scopes, now, record)
 
-    def record_losses(self, step: tf.Variable, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
+    def record_losses(
+        self, step: tf.Variable, makers: Mapping[str, Callable[[], list]]
+    ) -> Stats | None:
         """Records each loss's gradients ({loss: () -> aligned gradients}), and
         the conflicts between them when asked for.
 
@@ -120,25 +138,50 @@ class RecorderState:
         if self.checks is None and not (self.conflict and len(makers) > 1):
             if in_xla():
                 return self.emit(
-                    step, Kind.GRAD_STATS,
-                    {n: (lambda f=f: stats.grad_table(f(), rollup, self.grad_columns)) for n, f in makers.items()},
+                    step,
+                    Kind.GRAD_STATS,
+                    {
+                        n: (lambda f=f: stats.grad_table(f(), rollup, self.grad_columns))
+                        for n, f in makers.items()
+                    },
                 )
             scopes = self.layout.vlayout.layout.scopes
+
             def tables():
                 return [
-                    (Kind.GRAD_STATS, n, scopes, None, stats.grad_table(f(), rollup, self.grad_columns))
+                    (
+                        Kind.GRAD_STATS,
+                        n,
+                        scopes,
+                        None,
+                        stats.grad_table(f(), rollup, self.grad_columns),
+                    )
                     for n, f in makers.items()
                 ]
+
             self._keep_snapshot(variables, self.emitter.write_when(record, now, tables, variables))
             return None
+
         def make_aligned():
             return {n: f() for n, f in makers.items()}
+
         layout = self.layout.vlayout.layout
         if not in_xla():
+
             def write(found):
-                return self.emitter.write_due(now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found])
+                return self.emitter.write_due(
+                    now, [(t.kind, t.name, t.scopes, t.attrs, t.value) for t in found]
+                )
+
             found, copies = tables_lib.recorded_tables(
-                record, make_aligned, layout, rollup, self.conflict, write, variables, self.kernels,
+                record,
+                make_aligned,
+                layout,
+                rollup,
+                self.conflict,
+                write,
+                variables,
+                self.kernels,
                 self.grad_columns,
             )
             self._keep_snapshot(variables, copies)
@@ -149,7 +192,13 @@ class RecorderState:
                 self.pending_tables.setdefault(graph_key(), {}).update(grads)
             return None
         found = tables_lib.recorded_tables(
-            record, make_aligned, layout, rollup, self.conflict, kernels=self.kernels, columns=self.grad_columns
+            record,
+            make_aligned,
+            layout,
+            rollup,
+            self.conflict,
+            kernels=self.kernels,
+            columns=self.grad_columns,
         )[0]
         written = [
             self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
@@ -158,7 +207,9 @@ class RecorderState:
         parts = [w for w in written if w is not None]
         if not parts:
             return None
-        return Stats(parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()})
+        return Stats(
+            parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()}
+        )
 
     def _due(self, step: tf.Variable, names: Sequence[str]) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, whether a call handing over the losses `names` records):
@@ -220,7 +271,11 @@ class RecorderState:
         """
         if tf.executing_eagerly() and not bool(self.should_record(step)):
             return None  # nothing to copy, nor to record after the optimizer
-        kept = self._snapshots.pop(tf.compat.v1.get_default_graph(), None) if not tf.executing_eagerly() else None
+        kept = (
+            self._snapshots.pop(tf.compat.v1.get_default_graph(), None)
+            if not tf.executing_eagerly()
+            else None
+        )
         vlayout = self.layout.vlayout
         handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
         if kept is not None and _untouched_since(kept[1], [vlayout.variables[i] for i in handed]):
@@ -283,7 +338,9 @@ class RecorderState:
 
         def work() -> tf.Tensor:
             table = maker()
-            with tf.control_dependencies([self.emitter.write_due(now, [(Kind.UPDATE_STATS, "", scopes, None, table)])]):
+            with tf.control_dependencies(
+                [self.emitter.write_due(now, [(Kind.UPDATE_STATS, "", scopes, None, table)])]
+            ):
                 return tf.identity(table)
 
         if tf.executing_eagerly():
@@ -328,9 +385,13 @@ class RecorderState:
             self.pending_losses.setdefault(graph_key(), {}).update(losses)
             if tape is not None:
                 watched = list(tape.watched_variables())
-                self.pending_watched.setdefault(graph_key(), {}).update({name: watched for name in losses})
+                self.pending_watched.setdefault(graph_key(), {}).update(
+                    {name: watched for name in losses}
+                )
 
-    def analyze_traced_step(self, step: tf.Variable, recorder: str, defer_write: bool = False) -> bool:
+    def analyze_traced_step(
+        self, step: tf.Variable, recorder: str, defer_write: bool = False
+    ) -> bool:
         """At trace time, after the optimizer: analyze this graph's losses, then
         check the rules on the run's FlowGraph.
 
@@ -348,7 +409,11 @@ class RecorderState:
         watched = self.pending_watched.pop(graph_key(), {})
         emitter = self.emitter
         known = emitter.flowgraph
-        fresh = {name: value for name, value in graph_losses.items() if known is None or name not in known.cells}
+        fresh = {
+            name: value
+            for name, value in graph_losses.items()
+            if known is None or name not in known.cells
+        }
         if not fresh:
             return False
         vlayout = self.layout.vlayout

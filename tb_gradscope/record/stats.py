@@ -15,7 +15,8 @@ counted as exact zeros, so every stat equals that of `tf.convert_to_tensor(g)`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -46,7 +47,7 @@ class RollUp:
     pair_variable: np.ndarray  # int32 [n_pairs]
 
     @classmethod
-    def from_layout(cls, layout: ScopeLayout) -> "RollUp":
+    def from_layout(cls, layout: ScopeLayout) -> RollUp:
         scope_ids = [s for s, members in enumerate(layout.members) for _ in members]
         var_ids = [v for members in layout.members for v in members]
         return cls(
@@ -57,7 +58,7 @@ class RollUp:
         )
 
     @classmethod
-    def concatenate(cls, parts: Sequence["RollUp"]) -> "RollUp":
+    def concatenate(cls, parts: Sequence[RollUp]) -> RollUp:
         """Roll-ups side by side: each part's variables and scopes after the previous parts'."""
         if len(parts) == 1:
             return parts[0]
@@ -66,8 +67,12 @@ class RollUp:
         return cls(
             n_scopes=int(scope_offsets[-1]),
             n_variables=int(variable_offsets[-1]),
-            pair_scope=np.concatenate([p.pair_scope + s for p, s in zip(parts, scope_offsets)]).astype(np.int32),
-            pair_variable=np.concatenate([p.pair_variable + v for p, v in zip(parts, variable_offsets)]).astype(np.int32),
+            pair_scope=np.concatenate(
+                [p.pair_scope + s for p, s in zip(parts, scope_offsets)]
+            ).astype(np.int32),
+            pair_variable=np.concatenate(
+                [p.pair_variable + v for p, v in zip(parts, variable_offsets)]
+            ).astype(np.int32),
         )
 
     def sum(self, per_variable: tf.Tensor) -> tf.Tensor:
@@ -87,7 +92,11 @@ def _float_values(values: tf.Tensor, minus_one: tf.Tensor | None = None) -> tf.T
     A rank-1 tensor is taken as it is; others are reshaped by `minus_one` when
     given (one shape constant shared by many reshapes: one op per tensor, not two).
     """
-    flat = values if values.shape.rank == 1 else tf.reshape(values, [-1] if minus_one is None else minus_one)
+    flat = (
+        values
+        if values.shape.rank == 1
+        else tf.reshape(values, [-1] if minus_one is None else minus_one)
+    )
     return flat if flat.dtype in (tf.float32, tf.float64) else tf.cast(flat, tf.float32)
 
 
@@ -97,7 +106,9 @@ def float_values(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
     return [_float_values(t, minus_one) for t in tensors]
 
 
-def _dense_values(grad: Any, minus_one: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor | int]:
+def _dense_values(
+    grad: Any, minus_one: tf.Tensor | None = None
+) -> tuple[tf.Tensor, tf.Tensor | int]:
     """(flat values that are not implicit zeros, element count of the dense gradient).
 
     The count is a Python int when known statically (one constant for all).
@@ -118,7 +129,9 @@ def _dense_values(grad: Any, minus_one: tf.Tensor | None = None) -> tuple[tf.Ten
 
 
 @_no_autograph
-def variable_grad_stats(grads: Sequence[Any], columns: Collection[str] = OPTIONAL_GRAD_COLUMNS) -> tf.Tensor:
+def variable_grad_stats(
+    grads: Sequence[Any], columns: Collection[str] = OPTIONAL_GRAD_COLUMNS
+) -> tf.Tensor:
     """Per gradient: [present, sum of squares, max |g|, non-finite, zeros, elements].
 
     `None` (no gradient) gives a row of zeros with present = 0. max |g| is taken
@@ -173,7 +186,9 @@ def variable_grad_stats(grads: Sequence[Any], columns: Collection[str] = OPTIONA
 
 
 @_no_autograph
-def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS) -> tf.Tensor:
+def grad_table(
+    grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS
+) -> tf.Tensor:
     """The GRAD_STATS table [n_scopes, len(GRAD_COLUMNS)] (float32) of one loss.
 
     `grads` is index-aligned with the layout's variables (None where the loss
@@ -195,7 +210,9 @@ def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = 
             tf.sqrt(sums[:, _SUMSQ]),
             rollup.max(per_var[:, _MAX_ABS]) if "max_abs" in columns else not_recorded,
             sums[:, _NONFINITE],
-            tf.math.divide_no_nan(sums[:, _ZEROS], sums[:, _COUNT]) if "zero_frac" in columns else not_recorded,
+            tf.math.divide_no_nan(sums[:, _ZEROS], sums[:, _COUNT])
+            if "zero_frac" in columns
+            else not_recorded,
         ],
         axis=1,
     )
@@ -238,13 +255,20 @@ def update_table(
     return tf.cast(tf.sqrt(rollup.sum(per_var)), tf.float32)
 
 
-def _small_update_table(before: Sequence[tf.Tensor | None], after: Sequence[tf.Tensor], rollup: RollUp) -> tf.Tensor:
+def _small_update_table(
+    before: Sequence[tf.Tensor | None], after: Sequence[tf.Tensor], rollup: RollUp
+) -> tf.Tensor:
     """`update_table` when every variable is small and of one dtype: one flat
     difference instead of one per variable (the same values, a few ops
     whatever the number of variables)."""
     group = TensorGroup(after)
-    minus_one = tf.constant([-1]) if any(b is not None and b.shape.rank != 1 for b in before) else None
-    olds = [a if b is None else tf.cast(_float_values(b, minus_one), a.dtype) for a, b in zip(after, before)]
+    minus_one = (
+        tf.constant([-1]) if any(b is not None and b.shape.rank != 1 for b in before) else None
+    )
+    olds = [
+        a if b is None else tf.cast(_float_values(b, minus_one), a.dtype)
+        for a, b in zip(after, before)
+    ]
     flat_before = concat(olds)
     step = tf.cast(group.segment_sum(tf.square(group.flat - flat_before)), tf.float64)
     if any(b is None for b in before):  # not handed over: no update, even where a value is NaN

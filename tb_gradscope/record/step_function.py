@@ -65,7 +65,8 @@ import functools
 import inspect
 import math
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -87,7 +88,9 @@ class Trace:
     advances: int = 0
     countable: bool = True
     offset_known: int | None = None  # `Variants.drift_offset()` when the trace began
-    host: list = dataclasses.field(default_factory=list)  # (callback, tensors) to run after each call (`defer`)
+    host: list = dataclasses.field(
+        default_factory=list
+    )  # (callback, tensors) to run after each call (`defer`)
 
 
 class Variants:
@@ -96,7 +99,9 @@ class Variants:
     def __init__(self) -> None:
         self._modes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._trace: Trace | None = None  # the variant being traced
-        self._offsets: set[int] = set()  # advances traced before `record_drift`, over every variant's trace
+        self._offsets: set[int] = (
+            set()
+        )  # advances traced before `record_drift`, over every variant's trace
         self.foreign = False  # a traced function that is not a variant advances the step
 
     @contextlib.contextmanager
@@ -162,7 +167,9 @@ class Variants:
         table = schedule(state)
         if not table:
             return None
-        return len(table), frozenset((x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT)
+        return len(table), frozenset(
+            (x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT
+        )
 
     def drift_offset(self) -> int | None:
         """By how much the step `record_drift` sees exceeds the step a call
@@ -247,14 +254,21 @@ class StepFunction:
         self._recorder = recorder
         self._fn = fn
         self._variants = {
-            mode: tf.function(self._traced(mode), **tf_function_kwargs) for mode in (PLAIN, SNAPSHOT, DRIFT, RECORDED)
+            mode: tf.function(self._traced(mode), **tf_function_kwargs)
+            for mode in (PLAIN, SNAPSHOT, DRIFT, RECORDED)
         }
-        self._advances: dict[str, int] = {}  # counter advances per call of each variant, learned when traced
+        self._advances: dict[
+            str, int
+        ] = {}  # counter advances per call of each variant, learned when traced
         self._countable = True  # whether every trace's advances can be counted on the host
         self._traced_first = False
         self._unread = 0  # calls run on the host's count since it was last checked
-        self._schedule: tuple[int | None, list[str]] | None = None  # (drift offset, variant per step mod period)
-        self._host_calls: list[list[Callable[..., None]]] = []  # per trace of a variant: its `Variants.defer` callbacks
+        self._schedule: tuple[int | None, list[str]] | None = (
+            None  # (drift offset, variant per step mod period)
+        )
+        self._host_calls: list[
+            list[Callable[..., None]]
+        ] = []  # per trace of a variant: its `Variants.defer` callbacks
         functools.update_wrapper(self, fn)
 
     def _traced(self, mode: str) -> Callable[..., Any]:
@@ -276,7 +290,15 @@ class StepFunction:
             records, first, last = batch.tick or (0, started, started)
             traced = len(self._host_calls)
             self._host_calls.append([callback for callback, _ in trace.host])
-            told = tf.stack([started, first, last, tf.constant(records, tf.int64), tf.constant(traced, tf.int64)])
+            told = tf.stack(
+                [
+                    started,
+                    first,
+                    last,
+                    tf.constant(records, tf.int64),
+                    tf.constant(traced, tf.int64),
+                ]
+            )
             return out, told, [tensors for _, tensors in trace.host]
 
         # fn's signature, so the graph's inputs keep the user's argument names
@@ -321,7 +343,9 @@ class StepFunction:
         state.host_step = None  # unknown until the call returns
         out = self._variants[mode](*args, **kwargs)
         handed: list = []
-        if mode != PLAIN:  # a variant that records returns the step it began at, what to count and check
+        if (
+            mode != PLAIN
+        ):  # a variant that records returns the step it began at, what to count and check
             out, told, values = out
             started, first, last, records, traced = told.numpy().tolist()
             handed = list(zip(self._host_calls[traced], values))
@@ -350,9 +374,12 @@ class StepFunction:
         said = []
         if missed:
             said.append(
-                f"{len(earlier)} call(s) before it ran as picked for the old count, so a due step ran unrecorded")
+                f"{len(earlier)} call(s) before it ran as picked for the old count, so a due step ran unrecorded"
+            )
         if off:
-            said.append(f"the call that found it ran what step {counted} runs ({ran_as}) at step {read}")
+            said.append(
+                f"the call that found it ran what step {counted} runs ({ran_as}) at step {read}"
+            )
         warn_once(
             (id(self._recorder), "step_moved"),
             f"Recorder '{self._recorder.name}': its step changed outside the wrapped step "

@@ -15,7 +15,8 @@ it, as `tf.cond` does) returns zeros of the same shapes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -67,9 +68,14 @@ def recorded_tables(
         if conflict and len(aligned) > 1:
             for (a, b), (rows, _) in conflict_lib.conflict_tables(aligned, layout, rollup).items():
                 shapes[(Kind.CONFLICT, conflict_lib.pair_name(a, b))] = (
-                    tuple(layout.scopes[r] for r in rows), {"losses": [a, b]})
-        out = _tables(aligned, layout, rollup, conflict, columns) if kernels is None else kernels.tables(
-            aligned, layout, rollup, conflict, columns)
+                    tuple(layout.scopes[r] for r in rows),
+                    {"losses": [a, b]},
+                )
+        out = (
+            _tables(aligned, layout, rollup, conflict, columns)
+            if kernels is None
+            else kernels.tables(aligned, layout, rollup, conflict, columns)
+        )
         if write is not None:
             write([_table(kind, name, out[(kind.value, name)]) for kind, name in shapes])
         return out, stats.snapshot(snapshot)
@@ -98,8 +104,13 @@ def recorded_tables(
     return [_table(kind, name, values[(kind.value, name)]) for kind, name in shapes], list(copies)
 
 
-def _tables(aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: stats.RollUp,
-            conflict: bool, columns: Sequence[str]) -> dict[tuple[str, str], tf.Tensor]:
+def _tables(
+    aligned: Mapping[str, Sequence[Any]],
+    layout: ScopeLayout,
+    rollup: stats.RollUp,
+    conflict: bool,
+    columns: Sequence[str],
+) -> dict[tuple[str, str], tf.Tensor]:
     """{(kind, name): table}: GRAD_STATS per loss (with the optional `columns`),
     then CONFLICT per pair of losses sharing a scope."""
     out = {}
@@ -120,23 +131,40 @@ class EagerKernels:
     def __init__(self) -> None:
         self._traced: dict[tuple, Callable] = {}
 
-    def tables(self, aligned: Mapping[str, Sequence[Any]], layout: ScopeLayout, rollup: stats.RollUp,
-               conflict: bool, columns: Sequence[str]) -> dict[tuple[str, str], tf.Tensor]:
+    def tables(
+        self,
+        aligned: Mapping[str, Sequence[Any]],
+        layout: ScopeLayout,
+        rollup: stats.RollUp,
+        conflict: bool,
+        columns: Sequence[str],
+    ) -> dict[tuple[str, str], tf.Tensor]:
         """`_tables`; eagerly, as one call of a traced function."""
         if not tf.executing_eagerly():
             return _tables(aligned, layout, rollup, conflict, columns)
-        key = ("tables", id(rollup), id(layout), conflict, tuple(columns),
-               tuple((loss, _kinds(grads)) for loss, grads in aligned.items()))
-        tables = self._traced_once(key, lambda given: _tables(given, layout, rollup, conflict, columns))
+        key = (
+            "tables",
+            id(rollup),
+            id(layout),
+            conflict,
+            tuple(columns),
+            tuple((loss, _kinds(grads)) for loss, grads in aligned.items()),
+        )
+        tables = self._traced_once(
+            key, lambda given: _tables(given, layout, rollup, conflict, columns)
+        )
         return tables({loss: list(grads) for loss, grads in aligned.items()})
 
-    def update_table(self, before: Sequence[tf.Tensor | None], variables: Sequence[Any],
-                     rollup: stats.RollUp) -> tf.Tensor:
+    def update_table(
+        self, before: Sequence[tf.Tensor | None], variables: Sequence[Any], rollup: stats.RollUp
+    ) -> tf.Tensor:
         """`stats.update_table`; eagerly, as one call of a traced function."""
         if not tf.executing_eagerly():
             return stats.update_table(before, variables, rollup)
         key = ("update", id(rollup), tuple(id(v) for v in variables), _kinds(before))
-        return self._traced_once(key, lambda old: stats.update_table(old, variables, rollup))(list(before))
+        return self._traced_once(key, lambda old: stats.update_table(old, variables, rollup))(
+            list(before)
+        )
 
     def _traced_once(self, key: tuple, kernel: Callable) -> Callable:
         if key not in self._traced:

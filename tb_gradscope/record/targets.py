@@ -10,7 +10,8 @@ of two files written side by side in one directory).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tb_gradscope import naming
 from tb_gradscope.pairs.detect import detect_pairs
@@ -22,13 +23,17 @@ from tb_gradscope.record.writing import SummarySink
 AUTO = "auto"
 
 
-def resolve_pairs(pairs: Any, models: Any, variables: Sequence[Any] | None, recorder: str) -> list[Pair]:
+def resolve_pairs(
+    pairs: Any, models: Any, variables: Sequence[Any] | None, recorder: str
+) -> list[Pair]:
     """The Pairs to watch: given ones (checked), or those detected for "auto"."""
     if pairs is None:
         return []
     if isinstance(pairs, str):
         if pairs != AUTO:
-            raise ValueError(f"pairs={pairs!r}: pass a list of Pair, or pairs='auto' to detect them")
+            raise ValueError(
+                f"pairs={pairs!r}: pass a list of Pair, or pairs='auto' to detect them"
+            )
         found = detect_pairs(variables=list(variables or ()), models=models)
         if not found:
             warn_once(
@@ -63,9 +68,14 @@ def _named_as_recorded(pair: Pair, names: dict[int, str]) -> Pair:
     """The pair with the recorder's scope names: one naming rule for the matrix
     and the drift scopes (`models={"target": net}` names `net`'s variables
     `target/...` whatever the model's own name)."""
+
     def renamed(variables, old_names, old_root):
         new = [names.get(naming.variable_key(v), old) for v, old in zip(variables, old_names)]
-        roots = {n[: len(n) - len(old[len(old_root):])] for n, old in zip(new, old_names) if old.startswith(old_root)}
+        roots = {
+            n[: len(n) - len(old[len(old_root) :])]
+            for n, old in zip(new, old_names)
+            if old.startswith(old_root)
+        }
         return tuple(new), (roots.pop() if len(roots) == 1 else old_root)
 
     target_names, target_root = renamed(pair.target, pair.target_names, pair.target_root)
@@ -75,8 +85,12 @@ def _named_as_recorded(pair: Pair, names: dict[int, str]) -> Pair:
     default_name = f"{pair.target_root}<-{pair.online_root}"
     name = f"{target_root}<-{online_root}" if pair.name == default_name else pair.name
     return dataclasses.replace(
-        pair, name=name, target_names=target_names, online_names=online_names,
-        target_root=target_root, online_root=online_root,
+        pair,
+        name=name,
+        target_names=target_names,
+        online_names=online_names,
+        target_root=target_root,
+        online_root=online_root,
     )
 
 

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 import warnings
-from typing import Hashable
+from collections.abc import Hashable
 
 logger = logging.getLogger("tb_gradscope.record")
 

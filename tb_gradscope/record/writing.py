@@ -28,14 +28,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
 from tb_gradscope.record import distribute
 from tb_gradscope.record.event_file import EventFile
-
 
 # The own writer flushes from the host callback only: every FLUSH_SECS, or when
 # FLUSH_RECORDS records are queued.
@@ -83,13 +83,21 @@ class SummarySink:
         self._held: tuple[Any, list] | None = None  # (graph, records) while `batched`
         self._compiled: dict[tuple, Callable] = {}  # eager writes, per writer and set of records
         if logdir is not None and self.chief:
-            self._file = EventFile(logdir, name, lambda: self._written.assign(tf.constant([], tf.string)))
+            self._file = EventFile(
+                logdir, name, lambda: self._written.assign(tf.constant([], tf.string))
+            )
             self._writer = self._file.writer
             # The in-graph gate of the host callback (`_tick`); one device, never
             # mirrored (only the chief has them).
-            self._unticked = distribute.local_variable(0, dtype=tf.int64, trainable=False, name="unticked")
-            self._tick_after = distribute.local_variable(0.0, dtype=tf.float64, trainable=False, name="tick_after")
-            self._first_step = distribute.local_variable(0, dtype=tf.int64, trainable=False, name="first_unticked_step")
+            self._unticked = distribute.local_variable(
+                0, dtype=tf.int64, trainable=False, name="unticked"
+            )
+            self._tick_after = distribute.local_variable(
+                0.0, dtype=tf.float64, trainable=False, name="tick_after"
+            )
+            self._first_step = distribute.local_variable(
+                0, dtype=tf.int64, trainable=False, name="first_unticked_step"
+            )
 
     @property
     def losses(self) -> int:
@@ -154,7 +162,9 @@ class SummarySink:
                 return done
             return tf.cond(done, lambda: self._tick(1, step), lambda: done)
 
-    def write_due(self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor) -> tf.Tensor:
+    def write_due(
+        self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor
+    ) -> tf.Tensor:
         """Writes records already known to be due: (tag, metadata, value, once) each.
 
         For use inside the recorded-step branch, where a per-record predicate
@@ -166,13 +176,19 @@ class SummarySink:
         if not records:
             return tf.constant(True)
         held = self._held
-        if held is not None and held[0] is tf.compat.v1.get_default_graph() and not tf.distribute.has_strategy():
+        if (
+            held is not None
+            and held[0] is tf.compat.v1.get_default_graph()
+            and not tf.distribute.has_strategy()
+        ):
             held[1].extend((*record, step) for record in records)
             with tf.control_dependencies([value for _, _, value, _ in records]):
                 return tf.constant(True)
         return self._write_records([(*record, step) for record in records])
 
-    def write_counted(self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor) -> tf.Tensor:
+    def write_counted(
+        self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor
+    ) -> tf.Tensor:
         """`write_due` for a traced function whose caller counts the records
         (`count`) after each call, as a `batched` write's does: no in-graph
         flush gate. Returns int64 [first step, last step, records queued]
@@ -238,7 +254,9 @@ class SummarySink:
             # Every record's test at once (a handful of ops, not four per record):
             # a record is written (with metadata) or, written once, skipped.
             first = tf.logical_not(tf.reduce_any(tf.equal(tf.reshape(seen, [-1, 1]), keys), axis=0))
-            metas = tf.unstack(tf.where(first, tf.constant([item[1] for item in items]), tf.constant(b"")))
+            metas = tf.unstack(
+                tf.where(first, tf.constant([item[1] for item in items]), tf.constant(b""))
+            )
             firsts = tf.unstack(first) if any(item[3] for item in items) else None
             for i, (tag, _, value, once, step) in enumerate(items):
                 with tf.summary.record_if(firsts[i] if once else True):
@@ -247,7 +265,11 @@ class SummarySink:
             new = tf.gather(keys, tf.reshape(tf.where(first), [-1]))
             self._written.assign(tf.concat([seen, new], 0))
             if self._writer is not None and batch is not None:
-                batch.tick = (len(items), tf.cast(items[0][4], tf.int64), tf.cast(items[-1][4], tf.int64))
+                batch.tick = (
+                    len(items),
+                    tf.cast(items[0][4], tf.int64),
+                    tf.cast(items[-1][4], tf.int64),
+                )
             elif self._writer is not None:
                 self._tick(len(items), items[-1][4], first=items[0][4])
         return tf.constant(True)
@@ -265,7 +287,10 @@ class SummarySink:
 
             def write_values(values: list[tf.Tensor], steps: list[tf.Tensor]) -> tf.Tensor:
                 return self._write_told(
-                    [(tag, metadata, value, once, step) for (tag, metadata, once), value, step in zip(records, values, steps)]
+                    [
+                        (tag, metadata, value, once, step)
+                        for (tag, metadata, once), value, step in zip(records, values, steps)
+                    ]
                 )
 
             write = self._compiled[key] = tf.function(write_values, autograph=False)
@@ -302,7 +327,12 @@ class SummarySink:
         # other writes to it (automatic control dependencies on resources).
         wait = tf.py_function(
             self._host_tick,
-            [private.writer_resource(self._writer), self._unticked.read_value(), self._first_step.read_value(), step],
+            [
+                private.writer_resource(self._writer),
+                self._unticked.read_value(),
+                self._first_step.read_value(),
+                step,
+            ],
             tf.float64,
         )
         self._unticked.assign(0)

@@ -10,7 +10,6 @@ over logs: `read.violations`, and `tracks` rules over drift series in
 semantics.
 """
 
-
 from tb_gradscope.rules.check import check_flowgraph, check_stats
 from tb_gradscope.rules.model import (
     Blocked,
@@ -28,7 +27,7 @@ from tb_gradscope.rules.model import (
 )
 from tb_gradscope.rules.paths import gradient_path
 from tb_gradscope.rules.policy import FlowRuleViolation, FlowRuleWarning, apply_policy
-from tb_gradscope.rules.rulesfile import RulesFileError, RuleSet, parse_rules_file
+from tb_gradscope.rules.rulesfile import RuleSet, RulesFileError, parse_rules_file
 from tb_gradscope.rules.runner import RuleChecker
 
 __all__ = [

@@ -26,7 +26,7 @@ drift series by `tb_gradscope.read.tracks`.
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -46,14 +46,18 @@ from tb_gradscope.rules.paths import gradient_path, loss_node_id, path_avoiding
 
 # What a violation's evidence["cause"] says is wrong, and so which fix its message names.
 CAUSE_MISSING_CUT = "missing_stop_gradient"  # no cut on the path: wrap it in tf.stop_gradient
-CAUSE_OPTIMIZER_SCOPE = "optimizer_scope"  # the path is needed; the loss's optimizer must not write the scope
+CAUSE_OPTIMIZER_SCOPE = (
+    "optimizer_scope"  # the path is needed; the loss's optimizer must not write the scope
+)
 
 REACHING_STATES = (fmt.UPDATES, fmt.IGNORED)
 APPLIED_STATES = (fmt.UPDATES,)
 TRACE, STEP = "trace", "step"
 
 
-def check_flowgraph(rules: Iterable[Rule], flowgraph: fmt.FlowGraph, step: int = 0) -> list[fmt.Event]:
+def check_flowgraph(
+    rules: Iterable[Rule], flowgraph: fmt.FlowGraph, step: int = 0
+) -> list[fmt.Event]:
     """Trace-time violations: rules broken by the static flow states of `flowgraph`."""
     events: list[fmt.Event] = []
     losses = list(flowgraph.cells)
@@ -114,12 +118,16 @@ def check_stats(
                 row = flowgraph.cells[loss]
                 reached = [s for s in reached if row.get(s) != fmt.IGNORED]
             for scope in outermost(reached):
-                events.append(_step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step))
+                events.append(
+                    _step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step)
+                )
             if isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
                 row = flowgraph.cells[loss]
                 quiet = [s for s in _broken_statically(rule, row) if s not in reached]
                 for scope in outermost(quiet):
-                    events.append(_static_event(rule, loss, scope, row[scope], flowgraph, step, STEP))
+                    events.append(
+                        _static_event(rule, loss, scope, row[scope], flowgraph, step, STEP)
+                    )
     return events
 
 
@@ -172,17 +180,24 @@ def _unmatched(
 ) -> fmt.Event | None:
     if not matched:
         return fmt.Event(
-            type=fmt.VIOLATION, name=str(rule), step=step,
+            type=fmt.VIOLATION,
+            name=str(rule),
+            step=step,
             message=f"rule names loss '{rule.loss}' but the run has losses {sorted(losses)}; fix the rule's loss name",
-            loss=rule.loss, evidence={"at": at, "unmatched": "loss", "losses": sorted(losses)},
+            loss=rule.loss,
+            evidence={"at": at, "unmatched": "loss", "losses": sorted(losses)},
         )
     patterns = rule.scopes if isinstance(rule, Only) else (rule.scope,)
     if not _any_match(patterns, tuple(scopes)):
         shown = ", ".join(list(scopes)[:12]) + (", ..." if len(scopes) > 12 else "")
         return fmt.Event(
-            type=fmt.VIOLATION, name=str(rule), step=step,
+            type=fmt.VIOLATION,
+            name=str(rule),
+            step=step,
             message=f"scope pattern {', '.join(patterns)} matches no scope of the run ({shown}); fix the pattern",
-            loss=rule.loss, scope=patterns[0], evidence={"at": at, "unmatched": "scope"},
+            loss=rule.loss,
+            scope=patterns[0],
+            evidence={"at": at, "unmatched": "scope"},
         )
     return None
 
@@ -193,7 +208,13 @@ def _any_match(patterns: tuple[str, ...], scopes: tuple[str, ...]) -> bool:
 
 
 def _static_event(
-    rule: Rule, loss: str, scope: str, state: str, flowgraph: fmt.FlowGraph, step: int, at: str = TRACE
+    rule: Rule,
+    loss: str,
+    scope: str,
+    state: str,
+    flowgraph: fmt.FlowGraph,
+    step: int,
+    at: str = TRACE,
 ) -> fmt.Event:
     evidence: dict = {"at": at, "state": state}
     if state in REACHING_STATES:
@@ -205,7 +226,13 @@ def _static_event(
     else:
         message = f"loss '{loss}' has state {state} on scope '{scope}'"
     return fmt.Event(
-        type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope, evidence=evidence
+        type=fmt.VIOLATION,
+        name=str(rule),
+        step=step,
+        message=message,
+        loss=loss,
+        scope=scope,
+        evidence=evidence,
     )
 
 
@@ -230,7 +257,13 @@ def _step_event(
     if flowgraph is not None and loss in flowgraph.cells:
         message += _add_path(evidence, flowgraph, loss, scope, rule)
     return fmt.Event(
-        type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope, evidence=evidence
+        type=fmt.VIOLATION,
+        name=str(rule),
+        step=step,
+        message=message,
+        loss=loss,
+        scope=scope,
+        evidence=evidence,
     )
 
 
@@ -241,7 +274,9 @@ def _cut_text(edge: fmt.BlockedEdge) -> str:
 
 
 def _cuts_from(flowgraph: fmt.FlowGraph, loss: str, scope: str) -> list[fmt.BlockedEdge]:
-    return [e for e in flowgraph.blocked_edges if e.loss == loss and _within(e.producer_scope, scope)]
+    return [
+        e for e in flowgraph.blocked_edges if e.loss == loss and _within(e.producer_scope, scope)
+    ]
 
 
 def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str, rule: Rule) -> str:
@@ -280,7 +315,13 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str, r
 
 
 def _per_path_hint(
-    evidence: dict, rule: Blocked, loss: str, scope: str, path: list[str], cut: tuple[str, str], edge: fmt.BlockedEdge
+    evidence: dict,
+    rule: Blocked,
+    loss: str,
+    scope: str,
+    path: list[str],
+    cut: tuple[str, str],
+    edge: fmt.BlockedEdge,
 ) -> str:
     """A plain blocked(...) on a scope that a per-path cut already cuts on one
     path (SimSiam's stop_gradient branch) and the loss reaches by another: say
@@ -292,7 +333,9 @@ def _per_path_hint(
     tail = f" by the path {' -> '.join(path)}; the cut {_cut_text(edge)} blocks only another of its paths"
     if suggested is not None:
         evidence["suggested_rule"] = str(suggested)
-        tail += f". If the gradient through {via_scope} is intended, write {suggested} to pin that cut"
+        tail += (
+            f". If the gradient through {via_scope} is intended, write {suggested} to pin that cut"
+        )
     return tail + (
         f"; to block every path, wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
     )
@@ -309,25 +352,39 @@ def _top_outside(node: str, scope: str) -> str:
     return ""
 
 
-def path_rule_events(rule: Blocked, losses: Sequence[str], flowgraph: fmt.FlowGraph, step: int) -> list[fmt.Event]:
+def path_rule_events(
+    rule: Blocked, losses: Sequence[str], flowgraph: fmt.FlowGraph, step: int
+) -> list[fmt.Event]:
     """Violations of `blocked(loss, scope, except_via=...)` over the scope graph:
     an open path avoiding the excepted scopes, or no such path to cut at all."""
     shown = ", ".join(rule.except_via)
     if not flowgraph.path_cuts:
-        return [fmt.Event(
-            type=fmt.VIOLATION, name=str(rule), step=step, loss=rule.loss, scope=rule.scope,
-            message=(
-                "cannot be checked: this FlowGraph was written before tb-gradscope recorded per-path cuts, "
-                "so a cut on one path is not in it; record the run again with this tb-gradscope"
-            ),
-            evidence={"at": TRACE, "unchecked": "path_cuts"},
-        )]
+        return [
+            fmt.Event(
+                type=fmt.VIOLATION,
+                name=str(rule),
+                step=step,
+                loss=rule.loss,
+                scope=rule.scope,
+                message=(
+                    "cannot be checked: this FlowGraph was written before tb-gradscope recorded per-path cuts, "
+                    "so a cut on one path is not in it; record the run again with this tb-gradscope"
+                ),
+                evidence={"at": TRACE, "unchecked": "path_cuts"},
+            )
+        ]
     if not _any_match(rule.except_via, tuple(flowgraph.scopes)):
-        return [fmt.Event(
-            type=fmt.VIOLATION, name=str(rule), step=step, loss=rule.loss, scope=rule.scope,
-            message=f"except_via pattern {shown} matches no scope of the run; fix the pattern",
-            evidence={"at": TRACE, "unmatched": "except_via"},
-        )]
+        return [
+            fmt.Event(
+                type=fmt.VIOLATION,
+                name=str(rule),
+                step=step,
+                loss=rule.loss,
+                scope=rule.scope,
+                message=f"except_via pattern {shown} matches no scope of the run; fix the pattern",
+                evidence={"at": TRACE, "unmatched": "except_via"},
+            )
+        ]
     events = []
     for loss in losses:
         row = flowgraph.cells[loss]
@@ -345,17 +402,27 @@ def path_rule_events(rule: Blocked, losses: Sequence[str], flowgraph: fmt.FlowGr
                     f"({' -> '.join(path)}): missing cut on {cut[0]} -> {cut[1]}{also}; "
                     f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
                 )
-            elif row[scope] == fmt.INDEPENDENT or not path_avoiding(flowgraph, loss, scope, rule.except_via, False)[0]:
+            elif (
+                row[scope] == fmt.INDEPENDENT
+                or not path_avoiding(flowgraph, loss, scope, rule.except_via, False)[0]
+            ):
                 message = (
                     f"loss '{loss}' depends on scope '{scope}' only through {shown} (state {row[scope]}): "
                     "there is no other path, so no cut to keep"
                 )
             else:
                 continue
-            events.append(fmt.Event(
-                type=fmt.VIOLATION, name=str(rule), step=step, message=message, loss=loss, scope=scope,
-                evidence=evidence,
-            ))
+            events.append(
+                fmt.Event(
+                    type=fmt.VIOLATION,
+                    name=str(rule),
+                    step=step,
+                    message=message,
+                    loss=loss,
+                    scope=scope,
+                    evidence=evidence,
+                )
+            )
     return events
 
 
@@ -379,14 +446,23 @@ def _optimizer_must_change(
     target = loss_node_id(flowgraph, loss)
     row = flowgraph.cells.get(loss, {})
     starved = [
-        s for s, state in row.items()
-        if state == fmt.UPDATES and not _within(s, scope) and not _within(scope, s)
-        and _reaches(flowgraph, s, target, loss) and not _reaches(flowgraph, s, target, loss, without=cut)
+        s
+        for s, state in row.items()
+        if state == fmt.UPDATES
+        and not _within(s, scope)
+        and not _within(scope, s)
+        and _reaches(flowgraph, s, target, loss)
+        and not _reaches(flowgraph, s, target, loss, without=cut)
     ]
     if starved:
         shown = ", ".join(repr(s) for s in outermost(starved)[:3])
-        return (f"and a tf.stop_gradient on {cut[0]} -> {cut[1]} would also cut its gradient into {shown}", [loss])
-    others = sorted(o for o, r in flowgraph.cells.items() if o != loss and r.get(scope) == fmt.UPDATES)
+        return (
+            f"and a tf.stop_gradient on {cut[0]} -> {cut[1]} would also cut its gradient into {shown}",
+            [loss],
+        )
+    others = sorted(
+        o for o, r in flowgraph.cells.items() if o != loss and r.get(scope) == fmt.UPDATES
+    )
     if not others:
         return None
     if not mine or any(_optimizer(flowgraph, o) in ("", mine) for o in others):
@@ -404,7 +480,11 @@ def _within(scope: str, root: str) -> bool:
 
 
 def _reaches(
-    flowgraph: fmt.FlowGraph, start: str, target: str | None, loss: str, without: tuple[str, str] | None = None
+    flowgraph: fmt.FlowGraph,
+    start: str,
+    target: str | None,
+    loss: str,
+    without: tuple[str, str] | None = None,
 ) -> bool:
     """Whether the scope graph leads from `start` to `target` on edges not cut
     for `loss` (leaving out the edge `without`)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from tb_gradscope import scopes as scopes_lib
 
@@ -44,9 +44,7 @@ def outermost(scopes: Iterable[str]) -> list[str]:
     """
     chosen = list(dict.fromkeys(scopes))
     present = set(chosen)
-    return [
-        s for s in chosen if not any(a in present for a in scopes_lib.ancestors(s)[:-1])
-    ]
+    return [s for s in chosen if not any(a in present for a in scopes_lib.ancestors(s)[:-1])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,16 +215,22 @@ def _only_from_args(positional: list[str], keywords: dict, text: str) -> Only:
 def _blocked_from_args(positional: list[str], keywords: dict, text: str) -> Blocked:
     unknown = sorted(set(keywords) - {"except_via"})
     if len(positional) != 2 or unknown:
-        raise RuleError(f"rule {text!r}: write blocked(LOSS, SCOPE) or blocked(LOSS, SCOPE, except_via=SCOPE)")
+        raise RuleError(
+            f"rule {text!r}: write blocked(LOSS, SCOPE) or blocked(LOSS, SCOPE, except_via=SCOPE)"
+        )
     value = keywords["except_via"]
     if value.startswith("[") and value.endswith("]"):
         patterns = _split_args(value[1:-1], text) if value[1:-1].strip() else []
     else:
         patterns = [value]
     if not patterns:
-        raise RuleError(f"rule {text!r}: except_via needs at least one scope pattern, e.g. except_via=pred")
+        raise RuleError(
+            f"rule {text!r}: except_via needs at least one scope pattern, e.g. except_via=pred"
+        )
     return Blocked(
-        _pattern(positional[0], text), _pattern(positional[1], text), tuple(_pattern(p, text) for p in patterns)
+        _pattern(positional[0], text),
+        _pattern(positional[1], text),
+        tuple(_pattern(p, text) for p in patterns),
     )
 
 

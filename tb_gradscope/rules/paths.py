@@ -12,7 +12,7 @@ cut is its first edge leaving the subtree. `path_avoiding` finds the paths a
 from __future__ import annotations
 
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
@@ -37,7 +37,8 @@ def gradient_path(
     if target is None:
         return [], None
     inside = {
-        n.id for n in flowgraph.nodes
+        n.id
+        for n in flowgraph.nodes
         if n.kind == NODE_SCOPE and (n.id == scope or n.id.startswith(scope + "/"))
     }
     if not inside:
@@ -100,7 +101,9 @@ def path_avoiding(
         return any(scope_matches(a, p) for a in scopes_lib.ancestors(node) for p in avoid)
 
     scope_nodes = {n.id for n in flowgraph.nodes if n.kind == NODE_SCOPE}
-    inside = {n for n in scope_nodes if (n == scope or n.startswith(scope + "/")) and not avoided(n)}
+    inside = {
+        n for n in scope_nodes if (n == scope or n.startswith(scope + "/")) and not avoided(n)
+    }
     blocked = {n for n in scope_nodes if avoided(n)}
     successors: dict[str, list[str]] = {}
     for edge in flowgraph.edges:

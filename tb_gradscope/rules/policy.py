@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from tb_gradscope.format import Event
 
@@ -34,7 +34,7 @@ class FlowRuleViolation(Exception):
     events: list = []
 
     @classmethod
-    def from_events(cls, events: Sequence[Event]) -> "FlowRuleViolation":
+    def from_events(cls, events: Sequence[Event]) -> FlowRuleViolation:
         listed = list(events)
         lines = "\n".join(f"  step {e.step}: {e.name}: {e.message}" for e in listed)
         error = cls(f"{len(listed)} flow rule violation(s):\n{lines}")
@@ -60,7 +60,9 @@ def apply_policy(events: Sequence[Event], on_violation: str = LOG) -> list[Event
         logger.info("step %d: %s: %s", event.step, event.name, event.message)
     if on_violation == WARN:
         for event in events:
-            warnings.warn(f"step {event.step}: {event.name}: {event.message}", FlowRuleWarning, stacklevel=2)
+            warnings.warn(
+                f"step {event.step}: {event.name}: {event.message}", FlowRuleWarning, stacklevel=2
+            )
     if on_violation == RAISE and events:
         raise FlowRuleViolation.from_events(events)
     return events

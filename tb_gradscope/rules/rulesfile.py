@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 try:
     import tomllib
@@ -86,7 +87,9 @@ def parse_rules_file(path: str | os.PathLike) -> RuleSet:
     except tomllib.TOMLDecodeError as e:
         found = _TOML_LINE.search(str(e))
         line = found.group(1) if found else str(max(1, len(text.splitlines())))
-        message = _TOML_LINE.sub("", str(e)).replace("(at end of document)", "(at end of file)").strip()
+        message = (
+            _TOML_LINE.sub("", str(e)).replace("(at end of document)", "(at end of file)").strip()
+        )
         raise RulesFileError(f"{name}:{line}: invalid TOML: {message}") from None
     return rules_from_document(doc, text, name)
 
@@ -107,21 +110,21 @@ def rules_from_document(doc: Mapping[str, Any], text: str = "", name: str = "<ru
     if policy not in POLICIES:
         line = _line_of(lines, r"^\s*on_violation\s*=")
         raise RulesFileError(
-            f"{name}:{line}: on_violation is "
-            f"{policy!r}; use one of {', '.join(POLICIES)}"
+            f"{name}:{line}: on_violation is {policy!r}; use one of {', '.join(POLICIES)}"
         )
     rules: list[Rule] = []
     compact = doc.get("rules", [])
     if not isinstance(compact, list):
         line = _line_of(lines, r"^\s*rules\s*=")
         raise RulesFileError(
-            f"{name}:{line}: `rules` must be a list of "
-            'strings such as ["never(td, target/*)"]'
+            f'{name}:{line}: `rules` must be a list of strings such as ["never(td, target/*)"]'
         )
     for item in compact:
         line = _line_of(lines, re.escape(str(item)), _line_of(lines, r"^\s*rules\s*="))
         if not isinstance(item, str):
-            raise RulesFileError(f"{name}:{line}: rules entries are strings like \"never(td, target/*)\"")
+            raise RulesFileError(
+                f'{name}:{line}: rules entries are strings like "never(td, target/*)"'
+            )
         try:
             rules.append(parse_rule(item))
         except RuleError as e:
@@ -159,7 +162,9 @@ def _rule_from_table(table: Any) -> Rule:
             scopes = [scopes]
         if not isinstance(scopes, list) or not all(isinstance(s, str) and s for s in scopes):
             raise RuleError("only rule: scopes must be a list of scope patterns")
-        return RULE_KINDS[kind](_text(table, "loss"), tuple(check_pattern(s, "only rule") for s in scopes))
+        return RULE_KINDS[kind](
+            _text(table, "loss"), tuple(check_pattern(s, "only rule") for s in scopes)
+        )
     if kind == "tracks":
         tau, every = table.get("tau"), table.get("every")
         if tau is not None and (isinstance(tau, bool) or not isinstance(tau, (int, float))):
@@ -167,8 +172,10 @@ def _rule_from_table(table: Any) -> Rule:
         if every is not None and (isinstance(every, bool) or not isinstance(every, int)):
             raise RuleError(f"tracks rule: every must be an integer, got {every!r}")
         return RULE_KINDS[kind](
-            _text(table, "target"), _text(table, "online"),
-            None if tau is None else float(tau), every,
+            _text(table, "target"),
+            _text(table, "online"),
+            None if tau is None else float(tau),
+            every,
         )
     if kind == "blocked" and "except_via" in table:
         via = table["except_via"]
@@ -178,7 +185,9 @@ def _rule_from_table(table: Any) -> Rule:
                 f"blocked rule: except_via must be a scope pattern or a list of them, got {table['except_via']!r}"
             )
         return RULE_KINDS[kind](
-            _text(table, "loss"), _text(table, "scope"), tuple(check_pattern(p, "blocked rule") for p in via)
+            _text(table, "loss"),
+            _text(table, "scope"),
+            tuple(check_pattern(p, "blocked rule") for p in via),
         )
     return RULE_KINDS[kind](_text(table, "loss"), _text(table, "scope"))
 
@@ -191,7 +200,9 @@ def _text(table: Mapping[str, Any], key: str) -> str:
             f"[[rule]] per pattern"
         )
     if not isinstance(value, str) or not value:
-        raise RuleError(f"{table.get('kind')} rule: {key} must be a non-empty string, got {value!r}")
+        raise RuleError(
+            f"{table.get('kind')} rule: {key} must be a non-empty string, got {value!r}"
+        )
     return check_pattern(value, f"{table.get('kind')} rule")
 
 

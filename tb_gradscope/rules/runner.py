@@ -12,7 +12,8 @@ host code after a step or from a `tf.py_function` at recorded steps:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,8 +70,13 @@ class RuleChecker:
         reported here (a scope may appear later, when its variables are
         created); typos are reported by `at_trace` and `tb-gradscope check`.
         """
-        tables = {loss: _table(fmt.Kind.GRAD_STATS, loss, scopes, values) for loss, values in grads.items()}
-        update_table = None if updates is None else _table(fmt.Kind.UPDATE_STATS, "", scopes, updates)
+        tables = {
+            loss: _table(fmt.Kind.GRAD_STATS, loss, scopes, values)
+            for loss, values in grads.items()
+        }
+        update_table = (
+            None if updates is None else _table(fmt.Kind.UPDATE_STATS, "", scopes, updates)
+        )
         events = check_stats(self.rules, int(step), tables, update_table, self._flowgraph)
         events = [e for e in events if "unmatched" not in e.evidence]
         return apply_policy(events, self.on_violation)

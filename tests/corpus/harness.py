@@ -18,7 +18,8 @@ import io
 import json
 import math
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,10 @@ class OracleObserver:
             else:
                 t = [np.asarray(v.numpy()) for v in targets]
                 o = [np.asarray(v.numpy()) for v in pair.online]
-            values[pair.name] = ([np.array(x, copy=True) for x in t], [np.array(x, copy=True) for x in o])
+            values[pair.name] = (
+                [np.array(x, copy=True) for x in t],
+                [np.array(x, copy=True) for x in o],
+            )
         self.pair_values[drift_step] = values
 
     def drift_truths(self) -> dict[int, dict[str, oracle.DriftTruth]]:
@@ -155,12 +159,16 @@ class ProductView:
 
             samples = {"gradscope": 10_000}
             provider = providers.python_provider(self.trained.logdir, samples)
-            plugin = GradscopePlugin(base_plugin.TBContext(data_provider=provider, sampling_hints=samples))
+            plugin = GradscopePlugin(
+                base_plugin.TBContext(data_provider=provider, sampling_hints=samples)
+            )
             self._client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
         return self._client
 
     def route(self, route: str, **params: Any) -> dict:
-        response = self.client().get(PLUGIN_PREFIX + route, query_string={"run": self.trained.run, **params})
+        response = self.client().get(
+            PLUGIN_PREFIX + route, query_string={"run": self.trained.run, **params}
+        )
         body = response.get_data(as_text=True)
         if response.status_code != 200:
             raise AssertionError(f"{route} {params} answered {response.status_code}: {body}")
@@ -180,7 +188,11 @@ class ProductView:
 
             out, err = io.StringIO(), io.StringIO()
             args = argparse.Namespace(
-                logdir=self.trained.logdir, run_name=self.trained.run, step=step, format="json", rules=None
+                logdir=self.trained.logdir,
+                run_name=self.trained.run,
+                step=step,
+                format="json",
+                rules=None,
             )
             code = report.run(args, out=out, err=err)
             if code != 0:
@@ -194,7 +206,9 @@ class ProductView:
             from tb_gradscope.commands import check
 
             out, err = io.StringIO(), io.StringIO()
-            args = argparse.Namespace(logdir=self.trained.logdir, rules=None, run_name=self.trained.run)
+            args = argparse.Namespace(
+                logdir=self.trained.logdir, rules=None, run_name=self.trained.run
+            )
             self._check = (check.run(args, out=out, err=err), out.getvalue(), err.getvalue())
         return self._check
 
@@ -248,7 +262,9 @@ def report_disagreements(trained: TrainedShape, view: ProductView) -> list[Disag
     for step in sorted(trained.truths):
         report = view.report(step)
         if report["step"] != step:
-            out.append(Disagreement("report", step, "*", "*", f"step {report['step']}", f"step {step}"))
+            out.append(
+                Disagreement("report", step, "*", "*", f"step {report['step']}", f"step {step}")
+            )
             continue
         out += compare_states(trained, "report", step, report["cells"])
     return out
@@ -284,16 +300,38 @@ def blocked_edge_disagreements(trained: TrainedShape, view: ProductView) -> list
     out = []
     for loss in sorted(truth.states):
         producers = {e["producer_scope"] for e in blocked if e["loss"] == loss}
-        reached = {sc for sc, st in truth.states[loss].items() if st in (oracle.UPDATES, oracle.IGNORED)}
-        live = [(e["src"], e["dst"]) for e in edges if loss not in e["blocked_for"] and e["src"] not in reached]
+        reached = {
+            sc for sc, st in truth.states[loss].items() if st in (oracle.UPDATES, oracle.IGNORED)
+        }
+        live = [
+            (e["src"], e["dst"])
+            for e in edges
+            if loss not in e["blocked_for"] and e["src"] not in reached
+        ]
         every = [(e["src"], e["dst"]) for e in edges]
         for leaf in sorted(truth.blocked_producers(loss)):
             if not producers & _reachable(leaf, every):
-                out.append(Disagreement("blocked_edges", step, loss, leaf, sorted(producers),
-                                        f"a blocked edge downstream of {leaf}"))
+                out.append(
+                    Disagreement(
+                        "blocked_edges",
+                        step,
+                        loss,
+                        leaf,
+                        sorted(producers),
+                        f"a blocked edge downstream of {leaf}",
+                    )
+                )
             if f"loss:{loss}" in _reachable(leaf, live):
-                out.append(Disagreement("blocked_edges", step, loss, leaf,
-                                        f"open path to loss:{loss}", "every path cut"))
+                out.append(
+                    Disagreement(
+                        "blocked_edges",
+                        step,
+                        loss,
+                        leaf,
+                        f"open path to loss:{loss}",
+                        "every path cut",
+                    )
+                )
     return out
 
 
@@ -315,24 +353,46 @@ def path_cut_disagreements(trained: TrainedShape, view: ProductView) -> list[Dis
     for pattern, silenced in sorted(truth.silenced.items()):
         for loss in sorted(truth.states):
             for leaf in sorted({oracle.leaf_scope(name) for name in truth.facts[loss]}):
-                if oracle.under(leaf, pattern) or truth.states[loss][leaf] not in (oracle.UPDATES, oracle.IGNORED):
+                if oracle.under(leaf, pattern) or truth.states[loss][leaf] not in (
+                    oracle.UPDATES,
+                    oracle.IGNORED,
+                ):
                     continue
                 if silenced.states[loss][leaf] != oracle.BLOCKED:
                     continue
                 downstream = _reachable(leaf, every)
                 cuts = [e for e in blocked if e["loss"] == loss and e.get("open_path")]
                 if not any(e["producer_scope"] in downstream for e in cuts):
-                    out.append(Disagreement("path_cuts", step, loss, leaf, sorted(e["producer_scope"] for e in cuts),
-                                            f"a per-path cut downstream of {leaf}, beside the path through {pattern}"))
+                    out.append(
+                        Disagreement(
+                            "path_cuts",
+                            step,
+                            loss,
+                            leaf,
+                            sorted(e["producer_scope"] for e in cuts),
+                            f"a per-path cut downstream of {leaf}, beside the path through {pattern}",
+                        )
+                    )
     for e in blocked:
         path = e.get("open_path") or []
         if not path:
             continue
         states = truth.states.get(e["loss"], {})
-        if path[0] != e["producer_scope"] or path[-1] != f"loss:{e['loss']}" or states.get(
-                e["producer_scope"]) not in (oracle.UPDATES, oracle.IGNORED):
-            out.append(Disagreement("open_path", step, e["loss"], e["producer_scope"], path,
-                                    f"a path the gradient takes (state {states.get(e['producer_scope'])})"))
+        if (
+            path[0] != e["producer_scope"]
+            or path[-1] != f"loss:{e['loss']}"
+            or states.get(e["producer_scope"]) not in (oracle.UPDATES, oracle.IGNORED)
+        ):
+            out.append(
+                Disagreement(
+                    "open_path",
+                    step,
+                    e["loss"],
+                    e["producer_scope"],
+                    path,
+                    f"a path the gradient takes (state {states.get(e['producer_scope'])})",
+                )
+            )
     return out
 
 
@@ -359,14 +419,22 @@ def drift_disagreements(trained: TrainedShape, view: ProductView) -> list[Disagr
                 try:
                     series = view.drift_series(name, scope, stat)
                 except AssertionError as e:
-                    out.append(Disagreement("drift", None, name, scope, str(e)[:120], f"a {stat} series"))
+                    out.append(
+                        Disagreement("drift", None, name, scope, str(e)[:120], f"a {stat} series")
+                    )
                     continue
                 if not series:
-                    out.append(Disagreement("drift", None, name, scope, "no points", f"{stat} series"))
+                    out.append(
+                        Disagreement("drift", None, name, scope, "no points", f"{stat} series")
+                    )
                 for step, have in sorted(series.items()):
                     truth = trained.drifts.get(step, {}).get(name)
                     if truth is None:
-                        out.append(Disagreement("drift", step, name, scope, have, "no target update read here"))
+                        out.append(
+                            Disagreement(
+                                "drift", step, name, scope, have, "no target update read here"
+                            )
+                        )
                         continue
                     want = getattr(truth, stat)[scope]
                     if not _close(have, want):

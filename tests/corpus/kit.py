@@ -7,7 +7,8 @@ not a flow fact) and a few units; data is a pure function of the step.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -23,16 +24,22 @@ def seed(n: int) -> None:
     keras.utils.set_random_seed(n)
 
 
-def mlp(name: str, sizes: Sequence[int], inputs: int = OBS, activation: str = "tanh") -> keras.Sequential:
+def mlp(
+    name: str, sizes: Sequence[int], inputs: int = OBS, activation: str = "tanh"
+) -> keras.Sequential:
     """A Sequential of Dense layers, the last one linear, built on `inputs` features."""
     layers = [keras.Input((inputs,))]
     for i, size in enumerate(sizes):
         last = i == len(sizes) - 1
-        layers.append(keras.layers.Dense(size, activation=None if last else activation, name=f"l{i + 1}"))
+        layers.append(
+            keras.layers.Dense(size, activation=None if last else activation, name=f"l{i + 1}")
+        )
     return keras.Sequential(layers, name=name)
 
 
-def batch(step: int, obs: int = OBS, actions: int = ACTIONS, n: int = BATCH) -> dict[str, tf.Tensor]:
+def batch(
+    step: int, obs: int = OBS, actions: int = ACTIONS, n: int = BATCH
+) -> dict[str, tf.Tensor]:
     """A transition batch that is a pure function of `step`."""
     rng = np.random.default_rng(1000 + step)
     return {
@@ -76,7 +83,10 @@ def loss_probe(
         f = forward()
         pairs = [
             (g, v)
-            for g, v in zip(f.tape.gradient(f.value, variables(), output_gradients=f.output_gradients), variables())
+            for g, v in zip(
+                f.tape.gradient(f.value, variables(), output_gradients=f.output_gradients),
+                variables(),
+            )
             if g is not None
         ]
         if pairs:

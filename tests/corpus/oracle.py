@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -75,7 +76,7 @@ class StepTruth:
 
     facts: Mapping[str, Mapping[str, VariableFacts]]
     states: Mapping[str, Mapping[str, str]]
-    silenced: Mapping[str, "StepTruth"] = dataclasses.field(default_factory=dict)
+    silenced: Mapping[str, StepTruth] = dataclasses.field(default_factory=dict)
 
     def blocked_producers(self, loss: str) -> set[str]:
         """Leaf scopes the loss depends on but gets no gradient from (the
@@ -113,7 +114,7 @@ def named_variables(models: Mapping[str, Any]) -> dict[str, Any]:
             for i in range(len(owners)):  # the longest run of owner names leading the path
                 lead = "/".join(owners[i:]) + "/"
                 if path.startswith(lead):
-                    path = path[len(lead):]
+                    path = path[len(lead) :]
                     break
             out.setdefault("/".join([key] + chain + [path]), v)
     return out
@@ -175,8 +176,10 @@ def tf2_truth(probe: StepProbe) -> StepTruth:
             )
             base = _value(forward.value)
             has_grad = [_nonzero(g) for g in grads]
+
             def value():
                 return _value(loss.forward().value)
+
             found = _dependent(
                 [i for i, g in enumerate(has_grad) if not g],
                 lambda idx: _changes([variables[i] for i in idx], _eager_io, value, base),
@@ -206,12 +209,18 @@ def silenced_truth(probe: StepProbe, pattern: str) -> StepTruth:
         raise AssertionError("the oracle judges except_via rules on TF2 shapes only")
     silenced = [v for n, v in probe.variables.items() if under(leaf_scope(n), pattern)]
     if not any(len(v.shape) >= 2 for v in silenced):
-        raise AssertionError(f"except_via={pattern}: no weight matrix to silence in {sorted(probe.variables)}")
+        raise AssertionError(
+            f"except_via={pattern}: no weight matrix to silence in {sorted(probe.variables)}"
+        )
     saved = [v.numpy().copy() for v in silenced]
     rng = np.random.default_rng(0)
     try:
         for v, value in zip(silenced, saved):
-            quiet = np.zeros_like(value) if value.ndim >= 2 else rng.normal(size=value.shape).astype(value.dtype)
+            quiet = (
+                np.zeros_like(value)
+                if value.ndim >= 2
+                else rng.normal(size=value.shape).astype(value.dtype)
+            )
             v.assign(quiet)
         return tf2_truth(probe)
     finally:
@@ -243,7 +252,9 @@ class _Snapshot:
         for opt in self._optimizers:
             for v in getattr(opt, "variables", ()):
                 if id(v) not in self._known:
-                    v.assign(np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype))
+                    v.assign(
+                        np.zeros(v.shape, v.dtype.name if hasattr(v.dtype, "name") else v.dtype)
+                    )
 
 
 def _dependent(candidates: list[int], changes: Callable[[list[int]], bool]) -> set[int]:
@@ -307,7 +318,9 @@ class TF1Oracle:
         self._grads: dict[int, dict[str, list[Any]]] = {}
 
     def prepare(self, probe: TF1Probe) -> None:
-        graph = probe.session.graph if probe.session is not None else tf.compat.v1.get_default_graph()
+        graph = (
+            probe.session.graph if probe.session is not None else tf.compat.v1.get_default_graph()
+        )
         if id(graph) in self._grads:
             return
         variables = list(probe.variables.values())
@@ -330,8 +343,10 @@ class TF1Oracle:
         with sess.graph.as_default():
             every = tf.compat.v1.global_variables()
         saved = sess.run(every)
+
         def restore():
             return [v.load(value, sess) for v, value in zip(every, saved)]
+
         facts: dict[str, dict[str, VariableFacts]] = {}
         try:
             for name, loss in probe.losses.items():
@@ -345,7 +360,9 @@ class TF1Oracle:
                 io = _session_io(sess)
                 found = _dependent(
                     [i for i, g in enumerate(has_grad) if not g],
-                    lambda idx: _changes([variables[i] for i in idx], io, lambda: sess.run(tensor, feed), base),
+                    lambda idx: _changes(
+                        [variables[i] for i in idx], io, lambda: sess.run(tensor, feed), base
+                    ),
                 )
                 dependent = [g or i in found for i, g in enumerate(has_grad)]
                 before = sess.run(variables)
@@ -354,7 +371,8 @@ class TF1Oracle:
                 restore()
                 moved = [not np.array_equal(b, a) for b, a in zip(before, after)]
                 facts[name] = {
-                    n: VariableFacts(g, d, m) for n, g, d, m in zip(names, has_grad, dependent, moved)
+                    n: VariableFacts(g, d, m)
+                    for n, g, d, m in zip(names, has_grad, dependent, moved)
                 }
         finally:
             restore()
@@ -401,7 +419,11 @@ def rule_holds(rule: str, truth: StepTruth) -> bool | None:
             raise ValueError(f"the oracle silences one except_via scope at a time, not {avoid}")
         judged = truth.silenced[avoid[0]]
         for loss in losses:
-            hit = [st for sc, st in judged.states[loss].items() if matches(sc, args[1]) and not under(sc, avoid[0])]
+            hit = [
+                st
+                for sc, st in judged.states[loss].items()
+                if matches(sc, args[1]) and not under(sc, avoid[0])
+            ]
             if not hit or any(st != BLOCKED for st in hit):
                 return False
         return True

@@ -53,11 +53,19 @@ def _ddpg(leaky: bool):
     def train(logdir, observer):
         kit.seed(3)
         actor, t_actor = kit.mlp("actor", [4, A]), kit.mlp("target_actor", [4, A])
-        critic, t_critic = kit.mlp("critic", [4, 1], OBS + A), kit.mlp("target_critic", [4, 1], OBS + A)
+        critic, t_critic = (
+            kit.mlp("critic", [4, 1], OBS + A),
+            kit.mlp("target_critic", [4, 1], OBS + A),
+        )
         kit.copy_weights(t_actor, actor)
         kit.copy_weights(t_critic, critic)
         a_opt, c_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
-        models = {"actor": actor, "critic": critic, "target_actor": t_actor, "target_critic": t_critic}
+        models = {
+            "actor": actor,
+            "critic": critic,
+            "target_actor": t_actor,
+            "target_critic": t_critic,
+        }
         pairs = [pair_models(t_actor, actor, tau=TAU), pair_models(t_critic, critic, tau=TAU)]
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(DDPG_RULES))
 
@@ -92,17 +100,31 @@ def _ddpg(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [
-                    kit.loss_probe("critic", kit.taped(lambda y: critic_loss(b, y), lambda: pre(b)),
-                                   c_opt, lambda: critic.trainable_variables),
-                    kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)),
-                                   a_opt, lambda: actor.trainable_variables),
-                ],
-                models, [a_opt, c_opt],
-                [kit.pair_probe(pairs[0], t_actor, actor, "target_actor"),
-                 kit.pair_probe(pairs[1], t_critic, critic, "target_critic")],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            "critic",
+                            kit.taped(lambda y: critic_loss(b, y), lambda: pre(b)),
+                            c_opt,
+                            lambda: critic.trainable_variables,
+                        ),
+                        kit.loss_probe(
+                            "actor",
+                            kit.taped(lambda _: actor_loss(b)),
+                            a_opt,
+                            lambda: actor.trainable_variables,
+                        ),
+                    ],
+                    models,
+                    [a_opt, c_opt],
+                    [
+                        kit.pair_probe(pairs[0], t_actor, actor, "target_actor"),
+                        kit.pair_probe(pairs[1], t_critic, critic, "target_critic"),
+                    ],
+                ),
+            )
             train_step(b)
             observer.after(step)
         rec.close()
@@ -126,16 +148,27 @@ def _td3(leaky: bool):
         kit.seed(4)
         actor, t_actor = kit.mlp("actor", [4, A]), kit.mlp("target_actor", [4, A])
         c1, c2 = kit.mlp("critic1", [4, 1], OBS + A), kit.mlp("critic2", [4, 1], OBS + A)
-        t1, t2 = kit.mlp("target_critic1", [4, 1], OBS + A), kit.mlp("target_critic2", [4, 1], OBS + A)
+        t1, t2 = (
+            kit.mlp("target_critic1", [4, 1], OBS + A),
+            kit.mlp("target_critic2", [4, 1], OBS + A),
+        )
         for t, o in ((t_actor, actor), (t1, c1), (t2, c2)):
             kit.copy_weights(t, o)
         a_opt, c_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
-        models = {"actor": actor, "critic1": c1, "critic2": c2,
-                  "target_actor": t_actor, "target_critic1": t1, "target_critic2": t2}
+        models = {
+            "actor": actor,
+            "critic1": c1,
+            "critic2": c2,
+            "target_actor": t_actor,
+            "target_critic1": t1,
+            "target_critic2": t2,
+        }
         pairs = [pair_models(t, o, tau=TAU) for t, o in ((t_actor, actor), (t1, c1), (t2, c2))]
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(TD3_RULES))
+
         def critic_vars():
             return c1.trainable_variables + c2.trainable_variables
+
         def actor_vars():
             return actor.trainable_variables + (c1.trainable_variables if leaky else [])
 
@@ -144,8 +177,9 @@ def _td3(leaky: bool):
             a2 = tf.clip_by_value(tf.tanh(t_actor(b["s2"])) + smooth, -1.0, 1.0)
             q2 = tf.minimum(_q(t1, b["s2"], a2), _q(t2, b["s2"], a2))
             y = tf.stop_gradient(b["r"] + GAMMA * (1.0 - b["done"]) * q2)
-            return (tf.reduce_mean(tf.square(_q(c1, b["s"], b["a_cont"]) - y))
-                    + tf.reduce_mean(tf.square(_q(c2, b["s"], b["a_cont"]) - y)))
+            return tf.reduce_mean(tf.square(_q(c1, b["s"], b["a_cont"]) - y)) + tf.reduce_mean(
+                tf.square(_q(c2, b["s"], b["a_cont"]) - y)
+            )
 
         def actor_loss(b):
             return -tf.reduce_mean(_q(c1, b["s"], tf.tanh(actor(b["s"]))))
@@ -166,15 +200,32 @@ def _td3(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            losses = [kit.loss_probe("critic", kit.taped(lambda _: critic_loss(b)), c_opt, critic_vars)]
+            losses = [
+                kit.loss_probe("critic", kit.taped(lambda _: critic_loss(b)), c_opt, critic_vars)
+            ]
             if step % POLICY_DELAY == 0:
-                losses.append(kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)), a_opt, actor_vars))
-            observer.before(step, _probe(
-                losses, models, [a_opt, c_opt],
-                [kit.pair_probe(p, t, o, n) for p, (t, o, n) in zip(
-                    pairs, ((t_actor, actor, "target_actor"), (t1, c1, "target_critic1"),
-                            (t2, c2, "target_critic2")))],
-            ))
+                losses.append(
+                    kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)), a_opt, actor_vars)
+                )
+            observer.before(
+                step,
+                _probe(
+                    losses,
+                    models,
+                    [a_opt, c_opt],
+                    [
+                        kit.pair_probe(p, t, o, n)
+                        for p, (t, o, n) in zip(
+                            pairs,
+                            (
+                                (t_actor, actor, "target_actor"),
+                                (t1, c1, "target_critic1"),
+                                (t2, c2, "target_critic2"),
+                            ),
+                        )
+                    ],
+                ),
+            )
             with rec.training_step():
                 update_critic(b)
                 if step % POLICY_DELAY == 0:
@@ -225,6 +276,7 @@ def _sac(leaky: bool):
         models = {"pi": pi, "q1": q1, "q2": q2, "target_q1": t1, "target_q2": t2, "alpha": temp}
         pairs = [pair_models(t1, q1, tau=TAU), pair_models(t2, q2, tau=TAU)]
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(SAC_RULES))
+
         def q_vars():
             return q1.trainable_variables + q2.trainable_variables
 
@@ -233,7 +285,9 @@ def _sac(leaky: bool):
             log_std = tf.clip_by_value(log_std, -5.0, 2.0)
             u = mean + tf.exp(log_std) * noise
             a = tf.tanh(u)
-            logp = tf.reduce_sum(-0.5 * tf.square(noise) - log_std - 0.5 * np.log(2 * np.pi), axis=1)
+            logp = tf.reduce_sum(
+                -0.5 * tf.square(noise) - log_std - 0.5 * np.log(2 * np.pi), axis=1
+            )
             return a, logp - tf.reduce_sum(tf.math.log(1.0 - tf.square(a) + 1e-6), axis=1)
 
         def q_loss(b):
@@ -241,8 +295,9 @@ def _sac(leaky: bool):
             a2, logp2 = sample(b["s2"], b["noise"][::-1])
             soft = tf.minimum(_q(t1, b["s2"], a2), _q(t2, b["s2"], a2)) - alpha * logp2
             y = tf.stop_gradient(b["r"] + GAMMA * (1.0 - b["done"]) * soft)
-            return (tf.reduce_mean(tf.square(_q(q1, b["s"], b["a_cont"]) - y))
-                    + tf.reduce_mean(tf.square(_q(q2, b["s"], b["a_cont"]) - y)))
+            return tf.reduce_mean(tf.square(_q(q1, b["s"], b["a_cont"]) - y)) + tf.reduce_mean(
+                tf.square(_q(q2, b["s"], b["a_cont"]) - y)
+            )
 
         def pi_loss(b):
             a, logp = sample(b["s"], b["noise"])
@@ -273,17 +328,32 @@ def _sac(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [
-                    kit.loss_probe("q", kit.taped(lambda _: q_loss(b)), q_opt, q_vars),
-                    kit.loss_probe("pi", kit.taped(lambda _: pi_loss(b)), pi_opt,
-                                   lambda: pi.trainable_variables),
-                    kit.loss_probe("alpha", kit.taped(lambda _: alpha_loss(b)), alpha_opt,
-                                   lambda: [temp.log_alpha]),
-                ],
-                models, [q_opt, pi_opt, alpha_opt],
-                [kit.pair_probe(pairs[0], t1, q1, "target_q1"), kit.pair_probe(pairs[1], t2, q2, "target_q2")],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe("q", kit.taped(lambda _: q_loss(b)), q_opt, q_vars),
+                        kit.loss_probe(
+                            "pi",
+                            kit.taped(lambda _: pi_loss(b)),
+                            pi_opt,
+                            lambda: pi.trainable_variables,
+                        ),
+                        kit.loss_probe(
+                            "alpha",
+                            kit.taped(lambda _: alpha_loss(b)),
+                            alpha_opt,
+                            lambda: [temp.log_alpha],
+                        ),
+                    ],
+                    models,
+                    [q_opt, pi_opt, alpha_opt],
+                    [
+                        kit.pair_probe(pairs[0], t1, q1, "target_q1"),
+                        kit.pair_probe(pairs[1], t2, q2, "target_q2"),
+                    ],
+                ),
+            )
             train_step(b)
             observer.after(step)
         rec.close()
@@ -314,7 +384,10 @@ def _shared_trunk(leaky: bool):
             if not leaky:
                 adv = tf.stop_gradient(adv)
             logp = tf.gather(tf.nn.log_softmax(logits), b["a"], axis=1, batch_dims=1)
-            return {"actor": -tf.reduce_mean(logp * adv), "critic": tf.reduce_mean(tf.square(b["r"] - v))}
+            return {
+                "actor": -tf.reduce_mean(logp * adv),
+                "critic": tf.reduce_mean(tf.square(b["r"] - v)),
+            }
 
         @tf.function
         def train_step(b):
@@ -324,11 +397,22 @@ def _shared_trunk(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe(n, kit.taped(lambda _, n=n: losses(b)[n]), opt, lambda: ac.trainable_variables)
-                 for n in ("actor", "critic")],
-                {"ac": ac}, [opt],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            n,
+                            kit.taped(lambda _, n=n: losses(b)[n]),
+                            opt,
+                            lambda: ac.trainable_variables,
+                        )
+                        for n in ("actor", "critic")
+                    ],
+                    {"ac": ac},
+                    [opt],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -369,11 +453,27 @@ def _a2c(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)), a_opt, lambda: actor.trainable_variables),
-                 kit.loss_probe("critic", kit.taped(lambda _: critic_loss(b)), c_opt, lambda: critic.trainable_variables)],
-                models, [a_opt, c_opt],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            "actor",
+                            kit.taped(lambda _: actor_loss(b)),
+                            a_opt,
+                            lambda: actor.trainable_variables,
+                        ),
+                        kit.loss_probe(
+                            "critic",
+                            kit.taped(lambda _: critic_loss(b)),
+                            c_opt,
+                            lambda: critic.trainable_variables,
+                        ),
+                    ],
+                    models,
+                    [a_opt, c_opt],
+                ),
+            )
             train_step(b)
             observer.after(step)
         rec.close()
@@ -382,24 +482,84 @@ def _a2c(leaky: bool):
 
 
 SHAPES = [
-    Shape("ddpg", TF_FUNCTION, _ddpg(False), DDPG_RULES,
-          note="DDPG: backup before the critic tape, two tapes, two optimizers, Polyak, one training_step"),
-    Shape("ddpg_leaky", TF_FUNCTION, _ddpg(True), DDPG_RULES, advice=("stop_gradient",), mutant_of="ddpg",
-          note="backup computed inside the critic tape without stop_gradient"),
-    Shape("td3", EAGER, _td3(False), TD3_RULES,
-          note="TD3: twin critics, actor every 2nd step, training_step around two tf.functions"),
-    Shape("td3_leaky", EAGER, _td3(True), TD3_RULES, advice=("var_list",), mutant_of="td3",
-          note="the actor's optimizer also given critic1"),
-    Shape("sac", TF_FUNCTION, _sac(False), SAC_RULES,
-          note="SAC: twin Q, one stop_gradient on the backup, temperature with its own optimizer"),
-    Shape("sac_leaky", TF_FUNCTION, _sac(True), SAC_RULES, advice=("stop_gradient",), mutant_of="sac",
-          note="temperature loss without stop_gradient on log pi"),
-    Shape("actor_critic", TF_FUNCTION, _shared_trunk(False), AC_RULES,
-          note="shared trunk, actor + critic summed, one optimizer"),
-    Shape("actor_critic_leaky", TF_FUNCTION, _shared_trunk(True), AC_RULES, advice=("stop_gradient",), mutant_of="actor_critic",
-          note="advantage without stop_gradient"),
-    Shape("a2c", TF_FUNCTION, _a2c(False), A2C_RULES,
-          note="A2C: separate networks, one persistent tape, two optimizers in one training_step"),
-    Shape("a2c_leaky", TF_FUNCTION, _a2c(True), A2C_RULES, advice=("stop_gradient",), mutant_of="a2c",
-          note="advantage without stop_gradient"),
+    Shape(
+        "ddpg",
+        TF_FUNCTION,
+        _ddpg(False),
+        DDPG_RULES,
+        note="DDPG: backup before the critic tape, two tapes, two optimizers, Polyak, one training_step",
+    ),
+    Shape(
+        "ddpg_leaky",
+        TF_FUNCTION,
+        _ddpg(True),
+        DDPG_RULES,
+        advice=("stop_gradient",),
+        mutant_of="ddpg",
+        note="backup computed inside the critic tape without stop_gradient",
+    ),
+    Shape(
+        "td3",
+        EAGER,
+        _td3(False),
+        TD3_RULES,
+        note="TD3: twin critics, actor every 2nd step, training_step around two tf.functions",
+    ),
+    Shape(
+        "td3_leaky",
+        EAGER,
+        _td3(True),
+        TD3_RULES,
+        advice=("var_list",),
+        mutant_of="td3",
+        note="the actor's optimizer also given critic1",
+    ),
+    Shape(
+        "sac",
+        TF_FUNCTION,
+        _sac(False),
+        SAC_RULES,
+        note="SAC: twin Q, one stop_gradient on the backup, temperature with its own optimizer",
+    ),
+    Shape(
+        "sac_leaky",
+        TF_FUNCTION,
+        _sac(True),
+        SAC_RULES,
+        advice=("stop_gradient",),
+        mutant_of="sac",
+        note="temperature loss without stop_gradient on log pi",
+    ),
+    Shape(
+        "actor_critic",
+        TF_FUNCTION,
+        _shared_trunk(False),
+        AC_RULES,
+        note="shared trunk, actor + critic summed, one optimizer",
+    ),
+    Shape(
+        "actor_critic_leaky",
+        TF_FUNCTION,
+        _shared_trunk(True),
+        AC_RULES,
+        advice=("stop_gradient",),
+        mutant_of="actor_critic",
+        note="advantage without stop_gradient",
+    ),
+    Shape(
+        "a2c",
+        TF_FUNCTION,
+        _a2c(False),
+        A2C_RULES,
+        note="A2C: separate networks, one persistent tape, two optimizers in one training_step",
+    ),
+    Shape(
+        "a2c_leaky",
+        TF_FUNCTION,
+        _a2c(True),
+        A2C_RULES,
+        advice=("stop_gradient",),
+        mutant_of="a2c",
+        note="advantage without stop_gradient",
+    ),
 ]

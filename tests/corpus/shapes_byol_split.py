@@ -24,23 +24,39 @@ RULES = ("only(byol, [encoder, projector, predictor])", "blocked(byol, target_*)
 
 
 def _cosine_loss(p, z):
-    return tf.reduce_mean(2.0 - 2.0 * tf.reduce_sum(tf.math.l2_normalize(p, 1) * tf.math.l2_normalize(z, 1), 1))
+    return tf.reduce_mean(
+        2.0 - 2.0 * tf.reduce_sum(tf.math.l2_normalize(p, 1) * tf.math.l2_normalize(z, 1), 1)
+    )
 
 
 def _split_applies():
     def train(logdir, observer):
         kit.seed(9)
         encoder, target_encoder = kit.mlp("encoder", [5, 4]), kit.mlp("target_encoder", [5, 4])
-        projector, target_projector = kit.mlp("projector", [3], inputs=4), kit.mlp("target_projector", [3], inputs=4)
+        projector, target_projector = (
+            kit.mlp("projector", [3], inputs=4),
+            kit.mlp("target_projector", [3], inputs=4),
+        )
         predictor = kit.mlp("predictor", [3], inputs=3)
         kit.copy_weights(target_encoder, encoder)
         kit.copy_weights(target_projector, projector)
         opt = keras.optimizers.Adam(0.01)
-        parts = lambda: [encoder.trainable_variables, projector.trainable_variables,  # noqa: E731
-                         predictor.trainable_variables]
+
+        def parts():
+            return [
+                encoder.trainable_variables,
+                projector.trainable_variables,
+                predictor.trainable_variables,
+            ]
+
         opt.build([v for part in parts() for v in part])
-        models = {"encoder": encoder, "projector": projector, "predictor": predictor,
-                  "target_encoder": target_encoder, "target_projector": target_projector}
+        models = {
+            "encoder": encoder,
+            "projector": projector,
+            "predictor": predictor,
+            "target_encoder": target_encoder,
+            "target_projector": target_projector,
+        }
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(RULES))
 
         def teacher(b):
@@ -56,8 +72,11 @@ def _split_applies():
                 loss = byol_loss(b, z)
             grads = tape.gradient(loss, parts())
             with rec.training_step():
-                rec.record_gradients({"byol": [gv for g, v in zip(grads, parts()) for gv in zip(g, v)]},
-                                     losses={"byol": loss}, tape=tape)
+                rec.record_gradients(
+                    {"byol": [gv for g, v in zip(grads, parts()) for gv in zip(g, v)]},
+                    losses={"byol": loss},
+                    tape=tape,
+                )
                 for part_grads, part in zip(grads, parts()):
                     opt.apply_gradients(zip(part_grads, part))
             kit.polyak(target_encoder, encoder, TAU)
@@ -65,11 +84,21 @@ def _split_applies():
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, StepProbe(
-                [kit.loss_probe("byol", kit.taped(lambda z: byol_loss(b, z), lambda: teacher(b)), opt,
-                                lambda: [v for part in parts() for v in part])],
-                kit.variables_of(models), [opt],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(
+                            "byol",
+                            kit.taped(lambda z: byol_loss(b, z), lambda: teacher(b)),
+                            opt,
+                            lambda: [v for part in parts() for v in part],
+                        )
+                    ],
+                    kit.variables_of(models),
+                    [opt],
+                ),
+            )
             train_step(b)
             observer.after(step)
         assert int(opt.iterations.numpy()) == 3 * 4 and int(rec.step.numpy()) == 4
@@ -79,7 +108,12 @@ def _split_applies():
 
 
 SHAPES = [
-    Shape("byol_split_applies", TF_FUNCTION, _split_applies(), RULES,
-          note="BYOL, one optimizer applied to encoder, projector and predictor in turn; "
-               "record_gradients inside training_step()"),
+    Shape(
+        "byol_split_applies",
+        TF_FUNCTION,
+        _split_applies(),
+        RULES,
+        note="BYOL, one optimizer applied to encoder, projector and predictor in turn; "
+        "record_gradients inside training_step()",
+    ),
 ]

@@ -21,7 +21,10 @@ from tb_gradscope.record import Recorder
 from tests.corpus import kit
 from tests.corpus.spec import TF_FUNCTION, Shape, StepProbe
 
-SIMSIAM_RULES = ("blocked(simsiam, encoder/*, except_via=predictor)", "only(simsiam, [encoder, predictor])")
+SIMSIAM_RULES = (
+    "blocked(simsiam, encoder/*, except_via=predictor)",
+    "only(simsiam, [encoder, predictor])",
+)
 
 
 def _negative_cosine(p, z):
@@ -38,8 +41,10 @@ def _simsiam(leaky: bool, symmetric: bool = True):
         opt = keras.optimizers.SGD(0.05)
         models = {"encoder": encoder, "predictor": predictor}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(SIMSIAM_RULES))
+
         def var_list():
             return encoder.trainable_variables + predictor.trainable_variables
+
         target = (lambda t: t) if leaky else tf.stop_gradient
 
         def simsiam_loss(b):
@@ -58,10 +63,18 @@ def _simsiam(leaky: bool, symmetric: bool = True):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, StepProbe(
-                [kit.loss_probe("simsiam", kit.taped(lambda _: simsiam_loss(b)), opt, var_list)],
-                kit.variables_of(models), [opt],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(
+                            "simsiam", kit.taped(lambda _: simsiam_loss(b)), opt, var_list
+                        )
+                    ],
+                    kit.variables_of(models),
+                    [opt],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -70,11 +83,28 @@ def _simsiam(leaky: bool, symmetric: bool = True):
 
 
 SHAPES = [
-    Shape("simsiam", TF_FUNCTION, _simsiam(False), SIMSIAM_RULES,
-          note="SimSiam: symmetric loss, each side's embedding behind stop_gradient, the encoder learns "
-               "through the predictor only"),
-    Shape("simsiam_leaky", TF_FUNCTION, _simsiam(True), SIMSIAM_RULES, mutant_of="simsiam",
-          advice=("stop_gradient",), note="no stop_gradient: the encoder also learns by the direct path"),
-    Shape("simsiam_one_sided", TF_FUNCTION, _simsiam(False, symmetric=False), SIMSIAM_RULES,
-          note="BYOL/SimSiam style: the predictor on one side only, the other view behind stop_gradient"),
+    Shape(
+        "simsiam",
+        TF_FUNCTION,
+        _simsiam(False),
+        SIMSIAM_RULES,
+        note="SimSiam: symmetric loss, each side's embedding behind stop_gradient, the encoder learns "
+        "through the predictor only",
+    ),
+    Shape(
+        "simsiam_leaky",
+        TF_FUNCTION,
+        _simsiam(True),
+        SIMSIAM_RULES,
+        mutant_of="simsiam",
+        advice=("stop_gradient",),
+        note="no stop_gradient: the encoder also learns by the direct path",
+    ),
+    Shape(
+        "simsiam_one_sided",
+        TF_FUNCTION,
+        _simsiam(False, symmetric=False),
+        SIMSIAM_RULES,
+        note="BYOL/SimSiam style: the predictor on one side only, the other view behind stop_gradient",
+    ),
 ]

@@ -55,9 +55,16 @@ def _ddpg_two_tower():
         kit.copy_weights(t_actor, actor)
         kit.copy_weights(t_critic, critic)
         a_opt, c_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
-        models = {"actor": actor, "critic": critic, "target_actor": t_actor, "target_critic": t_critic}
+        models = {
+            "actor": actor,
+            "critic": critic,
+            "target_actor": t_actor,
+            "target_critic": t_critic,
+        }
         pairs = [pair_models(t_actor, actor, tau=TAU), pair_models(t_critic, critic, tau=TAU)]
-        rec = Recorder(logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(TWO_TOWER_RULES))
+        rec = Recorder(
+            logdir, every_n_steps=1, models=models, pairs=pairs, rules=list(TWO_TOWER_RULES)
+        )
 
         def backup(b):
             a2 = tf.tanh(t_actor(b["s2"]))
@@ -85,17 +92,31 @@ def _ddpg_two_tower():
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [
-                    kit.loss_probe("critic", kit.taped(lambda y: critic_loss(b, y), lambda: backup(b)),
-                                   c_opt, lambda: critic.trainable_variables),
-                    kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)),
-                                   a_opt, lambda: actor.trainable_variables),
-                ],
-                models, [a_opt, c_opt],
-                [kit.pair_probe(pairs[0], t_actor, actor, "target_actor"),
-                 kit.pair_probe(pairs[1], t_critic, critic, "target_critic")],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            "critic",
+                            kit.taped(lambda y: critic_loss(b, y), lambda: backup(b)),
+                            c_opt,
+                            lambda: critic.trainable_variables,
+                        ),
+                        kit.loss_probe(
+                            "actor",
+                            kit.taped(lambda _: actor_loss(b)),
+                            a_opt,
+                            lambda: actor.trainable_variables,
+                        ),
+                    ],
+                    models,
+                    [a_opt, c_opt],
+                    [
+                        kit.pair_probe(pairs[0], t_actor, actor, "target_actor"),
+                        kit.pair_probe(pairs[1], t_critic, critic, "target_critic"),
+                    ],
+                ),
+            )
             train_step(b)
             observer.after(step)
         rec.close()
@@ -130,8 +151,14 @@ def _rollout_ac(leaky: bool, analyze: bool):
         kit.seed(32)
         x = keras.Input((OBS,))
         h = keras.layers.Dense(5, activation="tanh", name="trunk")(x)
-        ac = keras.Model(x, [keras.layers.Dense(A, name="actor_head")(h), keras.layers.Dense(1, name="critic_head")(h)],
-                         name="ac")
+        ac = keras.Model(
+            x,
+            [
+                keras.layers.Dense(A, name="actor_head")(h),
+                keras.layers.Dense(1, name="critic_head")(h),
+            ],
+            name="ac",
+        )
         opt = keras.optimizers.SGD(0.05)
         rec = Recorder(logdir, every_n_steps=1, models={"ac": ac}, rules=list(ROLLOUT_RULES))
         env = Env()
@@ -144,7 +171,9 @@ def _rollout_ac(leaky: bool, analyze: bool):
             logps, values, rewards = [], [], []
             for t in range(HORIZON):
                 logits, value = ac(obs[None])
-                action = tf.argmax(logits[0] + gumbel[t])  # a sample (Gumbel-max), noise drawn outside
+                action = tf.argmax(
+                    logits[0] + gumbel[t]
+                )  # a sample (Gumbel-max), noise drawn outside
                 logps.append(tf.gather(tf.nn.log_softmax(logits[0]), action))
                 values.append(value[0, 0])
                 obs, reward = env_step(t)
@@ -157,8 +186,10 @@ def _rollout_ac(leaky: bool, analyze: bool):
             advantage = returns - values
             if not leaky:
                 advantage = tf.stop_gradient(advantage)
-            return {"actor": -tf.reduce_mean(tf.stack(logps) * advantage),
-                    "critic": tf.reduce_mean(tf.square(returns - values))}
+            return {
+                "actor": -tf.reduce_mean(tf.stack(logps) * advantage),
+                "critic": tf.reduce_mean(tf.square(returns - values)),
+            }
 
         def train_episode(obs, gumbel):
             with rec.tape() as tape:
@@ -177,11 +208,19 @@ def _rollout_ac(leaky: bool, analyze: bool):
             def forward_of(name, step=step, gumbel=gumbel):
                 return lambda _: rollout_losses(tf.constant(env.reset(step)), gumbel)[name]
 
-            observer.before(step, _probe(
-                [kit.loss_probe(n, kit.taped(forward_of(n)), opt, lambda: ac.trainable_variables)
-                 for n in ("actor", "critic")],
-                {"ac": ac}, [opt],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            n, kit.taped(forward_of(n)), opt, lambda: ac.trainable_variables
+                        )
+                        for n in ("actor", "critic")
+                    ],
+                    {"ac": ac},
+                    [opt],
+                ),
+            )
             train_episode(tf.constant(env.reset(step)), gumbel)
             observer.after(step + 1)
         rec.close()
@@ -190,15 +229,44 @@ def _rollout_ac(leaky: bool, analyze: bool):
 
 
 SHAPES = [
-    Shape("ddpg_two_tower", TF_FUNCTION, _ddpg_two_tower(), TWO_TOWER_RULES,
-          note="DDPG whose critic has a state tower and an action tower; the actor learns through it"),
-    Shape("eager_rollout_ac", EAGER, _rollout_ac(False, False), ROLLOUT_RULES, has_flowgraph=False,
-          note="eager shared-trunk actor-critic, one tape around the rollout, never traced"),
-    Shape("eager_rollout_ac_leaky", EAGER, _rollout_ac(True, False), ROLLOUT_RULES, has_flowgraph=False,
-          mutant_of="eager_rollout_ac", note="advantage without stop_gradient: the actor trains the critic head"),
-    Shape("eager_rollout_ac_analyzed", EAGER, _rollout_ac(False, True), ROLLOUT_RULES,
-          note="the same loop, its own episode function traced once by rec.analyze"),
-    Shape("eager_rollout_ac_analyzed_leaky", EAGER, _rollout_ac(True, True), ROLLOUT_RULES,
-          mutant_of="eager_rollout_ac_analyzed", advice=("stop_gradient",),
-          note="advantage without stop_gradient: the actor trains the critic head"),
+    Shape(
+        "ddpg_two_tower",
+        TF_FUNCTION,
+        _ddpg_two_tower(),
+        TWO_TOWER_RULES,
+        note="DDPG whose critic has a state tower and an action tower; the actor learns through it",
+    ),
+    Shape(
+        "eager_rollout_ac",
+        EAGER,
+        _rollout_ac(False, False),
+        ROLLOUT_RULES,
+        has_flowgraph=False,
+        note="eager shared-trunk actor-critic, one tape around the rollout, never traced",
+    ),
+    Shape(
+        "eager_rollout_ac_leaky",
+        EAGER,
+        _rollout_ac(True, False),
+        ROLLOUT_RULES,
+        has_flowgraph=False,
+        mutant_of="eager_rollout_ac",
+        note="advantage without stop_gradient: the actor trains the critic head",
+    ),
+    Shape(
+        "eager_rollout_ac_analyzed",
+        EAGER,
+        _rollout_ac(False, True),
+        ROLLOUT_RULES,
+        note="the same loop, its own episode function traced once by rec.analyze",
+    ),
+    Shape(
+        "eager_rollout_ac_analyzed_leaky",
+        EAGER,
+        _rollout_ac(True, True),
+        ROLLOUT_RULES,
+        mutant_of="eager_rollout_ac_analyzed",
+        advice=("stop_gradient",),
+        note="advantage without stop_gradient: the actor trains the critic head",
+    ),
 ]

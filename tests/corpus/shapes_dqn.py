@@ -31,6 +31,7 @@ def _dqn(leaky: bool):
         models = {"online": online, "target": target}
         pair = pair_models(target, online, every=COPY_EVERY)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(RULES))
+
         def var_list():
             return online.trainable_variables + (target.trainable_variables if leaky else [])
 
@@ -54,10 +55,15 @@ def _dqn(leaky: bool):
         for step in range(4):
             b = kit.batch(step)
             forward = kit.taped(lambda _: td_loss(b))
-            observer.before(step, StepProbe(
-                [kit.loss_probe("td", forward, opt, var_list)],
-                kit.variables_of(models), [opt], [kit.pair_probe(pair, target, online, "target")],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [kit.loss_probe("td", forward, opt, var_list)],
+                    kit.variables_of(models),
+                    [opt],
+                    [kit.pair_probe(pair, target, online, "target")],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -74,6 +80,7 @@ def _double_dqn(leaky: bool):
         models = {"online": online, "target": target}
         pair = pair_models(target, online, every=COPY_EVERY)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(RULES))
+
         def var_list():
             return online.trainable_variables + (target.trainable_variables if leaky else [])
 
@@ -106,10 +113,15 @@ def _double_dqn(leaky: bool):
         for step in range(4):
             b = kit.batch(step)
             forward = kit.taped(lambda pre: td_loss(b, pre), lambda: before(b))
-            observer.before(step, StepProbe(
-                [kit.loss_probe("td", forward, opt, var_list)],
-                kit.variables_of(models), [opt], [kit.pair_probe(pair, target, online, "target")],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [kit.loss_probe("td", forward, opt, var_list)],
+                    kit.variables_of(models),
+                    [opt],
+                    [kit.pair_probe(pair, target, online, "target")],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -118,12 +130,34 @@ def _double_dqn(leaky: bool):
 
 
 SHAPES = [
-    Shape("dqn", TF_FUNCTION, _dqn(False), RULES,
-          note="DQN, TD target behind stop_gradient inside the tape, hard copy every 2 steps"),
-    Shape("dqn_leaky", TF_FUNCTION, _dqn(True), RULES, mutant_of="dqn",
-          note="no stop_gradient, optimizer over online + target"),
-    Shape("double_dqn", TF_FUNCTION, _double_dqn(False), RULES,
-          note="Double DQN: argmax by online, value by target, both before the tape"),
-    Shape("double_dqn_leaky", TF_FUNCTION, _double_dqn(True), RULES, mutant_of="double_dqn",
-          note="target evaluated inside the tape, optimizer over both networks"),
+    Shape(
+        "dqn",
+        TF_FUNCTION,
+        _dqn(False),
+        RULES,
+        note="DQN, TD target behind stop_gradient inside the tape, hard copy every 2 steps",
+    ),
+    Shape(
+        "dqn_leaky",
+        TF_FUNCTION,
+        _dqn(True),
+        RULES,
+        mutant_of="dqn",
+        note="no stop_gradient, optimizer over online + target",
+    ),
+    Shape(
+        "double_dqn",
+        TF_FUNCTION,
+        _double_dqn(False),
+        RULES,
+        note="Double DQN: argmax by online, value by target, both before the tape",
+    ),
+    Shape(
+        "double_dqn_leaky",
+        TF_FUNCTION,
+        _double_dqn(True),
+        RULES,
+        mutant_of="double_dqn",
+        note="target evaluated inside the tape, optimizer over both networks",
+    ),
 ]

@@ -54,7 +54,9 @@ def _multi_output(leaky: bool):
             "aux": keras.layers.Dense(1, name="aux")(h if leaky else keras.ops.stop_gradient(h)),
         }
         model = keras.Model(x, outputs, name="agent")
-        model.compile(keras.optimizers.SGD(0.05), loss={"q": "mse", "aux": "mse"}, loss_weights=WEIGHTS)
+        model.compile(
+            keras.optimizers.SGD(0.05), loss={"q": "mse", "aux": "mse"}, loss_weights=WEIGHTS
+        )
         b = kit.batch(0)
         ys = {"q": b["y"], "aux": b["r"][:, None]}
 
@@ -66,14 +68,29 @@ def _multi_output(leaky: bool):
 
         def probe():
             return StepProbe(
-                [kit.loss_probe(n, lambda n=n: forward(n), model.optimizer, lambda: model.trainable_variables)
-                 for n in ("q", "aux")],
-                kit.variables_of({"agent": model}), [model.optimizer],
+                [
+                    kit.loss_probe(
+                        n,
+                        lambda n=n: forward(n),
+                        model.optimizer,
+                        lambda: model.trainable_variables,
+                    )
+                    for n in ("q", "aux")
+                ],
+                kit.variables_of({"agent": model}),
+                [model.optimizer],
             )
 
         callback = GradscopeCallback(logdir, every_n_batches=1, rules=list(MULTI_RULES))
-        model.fit(b["s"], ys, batch_size=kit.BATCH, epochs=STEPS, shuffle=False, verbose=0,
-                  callbacks=[_Watch(observer, probe), callback])
+        model.fit(
+            b["s"],
+            ys,
+            batch_size=kit.BATCH,
+            epochs=STEPS,
+            shuffle=False,
+            verbose=0,
+            callbacks=[_Watch(observer, probe), callback],
+        )
         callback.detach()
 
     return train
@@ -110,7 +127,9 @@ class GAN(keras.Model):
         return _bce(self.discriminator(self.generator(noise)), 1.0)
 
     def g_variables(self):
-        return self.generator.trainable_weights + (self.discriminator.trainable_weights if self.leaky else [])
+        return self.generator.trainable_weights + (
+            self.discriminator.trainable_weights if self.leaky else []
+        )
 
     def train_step(self, data):
         real, noise = data["real"], data["noise"]
@@ -137,12 +156,19 @@ def _fit_gan(leaky: bool):
         def probe():
             def d_forward():
                 return _taped(lambda: gan.d_loss(data["real"], data["noise"]))
+
             def g_forward():
                 return _taped(lambda: gan.g_loss(data["noise"]))
+
             return StepProbe(
-                [kit.loss_probe("d_loss", d_forward, d_opt, lambda: gan.discriminator.trainable_weights),
-                 kit.loss_probe("g_loss", g_forward, g_opt, gan.g_variables)],
-                kit.variables_of({"gan": gan}), [d_opt, g_opt],
+                [
+                    kit.loss_probe(
+                        "d_loss", d_forward, d_opt, lambda: gan.discriminator.trainable_weights
+                    ),
+                    kit.loss_probe("g_loss", g_forward, g_opt, gan.g_variables),
+                ],
+                kit.variables_of({"gan": gan}),
+                [d_opt, g_opt],
             )
 
         callback = GradscopeCallback(logdir, every_n_batches=1, rules=list(GAN_RULES))
@@ -160,12 +186,36 @@ def _taped(fn) -> Forward:
 
 
 SHAPES = [
-    Shape("fit_multi_output", KERAS_FIT, _multi_output(False), MULTI_RULES,
-          note="Keras fit, two outputs with weighted compiled losses, aux head behind stop_gradient"),
-    Shape("fit_multi_output_leaky", KERAS_FIT, _multi_output(True), MULTI_RULES, advice=("stop_gradient",), mutant_of="fit_multi_output",
-          note="aux head without stop_gradient"),
-    Shape("fit_gan", KERAS_FIT, _fit_gan(False), GAN_RULES,
-          note="Keras fit, GAN with a custom train_step and two optimizers"),
-    Shape("fit_gan_leaky", KERAS_FIT, _fit_gan(True), GAN_RULES, advice=("var_list",), mutant_of="fit_gan",
-          note="the generator's optimizer over both networks"),
+    Shape(
+        "fit_multi_output",
+        KERAS_FIT,
+        _multi_output(False),
+        MULTI_RULES,
+        note="Keras fit, two outputs with weighted compiled losses, aux head behind stop_gradient",
+    ),
+    Shape(
+        "fit_multi_output_leaky",
+        KERAS_FIT,
+        _multi_output(True),
+        MULTI_RULES,
+        advice=("stop_gradient",),
+        mutant_of="fit_multi_output",
+        note="aux head without stop_gradient",
+    ),
+    Shape(
+        "fit_gan",
+        KERAS_FIT,
+        _fit_gan(False),
+        GAN_RULES,
+        note="Keras fit, GAN with a custom train_step and two optimizers",
+    ),
+    Shape(
+        "fit_gan_leaky",
+        KERAS_FIT,
+        _fit_gan(True),
+        GAN_RULES,
+        advice=("var_list",),
+        mutant_of="fit_gan",
+        note="the generator's optimizer over both networks",
+    ),
 ]

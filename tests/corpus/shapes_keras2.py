@@ -77,14 +77,18 @@ class WGAN(keras.Model):
 
     def d_loss(self, real, z, alpha):
         fake = self.generator(z, training=True)
-        cost = tf.reduce_mean(self.critic(fake, training=True)) - tf.reduce_mean(self.critic(real, training=True))
+        cost = tf.reduce_mean(self.critic(fake, training=True)) - tf.reduce_mean(
+            self.critic(real, training=True)
+        )
         return cost + GP_WEIGHT * self.gradient_penalty(real, fake, alpha)
 
     def g_loss(self, z):
         return -tf.reduce_mean(self.critic(self.generator(z, training=True), training=True))
 
     def d_variables(self):
-        return self.critic.trainable_variables + (self.generator.trainable_variables if self.leaky else [])
+        return self.critic.trainable_variables + (
+            self.generator.trainable_variables if self.leaky else []
+        )
 
     def train_step(self, real):
         batch = tf.shape(real)[0]
@@ -117,10 +121,22 @@ def _fit_wgan_gp(leaky: bool):
             z = tf.constant(rng.normal(size=(kit.BATCH, LATENT)), tf.float32)
             alpha = tf.constant(rng.normal(size=(kit.BATCH, 1)), tf.float32)
             return StepProbe(
-                [kit.loss_probe("d_loss", lambda: _taped(lambda: wgan.d_loss(real, z, alpha)), d_opt, wgan.d_variables),
-                 kit.loss_probe("g_loss", lambda: _taped(lambda: wgan.g_loss(z)), g_opt,
-                                lambda: wgan.generator.trainable_variables)],
-                kit.variables_of({"wgan": wgan}), [d_opt, g_opt],
+                [
+                    kit.loss_probe(
+                        "d_loss",
+                        lambda: _taped(lambda: wgan.d_loss(real, z, alpha)),
+                        d_opt,
+                        wgan.d_variables,
+                    ),
+                    kit.loss_probe(
+                        "g_loss",
+                        lambda: _taped(lambda: wgan.g_loss(z)),
+                        g_opt,
+                        lambda: wgan.generator.trainable_variables,
+                    ),
+                ],
+                kit.variables_of({"wgan": wgan}),
+                [d_opt, g_opt],
             )
 
         callback = GradscopeCallback(logdir, every_n_batches=1, rules=list(WGAN_RULES))
@@ -162,7 +178,9 @@ class CombinedGAN(keras.Model):
         return _bce(self.combined(z), 1.0)
 
     def g_variables(self):
-        return self.combined.trainable_variables if self.leaky else self.generator.trainable_variables
+        return (
+            self.combined.trainable_variables if self.leaky else self.generator.trainable_variables
+        )
 
     def train_step(self, data):
         real, z = data["real"], data["z"]
@@ -188,10 +206,22 @@ def _fit_functional_gan(leaky: bool):
 
         def probe():
             return StepProbe(
-                [kit.loss_probe("d_loss", lambda: _taped(lambda: gan.d_loss(data["real"], data["z"])), d_opt,
-                                lambda: gan.discriminator.trainable_variables),
-                 kit.loss_probe("g_loss", lambda: _taped(lambda: gan.g_loss(data["z"])), g_opt, gan.g_variables)],
-                kit.variables_of({"gan": gan}), [d_opt, g_opt],
+                [
+                    kit.loss_probe(
+                        "d_loss",
+                        lambda: _taped(lambda: gan.d_loss(data["real"], data["z"])),
+                        d_opt,
+                        lambda: gan.discriminator.trainable_variables,
+                    ),
+                    kit.loss_probe(
+                        "g_loss",
+                        lambda: _taped(lambda: gan.g_loss(data["z"])),
+                        g_opt,
+                        gan.g_variables,
+                    ),
+                ],
+                kit.variables_of({"gan": gan}),
+                [d_opt, g_opt],
             )
 
         callback = GradscopeCallback(logdir, every_n_batches=1, rules=list(GAN_RULES))
@@ -202,20 +232,48 @@ def _fit_functional_gan(leaky: bool):
     return train
 
 
-WGAN_XFAILS = ("test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-               "test_report_json_states_equal_the_oracle_at_every_recorded_step")
-WGAN_XFAIL = ("each of the three critic steps' tape.gradient calls is its own loss (loss_0, loss_1, d_loss: integrations/keras/custom.py names calls, not call sites), and the mutant's advice names stop_gradient instead of var_list")
+WGAN_XFAILS = (
+    "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
+    "test_report_json_states_equal_the_oracle_at_every_recorded_step",
+)
+WGAN_XFAIL = "each of the three critic steps' tape.gradient calls is its own loss (loss_0, loss_1, d_loss: integrations/keras/custom.py names calls, not call sites), and the mutant's advice names stop_gradient instead of var_list"
 
 SHAPES = [
-    Shape("fit_wgan_gp", KERAS_FIT, _fit_wgan_gp(False), WGAN_RULES,
-          note="Keras fit, WGAN-GP of functional sub-models: 3 critic steps with a nested-tape gradient penalty, "
-               "then a generator step, noise drawn in the step",
-          xfail=WGAN_XFAIL, xfail_tests=WGAN_XFAILS),
-    Shape("fit_wgan_gp_leaky", KERAS_FIT, _fit_wgan_gp(True), WGAN_RULES, advice=("var_list",),
-          mutant_of="fit_wgan_gp", note="the critic optimizer's var_list takes the generator's variables",
-          xfail=WGAN_XFAIL, xfail_tests=WGAN_XFAILS + ("test_mutant_violation_advice_names_the_right_fix",)),
-    Shape("fit_functional_gan", KERAS_FIT, _fit_functional_gan(False), GAN_RULES,
-          note="Keras fit, GAN of functional models, the generator trained through a functional combined model"),
-    Shape("fit_functional_gan_leaky", KERAS_FIT, _fit_functional_gan(True), GAN_RULES, advice=("var_list",),
-          mutant_of="fit_functional_gan", note="the generator's loss applied to the combined model's variables"),
+    Shape(
+        "fit_wgan_gp",
+        KERAS_FIT,
+        _fit_wgan_gp(False),
+        WGAN_RULES,
+        note="Keras fit, WGAN-GP of functional sub-models: 3 critic steps with a nested-tape gradient penalty, "
+        "then a generator step, noise drawn in the step",
+        xfail=WGAN_XFAIL,
+        xfail_tests=WGAN_XFAILS,
+    ),
+    Shape(
+        "fit_wgan_gp_leaky",
+        KERAS_FIT,
+        _fit_wgan_gp(True),
+        WGAN_RULES,
+        advice=("var_list",),
+        mutant_of="fit_wgan_gp",
+        note="the critic optimizer's var_list takes the generator's variables",
+        xfail=WGAN_XFAIL,
+        xfail_tests=WGAN_XFAILS + ("test_mutant_violation_advice_names_the_right_fix",),
+    ),
+    Shape(
+        "fit_functional_gan",
+        KERAS_FIT,
+        _fit_functional_gan(False),
+        GAN_RULES,
+        note="Keras fit, GAN of functional models, the generator trained through a functional combined model",
+    ),
+    Shape(
+        "fit_functional_gan_leaky",
+        KERAS_FIT,
+        _fit_functional_gan(True),
+        GAN_RULES,
+        advice=("var_list",),
+        mutant_of="fit_functional_gan",
+        note="the generator's loss applied to the combined model's variables",
+    ),
 ]

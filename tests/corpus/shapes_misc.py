@@ -38,7 +38,11 @@ def _probe(losses, models, optimizers, pairs=()):
 
 # ----- seed 01: multi-head Agent with per-loss var_lists ----------------------------
 
-MULTIHEAD_RULES = ("never(loss2, Agent/layer1)", "only(loss2, [Agent/layer2_2])", "never(loss1, Agent/layer2_2)")
+MULTIHEAD_RULES = (
+    "never(loss2, Agent/layer1)",
+    "only(loss2, [Agent/layer2_2])",
+    "never(loss1, Agent/layer2_2)",
+)
 
 
 def _multihead(leaky: bool):
@@ -46,20 +50,29 @@ def _multihead(leaky: bool):
         kit.seed(11)
         x = keras.Input((kit.OBS,))
         s = keras.layers.Dense(4, activation="tanh", name="layer1")(x)
-        agent = keras.Model(x, [keras.layers.Dense(1, name="layer2_1")(s), keras.layers.Dense(1, name="layer2_2")(s)],
-                            name="Agent")
+        agent = keras.Model(
+            x,
+            [keras.layers.Dense(1, name="layer2_1")(s), keras.layers.Dense(1, name="layer2_2")(s)],
+            name="Agent",
+        )
         opt1, opt2 = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
-        rec = Recorder(logdir, every_n_steps=1, models={"Agent": agent}, rules=list(MULTIHEAD_RULES))
+        rec = Recorder(
+            logdir, every_n_steps=1, models={"Agent": agent}, rules=list(MULTIHEAD_RULES)
+        )
         layer = agent.get_layer
+
         def vars1():
             return layer("layer1").trainable_variables + layer("layer2_1").trainable_variables
+
         def vars2():
             return agent.trainable_variables if leaky else layer("layer2_2").trainable_variables
 
         def losses(b):
             y1, y2 = agent(b["s"])
-            return {"loss1": tf.reduce_mean(tf.square(y1 - b["y"])),
-                    "loss2": tf.reduce_mean(tf.square(y2 + b["y"]))}
+            return {
+                "loss1": tf.reduce_mean(tf.square(y1 - b["y"])),
+                "loss2": tf.reduce_mean(tf.square(y2 + b["y"])),
+            }
 
         @tf.function
         def train_step(b):
@@ -71,11 +84,21 @@ def _multihead(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe("loss1", kit.taped(lambda _: losses(b)["loss1"]), opt1, vars1),
-                 kit.loss_probe("loss2", kit.taped(lambda _: losses(b)["loss2"]), opt2, vars2)],
-                {"Agent": agent}, [opt1, opt2],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            "loss1", kit.taped(lambda _: losses(b)["loss1"]), opt1, vars1
+                        ),
+                        kit.loss_probe(
+                            "loss2", kit.taped(lambda _: losses(b)["loss2"]), opt2, vars2
+                        ),
+                    ],
+                    {"Agent": agent},
+                    [opt1, opt2],
+                ),
+            )
             train_step(b)
             observer.after(step)
         rec.close()
@@ -97,6 +120,7 @@ def _start_point(leaky: bool):
         opt = keras.optimizers.RMSprop(0.01)
         models = {"online": online, "target": target}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(START_RULES))
+
         def var_list():
             return online.trainable_variables + (target.trainable_variables if leaky else [])
 
@@ -124,8 +148,10 @@ def _start_point(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe("td", lambda: forward(b), opt, var_list)], models, [opt]))
+            observer.before(
+                step,
+                _probe([kit.loss_probe("td", lambda: forward(b), opt, var_list)], models, [opt]),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -141,7 +167,11 @@ SEQ = 4
 
 def _lstm(name: str) -> keras.Sequential:
     return keras.Sequential(
-        [keras.Input((SEQ, kit.OBS)), keras.layers.LSTM(3, name="lstm"), keras.layers.Dense(1, name="value")],
+        [
+            keras.Input((SEQ, kit.OBS)),
+            keras.layers.LSTM(3, name="lstm"),
+            keras.layers.Dense(1, name="value"),
+        ],
         name=name,
     )
 
@@ -178,11 +208,22 @@ def _ema_lstm():
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe("td", kit.taped(lambda v2: td_loss(b, v2), lambda: next_value(b)), opt,
-                                lambda: online.trainable_variables)],
-                models, [opt], [kit.pair_probe(pair, target, online, "target")],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            "td",
+                            kit.taped(lambda v2: td_loss(b, v2), lambda: next_value(b)),
+                            opt,
+                            lambda: online.trainable_variables,
+                        )
+                    ],
+                    models,
+                    [opt],
+                    [kit.pair_probe(pair, target, online, "target")],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -225,10 +266,22 @@ def _auto_names():
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe("td", kit.taped(lambda _: td_loss(b)), opt, lambda: q.trainable_variables)],
-                models, [opt], [kit.pair_probe(pair, q_target, q, "q_target")],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            "td",
+                            kit.taped(lambda _: td_loss(b)),
+                            opt,
+                            lambda: q.trainable_variables,
+                        )
+                    ],
+                    models,
+                    [opt],
+                    [kit.pair_probe(pair, q_target, q, "q_target")],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -266,8 +319,10 @@ def _subclassed(leaky: bool):
 
         def losses(b):
             main, aux = net(b["s"])
-            return {"main": tf.reduce_mean(tf.square(main - b["y"])),
-                    "aux": tf.reduce_mean(tf.square(aux - b["r"][:, None]))}
+            return {
+                "main": tf.reduce_mean(tf.square(main - b["y"])),
+                "aux": tf.reduce_mean(tf.square(aux - b["r"][:, None])),
+            }
 
         @tf.function
         def train_step(b):
@@ -277,11 +332,22 @@ def _subclassed(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe(n, kit.taped(lambda _, n=n: losses(b)[n]), opt, lambda: net.trainable_variables)
-                 for n in ("main", "aux")],
-                {"net": net}, [opt],
-            ))
+            observer.before(
+                step,
+                _probe(
+                    [
+                        kit.loss_probe(
+                            n,
+                            kit.taped(lambda _, n=n: losses(b)[n]),
+                            opt,
+                            lambda: net.trainable_variables,
+                        )
+                        for n in ("main", "aux")
+                    ],
+                    {"net": net},
+                    [opt],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -297,12 +363,15 @@ ACC_RULES = ("never(mse, net/frozen)", "only(mse, [net/l1, net/l2])")
 def _accumulation():
     def train(logdir, observer):
         kit.seed(16)
-        net = keras.Sequential([
-            keras.Input((kit.OBS,)),
-            keras.layers.Dense(4, activation="tanh", name="l1"),
-            keras.layers.Dense(4, activation="tanh", name="frozen", trainable=False),
-            keras.layers.Dense(1, name="l2"),
-        ], name="net")
+        net = keras.Sequential(
+            [
+                keras.Input((kit.OBS,)),
+                keras.layers.Dense(4, activation="tanh", name="l1"),
+                keras.layers.Dense(4, activation="tanh", name="frozen", trainable=False),
+                keras.layers.Dense(1, name="l2"),
+            ],
+            name="net",
+        )
         opt = keras.optimizers.SGD(0.05)
         rec = Recorder(logdir, every_n_steps=1, models={"net": net}, rules=list(ACC_RULES))
 
@@ -326,8 +395,14 @@ def _accumulation():
         for step in range(4):
             b = kit.batch(step)
             forward = kit.taped(lambda _: micro_loss(b, 0) + micro_loss(b, 1))
-            observer.before(step, _probe(
-                [kit.loss_probe("mse", forward, opt, lambda: net.trainable_variables)], {"net": net}, [opt]))
+            observer.before(
+                step,
+                _probe(
+                    [kit.loss_probe("mse", forward, opt, lambda: net.trainable_variables)],
+                    {"net": net},
+                    [opt],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -353,7 +428,10 @@ def _clip(leaky: bool):
 
         def losses(b):
             a, bb = net(b["s"])
-            return {"a": tf.reduce_mean(tf.square(a - b["y"])), "b": tf.reduce_mean(tf.square(bb + b["y"]))}
+            return {
+                "a": tf.reduce_mean(tf.square(a - b["y"])),
+                "b": tf.reduce_mean(tf.square(bb + b["y"])),
+            }
 
         @tf.function
         def train_step(b):
@@ -370,7 +448,9 @@ def _clip(leaky: bool):
                 f = forward()
                 grads = f.tape.gradient(f.value, net.trainable_variables)
                 clipped, _ = tf.clip_by_global_norm(grads, 0.5)
-                kit.built(opt, net.trainable_variables).apply_gradients([(g, v) for g, v in zip(clipped, net.trainable_variables) if g is not None])
+                kit.built(opt, net.trainable_variables).apply_gradients(
+                    [(g, v) for g, v in zip(clipped, net.trainable_variables) if g is not None]
+                )
 
             return LossProbe(n, forward, update)
 
@@ -397,6 +477,7 @@ def _eager(leaky: bool, analyze: bool):
         opt = keras.optimizers.SGD(0.1)
         models = {"online": online, "target": target}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(EAGER_RULES))
+
         def var_list():
             return online.trainable_variables + (target.trainable_variables if leaky else [])
 
@@ -404,7 +485,9 @@ def _eager(leaky: bool, analyze: bool):
             y = b["r"] + GAMMA * tf.reduce_max(target(b["s2"]), axis=1)
             if not leaky:
                 y = tf.stop_gradient(y)
-            return tf.reduce_mean(tf.square(y - tf.gather(online(b["s"]), b["a"], axis=1, batch_dims=1)))
+            return tf.reduce_mean(
+                tf.square(y - tf.gather(online(b["s"]), b["a"], axis=1, batch_dims=1))
+            )
 
         def train_step(b):
             with rec.tape() as tape:
@@ -415,8 +498,14 @@ def _eager(leaky: bool, analyze: bool):
             rec.analyze(train_step, kit.batch(0))
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, _probe(
-                [kit.loss_probe("td", kit.taped(lambda _: td_loss(b)), opt, var_list)], models, [opt]))
+            observer.before(
+                step,
+                _probe(
+                    [kit.loss_probe("td", kit.taped(lambda _: td_loss(b)), opt, var_list)],
+                    models,
+                    [opt],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -425,34 +514,120 @@ def _eager(leaky: bool, analyze: bool):
 
 
 SHAPES = [
-    Shape("multihead", TF_FUNCTION, _multihead(False), MULTIHEAD_RULES,
-          note="seed 01: shared layer, two heads, one optimizer per loss with its var_list"),
-    Shape("multihead_leaky", TF_FUNCTION, _multihead(True), MULTIHEAD_RULES, advice=("var_list",), mutant_of="multihead",
-          note="loss2's optimizer without var_list"),
-    Shape("start_point", TF_FUNCTION, _start_point(False), START_RULES,
-          note="seed 02: gradient started at q_all with the clipped TD error as output gradients"),
-    Shape("start_point_leaky", TF_FUNCTION, _start_point(True), START_RULES, mutant_of="start_point",
-          note="squared TD error through the target network, optimizer over everything"),
-    Shape("ema_lstm", TF_FUNCTION, _ema_lstm(), LSTM_RULES,
-          note="seed 03: LSTM value network, EMA target LSTM evaluated before the tape"),
-    Shape("auto_names", TF_FUNCTION, _auto_names(), AUTO_RULES,
-          note="Keras functional models with automatic names, models= keys and pair roots"),
-    Shape("subclassed", TF_FUNCTION, _subclassed(False), SUB_RULES,
-          note="subclassed Keras model, auxiliary head behind stop_gradient"),
-    Shape("subclassed_leaky", TF_FUNCTION, _subclassed(True), SUB_RULES, advice=("stop_gradient",), mutant_of="subclassed",
-          note="auxiliary head without stop_gradient"),
-    Shape("grad_accumulation", TF_FUNCTION, _accumulation(), ACC_RULES,
-          note="two micro-batches' gradients summed, record_gradients, a trainable=False layer"),
-    Shape("clip_global_norm", TF_FUNCTION, _clip(False), CLIP_RULES,
-          note="clip_by_global_norm between rec.gradients and rec.apply"),
-    Shape("clip_global_norm_leaky", TF_FUNCTION, _clip(True), CLIP_RULES, advice=("stop_gradient",), mutant_of="clip_global_norm",
-          note="second head without stop_gradient"),
-    Shape("eager_analyzed", EAGER, _eager(False, True), EAGER_RULES,
-          note="eager loop, traced once with rec.analyze"),
-    Shape("eager_analyzed_leaky", EAGER, _eager(True, True), EAGER_RULES, mutant_of="eager_analyzed",
-          note="no stop_gradient, optimizer over the target"),
-    Shape("eager_plain", EAGER, _eager(False, False), EAGER_RULES, has_flowgraph=False,
-          note="eager loop never traced: no FlowGraph"),
-    Shape("eager_plain_leaky", EAGER, _eager(True, False), EAGER_RULES, mutant_of="eager_plain",
-          has_flowgraph=False, note="no stop_gradient, optimizer over the target"),
+    Shape(
+        "multihead",
+        TF_FUNCTION,
+        _multihead(False),
+        MULTIHEAD_RULES,
+        note="seed 01: shared layer, two heads, one optimizer per loss with its var_list",
+    ),
+    Shape(
+        "multihead_leaky",
+        TF_FUNCTION,
+        _multihead(True),
+        MULTIHEAD_RULES,
+        advice=("var_list",),
+        mutant_of="multihead",
+        note="loss2's optimizer without var_list",
+    ),
+    Shape(
+        "start_point",
+        TF_FUNCTION,
+        _start_point(False),
+        START_RULES,
+        note="seed 02: gradient started at q_all with the clipped TD error as output gradients",
+    ),
+    Shape(
+        "start_point_leaky",
+        TF_FUNCTION,
+        _start_point(True),
+        START_RULES,
+        mutant_of="start_point",
+        note="squared TD error through the target network, optimizer over everything",
+    ),
+    Shape(
+        "ema_lstm",
+        TF_FUNCTION,
+        _ema_lstm(),
+        LSTM_RULES,
+        note="seed 03: LSTM value network, EMA target LSTM evaluated before the tape",
+    ),
+    Shape(
+        "auto_names",
+        TF_FUNCTION,
+        _auto_names(),
+        AUTO_RULES,
+        note="Keras functional models with automatic names, models= keys and pair roots",
+    ),
+    Shape(
+        "subclassed",
+        TF_FUNCTION,
+        _subclassed(False),
+        SUB_RULES,
+        note="subclassed Keras model, auxiliary head behind stop_gradient",
+    ),
+    Shape(
+        "subclassed_leaky",
+        TF_FUNCTION,
+        _subclassed(True),
+        SUB_RULES,
+        advice=("stop_gradient",),
+        mutant_of="subclassed",
+        note="auxiliary head without stop_gradient",
+    ),
+    Shape(
+        "grad_accumulation",
+        TF_FUNCTION,
+        _accumulation(),
+        ACC_RULES,
+        note="two micro-batches' gradients summed, record_gradients, a trainable=False layer",
+    ),
+    Shape(
+        "clip_global_norm",
+        TF_FUNCTION,
+        _clip(False),
+        CLIP_RULES,
+        note="clip_by_global_norm between rec.gradients and rec.apply",
+    ),
+    Shape(
+        "clip_global_norm_leaky",
+        TF_FUNCTION,
+        _clip(True),
+        CLIP_RULES,
+        advice=("stop_gradient",),
+        mutant_of="clip_global_norm",
+        note="second head without stop_gradient",
+    ),
+    Shape(
+        "eager_analyzed",
+        EAGER,
+        _eager(False, True),
+        EAGER_RULES,
+        note="eager loop, traced once with rec.analyze",
+    ),
+    Shape(
+        "eager_analyzed_leaky",
+        EAGER,
+        _eager(True, True),
+        EAGER_RULES,
+        mutant_of="eager_analyzed",
+        note="no stop_gradient, optimizer over the target",
+    ),
+    Shape(
+        "eager_plain",
+        EAGER,
+        _eager(False, False),
+        EAGER_RULES,
+        has_flowgraph=False,
+        note="eager loop never traced: no FlowGraph",
+    ),
+    Shape(
+        "eager_plain_leaky",
+        EAGER,
+        _eager(True, False),
+        EAGER_RULES,
+        mutant_of="eager_plain",
+        has_flowgraph=False,
+        note="no stop_gradient, optimizer over the target",
+    ),
 ]

@@ -49,8 +49,14 @@ def _replayed(leaky: bool):
         kit.seed(33)
         x = keras.Input((OBS,))
         h = keras.layers.Dense(5, activation="tanh", name="trunk")(x)
-        ac = keras.Model(x, [keras.layers.Dense(A, name="policy_head")(h), keras.layers.Dense(1, name="value_head")(h)],
-                         name="ac")
+        ac = keras.Model(
+            x,
+            [
+                keras.layers.Dense(A, name="policy_head")(h),
+                keras.layers.Dense(1, name="value_head")(h),
+            ],
+            name="ac",
+        )
         opt = keras.optimizers.SGD(0.05)
         rec = Recorder(logdir, every_n_steps=1, models={"ac": ac}, rules=list(RULES))
         env = Walk()
@@ -61,7 +67,10 @@ def _replayed(leaky: bool):
             if not leaky:
                 advantage = tf.stop_gradient(advantage)
             logp = tf.gather(tf.nn.log_softmax(logits), actions, batch_dims=1)
-            return {"actor": -tf.reduce_mean(logp * advantage), "critic": tf.reduce_mean(tf.square(returns - values))}
+            return {
+                "actor": -tf.reduce_mean(logp * advantage),
+                "critic": tf.reduce_mean(tf.square(returns - values)),
+            }
 
         def rollout(episode, gumbel):
             """The episode as the loop runs it, inside whatever tape is open."""
@@ -69,7 +78,9 @@ def _replayed(leaky: bool):
             logits, values, actions, rewards = [], [], [], []
             while not done:
                 step_logits, value = ac(obs[None])
-                action = int(tf.argmax(step_logits[0] + gumbel[t]))  # a sample (Gumbel-max), noise drawn outside
+                action = int(
+                    tf.argmax(step_logits[0] + gumbel[t])
+                )  # a sample (Gumbel-max), noise drawn outside
                 logits.append(step_logits), values.append(value), actions.append(action)
                 obs, reward, done = env.step(action)
                 rewards.append(reward)
@@ -78,24 +89,40 @@ def _replayed(leaky: bool):
             for reward in reversed(rewards):
                 ret = reward + GAMMA * ret
                 returns.insert(0, ret)
-            return episode_losses(tf.concat(logits, 0), tf.concat(values, 0), actions, tf.constant(returns))
+            return episode_losses(
+                tf.concat(logits, 0), tf.concat(values, 0), actions, tf.constant(returns)
+            )
 
         def noise(episode):
             return np.random.default_rng(6000 + episode).gumbel(size=(8, A)).astype(np.float32)
 
-        rec.analyze_losses(lambda states, *rest: episode_losses(*ac(states), *rest), opt, ac.trainable_variables,
-                           tf.TensorSpec([None, OBS]), tf.TensorSpec([None], tf.int32), tf.TensorSpec([None]))
+        rec.analyze_losses(
+            lambda states, *rest: episode_losses(*ac(states), *rest),
+            opt,
+            ac.trainable_variables,
+            tf.TensorSpec([None, OBS]),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([None]),
+        )
         for step in range(4):
             gumbel = noise(step)
 
             def forward_of(name, step=step, gumbel=gumbel):
                 return lambda _: rollout(step, gumbel)[name]
 
-            observer.before(step, StepProbe(
-                [kit.loss_probe(n, kit.taped(forward_of(n)), opt, lambda: ac.trainable_variables)
-                 for n in ("actor", "critic")],
-                kit.variables_of({"ac": ac}), [opt],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(
+                            n, kit.taped(forward_of(n)), opt, lambda: ac.trainable_variables
+                        )
+                        for n in ("actor", "critic")
+                    ],
+                    kit.variables_of({"ac": ac}),
+                    [opt],
+                ),
+            )
             with rec.tape() as tape:
                 named = rollout(step, gumbel)
             rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
@@ -106,9 +133,21 @@ def _replayed(leaky: bool):
 
 
 SHAPES = [
-    Shape("eager_rollout_replayed", EAGER, _replayed(False), RULES,
-          note="eager shared-trunk actor-critic, one tape around a Python-environment episode, "
-               "its own loss of the stacked outputs traced by rec.analyze_losses"),
-    Shape("eager_rollout_replayed_leaky", EAGER, _replayed(True), RULES, mutant_of="eager_rollout_replayed",
-          advice=("stop_gradient",), note="advantage without stop_gradient: the actor trains the value head"),
+    Shape(
+        "eager_rollout_replayed",
+        EAGER,
+        _replayed(False),
+        RULES,
+        note="eager shared-trunk actor-critic, one tape around a Python-environment episode, "
+        "its own loss of the stacked outputs traced by rec.analyze_losses",
+    ),
+    Shape(
+        "eager_rollout_replayed_leaky",
+        EAGER,
+        _replayed(True),
+        RULES,
+        mutant_of="eager_rollout_replayed",
+        advice=("stop_gradient",),
+        note="advantage without stop_gradient: the actor trains the value head",
+    ),
 ]

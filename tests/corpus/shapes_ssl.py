@@ -45,9 +45,13 @@ def _byol(leaky: bool):
         models = {"online": online, "predictor": predictor, "target": target}
         pair = pair_models(target, online, tau=TAU)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(BYOL_RULES))
+
         def var_list():
-            return (online.trainable_variables + predictor.trainable_variables
-                    + (target.trainable_variables if leaky else []))
+            return (
+                online.trainable_variables
+                + predictor.trainable_variables
+                + (target.trainable_variables if leaky else [])
+            )
 
         def teacher(b):
             return target(b["s2"])
@@ -71,10 +75,22 @@ def _byol(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, StepProbe(
-                [kit.loss_probe("byol", kit.taped(lambda z: byol_loss(b, z), lambda: pre(b)), opt, var_list)],
-                kit.variables_of(models), [opt], [kit.pair_probe(pair, target, online, "target")],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(
+                            "byol",
+                            kit.taped(lambda z: byol_loss(b, z), lambda: pre(b)),
+                            opt,
+                            var_list,
+                        )
+                    ],
+                    kit.variables_of(models),
+                    [opt],
+                    [kit.pair_probe(pair, target, online, "target")],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -108,6 +124,7 @@ def _mean_teacher(leaky: bool):
         models = {"student": student, "teacher": teacher}
         pair = pair_models(teacher, student, tau=TAU)
         rec = Recorder(logdir, every_n_steps=1, models=models, pairs=[pair], rules=list(MT_RULES))
+
         def var_list():
             return student.trainable_variables + (teacher.trainable_variables if leaky else [])
 
@@ -131,11 +148,18 @@ def _mean_teacher(leaky: bool):
 
         for step in range(4):
             b = kit.batch(step)
-            observer.before(step, StepProbe(
-                [kit.loss_probe(n, kit.taped(lambda _, n=n: losses(b)[n]), opt, var_list)
-                 for n in ("supervised", "consistency")],
-                kit.variables_of(models), [opt], [kit.pair_probe(pair, teacher, student, "teacher")],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(n, kit.taped(lambda _, n=n: losses(b)[n]), opt, var_list)
+                        for n in ("supervised", "consistency")
+                    ],
+                    kit.variables_of(models),
+                    [opt],
+                    [kit.pair_probe(pair, teacher, student, "teacher")],
+                ),
+            )
             train_step(b)
             observer.after(step + 1)
         rec.close()
@@ -145,7 +169,11 @@ def _mean_teacher(leaky: bool):
 
 # ----- GAN, alternating steps ------------------------------------------------------------
 
-GAN_RULES = ("never(d_loss, generator/*)", "never(g_loss, discriminator/*)", "only(g_loss, [generator])")
+GAN_RULES = (
+    "never(d_loss, generator/*)",
+    "never(g_loss, discriminator/*)",
+    "only(g_loss, [generator])",
+)
 LATENT = 2
 
 
@@ -157,11 +185,16 @@ def _gan(leaky: bool):
         d_opt, g_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
         models = {"generator": gen, "discriminator": disc}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(GAN_RULES))
+
         def g_vars():
             return gen.trainable_variables + (disc.trainable_variables if leaky else [])
+
         def bce(logits, label):
             return tf.reduce_mean(
-                tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.fill(tf.shape(logits), label), logits=logits))
+                tf.nn.sigmoid_cross_entropy_with_logits(
+                    labels=tf.fill(tf.shape(logits), label), logits=logits
+                )
+            )
 
         def d_loss(b):
             fake = gen(b["noise"])
@@ -185,8 +218,12 @@ def _gan(leaky: bool):
         for step in range(6):
             b = kit.batch(step)
             if step % 2 == 0:
-                probe = kit.loss_probe("d_loss", kit.taped(lambda _: d_loss(b)), d_opt,
-                                       lambda: disc.trainable_variables)
+                probe = kit.loss_probe(
+                    "d_loss",
+                    kit.taped(lambda _: d_loss(b)),
+                    d_opt,
+                    lambda: disc.trainable_variables,
+                )
             else:
                 probe = kit.loss_probe("g_loss", kit.taped(lambda _: g_loss(b)), g_opt, g_vars)
             observer.before(step, StepProbe([probe], kit.variables_of(models), [d_opt, g_opt]))
@@ -198,16 +235,52 @@ def _gan(leaky: bool):
 
 
 SHAPES = [
-    Shape("byol", TF_FUNCTION, _byol(False), BYOL_RULES,
-          note="BYOL: EMA teacher computed before the tape opens"),
-    Shape("byol_leaky", TF_FUNCTION, _byol(True), BYOL_RULES, mutant_of="byol",
-          note="teacher inside the tape and in the optimizer"),
-    Shape("mean_teacher", TF_FUNCTION, _mean_teacher(False), MT_RULES,
-          note="Mean-Teacher: BatchNorm student, EMA teacher (moving statistics too) behind stop_gradient"),
-    Shape("mean_teacher_leaky", TF_FUNCTION, _mean_teacher(True), MT_RULES, mutant_of="mean_teacher",
-          note="no stop_gradient, teacher in the optimizer"),
-    Shape("gan", TF_FUNCTION, _gan(False), GAN_RULES, steps=6,
-          note="GAN: discriminator and generator steps alternate, two optimizers"),
-    Shape("gan_leaky", TF_FUNCTION, _gan(True), GAN_RULES, steps=6, advice=("var_list",), mutant_of="gan",
-          note="the generator's optimizer over both networks"),
+    Shape(
+        "byol",
+        TF_FUNCTION,
+        _byol(False),
+        BYOL_RULES,
+        note="BYOL: EMA teacher computed before the tape opens",
+    ),
+    Shape(
+        "byol_leaky",
+        TF_FUNCTION,
+        _byol(True),
+        BYOL_RULES,
+        mutant_of="byol",
+        note="teacher inside the tape and in the optimizer",
+    ),
+    Shape(
+        "mean_teacher",
+        TF_FUNCTION,
+        _mean_teacher(False),
+        MT_RULES,
+        note="Mean-Teacher: BatchNorm student, EMA teacher (moving statistics too) behind stop_gradient",
+    ),
+    Shape(
+        "mean_teacher_leaky",
+        TF_FUNCTION,
+        _mean_teacher(True),
+        MT_RULES,
+        mutant_of="mean_teacher",
+        note="no stop_gradient, teacher in the optimizer",
+    ),
+    Shape(
+        "gan",
+        TF_FUNCTION,
+        _gan(False),
+        GAN_RULES,
+        steps=6,
+        note="GAN: discriminator and generator steps alternate, two optimizers",
+    ),
+    Shape(
+        "gan_leaky",
+        TF_FUNCTION,
+        _gan(True),
+        GAN_RULES,
+        steps=6,
+        advice=("var_list",),
+        mutant_of="gan",
+        note="the generator's optimizer over both networks",
+    ),
 ]

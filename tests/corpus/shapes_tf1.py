@@ -34,12 +34,13 @@ right after `observer.before(s, ...)`: both see the state the product reads.
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint, pair_scopes
+from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
 from tb_gradscope.scopes import variable_name
 from tests.corpus.spec import TF1_SESSION, PairProbe, Shape, TF1Probe
 
@@ -53,10 +54,15 @@ def _dense(x, units: int, name: str, activation=None, trainable: bool = True):
     """A dense layer from `tf.get_variable`, as TF1 code writes them (tanh: no
     dead units, so a zero gradient is never a numerical accident)."""
     with tf.variable_scope(name):
-        w = tf.get_variable("w", [int(x.shape[-1]), units], trainable=trainable,
-                            initializer=tf.random_normal_initializer(0.0, 0.5))
-        b = tf.get_variable("b", [1, units], trainable=trainable,
-                            initializer=tf.constant_initializer(0.1))
+        w = tf.get_variable(
+            "w",
+            [int(x.shape[-1]), units],
+            trainable=trainable,
+            initializer=tf.random_normal_initializer(0.0, 0.5),
+        )
+        b = tf.get_variable(
+            "b", [1, units], trainable=trainable, initializer=tf.constant_initializer(0.1)
+        )
         y = tf.matmul(x, w) + b
     return activation(y) if activation else y
 
@@ -143,13 +149,18 @@ def build_ddpg(leaky: bool) -> types.SimpleNamespace:
         at_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Actor/target")
         ce_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Critic/eval")
         ct_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Critic/target")
-        soft_replace = [tf.assign(t, (1 - 0.1) * t + 0.1 * e)
-                        for t, e in zip(at_params + ct_params, ae_params + ce_params)]
-        hard_replace = [tf.assign(t, e) for t, e in zip(at_params + ct_params, ae_params + ce_params)]
+        soft_replace = [
+            tf.assign(t, (1 - 0.1) * t + 0.1 * e)
+            for t, e in zip(at_params + ct_params, ae_params + ce_params)
+        ]
+        hard_replace = [
+            tf.assign(t, e) for t, e in zip(at_params + ct_params, ae_params + ce_params)
+        ]
         q_target = R + GAMMA * q_
         td_error = tf.losses.mean_squared_error(labels=q_target, predictions=q)
         ctrain = tf.train.AdamOptimizer(0.01).minimize(
-            td_error, var_list=None if leaky else ce_params)
+            td_error, var_list=None if leaky else ce_params
+        )
         a_loss = -tf.reduce_mean(q)
         atrain = tf.train.AdamOptimizer(0.01).minimize(a_loss, var_list=ae_params)
         init = tf.global_variables_initializer()
@@ -175,13 +186,15 @@ def build_sac(leaky: bool) -> types.SimpleNamespace:
             mu, log_std = _dense(net, ACTIONS, "mu"), _dense(net, ACTIONS, "log_std")
             log_std = tf.clip_by_value(log_std, -5.0, 1.0)
             pre = mu + tf.exp(log_std) * eps
-            logp = tf.reduce_sum(-0.5 * eps ** 2 - log_std - 0.5 * np.log(2 * np.pi), axis=1)
+            logp = tf.reduce_sum(-0.5 * eps**2 - log_std - 0.5 * np.log(2 * np.pi), axis=1)
             pi = tf.tanh(pre)
-            logp -= tf.reduce_sum(tf.log(1 - pi ** 2 + 1e-6), axis=1)
+            logp -= tf.reduce_sum(tf.log(1 - pi**2 + 1e-6), axis=1)
             return pi, logp
 
         def q_function(x, a):
-            return tf.squeeze(_dense(_dense(tf.concat([x, a], -1), 6, "l1", tf.nn.tanh), 1, "out"), 1)
+            return tf.squeeze(
+                _dense(_dense(tf.concat([x, a], -1), 6, "l1", tf.nn.tanh), 1, "out"), 1
+            )
 
         def actor_critic(x, a, eps):
             with tf.variable_scope("pi"):
@@ -219,13 +232,19 @@ def build_sac(leaky: bool) -> types.SimpleNamespace:
         value_params = get_vars("main/q")
         with tf.control_dependencies([train_pi_op]):
             train_value_op = tf.train.AdamOptimizer(0.01).minimize(
-                value_loss, var_list=None if leaky else value_params)
+                value_loss, var_list=None if leaky else value_params
+            )
         with tf.control_dependencies([train_value_op]):
-            target_update = tf.group([tf.assign(v_targ, polyak * v_targ + (1 - polyak) * v_main)
-                                      for v_main, v_targ in zip(main_vars, targ_vars)])
+            target_update = tf.group(
+                [
+                    tf.assign(v_targ, polyak * v_targ + (1 - polyak) * v_main)
+                    for v_main, v_targ in zip(main_vars, targ_vars)
+                ]
+            )
         step_ops = [pi_loss, q1_loss, q2_loss, train_pi_op, train_value_op, target_update]
-        target_init = tf.group([tf.assign(v_targ, v_main)
-                                for v_main, v_targ in zip(main_vars, targ_vars)])
+        target_init = tf.group(
+            [tf.assign(v_targ, v_main) for v_main, v_targ in zip(main_vars, targ_vars)]
+        )
         init = tf.global_variables_initializer()
     return types.SimpleNamespace(**locals())
 
@@ -257,9 +276,12 @@ def build_multihead(leaky: bool) -> types.SimpleNamespace:
         layer22_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_2")
         loss1 = tf.losses.mean_squared_error(labels=Y1, predictions=y1)
         loss2 = tf.losses.mean_squared_error(labels=Y2, predictions=y2)
-        train1 = tf.train.AdamOptimizer(0.01).minimize(loss1, var_list=layer1_params + layer21_params)
+        train1 = tf.train.AdamOptimizer(0.01).minimize(
+            loss1, var_list=layer1_params + layer21_params
+        )
         train2 = tf.train.AdamOptimizer(0.01).minimize(
-            loss2, var_list=None if leaky else layer22_params)
+            loss2, var_list=None if leaky else layer22_params
+        )
         init = tf.global_variables_initializer()
     return types.SimpleNamespace(**locals())
 
@@ -267,8 +289,9 @@ def build_multihead(leaky: bool) -> types.SimpleNamespace:
 # ----- the training loops, with the product and the observer -----------------
 
 
-def _probe(sess, gs: GraphRecorder, feed: dict, losses: dict, train_ops: dict,
-           pairs: list) -> TF1Probe:
+def _probe(
+    sess, gs: GraphRecorder, feed: dict, losses: dict, train_ops: dict, pairs: list
+) -> TF1Probe:
     return TF1Probe(
         session=sess,
         feed_dict=feed,
@@ -290,8 +313,14 @@ def _dqn(leaky: bool, rules: tuple[str, ...]):
         m = build_dqn(leaky)
         with m.graph.as_default():
             pair = pair_scopes("target_net", "eval_net", every=replace_every)
-            gs = GraphRecorder(logdir, losses={"td": m.loss}, train_ops={"td": m.train_op},
-                               every_n_steps=1, pairs=[pair], rules=list(rules))
+            gs = GraphRecorder(
+                logdir,
+                losses={"td": m.loss},
+                train_ops={"td": m.train_op},
+                every_n_steps=1,
+                pairs=[pair],
+                rules=list(rules),
+            )
             sess = tf.Session()
             losses, train_ops = {"td": m.loss}, {"td": m.train_op}
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, [_pair_probe(pair)]))
@@ -301,7 +330,9 @@ def _dqn(leaky: bool, rules: tuple[str, ...]):
             for learn_step in range(STEPS):
                 b = _batch(learn_step)
                 feed = {m.s: b["s"], m.a: b["a"], m.r: b["r"], m.s_: b["s_"]}
-                observer.before(learn_step, _probe(sess, gs, feed, losses, train_ops, [_pair_probe(pair)]))
+                observer.before(
+                    learn_step, _probe(sess, gs, feed, losses, train_ops, [_pair_probe(pair)])
+                )
                 observer.after(learn_step)  # the drift GraphRecorder reads at this step
                 run.run([m.train_op, m.loss], feed_dict=feed)
                 if (learn_step + 1) % replace_every == 0:
@@ -315,12 +346,20 @@ def _ddpg(leaky: bool, rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_ddpg(leaky)
         with m.graph.as_default():
-            pairs = [pair_scopes("Actor/target", "Actor/eval", tau=0.1),
-                     pair_scopes("Critic/target", "Critic/eval", tau=0.1)]
+            pairs = [
+                pair_scopes("Actor/target", "Actor/eval", tau=0.1),
+                pair_scopes("Critic/target", "Critic/eval", tau=0.1),
+            ]
             losses = {"td_error": m.td_error, "a_loss": m.a_loss}
             train_ops = {"td_error": m.ctrain, "a_loss": m.atrain}
-            gs = GraphRecorder(logdir, losses=losses, train_ops=train_ops, every_n_steps=1,
-                               pairs=pairs, rules=list(rules))
+            gs = GraphRecorder(
+                logdir,
+                losses=losses,
+                train_ops=train_ops,
+                every_n_steps=1,
+                pairs=pairs,
+                rules=list(rules),
+            )
             sess = tf.Session()
             probes = [_pair_probe(p) for p in pairs]
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, probes))
@@ -346,12 +385,20 @@ def _sac(leaky: bool, rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_sac(leaky)
         with m.graph.as_default():
-            pairs = [pair_scopes("target/q1", "main/q1", tau=0.1),
-                     pair_scopes("target/q2", "main/q2", tau=0.1)]
+            pairs = [
+                pair_scopes("target/q1", "main/q1", tau=0.1),
+                pair_scopes("target/q2", "main/q2", tau=0.1),
+            ]
             losses = {"pi_loss": m.pi_loss, "value_loss": m.value_loss}
             train_ops = {"pi_loss": m.train_pi_op, "value_loss": m.train_value_op}
-            gs = GraphRecorder(logdir, losses=losses, train_ops=train_ops, every_n_steps=1,
-                               pairs=pairs, rules=list(rules))
+            gs = GraphRecorder(
+                logdir,
+                losses=losses,
+                train_ops=train_ops,
+                every_n_steps=1,
+                pairs=pairs,
+                rules=list(rules),
+            )
             sess = tf.Session()
             probes = [_pair_probe(p) for p in pairs]
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, probes))
@@ -360,8 +407,14 @@ def _sac(leaky: bool, rules: tuple[str, ...]):
             run.run(m.target_init)
             for step in range(STEPS):
                 b = _batch(step)
-                feed = {m.x_ph: b["s"], m.x2_ph: b["s_"], m.a_ph: b["a_cont"], m.r_ph: b["r"],
-                        m.d_ph: b["done"], m.eps_ph: b["noise"]}
+                feed = {
+                    m.x_ph: b["s"],
+                    m.x2_ph: b["s_"],
+                    m.a_ph: b["a_cont"],
+                    m.r_ph: b["r"],
+                    m.d_ph: b["done"],
+                    m.eps_ph: b["noise"],
+                }
                 observer.before(step, _probe(sess, gs, feed, losses, train_ops, probes))
                 observer.after(step)  # the drift GraphRecorder reads at this step
                 run.run(m.step_ops, feed)
@@ -376,8 +429,9 @@ def _multihead(leaky: bool, rules: tuple[str, ...]):
         with m.graph.as_default():
             losses = {"loss1": m.loss1, "loss2": m.loss2}
             train_ops = {"loss1": m.train1, "loss2": m.train2}
-            gs = GraphRecorder(logdir, losses=losses, train_ops=train_ops, every_n_steps=1,
-                               rules=list(rules))
+            gs = GraphRecorder(
+                logdir, losses=losses, train_ops=train_ops, every_n_steps=1, rules=list(rules)
+            )
             sess = tf.Session()
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, []))
             run = gs.wrap(sess)
@@ -415,21 +469,72 @@ MULTIHEAD_RULES = (
 )
 
 SHAPES = [
-    Shape("tf1_dqn", TF1_SESSION, _dqn(False, DQN_RULES), DQN_RULES, steps=STEPS,
-          note="seed 01's TF1 DQN: q_target behind stop_gradient, minimize(loss), hard copy every 2"),
-    Shape("tf1_dqn_leaky", TF1_SESSION, _dqn(True, DQN_RULES), DQN_RULES, mutant_of="tf1_dqn",
-          steps=STEPS, note="no stop_gradient: minimize(loss) trains target_net"),
-    Shape("tf1_ddpg", TF1_SESSION, _ddpg(False, DDPG_RULES), DDPG_RULES, steps=STEPS,
-          note="TF1 DDPG: trainable=False targets, critic fed the actor's output, var_list per optimizer"),
-    Shape("tf1_ddpg_leaky", TF1_SESSION, _ddpg(True, DDPG_RULES), DDPG_RULES, mutant_of="tf1_ddpg",
-          steps=STEPS, note="critic optimizer without var_list: the TD error trains the actor"),
-    Shape("tf1_sac", TF1_SESSION, _sac(False, SAC_RULES), SAC_RULES, steps=STEPS,
-          note="TF1 SAC: one stop_gradient on the backup, pi + value + Polyak in one sess.run"),
-    Shape("tf1_sac_leaky", TF1_SESSION, _sac(True, SAC_RULES), SAC_RULES, mutant_of="tf1_sac",
-          steps=STEPS, note="backup without stop_gradient, value optimizer without var_list"),
-    Shape("tf1_multihead", TF1_SESSION, _multihead(False, MULTIHEAD_RULES), MULTIHEAD_RULES,
-          steps=STEPS, note="seed 01's Agent: shared layer1, two heads, two optimizers with var_list"),
-    Shape("tf1_multihead_leaky", TF1_SESSION, _multihead(True, MULTIHEAD_RULES), MULTIHEAD_RULES,
-          mutant_of="tf1_multihead", steps=STEPS,
-          note="loss2's optimizer without var_list: loss2 trains layer1"),
+    Shape(
+        "tf1_dqn",
+        TF1_SESSION,
+        _dqn(False, DQN_RULES),
+        DQN_RULES,
+        steps=STEPS,
+        note="seed 01's TF1 DQN: q_target behind stop_gradient, minimize(loss), hard copy every 2",
+    ),
+    Shape(
+        "tf1_dqn_leaky",
+        TF1_SESSION,
+        _dqn(True, DQN_RULES),
+        DQN_RULES,
+        mutant_of="tf1_dqn",
+        steps=STEPS,
+        note="no stop_gradient: minimize(loss) trains target_net",
+    ),
+    Shape(
+        "tf1_ddpg",
+        TF1_SESSION,
+        _ddpg(False, DDPG_RULES),
+        DDPG_RULES,
+        steps=STEPS,
+        note="TF1 DDPG: trainable=False targets, critic fed the actor's output, var_list per optimizer",
+    ),
+    Shape(
+        "tf1_ddpg_leaky",
+        TF1_SESSION,
+        _ddpg(True, DDPG_RULES),
+        DDPG_RULES,
+        mutant_of="tf1_ddpg",
+        steps=STEPS,
+        note="critic optimizer without var_list: the TD error trains the actor",
+    ),
+    Shape(
+        "tf1_sac",
+        TF1_SESSION,
+        _sac(False, SAC_RULES),
+        SAC_RULES,
+        steps=STEPS,
+        note="TF1 SAC: one stop_gradient on the backup, pi + value + Polyak in one sess.run",
+    ),
+    Shape(
+        "tf1_sac_leaky",
+        TF1_SESSION,
+        _sac(True, SAC_RULES),
+        SAC_RULES,
+        mutant_of="tf1_sac",
+        steps=STEPS,
+        note="backup without stop_gradient, value optimizer without var_list",
+    ),
+    Shape(
+        "tf1_multihead",
+        TF1_SESSION,
+        _multihead(False, MULTIHEAD_RULES),
+        MULTIHEAD_RULES,
+        steps=STEPS,
+        note="seed 01's Agent: shared layer1, two heads, two optimizers with var_list",
+    ),
+    Shape(
+        "tf1_multihead_leaky",
+        TF1_SESSION,
+        _multihead(True, MULTIHEAD_RULES),
+        MULTIHEAD_RULES,
+        mutant_of="tf1_multihead",
+        steps=STEPS,
+        note="loss2's optimizer without var_list: loss2 trains layer1",
+    ),
 ]

@@ -86,8 +86,12 @@ def build_ppo(leaky: bool) -> types.SimpleNamespace:
             with tf.variable_scope(name):
                 l1 = _dense(tfs, 6, "l1", tf.nn.tanh, trainable)
                 mu = _dense(l1, ACTIONS, "mu", tf.nn.tanh, trainable)
-                log_std = tf.get_variable("log_std", [1, ACTIONS], trainable=trainable,
-                                          initializer=tf.constant_initializer(-0.5))
+                log_std = tf.get_variable(
+                    "log_std",
+                    [1, ACTIONS],
+                    trainable=trainable,
+                    initializer=tf.constant_initializer(-0.5),
+                )
             params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope=name)
             return mu, log_std, params
 
@@ -95,7 +99,9 @@ def build_ppo(leaky: bool) -> types.SimpleNamespace:
         old_mu, old_log_std, oldpi_params = build_anet("oldpi", trainable=leaky)
 
         def log_prob(m, ls):
-            return tf.reduce_sum(-0.5 * tf.square((tfa - m) / tf.exp(ls)) - ls, axis=1, keepdims=True)
+            return tf.reduce_sum(
+                -0.5 * tf.square((tfa - m) / tf.exp(ls)) - ls, axis=1, keepdims=True
+            )
 
         with tf.variable_scope("update_oldpi"):
             update_oldpi_op = [oldp.assign(p) for p, oldp in zip(pi_params, oldpi_params)]
@@ -105,7 +111,8 @@ def build_ppo(leaky: bool) -> types.SimpleNamespace:
             aloss = -tf.reduce_mean(tf.minimum(surr, tf.clip_by_value(ratio, 0.8, 1.2) * tfadv))
         with tf.variable_scope("atrain"):
             atrain_op = tf.train.AdamOptimizer(0.01).minimize(
-                aloss, var_list=None if leaky else pi_params)
+                aloss, var_list=None if leaky else pi_params
+            )
         init = tf.global_variables_initializer()
     return types.SimpleNamespace(**locals())
 
@@ -117,8 +124,14 @@ def _ppo(leaky: bool, rules: tuple[str, ...]):
             pair = pair_scopes("oldpi", "pi", every=K)
             losses = {"aloss": m.aloss, "closs": m.closs}
             train_ops = {"aloss": m.atrain_op, "closs": m.ctrain_op}
-            gs = GraphRecorder(logdir, losses=losses, train_ops=train_ops, every_n_steps=1,
-                               pairs=[pair], rules=list(rules))
+            gs = GraphRecorder(
+                logdir,
+                losses=losses,
+                train_ops=train_ops,
+                every_n_steps=1,
+                pairs=[pair],
+                rules=list(rules),
+            )
             sess = tf.Session()
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, [_pair_probe(pair)]))
             run = gs.wrap(sess)
@@ -132,7 +145,9 @@ def _ppo(leaky: bool, rules: tuple[str, ...]):
                 oracle_feed = {**actor_feed, **critic_feed}
                 for i in range(K):  # the actor's block: steps update * K + i
                     step = update * K + i
-                    observer.before(step, _probe(sess, gs, oracle_feed, losses, train_ops, [_pair_probe(pair)]))
+                    observer.before(
+                        step, _probe(sess, gs, oracle_feed, losses, train_ops, [_pair_probe(pair)])
+                    )
                     observer.after(step)  # the drift GraphRecorder reads at this step
                     run.run(m.atrain_op, actor_feed)
                 for _ in range(K):
@@ -166,7 +181,8 @@ def build_a2c_ref(leaky: bool) -> types.SimpleNamespace:
         actor_vars = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope="actor")
         critic_vars = tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES, scope="critic")
         train_actor = tf.train.RMSPropOptimizer(0.02).minimize(
-            policy_loss, var_list=None if leaky else actor_vars)
+            policy_loss, var_list=None if leaky else actor_vars
+        )
         train_critic = tf.train.RMSPropOptimizer(0.02).minimize(value_loss, var_list=critic_vars)
         init = tf.global_variables_initializer()
     return types.SimpleNamespace(**locals())
@@ -178,8 +194,9 @@ def _a2c_ref(leaky: bool, rules: tuple[str, ...]):
         with m.graph.as_default():
             losses = {"policy_loss": m.policy_loss, "value_loss": m.value_loss}
             train_ops = {"policy_loss": m.train_actor, "value_loss": m.train_critic}
-            gs = GraphRecorder(logdir, losses=losses, train_ops=train_ops, every_n_steps=1,
-                               rules=list(rules))
+            gs = GraphRecorder(
+                logdir, losses=losses, train_ops=train_ops, every_n_steps=1, rules=list(rules)
+            )
             sess = tf.Session()
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, []))
             run = gs.wrap(sess)
@@ -220,8 +237,12 @@ def build_readme_quickstart() -> types.SimpleNamespace:
 
         loss1 = v1.losses.mean_squared_error(labels=Y1, predictions=y1)
         loss2 = v1.losses.mean_squared_error(labels=Y2, predictions=y2)
-        train1 = v1.train.AdamOptimizer(1e-3).minimize(loss1, var_list=scope("Agent/layer1") + scope("Agent/layer2_1"))
-        train2 = v1.train.AdamOptimizer(1e-3).minimize(loss2, var_list=scope("Agent/layer1") + scope("Agent/layer2_2"))
+        train1 = v1.train.AdamOptimizer(1e-3).minimize(
+            loss1, var_list=scope("Agent/layer1") + scope("Agent/layer2_1")
+        )
+        train2 = v1.train.AdamOptimizer(1e-3).minimize(
+            loss2, var_list=scope("Agent/layer1") + scope("Agent/layer2_2")
+        )
         init = v1.global_variables_initializer()
     return types.SimpleNamespace(**locals())
 
@@ -232,8 +253,9 @@ def _readme_quickstart(rules: tuple[str, ...]):
         with m.graph.as_default():
             losses = {"loss1": m.loss1, "loss2": m.loss2}
             train_ops = {"loss1": m.train1, "loss2": m.train2}
-            gs = GraphRecorder(logdir, losses=losses, train_ops=train_ops, every_n_steps=1,
-                               rules=list(rules))
+            gs = GraphRecorder(
+                logdir, losses=losses, train_ops=train_ops, every_n_steps=1, rules=list(rules)
+            )
             sess = tf.Session()
             observer.prepare(_probe(sess, gs, {}, losses, train_ops, []))
             run = gs.wrap(sess)
@@ -268,16 +290,47 @@ README_RULES = (
 )
 
 SHAPES = [
-    Shape("tf1_ppo_blocks", TF1_SESSION, _ppo(False, PPO_RULES), PPO_RULES, steps=PPO_STEPS,
-          note=f"TF1 PPO: hard copy into trainable=False oldpi, then {K} actor calls, then {K} critic calls"),
-    Shape("tf1_ppo_blocks_leaky", TF1_SESSION, _ppo(True, PPO_RULES), PPO_RULES, mutant_of="tf1_ppo_blocks",
-          steps=PPO_STEPS, advice=("var_list",),
-          note="oldpi trainable and the actor's minimize without var_list: the actor loss trains oldpi"),
-    Shape("tf1_a2c_ref", TF1_SESSION, _a2c_ref(False, A2C_RULES), A2C_RULES, steps=A2C_STEPS,
-          note="TF1 A2C on reference variables (use_resource=False), advantage behind stop_gradient"),
-    Shape("tf1_a2c_ref_leaky", TF1_SESSION, _a2c_ref(True, A2C_RULES), A2C_RULES, mutant_of="tf1_a2c_ref",
-          steps=A2C_STEPS,
-          note="advantage not cut and the actor's minimize without var_list: the policy loss trains the critic"),
-    Shape("tf1_readme_quickstart", TF1_SESSION, _readme_quickstart(README_RULES), README_RULES,
-          steps=A2C_STEPS, note="README's TF1 quickstart: seed 01's Agent, layer1 in both optimizers' var_list"),
+    Shape(
+        "tf1_ppo_blocks",
+        TF1_SESSION,
+        _ppo(False, PPO_RULES),
+        PPO_RULES,
+        steps=PPO_STEPS,
+        note=f"TF1 PPO: hard copy into trainable=False oldpi, then {K} actor calls, then {K} critic calls",
+    ),
+    Shape(
+        "tf1_ppo_blocks_leaky",
+        TF1_SESSION,
+        _ppo(True, PPO_RULES),
+        PPO_RULES,
+        mutant_of="tf1_ppo_blocks",
+        steps=PPO_STEPS,
+        advice=("var_list",),
+        note="oldpi trainable and the actor's minimize without var_list: the actor loss trains oldpi",
+    ),
+    Shape(
+        "tf1_a2c_ref",
+        TF1_SESSION,
+        _a2c_ref(False, A2C_RULES),
+        A2C_RULES,
+        steps=A2C_STEPS,
+        note="TF1 A2C on reference variables (use_resource=False), advantage behind stop_gradient",
+    ),
+    Shape(
+        "tf1_a2c_ref_leaky",
+        TF1_SESSION,
+        _a2c_ref(True, A2C_RULES),
+        A2C_RULES,
+        mutant_of="tf1_a2c_ref",
+        steps=A2C_STEPS,
+        note="advantage not cut and the actor's minimize without var_list: the policy loss trains the critic",
+    ),
+    Shape(
+        "tf1_readme_quickstart",
+        TF1_SESSION,
+        _readme_quickstart(README_RULES),
+        README_RULES,
+        steps=A2C_STEPS,
+        note="README's TF1 quickstart: seed 01's Agent, layer1 in both optimizers' var_list",
+    ),
 ]

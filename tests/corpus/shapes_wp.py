@@ -21,7 +21,7 @@ import tensorflow as tf
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
 from tests.corpus import kit
-from tests.corpus.spec import TF_FUNCTION, EAGER, Shape, StepProbe
+from tests.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
 
 GAMMA, TAU, A, OBS = 0.9, 0.05, kit.ACTIONS, kit.OBS
 
@@ -80,25 +80,47 @@ def td3_odd(leaky: bool):
         kit.seed(5)
         actor, t_actor = kit.mlp("actor", [4, A]), kit.mlp("target_actor", [4, A])
         c1, c2 = kit.mlp("critic1", [4, 1], OBS + A), kit.mlp("critic2", [4, 1], OBS + A)
-        t1, t2 = kit.mlp("target_critic1", [4, 1], OBS + A), kit.mlp("target_critic2", [4, 1], OBS + A)
+        t1, t2 = (
+            kit.mlp("target_critic1", [4, 1], OBS + A),
+            kit.mlp("target_critic2", [4, 1], OBS + A),
+        )
         nets = ((t_actor, actor), (t1, c1), (t2, c2))
         for t, o in nets:
             kit.copy_weights(t, o)
         actor_opt, critic_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
-        models = {"actor": actor, "critic1": c1, "critic2": c2,
-                  "target_actor": t_actor, "target_critic1": t1, "target_critic2": t2}
+        models = {
+            "actor": actor,
+            "critic1": c1,
+            "critic2": c2,
+            "target_actor": t_actor,
+            "target_critic1": t1,
+            "target_critic2": t2,
+        }
         pairs = [pair_models(t, o, tau=TAU) for t, o in nets]
-        rec = Recorder(logdir, every_n_steps=every_n_steps, models=models, pairs=pairs, rules=list(TD3_ODD_RULES))
+        rec = Recorder(
+            logdir,
+            every_n_steps=every_n_steps,
+            models=models,
+            pairs=pairs,
+            rules=list(TD3_ODD_RULES),
+        )
+
         def critic_vars():
             return c1.trainable_variables + c2.trainable_variables
+
         def actor_vars():
             return actor.trainable_variables + (c1.trainable_variables if leaky else [])
 
         def critic_loss(b):
-            a2 = tf.clip_by_value(tf.tanh(t_actor(b["s2"])) + tf.clip_by_value(0.2 * b["noise"], -0.5, 0.5), -1, 1)
-            y = tf.stop_gradient(b["r"] + GAMMA * tf.minimum(_q(t1, b["s2"], a2), _q(t2, b["s2"], a2)))
+            a2 = tf.clip_by_value(
+                tf.tanh(t_actor(b["s2"])) + tf.clip_by_value(0.2 * b["noise"], -0.5, 0.5), -1, 1
+            )
+            y = tf.stop_gradient(
+                b["r"] + GAMMA * tf.minimum(_q(t1, b["s2"], a2), _q(t2, b["s2"], a2))
+            )
             return tf.reduce_mean((_q(c1, b["s"], b["a_cont"]) - y) ** 2) + tf.reduce_mean(
-                (_q(c2, b["s"], b["a_cont"]) - y) ** 2)
+                (_q(c2, b["s"], b["a_cont"]) - y) ** 2
+            )
 
         def actor_loss(b):
             return -tf.reduce_mean(_q(c1, b["s"], tf.tanh(actor(b["s"]))))
@@ -121,14 +143,27 @@ def td3_odd(leaky: bool):
         for it in range(1, steps + 1):  # the project counts iterations from 1
             b, step = kit.batch(it), it - 1
             delayed = it % 2 == 0
-            losses = [kit.loss_probe("critic", kit.taped(lambda _: critic_loss(b)), critic_opt, critic_vars),
-                      kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)), actor_opt, actor_vars)]
+            losses = [
+                kit.loss_probe(
+                    "critic", kit.taped(lambda _: critic_loss(b)), critic_opt, critic_vars
+                ),
+                kit.loss_probe("actor", kit.taped(lambda _: actor_loss(b)), actor_opt, actor_vars),
+            ]
             losses = [p for p in losses if p.name in recorded.get(step, [])]
-            observer.before(step, StepProbe(
-                losses, kit.variables_of(models), [actor_opt, critic_opt],
-                [kit.pair_probe(p, t, o, n) for p, (t, o), n in zip(
-                    pairs, nets, ("target_actor", "target_critic1", "target_critic2"))],
-            ))
+            observer.before(
+                step,
+                StepProbe(
+                    losses,
+                    kit.variables_of(models),
+                    [actor_opt, critic_opt],
+                    [
+                        kit.pair_probe(p, t, o, n)
+                        for p, (t, o), n in zip(
+                            pairs, nets, ("target_actor", "target_critic1", "target_critic2")
+                        )
+                    ],
+                ),
+            )
             with rec.training_step():
                 update_critic(b)
                 if delayed:
@@ -153,6 +188,7 @@ def _ppo(leaky: bool):
         pi_opt, v_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
         models = {"policy": policy, "value": value}
         rec = Recorder(logdir, every_n_steps=1, models=models, rules=list(PPO_RULES))
+
         def policy_vars():
             return policy.trainable_variables + (value.trainable_variables if leaky else [])
 
@@ -166,7 +202,9 @@ def _ppo(leaky: bool):
             if adv is None:  # the mutant: the advantage inside the tape, no stop_gradient
                 adv = advantage(b)
             ratio = tf.exp(log_prob(b) - old_logp)
-            return -tf.reduce_mean(tf.minimum(ratio * adv, tf.clip_by_value(ratio, 1 - CLIP, 1 + CLIP) * adv))
+            return -tf.reduce_mean(
+                tf.minimum(ratio * adv, tf.clip_by_value(ratio, 1 - CLIP, 1 + CLIP) * adv)
+            )
 
         def value_loss(b):
             returns = b["r"] + GAMMA * tf.stop_gradient(value(b["s2"])[:, 0])
@@ -190,17 +228,39 @@ def _ppo(leaky: bool):
             b = kit.batch(it)
             old_logp = log_prob(b)  # the policy that collected the batch
             pre = (lambda: None) if leaky else (lambda: tf.stop_gradient(advantage(b)))
-            observer.before(step, StepProbe(
-                [kit.loss_probe("policy", kit.taped(lambda adv: policy_loss(b, old_logp, adv), pre),
-                                pi_opt, policy_vars)],
-                kit.variables_of(models), [pi_opt, v_opt]))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(
+                            "policy",
+                            kit.taped(lambda adv: policy_loss(b, old_logp, adv), pre),
+                            pi_opt,
+                            policy_vars,
+                        )
+                    ],
+                    kit.variables_of(models),
+                    [pi_opt, v_opt],
+                ),
+            )
             update_policy(b, old_logp)
             observer.after(step + 1)
             step += 1
-            observer.before(step, StepProbe(
-                [kit.loss_probe("value", kit.taped(lambda _: value_loss(b)), v_opt,
-                                lambda: value.trainable_variables)],
-                kit.variables_of(models), [pi_opt, v_opt]))
+            observer.before(
+                step,
+                StepProbe(
+                    [
+                        kit.loss_probe(
+                            "value",
+                            kit.taped(lambda _: value_loss(b)),
+                            v_opt,
+                            lambda: value.trainable_variables,
+                        )
+                    ],
+                    kit.variables_of(models),
+                    [pi_opt, v_opt],
+                ),
+            )
             update_value(b)
             observer.after(step + 1)
             step += 1
@@ -212,15 +272,43 @@ def _ppo(leaky: bool):
 _LATE = tuple(s for s in _td3_schedule(TD3_ODD_STEPS, TD3_ODD_EVERY) if s % TD3_ODD_EVERY)
 
 SHAPES = [
-    ScheduledShape("td3_odd_delay", EAGER, td3_odd(False), rules=TD3_ODD_RULES, late_steps=_LATE,
-          steps=TD3_ODD_STEPS, every_n_steps=TD3_ODD_EVERY,
-          note="TD3, policy delay 2 on odd steps (loop from 1), every 10: block around two tf.functions"),
-    ScheduledShape("td3_odd_delay_leaky", EAGER, td3_odd(True), rules=TD3_ODD_RULES, mutant_of="td3_odd_delay",
-          late_steps=_LATE,
-          steps=TD3_ODD_STEPS, every_n_steps=TD3_ODD_EVERY, advice=("var_list",),
-          note="the actor's optimizer also given critic1"),
-    Shape("ppo_split", TF_FUNCTION, _ppo(False), rules=PPO_RULES, steps=6,
-          note="PPO: separate policy and value tf.functions, each apply its own step"),
-    Shape("ppo_split_leaky", TF_FUNCTION, _ppo(True), rules=PPO_RULES, mutant_of="ppo_split", steps=6,
-          note="advantage inside the policy tape, policy optimizer over both nets"),
+    ScheduledShape(
+        "td3_odd_delay",
+        EAGER,
+        td3_odd(False),
+        rules=TD3_ODD_RULES,
+        late_steps=_LATE,
+        steps=TD3_ODD_STEPS,
+        every_n_steps=TD3_ODD_EVERY,
+        note="TD3, policy delay 2 on odd steps (loop from 1), every 10: block around two tf.functions",
+    ),
+    ScheduledShape(
+        "td3_odd_delay_leaky",
+        EAGER,
+        td3_odd(True),
+        rules=TD3_ODD_RULES,
+        mutant_of="td3_odd_delay",
+        late_steps=_LATE,
+        steps=TD3_ODD_STEPS,
+        every_n_steps=TD3_ODD_EVERY,
+        advice=("var_list",),
+        note="the actor's optimizer also given critic1",
+    ),
+    Shape(
+        "ppo_split",
+        TF_FUNCTION,
+        _ppo(False),
+        rules=PPO_RULES,
+        steps=6,
+        note="PPO: separate policy and value tf.functions, each apply its own step",
+    ),
+    Shape(
+        "ppo_split_leaky",
+        TF_FUNCTION,
+        _ppo(True),
+        rules=PPO_RULES,
+        mutant_of="ppo_split",
+        steps=6,
+        note="advantage inside the policy tape, policy optimizer over both nets",
+    ),
 ]

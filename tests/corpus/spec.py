@@ -34,7 +34,8 @@ variable name without `:0` for TF1.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 # Kinds of training loop, as `Shape.style`.
 TF_FUNCTION = "tf.function"

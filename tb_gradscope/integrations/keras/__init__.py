@@ -15,7 +15,8 @@ the root's lazy `GradscopeCallback`) and `demos`; builds on `tb_gradscope.record
 
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import keras
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -87,7 +88,11 @@ def _container(model: Any) -> tuple[Any, str] | None:
 
 
 def _get(container: Any, kind: str) -> list[Any] | None:
-    return private.flat_losses(container) if kind == _KERAS3 else private.legacy_loss_functions(container)
+    return (
+        private.flat_losses(container)
+        if kind == _KERAS3
+        else private.legacy_loss_functions(container)
+    )
 
 
 def _set(container: Any, kind: str, entries: list[Any] | None) -> None:

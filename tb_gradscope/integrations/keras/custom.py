@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -59,7 +60,9 @@ _current = threading.local()  # .step: the CustomStep this thread is tracing
 _original_gradient = tf.GradientTape.gradient
 
 
-def _observed_gradient(tape: tf.GradientTape, target: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
+def _observed_gradient(
+    tape: tf.GradientTape, target: Any, sources: Any, *args: Any, **kwargs: Any
+) -> Any:
     step = getattr(_current, "step", None)
     if step is not None and tf.is_tensor(target) and target.shape.rank == 0:
         step.taped.append(TapedLoss(target, list(tape.watched_variables())))
@@ -105,7 +108,9 @@ def _observe_metrics(model: Any, step: CustomStep) -> list[Any]:
         if update is None or "update_state" in metric.__dict__:
             continue
 
-        def observed(*args: Any, _update: Any = update, _name: str = str(metric.name), **kwargs: Any) -> Any:
+        def observed(
+            *args: Any, _update: Any = update, _name: str = str(metric.name), **kwargs: Any
+        ) -> Any:
             if args and tf.is_tensor(args[0]):
                 step.metric_inputs.setdefault(id(args[0]), _name)
             return _update(*args, **kwargs)

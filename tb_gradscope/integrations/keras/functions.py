@@ -32,7 +32,8 @@ the step when it makes the function).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tb_gradscope.record import loss_scale
 
@@ -49,8 +50,13 @@ class TrainFunctions:
         kernel-held random streams).
     """
 
-    def __init__(self, model: Any, plain_step: Callable[[Any], Any], every: int,
-                 one_function: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        model: Any,
+        plain_step: Callable[[Any], Any],
+        every: int,
+        one_function: Callable[[], bool] = lambda: False,
+    ):
         self.model = model
         self.every = every
         self._plain_step = plain_step

@@ -9,18 +9,19 @@ which differ only in where the model and loss container live (see
 from __future__ import annotations
 
 import itertools
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
-from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope import _tf_private as private
+from tb_gradscope import naming
+from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras.custom import overrides_train_step
 from tb_gradscope.integrations.keras.functions import TrainFunctions
 from tb_gradscope.integrations.keras.records import KerasRecords
 from tb_gradscope.integrations.keras.step import StepProbe
-from tb_gradscope.record.drift_monitor import DriftMonitor
 from tb_gradscope.pairs.pairs import Pair
-from tb_gradscope import naming
 from tb_gradscope.record import options
+from tb_gradscope.record.drift_monitor import DriftMonitor
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy
@@ -149,16 +150,26 @@ class GradscopeHooks:
             )
         slots = StepProbe.slots_for(steps_per_execution(model), self.every_n_batches)
         self._probe = StepProbe(
-            model, vlayout, self.every_n_batches, slots, model.name, self._fail,
-            custom=overrides_train_step(model, self.model_types), grad_columns=self.grad_columns,
+            model,
+            vlayout,
+            self.every_n_batches,
+            slots,
+            model.name,
+            self._fail,
+            custom=overrides_train_step(model, self.model_types),
+            grad_columns=self.grad_columns,
         )
         own_step = model.train_step
         model.train_step = self._probe.wrap(own_step)
         model.train_function = None  # compile the instrumented step
         probe = self._probe
         self._functions = (
-            TrainFunctions(model, probe.plain(own_step), self.every_n_batches,
-                           one_function=lambda: not probe.traces or bool(probe.kernel_random))
+            TrainFunctions(
+                model,
+                probe.plain(own_step),
+                self.every_n_batches,
+                one_function=lambda: not probe.traces or bool(probe.kernel_random),
+            )
             if self.host_schedule and TrainFunctions.supported(model)
             else None
         )

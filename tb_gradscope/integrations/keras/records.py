@@ -13,14 +13,21 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.format import KIND_SPECS, Kind, create_summary_metadata, encode_blobs, encode_table, make_info, tag_for
+from tb_gradscope.format import (
+    KIND_SPECS,
+    Kind,
+    create_summary_metadata,
+    encode_blobs,
+    encode_table,
+    make_info,
+    tag_for,
+)
 from tb_gradscope.integrations.keras.capture import OutputLoss
 from tb_gradscope.integrations.keras.step import StepProbe
 from tb_gradscope.record import loss_scale
 from tb_gradscope.record.writing import SummarySink
 from tb_gradscope.rules import RuleChecker, apply_policy
 from tb_gradscope.rules.policy import LOG
-
 
 
 class KerasRecords:
@@ -33,7 +40,13 @@ class KerasRecords:
       on_violation: the user's policy, applied after violations are written.
     """
 
-    def __init__(self, sink: SummarySink, attrs: dict[str, Any], checker: RuleChecker | None, on_violation: str):
+    def __init__(
+        self,
+        sink: SummarySink,
+        attrs: dict[str, Any],
+        checker: RuleChecker | None,
+        on_violation: str,
+    ):
         self.sink = sink
         self.attrs = attrs
         self.checker = checker
@@ -82,7 +95,9 @@ class KerasRecords:
             step = int(steps[slot])
             if step > self.skips_written_step and (current is None or step < current):
                 event = loss_scale.skipped_event(step, float(scales[slot]), int(counts[slot]))
-                self._blobs(Kind.EVENTS, [event.to_json()], step, {}, name=loss_scale.SKIPPED_RECORD)
+                self._blobs(
+                    Kind.EVENTS, [event.to_json()], step, {}, name=loss_scale.SKIPPED_RECORD
+                )
                 self.skips_written_step = step
 
     def flush(self) -> None:
@@ -100,12 +115,18 @@ class KerasRecords:
         writes the slot's tables if they are new, in one concrete-function call
         (a read call and a write call cost about twice as much); returns the
         current step. The FlowGraph, rules and their events follow on the host."""
-        names = tuple(loss.name for loss in probe.losses if probe.grad_tables is not None and loss.name in probe.captured)
+        names = tuple(
+            loss.name
+            for loss in probe.losses
+            if probe.grad_tables is not None and loss.name in probe.captured
+        )
         key = (names, probe.grad_tables is not None)
         drainer = self._drainers.get(key)
         if drainer is None:
             drainer = self._drainers[key] = self._drainer(probe, names)
-        steps, updates, current, grads, told = [v.numpy() for v in drainer(tf.constant(self.written_step, tf.int64))]
+        steps, updates, current, grads, told = [
+            v.numpy() for v in drainer(tf.constant(self.written_step, tf.int64))
+        ]
         first, last, queued = told.tolist()
         self.sink.count(queued, first, last)  # the flush the in-graph gate would have decided
         step = int(steps[0])
@@ -117,10 +138,15 @@ class KerasRecords:
 
     def _drainer(self, probe: StepProbe, names: tuple[str, ...]) -> Any:
         scopes = probe.vlayout.layout.scopes
+
         def zeros(kind):
             return np.zeros([len(scopes), len(KIND_SPECS[kind].columns)], np.float32)
-        heads = [self._table(Kind.GRAD_STATS, loss, scopes, zeros(Kind.GRAD_STATS))[:2]
-                 for loss in probe.losses if loss.name in names]
+
+        heads = [
+            self._table(Kind.GRAD_STATS, loss, scopes, zeros(Kind.GRAD_STATS))[:2]
+            for loss in probe.losses
+            if loss.name in names
+        ]
         update_head = self._table(Kind.UPDATE_STATS, None, scopes, zeros(Kind.UPDATE_STATS))[:2]
         rows = [i for i, loss in enumerate(probe.losses) if loss.name in names]
 
@@ -134,12 +160,21 @@ class KerasRecords:
 
             told = tf.cond(step > written, write, lambda: tf.zeros([3], tf.int64))
             with tf.control_dependencies([told]):
-                return [tf.identity(steps), tf.identity(updates), tf.identity(current),
-                        tf.identity(grads) if grads is not None else tf.zeros([0]), tf.identity(told)]
+                return [
+                    tf.identity(steps),
+                    tf.identity(updates),
+                    tf.identity(current),
+                    tf.identity(grads) if grads is not None else tf.zeros([0]),
+                    tf.identity(told),
+                ]
 
-        return tf.function(drain, autograph=False).get_concrete_function(tf.TensorSpec([], tf.int64))
+        return tf.function(drain, autograph=False).get_concrete_function(
+            tf.TensorSpec([], tf.int64)
+        )
 
-    def _write_step(self, probe: StepProbe, step: int, grads, updates, slot: int, tables_written: bool = False) -> None:
+    def _write_step(
+        self, probe: StepProbe, step: int, grads, updates, slot: int, tables_written: bool = False
+    ) -> None:
         events = []
         if probe.flowgraph is not None and not self._flowgraph_written:
             self._flowgraph_written = True
@@ -165,7 +200,9 @@ class KerasRecords:
             if self.on_violation != LOG:
                 apply_policy(events, self.on_violation)
 
-    def _table(self, kind: Kind, loss: OutputLoss | None, scopes, values: np.ndarray) -> tuple[str, bytes, np.ndarray]:
+    def _table(
+        self, kind: Kind, loss: OutputLoss | None, scopes, values: np.ndarray
+    ) -> tuple[str, bytes, np.ndarray]:
         """(tag, metadata, encoded values) of one table record."""
         name = "" if loss is None else loss.name
         tag = tag_for(kind, name)
@@ -187,25 +224,37 @@ class KerasRecords:
         if write is None:
             write = self._table_writers[key] = self._table_writer(records)
         self.dirty = True
-        told = write(tf.constant(step, tf.int64), *[tf.constant(values) for _, _, values in records])
+        told = write(
+            tf.constant(step, tf.int64), *[tf.constant(values) for _, _, values in records]
+        )
         first, last, queued = told.numpy().tolist()
         self.sink.count(queued, first, last)
 
     def _table_writer(self, records: list[tuple[str, bytes, np.ndarray]]) -> Any:
         """A concrete function (called with tensors: a quarter of a tf.function's call cost)."""
         heads = [(tag, meta) for tag, meta, _ in records]
-        signature = [tf.TensorSpec([], tf.int64)] + [tf.TensorSpec(v.shape, tf.float32) for _, _, v in records]
+        signature = [tf.TensorSpec([], tf.int64)] + [
+            tf.TensorSpec(v.shape, tf.float32) for _, _, v in records
+        ]
 
         def write(step: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
-            return self.sink.write_counted([(tag, meta, v, False) for (tag, meta), v in zip(heads, values)], step)
+            return self.sink.write_counted(
+                [(tag, meta, v, False) for (tag, meta), v in zip(heads, values)], step
+            )
 
         return tf.function(write, autograph=False).get_concrete_function(*signature)
 
-    def _blobs(self, kind: Kind, documents: list, step: int, extra: dict[str, Any], name: str = "") -> None:
+    def _blobs(
+        self, kind: Kind, documents: list, step: int, extra: dict[str, Any], name: str = ""
+    ) -> None:
         info = make_info(kind, name, attrs={**self.attrs, **extra})
         meta = create_summary_metadata(info).SerializeToString()
-        self._write(tag_for(kind, name), meta, np.array(encode_blobs(info, documents), dtype=object), step)
+        self._write(
+            tag_for(kind, name), meta, np.array(encode_blobs(info, documents), dtype=object), step
+        )
 
     def _write(self, tag: str, meta: bytes, value: np.ndarray, step: int) -> None:
         self.dirty = True
-        self.sink.write(tag, meta, tf.constant(value), tf.constant(step, tf.int64), tf.constant(True))
+        self.sink.write(
+            tag, meta, tf.constant(value), tf.constant(step, tf.int64), tf.constant(True)
+        )

@@ -25,19 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from tb_gradscope import naming
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.integrations.keras import capture as capture
 from tb_gradscope.integrations.keras import custom as custom_lib
 from tb_gradscope.integrations.keras import kernel_rng
-from tb_gradscope import naming
-from tb_gradscope.record import distribute, flow, loss_scale, stats
 from tb_gradscope.naming import VariableLayout
+from tb_gradscope.record import distribute, flow, loss_scale, stats
 from tb_gradscope.record.reductions import in_xla
 
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -76,7 +77,11 @@ class StepProbe:
         self.model = model
         self.grad_columns = tuple(grad_columns)
         self.custom = custom
-        self.batches = distribute.local_variable(np.int64(0), trainable=False, name="gradscope_batches") if custom else None
+        self.batches = (
+            distribute.local_variable(np.int64(0), trainable=False, name="gradscope_batches")
+            if custom
+            else None
+        )
         self.vlayout = vlayout
         self.losses: list[capture.OutputLoss] = []
         self.every = every
@@ -101,9 +106,15 @@ class StepProbe:
             tf.zeros([slots, n_scopes, _N_UPDATE]), trainable=False, name="gradscope_update_tables"
         )
         # Recorded batches the loss scaler skipped (mixed precision): step, count, scale.
-        self.skip_step = distribute.local_variable(np.full([slots], -1, np.int64), trainable=False, name="gradscope_skip_step")
-        self.skip_count = distribute.local_variable(np.zeros([slots], np.int64), trainable=False, name="gradscope_skip_count")
-        self.skip_scale = distribute.local_variable(np.zeros([slots], np.float32), trainable=False, name="gradscope_skip_scale")
+        self.skip_step = distribute.local_variable(
+            np.full([slots], -1, np.int64), trainable=False, name="gradscope_skip_step"
+        )
+        self.skip_count = distribute.local_variable(
+            np.zeros([slots], np.int64), trainable=False, name="gradscope_skip_count"
+        )
+        self.skip_scale = distribute.local_variable(
+            np.zeros([slots], np.float32), trainable=False, name="gradscope_skip_scale"
+        )
 
     @staticmethod
     def slots_for(steps_per_execution: int, every: int) -> int:
@@ -172,7 +183,10 @@ class StepProbe:
         reads cost ~3x more)."""
         key = self.grad_tables is not None
         if self._reader is None or self._reader[0] != key:
-            self._reader = (key, tf.function(self._read_all, autograph=False).get_concrete_function())
+            self._reader = (
+                key,
+                tf.function(self._read_all, autograph=False).get_concrete_function(),
+            )
         values = [v.numpy() for v in self._reader[1]()]
         grads = values[3] if key else None
         return values[0], grads, values[1], int(values[2])
@@ -185,8 +199,12 @@ class StepProbe:
         """In a traced function: (slot steps, update tables, current step,
         grad tables or None), read when it runs."""
         grads = tf.identity(self.grad_tables) if self.grad_tables is not None else None
-        return (tf.identity(self.slot_step), tf.identity(self.update_tables),
-                tf.cast(tf.convert_to_tensor(self.step_variable), tf.int64), grads)
+        return (
+            tf.identity(self.slot_step),
+            tf.identity(self.update_tables),
+            tf.cast(tf.convert_to_tensor(self.step_variable), tf.int64),
+            grads,
+        )
 
     def read_skips(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps, skipped batches, loss scale) of the skip ring's slots (step -1: empty)."""
@@ -222,19 +240,32 @@ class StepProbe:
             self.enabled.read_value(), tf.equal(tf.math.floormod(step, self.every), 0)
         )
         # The loss scale Keras's train step multiplies by, read before its apply changes it.
-        scale = loss_scale.current_scale(optimizer) if loss_scale.is_loss_scale_optimizer(optimizer) else None
+        scale = (
+            loss_scale.current_scale(optimizer)
+            if loss_scale.is_loss_scale_optimizer(optimizer)
+            else None
+        )
         variables = list(self.vlayout.variables)
         if in_xla():  # XLA needs equal shapes on both branches
+
             def empty():
                 return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]
         else:
+
             def empty():
                 return [tf.zeros([0], v.dtype) for v in variables]
+
         before = tf.cond(record, lambda: stats.snapshot(variables), empty)
         return step, record, list(before), scale
 
     def _after(
-        self, tape: tf.GradientTape, captured: capture.Captured, step, record, before, scale,
+        self,
+        tape: tf.GradientTape,
+        captured: capture.Captured,
+        step,
+        record,
+        before,
+        scale,
         taped: dict[str, custom_lib.TapedLoss],
     ) -> None:
         found = captured.losses or [capture.OutputLoss(name, None) for name in taped]
@@ -246,7 +277,9 @@ class StepProbe:
             )
         with tape:  # the weighting (and loss scale) must be on the tape too
             losses = {
-                self.losses[i].name: _scaled(capture.weighted(self.model, value, self.losses[i]), scale)
+                self.losses[i].name: _scaled(
+                    capture.weighted(self.model, value, self.losses[i]), scale
+                )
                 for i, value in sorted(captured.values.items())
                 if i < len(self.losses) and captured.losses[i] == self.losses[i]
             }
@@ -277,14 +310,29 @@ class StepProbe:
 
         def store(grads):
             return self._store(step, record, before, scale, grads)
+
         if distribute.replicas_in_sync() > 1:
+
             def local():
                 return {name: gradient(name, value) for name, value in losses.items()}
+
             distribute.record_global(record, local, store, self._on_error)
         else:
-            store({name: (lambda name=name, value=value: gradient(name, value)) for name, value in losses.items()})
+            store(
+                {
+                    name: (lambda name=name, value=value: gradient(name, value))
+                    for name, value in losses.items()
+                }
+            )
 
-    def _store(self, step: tf.Tensor, record: tf.Tensor, before: list[Any], scale: tf.Tensor | None, grads: dict) -> None:
+    def _store(
+        self,
+        step: tf.Tensor,
+        record: tf.Tensor,
+        before: list[Any],
+        scale: tf.Tensor | None,
+        grads: dict,
+    ) -> None:
         """At a recorded step, puts the step's tables into the ring's slot.
 
         `grads` maps each captured loss to a callable returning its gradients,
@@ -312,10 +360,16 @@ class StepProbe:
                 tables = [tf.zeros(shape[1:], tf.float32)] * shape[0]
                 for name, make in grads.items():
                     table = stats.grad_table(make(), self._rollup, self.grad_columns)
-                    tables[order.index(name)] = table if scale is None else loss_scale.unscaled(table, scale)
+                    tables[order.index(name)] = (
+                        table if scale is None else loss_scale.unscaled(table, scale)
+                    )
             if scale is None:
                 return put(tables)
-            return tf.cond(loss_scale.overflowed(tables), lambda: self._count_skip(step, scale), lambda: put(tables))
+            return tf.cond(
+                loss_scale.overflowed(tables),
+                lambda: self._count_skip(step, scale),
+                lambda: put(tables),
+            )
 
         tf.cond(record, store, lambda: tf.constant(False))
 
@@ -324,7 +378,9 @@ class StepProbe:
         slot = tf.reshape(tf.math.floormod(tf.math.floordiv(step, self.every), self.slots), [1, 1])
         # Whole (tiny) reads, then gathers: XLA has no kernel for a gather from a resource.
         again = tf.equal(tf.gather_nd(self.skip_step.read_value(), slot), step)
-        count = tf.where(again, tf.gather_nd(self.skip_count.read_value(), slot) + 1, tf.ones([1], tf.int64))
+        count = tf.where(
+            again, tf.gather_nd(self.skip_count.read_value(), slot) + 1, tf.ones([1], tf.int64)
+        )
         self.skip_count.scatter_nd_update(slot, count)
         self.skip_scale.scatter_nd_update(slot, tf.reshape(scale, [1]))
         self.skip_step.scatter_nd_update(slot, tf.reshape(step, [1]))

@@ -8,8 +8,8 @@ user's graph.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -91,9 +91,7 @@ def resolve_start(graph: tf.Graph, name: Any, value: Any) -> tuple[tf.Tensor, An
         return tensor, grad_ys
     tensor = graphs.as_tensor(graph, value, f"loss '{name}'")
     if not tensor.dtype.is_floating:
-        raise ValueError(
-            f"loss '{name}' has dtype {tensor.dtype.name}; pass a floating-point loss"
-        )
+        raise ValueError(f"loss '{name}' has dtype {tensor.dtype.name}; pass a floating-point loss")
     if tensor.shape.rank not in (None, 0):
         raise ValueError(
             f"loss '{name}' is not a scalar (shape {tensor.shape}); pass "

@@ -14,7 +14,8 @@ small calls it makes itself (snapshot, update table) are worked out once:
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import tensorflow as tf
 
@@ -41,7 +42,9 @@ class CalledOps:
         called = self._known.get(key) if key is not None else None
         if called is None:
             named = self._names  # op.name is a C call: looked up once per op here
-            called = frozenset(named[op] for op in graphs.fetched_ops(self._graph, fetches) if op in named)
+            called = frozenset(
+                named[op] for op in graphs.fetched_ops(self._graph, fetches) if op in named
+            )
             if key is not None and len(self._known) < _MAX_FETCH_KEYS:
                 self._known[key] = called
         return called

@@ -12,7 +12,8 @@ per-variable sums, rolled up by `record.stats.RollUp` into the same tables
 
 from __future__ import annotations
 
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -75,7 +76,9 @@ def _sizes(tensors: Sequence[Any]) -> tf.Tensor:
     return tf.cast(tf.stack([tf.size(t) for t in tensors]), tf.float64)
 
 
-def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS) -> tf.Tensor:
+def grad_table(
+    grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS
+) -> tf.Tensor:
     """The GRAD_STATS table [n_scopes, 5] (float32) of one loss, as record.stats'.
 
     `grads` is index-aligned with the layout's variables, None where the loss
@@ -94,7 +97,9 @@ def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = 
         not_recorded = np.full([k], np.nan)
         max_abs = not_recorded
         if "max_abs" in columns:
-            abs_finite = tf.where(finite, tf.abs(values), tf.constant(0, values.dtype))  # no zeros pass
+            abs_finite = tf.where(
+                finite, tf.abs(values), tf.constant(0, values.dtype)
+            )  # no zeros pass
             max_abs = tf.cast(tf.math.segment_max(abs_finite, ids), tf.float64)
             if pad:  # empty segments hold the lowest float
                 max_abs = tf.maximum(_pad_to(max_abs, k), 0)
@@ -125,7 +130,9 @@ def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = 
         [
             sums[0],
             tf.sqrt(sums[1]),
-            rollup.max(tf.unstack(per_var, num=6, axis=1)[2]) if "max_abs" in columns else scope_nan,
+            rollup.max(tf.unstack(per_var, num=6, axis=1)[2])
+            if "max_abs" in columns
+            else scope_nan,
             sums[3],
             tf.math.divide_no_nan(sums[4], sums[5]) if "zero_frac" in columns else scope_nan,
         ],
@@ -134,16 +141,23 @@ def grad_table(grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = 
     return tf.cast(table, tf.float32)
 
 
-def update_sums(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
+def update_sums(
+    now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True
+) -> tf.Tensor:
     """Per variable [n, 2] float64: sum of (now - before)^2 and of now^2
     (`pad`: some variable may be empty, see `may_be_empty`)."""
     return tf.stack(
-        [_segment_sum(tf.square(now - before), ids, n, pad), _segment_sum(tf.square(now), ids, n, pad)],
+        [
+            _segment_sum(tf.square(now - before), ids, n, pad),
+            _segment_sum(tf.square(now), ids, n, pad),
+        ],
         axis=1,
     )
 
 
-def delta_sums(delta: tf.Tensor, now: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
+def delta_sums(
+    delta: tf.Tensor, now: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True
+) -> tf.Tensor:
     """`update_sums` from the change itself: per variable [n, 2] float64, sum
     of delta^2 and of now^2 (a window's update summed over its calls)."""
     return tf.stack(
@@ -152,7 +166,9 @@ def delta_sums(delta: tf.Tensor, now: tf.Tensor, ids: tf.Tensor, n: int, pad: bo
     )
 
 
-def changed_counts(now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True) -> tf.Tensor:
+def changed_counts(
+    now: tf.Tensor, before: tf.Tensor, ids: tf.Tensor, n: int, pad: bool = True
+) -> tf.Tensor:
     """Per variable [n] float64: how many elements differ (NaN counts as changed)."""
     return _segment_sum(tf.cast(tf.not_equal(now, before), now.dtype), ids, n, pad)
 

@@ -6,7 +6,8 @@ Pure graph inspection; builds no ops.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -75,9 +76,7 @@ def scoped_variables(
     """
     with graph.as_default():
         candidates = (
-            list(variables)
-            if variables is not None
-            else tf.compat.v1.trainable_variables()
+            list(variables) if variables is not None else tf.compat.v1.trainable_variables()
         )
         global_step = tf.compat.v1.train.get_global_step(graph)
     slots = slot_variable_ops(graph)
@@ -144,9 +143,7 @@ def fetched_ops(graph: tf.Graph, fetches: Any) -> set[tf.Operation]:
             ops.add(item.op)
         elif isinstance(item, str):
             try:
-                found = graph.as_graph_element(
-                    item, allow_tensor=True, allow_operation=True
-                )
+                found = graph.as_graph_element(item, allow_tensor=True, allow_operation=True)
             except (TypeError, ValueError, KeyError):
                 continue
             ops.add(found if isinstance(found, tf.Operation) else found.op)
@@ -174,7 +171,7 @@ def replace_ops(
 def fed_ops(graph: tf.Graph, feed_dict: Any) -> set[tf.Operation]:
     """The placeholder ops a `feed_dict` feeds (keys as tensors or names)."""
     ops: set[tf.Operation] = set()
-    for key in (feed_dict or {}):
+    for key in feed_dict or {}:
         keys = key if isinstance(key, (list, tuple)) else [key]
         for k in keys:
             if isinstance(k, tf.Tensor):

@@ -12,14 +12,14 @@ never see it; an assign initializes it, so it needs no initializer.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
-from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
 from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1 import ref_reads, reuse
+from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
 from tb_gradscope.record.stats import RollUp
 
 NAME_SCOPE = "tb_gradscope"
@@ -113,7 +113,9 @@ def build_loss_ops(
                     else grads
                 )
                 table = flat.grad_table(used, rollup, columns)
-            reused = frozenset(v.name for v, mine, g in zip(variables, grads, used) if g is not mine)
+            reused = frozenset(
+                v.name for v, mine, g in zip(variables, grads, used) if g is not mine
+            )
             needs = refresh if rewired.intersection(built[name]) else None
             ops[name] = LossOps(table, required_placeholders([table]), reused, needs)
     return ops
@@ -147,17 +149,21 @@ def build_update_ops(
         delta = values - snap.value()
 
         def delta_table(moved: tf.Tensor) -> tf.Tensor:
-            return flat.update_table(flat.delta_sums(moved, values, ids, len(variables), pad), rollup)
+            return flat.update_table(
+                flat.delta_sums(moved, values, ids, len(variables), pad), rollup
+            )
 
         accumulators = []
         for i in range(slots):
             acc = _flat_variable(size, dtype, known, f"paused_{i}")
-            accumulators.append(Slot(
-                first=acc.assign(delta, read_value=False),
-                more=acc.assign_add(delta, read_value=False),
-                running=delta_table(acc.value() + delta),
-                paused=delta_table(acc.value()),
-            ))
+            accumulators.append(
+                Slot(
+                    first=acc.assign(delta, read_value=False),
+                    more=acc.assign_add(delta, read_value=False),
+                    running=delta_table(acc.value() + delta),
+                    paused=delta_table(acc.value()),
+                )
+            )
         changed_elements = flat.changed_counts(values, snap.value(), ids, len(variables), pad)
         index = {v.op: i for i, v in enumerate(variables)}
         changed = {}

@@ -13,8 +13,8 @@ s, which makes `target_step` and `tau` exact; without it they are NaN.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -22,8 +22,8 @@ import tensorflow as tf
 from tb_gradscope.format import DRIFT_COLUMNS, Kind, RecordInfo, make_info
 from tb_gradscope.integrations.tf1.graph import scoped_variables, written_variables
 from tb_gradscope.integrations.tf1.ops import NAME_SCOPE, SNAPSHOT_COLLECTION
-from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.pairs.pairs import Pair, pair_prefixes
+from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.record.stats import RollUp
 from tb_gradscope.scopes import variable_name
 
@@ -50,8 +50,10 @@ def resolve_pairs(pairs: Any, graph: tf.Graph) -> list[Pair]:
         return [pair_scopes(t, o, graph=graph) for t, o in pairs.items()]
     if isinstance(pairs, Pair):
         pairs = [pairs]
-    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence) or not all(
-        isinstance(p, Pair) for p in pairs
+    if (
+        isinstance(pairs, (str, bytes))
+        or not isinstance(pairs, Sequence)
+        or not all(isinstance(p, Pair) for p in pairs)
     ):
         raise ValueError(
             f"pairs takes {{target_scope: online_scope}} or a list of Pair, got "
@@ -108,8 +110,13 @@ def _under(variables: Sequence[tf.Variable], prefix: str) -> list[tf.Variable]:
     return [v for v in variables if variable_name(v.name).startswith(head)]
 
 
-def _missing(arg: str, prefix: str, chosen: Sequence[tf.Variable],
-             every_var: Sequence[tf.Variable], looked_everywhere: bool) -> str:
+def _missing(
+    arg: str,
+    prefix: str,
+    chosen: Sequence[tf.Variable],
+    every_var: Sequence[tf.Variable],
+    looked_everywhere: bool,
+) -> str:
     """Why no variable is under `prefix`, and what to pass instead."""
     elsewhere = _under(every_var, prefix)
     if elsewhere and not looked_everywhere:
@@ -165,8 +172,13 @@ def paired_variables(pairs: Sequence[Pair], graph: tf.Graph) -> list[tf.Variable
 class PairRecorder:
     """Builds each pair's DRIFT ops and runs them at the pair's steps."""
 
-    def __init__(self, graph: tf.Graph, pairs: Sequence[Pair],
-                 train_ops: Sequence[tf.Operation], every_n_steps: int):
+    def __init__(
+        self,
+        graph: tf.Graph,
+        pairs: Sequence[Pair],
+        train_ops: Sequence[tf.Operation],
+        every_n_steps: int,
+    ):
         self._every = every_n_steps
         self._ops = [self._build(graph, i, p, train_ops) for i, p in enumerate(pairs)]
         with graph.as_default():
@@ -177,8 +189,9 @@ class PairRecorder:
         self._last_step: int | None = None
         self._snapshot_step: dict[int, int] = {}
 
-    def _build(self, graph: tf.Graph, index: int, pair: Pair,
-               train_ops: Sequence[tf.Operation]) -> _PairOps:
+    def _build(
+        self, graph: tf.Graph, index: int, pair: Pair, train_ops: Sequence[tf.Operation]
+    ) -> _PairOps:
         layout = drift_lib.pair_layout(pair)
         written = {v.op for op in train_ops for v in written_variables(op, pair.target)}
         counts = drift_lib.optimizer_var_counts(layout, [v.op in written for v in pair.target])
@@ -189,12 +202,18 @@ class PairRecorder:
             make_info(Kind.DRIFT, pair.name, layout.scopes, attrs), columns=DRIFT_COLUMNS
         )
         with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/pair_{index}"):
-            prev = [self._copy(side, f"prev_{which}") for which, side in
-                    (("target", pair.target), ("online", pair.online))]
+            prev = [
+                self._copy(side, f"prev_{which}")
+                for which, side in (("target", pair.target), ("online", pair.online))
+            ]
             have_previous = tf.compat.v1.placeholder_with_default(False, [], "have_previous")
             table = drift_lib.pair_table(
-                pair, RollUp.from_layout(layout), prev[0].value(), prev[1].value(),
-                have_previous, counts,
+                pair,
+                RollUp.from_layout(layout),
+                prev[0].value(),
+                prev[1].value(),
+                have_previous,
+                counts,
             )
             with tf.control_dependencies([table]):
                 snapshot = tf.group(
@@ -207,8 +226,11 @@ class PairRecorder:
     def _copy(side: Sequence[Any], name: str) -> tf.Variable:
         size = sum(int(np.prod(v.shape)) for v in side)
         return tf.compat.v1.Variable(
-            tf.zeros([size], drift_lib.flat_dtype(side)), trainable=False,
-            collections=[SNAPSHOT_COLLECTION], name=name, use_resource=True,
+            tf.zeros([size], drift_lib.flat_dtype(side)),
+            trainable=False,
+            collections=[SNAPSHOT_COLLECTION],
+            name=name,
+            use_resource=True,
         )
 
     def _seen(self, step: int) -> bool:
@@ -224,8 +246,9 @@ class PairRecorder:
             self._due(step, ops.pair) or self._due(step + 1, ops.pair) for ops in self._ops
         )
 
-    def before_step(self, run: Callable[..., Any], step: int,
-                    write: Callable[[RecordInfo, Any, int], None]) -> None:
+    def before_step(
+        self, run: Callable[..., Any], step: int, write: Callable[[RecordInfo, Any, int], None]
+    ) -> None:
         """At the first train call of `step`: writes due tables, takes due snapshots.
 
         Steps count per train op, so a loop of train ops in blocks reaches a

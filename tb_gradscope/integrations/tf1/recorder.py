@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -23,7 +24,6 @@ from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1 import args as args
 from tb_gradscope.integrations.tf1 import graph as graphs
 from tb_gradscope.integrations.tf1.calls import CalledOps, FixedCalls
-from tb_gradscope.integrations.tf1.steps import CallPlan, Close, StepClock
 from tb_gradscope.integrations.tf1.ops import (
     NAME_SCOPE,
     build_loss_ops,
@@ -36,6 +36,7 @@ from tb_gradscope.integrations.tf1.pairs import (
 )
 from tb_gradscope.integrations.tf1.rules import STEP_EVENTS, TRACE_EVENTS, RuleSteps
 from tb_gradscope.integrations.tf1.static import static_flowgraph
+from tb_gradscope.integrations.tf1.steps import CallPlan, Close, StepClock
 from tb_gradscope.integrations.tf1.writer import RecordWriter
 from tb_gradscope.record import options
 from tb_gradscope.record.stats import RollUp
@@ -151,8 +152,9 @@ class GraphRecorder:
             every_n_steps,
             slots=PAUSED_WINDOWS,
         )
-        trained = sorted({op for op in self._train_ops.values() if op is not None},
-                         key=lambda op: op.name)
+        trained = sorted(
+            {op for op in self._train_ops.values() if op is not None}, key=lambda op: op.name
+        )
         chosen = graphs.scoped_variables(
             graph, variables if variables is not None else _default_variables(graph, pair_list)
         )
@@ -168,11 +170,11 @@ class GraphRecorder:
         self._rules.at_build(self._flowgraph)
         self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)
-        self._loss_ops = build_loss_ops(graph, self._starts, self.variables, rollup, self._train_ops, recorded_columns)
-        self._update_ops = build_update_ops(graph, self.variables, rollup, trained, PAUSED_WINDOWS)
-        self._pairs = (
-            PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
+        self._loss_ops = build_loss_ops(
+            graph, self._starts, self.variables, rollup, self._train_ops, recorded_columns
         )
+        self._update_ops = build_update_ops(graph, self.variables, rollup, trained, PAUSED_WINDOWS)
+        self._pairs = PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
         self._called_ops = CalledOps(graph, {op: op.name for op in trained})
@@ -182,8 +184,7 @@ class GraphRecorder:
         self._first_step = 0
         self._flowgraph_written = False
         self._infos = {
-            name: make_info(Kind.GRAD_STATS, name, self.layout.scopes)
-            for name in self._starts
+            name: make_info(Kind.GRAD_STATS, name, self.layout.scopes) for name in self._starts
         }
         self._update_info = make_info(Kind.UPDATE_STATS, "", self.layout.scopes)
         self._writer = RecordWriter(os.fspath(logdir))
@@ -191,7 +192,7 @@ class GraphRecorder:
         self.disabled = False
         self._serial = next(_SERIALS)
 
-    def wrap(self, session: Any) -> "RecordingSession":
+    def wrap(self, session: Any) -> RecordingSession:
         """A session whose `run()` also records; everything else is `session`'s."""
         from tb_gradscope.integrations.tf1.session import RecordingSession
 
@@ -341,8 +342,14 @@ class GraphRecorder:
                 self._writer.flush()  # a pair's table at a step no window closes
         if plan.snapshot:
             self._fixed.run(run, self._update_ops.snapshot)
-        refresh = next((self._loss_ops[loss].refresh for loss in plan.losses
-                        if self._loss_ops[loss].refresh is not None), None)
+        refresh = next(
+            (
+                self._loss_ops[loss].refresh
+                for loss in plan.losses
+                if self._loss_ops[loss].refresh is not None
+            ),
+            None,
+        )
         if refresh is not None:
             self._fixed.run(run, refresh)  # reference variables, read before the call applies
         fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
@@ -376,7 +383,9 @@ class GraphRecorder:
         self._write_violations(self._rules.at_step(step, table))
         self._writer.flush()  # a recorded step is on disk when training moves on
 
-    def _write_violations(self, events_by_step: Mapping[int, list[Event]], name: str = STEP_EVENTS) -> None:
+    def _write_violations(
+        self, events_by_step: Mapping[int, list[Event]], name: str = STEP_EVENTS
+    ) -> None:
         written = self._rules.write(self._writer.write_blobs, events_by_step, name)
         if written:
             self._writer.flush()
@@ -422,4 +431,3 @@ def _default_variables(graph: tf.Graph, pairs: Sequence[Any]) -> list[tf.Variabl
             known.add(var.op)
             chosen.append(var)
     return chosen
-

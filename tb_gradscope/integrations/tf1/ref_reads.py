@@ -21,7 +21,7 @@ frames); their tables may still race.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -70,8 +70,12 @@ def rewire(
         reads = [tf.identity(v.outputs[0]) for v in variables]
         flat = tf.concat([tf.reshape(r, [-1]) for r in reads], 0)
         copy = tf.compat.v1.Variable(
-            tf.zeros_like(flat), trainable=False, collections=["tb_gradscope_snapshots"],
-            validate_shape=False, name="ref_reads", use_resource=True,
+            tf.zeros_like(flat),
+            trainable=False,
+            collections=["tb_gradscope_snapshots"],
+            validate_shape=False,
+            name="ref_reads",
+            use_resource=True,
         )
         refresh = copy.assign(flat, read_value=False)
         sizes = [tf.size(r) for r in reads]

@@ -22,7 +22,7 @@ and the recorder keeps its own gradient for that variable.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
 
@@ -44,7 +44,9 @@ def applied_gradients(train_op: tf.Operation) -> dict[tf.Operation, tf.Tensor]:
         source = variable_op(op.inputs[0])
         if source is not None and not _in_control_flow(op):
             found.setdefault(source, []).append(_gradient_input(op))
-    return {var: grads[0] for var, grads in found.items() if len(grads) == 1 and grads[0] is not None}
+    return {
+        var: grads[0] for var, grads in found.items() if len(grads) == 1 and grads[0] is not None
+    }
 
 
 def reusable(
@@ -63,8 +65,9 @@ def reusable(
     return out
 
 
-def same_value(a: tf.Tensor, b: tf.Tensor,
-               proven: set[tuple[tf.Tensor, tf.Tensor]] | None = None) -> bool:
+def same_value(
+    a: tf.Tensor, b: tf.Tensor, proven: set[tuple[tf.Tensor, tf.Tensor]] | None = None
+) -> bool:
     """True when `a` and `b` provably compute the same value in one run call
     (see the module docstring); False when that cannot be shown.
 
@@ -126,4 +129,3 @@ def _gradient_input(op: tf.Operation) -> tf.Tensor | None:
         if name in names:
             return op.inputs[names.index(name)]
     return None
-

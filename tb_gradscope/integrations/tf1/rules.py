@@ -19,7 +19,8 @@ checking off; training goes on.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,8 +94,12 @@ class RuleSteps:
         """{step: violations} of every step still held (end of training)."""
         return self.at_step(max(self._grads), None) if self._grads else {}
 
-    def write(self, write_blobs: WriteBlobs, events_by_step: Mapping[int, list[fmt.Event]],
-              name: str = STEP_EVENTS) -> list[fmt.Event]:
+    def write(
+        self,
+        write_blobs: WriteBlobs,
+        events_by_step: Mapping[int, list[fmt.Event]],
+        name: str = STEP_EVENTS,
+    ) -> list[fmt.Event]:
         """Writes each step's violations as one EVENTS record; returns them all."""
         written = []
         for step, events in sorted(events_by_step.items()):

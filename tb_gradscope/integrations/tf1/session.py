@@ -29,8 +29,9 @@ class RecordingSession(private.SessionInterface):
         self._session = session
         self._recorder = recorder
 
-    def run(self, fetches: Any, feed_dict: Any = None, options: Any = None,
-            run_metadata: Any = None) -> Any:
+    def run(
+        self, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None
+    ) -> Any:
         """`Session.run`, plus the recorder's fetches at recorded steps."""
         run = self._session.run
         pending = self._recorder._before(run, fetches, feed_dict)
@@ -41,8 +42,9 @@ class RecordingSession(private.SessionInterface):
             return result
         names = list(pending.fetches)
         try:  # a list, not a dict: Session.run handles nested dicts slowly (~0.1 ms)
-            result, extra = run((fetches, [pending.fetches[n] for n in names]), feed_dict,
-                                options, run_metadata)
+            result, extra = run(
+                (fetches, [pending.fetches[n] for n in names]), feed_dict, options, run_metadata
+            )
         except tf.errors.OpError as e:
             if not self._recorder._owns(e):
                 raise
@@ -73,7 +75,7 @@ class RecordingSession(private.SessionInterface):
         finally:
             self._session.close()
 
-    def __enter__(self) -> "RecordingSession":
+    def __enter__(self) -> RecordingSession:
         self._session.__enter__()
         return self
 

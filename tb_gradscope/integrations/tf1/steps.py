@@ -24,7 +24,7 @@ one window, so there is one UPDATE record per step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,9 +90,7 @@ class StepClock:
 
     def __init__(self, train_op_of: Mapping[str, str | None], every_n_steps: int, slots: int = 0):
         if not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ValueError(
-                f"every_n_steps must be a positive int, got {every_n_steps!r}"
-            )
+            raise ValueError(f"every_n_steps must be a positive int, got {every_n_steps!r}")
         self._train_op_of = dict(train_op_of)
         self._all_ops = frozenset(k for k in train_op_of.values() if k is not None)
         self._every = every_n_steps
@@ -126,9 +124,7 @@ class StepClock:
         for key in called:
             self._count[key] += 1
 
-    def plan(
-        self, called: Collection[str], can_record: Callable[[str], bool]
-    ) -> CallPlan | None:
+    def plan(self, called: Collection[str], can_record: Callable[[str], bool]) -> CallPlan | None:
         """Advances the counters for a call that runs the train ops `called`.
 
         `can_record(loss)` says whether the call feeds what the loss needs.
@@ -168,7 +164,9 @@ class StepClock:
             state.seen |= called
             if state.seen >= self._all_ops:
                 close_after = self._close(window, running=True)
-        return CallPlan(min(steps.values()), tuple(closes), pause, snapshot, open_step, losses, close_after)
+        return CallPlan(
+            min(steps.values()), tuple(closes), pause, snapshot, open_step, losses, close_after
+        )
 
     def close(self) -> list[Close]:
         """Closes every open window (end of training), in step order."""

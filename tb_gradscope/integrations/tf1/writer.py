@@ -18,7 +18,8 @@ import itertools
 import os
 import socket
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -85,8 +86,13 @@ class RecordWriter:
         """Flushes and closes the file (writes after it raise; closing again does nothing)."""
         self._file.close()
 
-    def _write(self, info: RecordInfo, array: np.ndarray, step: int,
-               tensor: Any = tensor_util.make_tensor_proto) -> None:
+    def _write(
+        self,
+        info: RecordInfo,
+        array: np.ndarray,
+        step: int,
+        tensor: Any = tensor_util.make_tensor_proto,
+    ) -> None:
         if not os.path.exists(self._path):
             warn_once(
                 ("event_file_gone", self._path),
@@ -116,7 +122,8 @@ def _new_path(logdir: str) -> str:
     stamp, host, pid = int(time.time()), socket.gethostname(), os.getpid()
     while True:
         path = os.path.join(
-            logdir, f"events.out.tfevents.{stamp:010d}.{host}.{pid}.{next(_FILE_NUMBERS)}{FILE_SUFFIX}"
+            logdir,
+            f"events.out.tfevents.{stamp:010d}.{host}.{pid}.{next(_FILE_NUMBERS)}{FILE_SUFFIX}",
         )
         if not tf.io.gfile.exists(path):
             return path
