@@ -81,6 +81,13 @@ export class App {
   private hostReloads = 0;
   /** Counts requests so a slow, outdated response never overwrites a newer one. */
   private generation = 0;
+  /**
+   * A status answer said the shown (or compared) run changed and no load of it
+   * has finished since: a newer request that supersedes that load must load it
+   * again, since the next status answer will not say so twice.
+   */
+  private shownStale = false;
+  private compareStale = false;
 
   constructor(private readonly root: HTMLElement) {
     this.toolbar = new Toolbar({
@@ -135,19 +142,21 @@ export class App {
     }
     const changed = (run: string | null): boolean => run !== null && before.get(run) !== this.versions?.get(run);
     const anyChanged = status.runs.length !== before.size || status.runs.some((r) => changed(r.run));
-    if (anyChanged) void this.update(changed(this.run), changed(this.compareRun));
+    this.shownStale ||= changed(this.run);
+    this.compareStale ||= changed(this.compareRun);
+    if (anyChanged) void this.update();
     else if (intervalChanged) this.draw();
   }
 
   /** Refetches the run list, then the shown run if its data changed (or it is gone), then the comparison. */
-  private async update(shownChanged: boolean, compareChanged: boolean): Promise<void> {
+  private async update(): Promise<void> {
     const generation = ++this.generation;
     try {
       const runs = await fetchRuns();
       if (generation !== this.generation) return;
       this.runs = runs;
       const names = runs.map((r) => r.run);
-      let reload = shownChanged;
+      let reload = this.shownStale;
       if (this.run === null || !names.includes(this.run)) {
         this.run = names[0] ?? null;
         this.resetRunState();
@@ -160,7 +169,7 @@ export class App {
         await this.loadRun(generation);
       } else {
         this.draw();
-        if (compareChanged) await this.loadComparison(generation);
+        if (this.compareStale) await this.loadComparison(generation);
       }
     } catch (e) {
       if (generation === this.generation) this.fail(e);
@@ -272,6 +281,7 @@ export class App {
     }
     const matrix = step === null ? null : await fetchMatrix(run, step);
     if (generation !== this.generation) return;
+    this.shownStale = false;
     const previous = this.view !== null && this.view.info.run === run ? this.view : null;
     this.view = {
       info, tree: new ScopeTree(info.scopes), matrix,
@@ -368,6 +378,7 @@ export class App {
     if (this.compareRun === null && view.comparison === null) return;
     const comparison = this.compareRun === null ? null : await compareWith(view.matrix, this.compareRun);
     if (generation !== this.generation || this.view !== view) return;
+    this.compareStale = false;
     view.comparison = comparison;
     this.draw();
   }
