@@ -44,6 +44,9 @@ COPY_EVERY = 50  # the README's hard target copy
 TAU = 0.005
 EVERY = 10  # the recorders' default frequency
 RARE = 1000  # the README configuration recording rarely
+IDLE = 10**12  # a recorder with nothing due after its first step
+LABELS = ("plain", "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS
+EVERY_OF = {"rec_function_rare": RARE, "rec_function_idle": IDLE}  # else EVERY
 OURS = {
     "readme": "rec_function",
     "ddpg": "rec_function",
@@ -139,10 +142,30 @@ def _dqn_step(online, target, optimizer, counter, log: Callable | None) -> Calla
     return step
 
 
-def readme_loop(units: int, logdir: str, steps: int) -> Built:
+def _readme_step(rec: Recorder, online, target, optimizer) -> Callable:
+    """The README step as written, recorded by `rec` (a closure: a step with
+    its models as default arguments would pay TF's trace-type check of each
+    model at every call, which the plain step does not)."""
+
+    def step(s, a, r, s2):
+        with rec.tape() as tape:
+            q = tf.gather(online(s), a, batch_dims=1)
+            y = r + 0.99 * tf.stop_gradient(tf.reduce_max(target(s2), axis=1))
+            losses = {"td": tf.reduce_mean(tf.square(y - q))}
+        rec.apply(optimizer, rec.gradients(tape, losses, online.trainable_variables))
+        if rec.step % COPY_EVERY == 0:
+            for t, o in zip(target.weights, online.weights):
+                t.assign(o)
+        rec.record_drift()
+        return losses["td"]
+
+    return step
+
+
+def readme_loop(units: int, logdir: str, steps: int, labels: tuple[str, ...] = LABELS) -> Built:
     """The custom-loop quickstart next to the same loop without tb_gradscope and the hand loggers."""
     batch, runs, claims = _dqn_batch(), {}, {}
-    for label in ("plain", "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS:
+    for label in labels:
         online, target, optimizer = _dqn_nets(units)
         where = os.path.join(logdir, f"readme{units}_{label}")
         if label == "plain" or label in peers.HAND_LOGGERS:
@@ -157,7 +180,7 @@ def readme_loop(units: int, logdir: str, steps: int) -> Built:
                 hand = HandLogger(label, where, online.trainable_variables, counter)
                 step, claims[label] = hand.train_step(make), hand.claim(steps)
         else:
-            every = RARE if label == "rec_function_rare" else EVERY
+            every = EVERY_OF.get(label, EVERY)
             rec = Recorder(
                 logdir=where,
                 every_n_steps=every,
@@ -166,18 +189,7 @@ def readme_loop(units: int, logdir: str, steps: int) -> Built:
                 rules=["never(td, target/*)"],
             )
 
-            def step(s, a, r, s2, online=online, target=target, optimizer=optimizer, rec=rec):
-                with rec.tape() as tape:
-                    q = tf.gather(online(s), a, batch_dims=1)
-                    y = r + 0.99 * tf.stop_gradient(tf.reduce_max(target(s2), axis=1))
-                    losses = {"td": tf.reduce_mean(tf.square(y - q))}
-                rec.apply(optimizer, rec.gradients(tape, losses, online.trainable_variables))
-                if rec.step % COPY_EVERY == 0:
-                    for t, o in zip(target.weights, online.weights):
-                        t.assign(o)
-                rec.record_drift()
-                return losses["td"]
-
+            step = _readme_step(rec, online, target, optimizer)
             step = tf.function(step) if label == "tf_function" else rec.function(step)
             drift = ["drift/target<-online"] if every == EVERY else []
             claims[label] = _ours(
@@ -217,7 +229,7 @@ def _ddpg_nets(units: int) -> tuple:
     return actor, critic, actor_t, critic_t, a_opt, c_opt
 
 
-def ddpg(units: int, logdir: str, steps: int) -> Built:
+def ddpg(units: int, logdir: str, steps: int, labels: tuple[str, ...] = LABELS) -> Built:
     """A DDPG update (critic then actor, two Adams, Polyak targets)."""
     rng = np.random.default_rng(1)
     batch = (
@@ -227,7 +239,7 @@ def ddpg(units: int, logdir: str, steps: int) -> Built:
         tf.constant(rng.normal(size=(64, 8)).astype("float32")),
     )
     runs, claims = {}, {}
-    for label in ("plain", "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS:
+    for label in labels:
         nets = _ddpg_nets(units)
         actor, critic, actor_t, critic_t = nets[:4]
         where = os.path.join(logdir, f"ddpg_{label}")
@@ -243,7 +255,7 @@ def ddpg(units: int, logdir: str, steps: int) -> Built:
             )
             claims[label] = hand.claim(steps)
         else:
-            every = RARE if label == "rec_function_rare" else EVERY
+            every = EVERY_OF.get(label, EVERY)
             rec = Recorder(
                 logdir=where,
                 every_n_steps=every,

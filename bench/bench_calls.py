@@ -1,0 +1,62 @@
+"""What a `rec.function` call costs when little or nothing is due.
+
+Issue 34's schedule targets, measured on the README custom loop (16 units: pair
+with a hard copy every 50, a rule, `record_drift`) and the DDPG recipe (two
+Adams in `rec.training_step()`, two Polyak pairs), each against the same step
+as a plain `tf.function`, in one process (TF on one thread, process CPU time,
+candidates round-robin with the order rotated each round, median over rounds
+of the ratio of that round's two runs):
+
+  - `rec_function_idle`: a recorder with nothing due after its first step
+    (every_n_steps=10**12): what an unrecorded step costs (target <= 1.01);
+  - `rec_function_rare`: every_n_steps=1000 (target <= 1.01);
+  - `rec_function`: the default every_n_steps=10.
+
+Each run is 1,000 steps, so every candidate records the same share of its
+steps in every run. After timing, each recorder's event file is checked to
+hold what it claims (`bench.peers.check`).
+
+    python -m bench.bench_calls --quick   # 5 rounds
+    python -m bench.bench_calls           # 21 rounds
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from bench import peers, user_steps  # noqa: E402
+from bench.harness import median_ratio, parse_args, report, rotated_samples  # noqa: E402
+from bench.tf_steps import single_thread  # noqa: E402
+
+STEPS = 1000
+CANDIDATES = ("rec_function_idle", "rec_function_rare", "rec_function")
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    single_thread()
+    reps = 5 if args.quick else 21
+    report("load_average_1m", os.getloadavg()[0])
+    labels = ("plain",) + CANDIDATES
+    with tempfile.TemporaryDirectory() as logdir:
+        for group, build in (
+            ("readme16", lambda: user_steps.readme_loop(16, logdir, STEPS, labels)),
+            ("ddpg", lambda: user_steps.ddpg(64, logdir, STEPS, labels)),
+        ):
+            runs, claims = build()
+            for run in runs.values():
+                run()  # trace and warm up
+            _, cpu = rotated_samples(runs, reps)
+            peers.check(claims, 1 + reps)
+            for label in CANDIDATES:
+                report(f"calls_{group}_{label}_ratio", median_ratio(cpu, label, "plain"))
+    report("load_average_1m_end", os.getloadavg()[0])
+
+
+if __name__ == "__main__":
+    main()
