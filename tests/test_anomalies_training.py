@@ -124,6 +124,35 @@ def test_hard_copy_every_100_steps_is_exact_and_mode_hard_100(tmp_path):
     assert _events(record) == []
 
 
+@pytest.mark.parametrize(
+    "declared, copies, mismatch",
+    [(25, 25, False), (20, 40, True)],
+    ids=["copies_as_declared", "copies_half_as_often"],
+)
+def test_declared_copy_period_is_judged_at_the_records_it_falls_on(
+    tmp_path, declared, copies, mismatch
+):
+    """Records every 10 steps see a copy every 25 only at multiples of 50:
+    that is the declared period, not a mismatch; copying every 40 while
+    declaring 20 is one (both seen at multiples of 40)."""
+    target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
+    ps.sync(target, online)
+    run = ps.train(
+        str(tmp_path),
+        target,
+        online,
+        lambda t, o: [pair_models(t, o, every=declared)],
+        ps.hard_copy(copies),
+        steps=210,
+        every_n_steps=10,
+    )
+    record = _only(ps.read_drift(run.logdir))
+    assert record.steps == list(range(0, 211, 10))  # the declared period adds no record
+    _, _, series = anomalies.pair_series(record.info.attrs, record.tables, record.steps)
+    assert update_mode(series).kind == "hard"
+    assert ("every_mismatch" in _names(_events(record))) is mismatch
+
+
 def test_target_in_optimizer_variables_is_moved_by_optimizer(tmp_path):
     target, online = ps.mlp("target", seed=1), ps.mlp("online", seed=2)
     ps.sync(target, online)

@@ -38,6 +38,7 @@ from tb_gradscope.read.drift import (
     Mode,
     Series,
     Thresholds,
+    expected_copy_period,
     pair_series,
     scope_modes,
     update_mode,
@@ -358,7 +359,9 @@ def _mismatch(p: _Pair) -> list[Event]:
             )
     every = _declared_every(p.attrs)
     if every is not None and mode.kind in ("ema", "hard"):
-        if mode.kind == "ema" or (mode.every and mode.every != every):
+        # Records every N steps see a copy every C as one every lcm(C, N).
+        seen_every = expected_copy_period(every, p.series.steps)
+        if mode.kind == "ema" or (mode.every and mode.every != seen_every):
             events.append(
                 p.event(
                     EVERY_MISMATCH,

@@ -8,6 +8,7 @@ one means is documented in `tb_gradscope.record.drift`, which writes them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -171,6 +172,14 @@ def update_mode(series: Series, th: Thresholds | None = None) -> Mode:
         defined = int(series.defined.sum())
         return Mode("none", points=defined) if defined else Mode("unknown")
     return Mode("other", points=n)
+
+
+def expected_copy_period(declared: int, steps: Sequence[int]) -> int:
+    """The copy period a pair declaring a hard copy every `declared` steps
+    shows in records at `steps`: copies are seen only at records that fall on
+    copy steps, so at lcm(declared, the records' spacing)."""
+    spacing = _period(np.asarray(steps, dtype=np.int64)) or 1
+    return math.lcm(declared, spacing)
 
 
 def _period(steps: np.ndarray) -> int | None:

@@ -1,20 +1,22 @@
 """DriftMonitor: records each pair's DRIFT table at recorded steps.
 
 Call `record()` once per training step, after the user's target update, eagerly
-or inside `tf.function`. A step s is recorded when s % every_n_steps == 0, or
-s % every == 0 for a pair declaring a hard-copy period (so copy steps are seen).
+or inside `tf.function`. A step s is recorded when s % every_n_steps == 0. A
+pair's declared `every=` / `tau=` say what to expect, not when to record: a
+copy every C steps is seen as one (tau 1, drift 0) at the records that fall on
+copy steps, and judged between records from how far the target moved.
 
-Transient state, per group of pairs sharing a schedule: one snapshot of their
-target and online variables (2x the pairs' size, allocated once), written only
-at the step before a recorded step, plus the step it was taken at. So every
-recorded step s is compared with s - 1, which makes tau exact for an EMA and
-shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A second
-copy, of the targets alone (1x their size), is kept at each record, so a
+Transient state, for all pairs together: one snapshot of their target and
+online variables (2x the pairs' size, allocated once), written only at the
+step before a recorded step, plus the step it was taken at (a
+`Recorder.function` call reads the values at its own start instead: `Before`).
+So every recorded step s is compared with s - 1, which makes tau exact for an
+EMA and shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A
+second copy, of the targets alone (1x their size), is kept at each record, so a
 record also says how far the target moved since the previous one
 (`target_moved`): a sync between two records is judged from that, whichever
-step of the period it ran at. A group's
-tables come from one kernel (`drift.variable_sums` over all its pairs), split
-per pair.
+step of the period it ran at. The tables of all pairs come from one kernel
+(`drift.variable_sums` over all of them) and one write, split per pair.
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ _NEVER = -(2**62)
 Steps = tuple[int, frozenset[int]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Before:
+    """[target; online] of every pair read at the start of a traced call
+    (`DriftMonitor.read_sides`), which a record later in the call compares with
+    instead of a snapshot taken by an earlier call; `one_step`: whether the
+    call advances the step once, so that they are of the step before the
+    record's (else tau reads NaN, as without a snapshot: so at the run's first
+    step, as on every other path)."""
+
+    sides: tf.Tensor
+    one_step: bool | tf.Tensor
+
+
 @dataclasses.dataclass
 class _PairState:
     """What the monitor keeps per pair."""
@@ -60,15 +75,15 @@ class _PairState:
 
 @dataclasses.dataclass
 class _Group:
-    """Pairs recorded at the same steps, and their snapshot (never checkpointed)."""
+    """All pairs, laid out one after another, and their snapshot (never checkpointed)."""
 
     states: list[_PairState]
-    rows: drift_lib.RowLayout  # every target variable of the group, in order
+    rows: drift_lib.RowLayout  # every target variable, pair after pair
     rollup: RollUp  # the pairs' scopes one after another
     dtype: tf.DType
     previous: tf.Variable  # [target; online] one step earlier, padded by `rows`
     snap_step: tf.Variable
-    recorded: tf.Variable  # the target at the group's previous DRIFT record, padded by `rows`
+    recorded: tf.Variable  # the targets at the previous DRIFT record, padded by `rows`
     recorded_step: tf.Variable
 
     @property
@@ -156,7 +171,7 @@ class DriftMonitor(tf.Module):
             )
             self._sink = sink if sink is not None else SummarySink(logdir, name)
             self._states = [self._make_state(p) for p in pairs]
-            self._groups = self._make_groups(self._states)
+            self._group = self._make_group(self._states)
         # A call that is never inlined: an unrecorded step then skips one op
         # instead of pushing "not taken" through every op of the record.
         self._work_fn = tf.function(
@@ -171,16 +186,26 @@ class DriftMonitor(tf.Module):
         """Declares variables an optimizer writes (the recorder calls this)."""
         self._written |= {naming.variable_key(v) for v in variables}
 
+    def read_sides(self) -> tf.Tensor:
+        """[target; online] of every pair now, for `Before` (a read at the start
+        of a traced call that records nothing is pruned from its graph)."""
+        g = self._group
+        return drift_lib.sides_now(g.targets, g.onlines, g.rows, g.dtype)
+
     @_no_autograph
-    def record(self, step: Any = None, seen: Steps | None = None) -> None:
+    def record(
+        self, step: Any = None, seen: Steps | None = None, before: Before | None = None
+    ) -> None:
         """Records every pair due at `step` (default: the monitor's step).
 
         With an own counter and no `step`, advances the counter afterwards.
         `seen`: (period, residues) when the host runs this code only at steps
         whose residue mod period is one of `residues` (for a
-        `Recorder.function` variant picked by step): a group of pairs due at
-        every such step is recorded without an in-graph gate, one due at none
-        is not built.
+        `Recorder.function` variant picked by step): pairs due at every such
+        step are recorded without an in-graph gate, and not built where due at
+        none. `before`: the values at the start of the call this record
+        is traced in, compared with instead of a snapshot, so that no earlier
+        call has to take one.
         """
         if not self._disabled:
             try:
@@ -188,8 +213,8 @@ class DriftMonitor(tf.Module):
                 current = tf.cast(
                     tf.convert_to_tensor(self.step if step is None else step), tf.int64
                 )
-                if seen is not None:
-                    self._work(current, seen)
+                if seen is not None or before is not None:
+                    self._work(current, seen, before)
                 else:
                     recorded_only(
                         self._any_due(current),
@@ -204,24 +229,8 @@ class DriftMonitor(tf.Module):
             self.step.assign_add(1)
 
     def due_at(self, step: int) -> bool:
-        """Whether any pair is recorded at `step` (a host-side int)."""
-        return step >= 0 and any(
-            step % self.every_n_steps == 0 or (s.pair.every and step % s.pair.every == 0)
-            for s in self._states
-        )
-
-    @_no_autograph
-    def snapshot(self) -> None:
-        """Copies every pair's variables now, as `record()` does at the step
-        before a recorded one (for a step known on the host to be such a step)."""
-        if self._disabled:
-            return
-        try:
-            current = tf.cast(self.step.read_value(), tf.int64)
-            for group in self._groups:
-                self._snapshot(group, current)
-        except Exception as e:  # monitoring must never break the training loop
-            self._step_aside(e)
+        """Whether the pairs are recorded at `step` (a host-side int)."""
+        return step >= 0 and step % self.every_n_steps == 0
 
     def _step_aside(self, error: Exception) -> None:
         """Stops recording for good after an internal error, said once."""
@@ -244,94 +253,80 @@ class DriftMonitor(tf.Module):
         )
 
     @staticmethod
-    def _make_groups(states: Sequence[_PairState]) -> list[_Group]:
-        """Pairs sharing a schedule (`Pair.every`), each group with one snapshot."""
-        by_every: dict[int | None, list[_PairState]] = {}
-        for state in states:
-            by_every.setdefault(state.pair.every, []).append(state)
-        groups = []
-        for members in by_every.values():
-            variables = [v for s in members for v in (*s.pair.target, *s.pair.online)]
-            rows = drift_lib.RowLayout.of([v for s in members for v in s.pair.target])
-            dtype = drift_lib.flat_dtype(variables)
-            groups.append(
-                _Group(
-                    states=members,
-                    rows=rows,
-                    rollup=RollUp.concatenate([RollUp.from_layout(s.layout) for s in members]),
-                    dtype=dtype,
-                    previous=distribute.local_variable(
-                        lambda n=2 * rows.length, d=dtype: tf.zeros([n], d), trainable=False
-                    ),
-                    snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
-                    recorded=distribute.local_variable(
-                        lambda n=rows.length, d=dtype: tf.zeros([n], d), trainable=False
-                    ),
-                    recorded_step=distribute.local_variable(
-                        _NEVER, dtype=tf.int64, trainable=False
-                    ),
-                )
-            )
-        return groups
+    def _make_group(states: Sequence[_PairState]) -> _Group:
+        """All pairs as one group: one snapshot, one kernel, one write."""
+        variables = [v for s in states for v in (*s.pair.target, *s.pair.online)]
+        rows = drift_lib.RowLayout.of([v for s in states for v in s.pair.target])
+        dtype = drift_lib.flat_dtype(variables)
+        return _Group(
+            states=list(states),
+            rows=rows,
+            rollup=RollUp.concatenate([RollUp.from_layout(s.layout) for s in states]),
+            dtype=dtype,
+            previous=distribute.local_variable(
+                lambda: tf.zeros([2 * rows.length], dtype), trainable=False
+            ),
+            snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+            recorded=distribute.local_variable(
+                lambda: tf.zeros([rows.length], dtype), trainable=False
+            ),
+            recorded_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+        )
 
-    def _due(self, step: tf.Tensor, pair: Pair) -> Callable[[], tf.Tensor]:
+    def _due(self, step: tf.Tensor) -> Callable[[], tf.Tensor]:
         def due() -> tf.Tensor:
             out = tf.equal(tf.math.floormod(step, self.every_n_steps), 0)
-            if pair.every:
-                out = tf.logical_or(out, tf.equal(tf.math.floormod(step, pair.every), 0))
             return tf.logical_and(out, step >= 0)
 
         return due
 
     def _any_due(self, step: tf.Tensor) -> tf.Tensor:
         """One predicate for the whole call, so unrecorded steps cost one cond."""
-        due = [self._due(s, st.pair)() for st in self._states for s in (step, step + 1)]
-        return tf.reduce_any(tf.stack(due))
+        return tf.logical_or(self._due(step)(), self._due(step + 1)())
 
-    def _work(self, step: tf.Tensor, seen: Steps | None = None) -> tf.Tensor:
-        """Each group of pairs sharing a schedule is recorded together: one
-        branch, one kernel and one write for their tables, one branch for
-        their snapshot (no branch when `seen` says the step is always or
-        never due)."""
-        for group in self._groups:
-            pair = group.states[0].pair
+    def _work(
+        self, step: tf.Tensor, seen: Steps | None = None, before: Before | None = None
+    ) -> tf.Tensor:
+        """All pairs are recorded together: one branch, one kernel and one
+        write for their tables, one branch for their snapshot (no branch when
+        `seen` says the step is always or never due; no snapshot with
+        `before`)."""
+        group = self._group
+        previous = None if before is None else (before.sides, before.one_step)
 
-            def write(group=group) -> tf.Tensor:
-                tables = self._tables(group, step)
-                records = [
-                    (s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)
-                ]
-                return self._sink.write_due(records, step)
+        def write() -> tf.Tensor:
+            tables = self._tables(group, step, previous)
+            records = [
+                (s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)
+            ]
+            return self._sink.write_due(records, step)
 
-            done = self._when(self._due(step, pair), write, pair, seen, 0)
+        done = self._when(self._due(step), write, seen, 0)
+        if before is None:
             with tf.control_dependencies([done]):
-                self._when(
-                    self._due(step + 1, pair),
-                    lambda group=group: self._snapshot(group, step),
-                    pair,
-                    seen,
-                    1,
-                )
+                self._when(self._due(step + 1), lambda: self._snapshot(group, step), seen, 1)
         return tf.constant(True)
 
     def _when(
         self,
         due: Callable[[], tf.Tensor],
         work: Callable[[], tf.Tensor],
-        pair: Pair,
         seen: Steps | None,
         ahead: int,
     ) -> tf.Tensor:
-        """`work()` when `pair` is due `ahead` steps after the step seen: gated
-        in the graph, or decided here when `seen` tells it for every step."""
-        always = None if seen is None else _always_due(self.every_n_steps, pair.every, seen, ahead)
+        """`work()` when the pairs are due `ahead` steps after the step seen:
+        gated in the graph, or decided here when `seen` tells it for every step."""
+        always = None if seen is None else _always_due(self.every_n_steps, seen, ahead)
         if always is None:
             return recorded_only(due(), work, lambda: tf.constant(False))
         return work() if always else tf.constant(False)
 
-    def _tables(self, group: _Group, step: tf.Tensor) -> list[tf.Tensor]:
-        """The DRIFT table of each pair of `group` at `step` (its snapshot is
-        of `step - 1` or it has none)."""
+    def _tables(
+        self, group: _Group, step: tf.Tensor, previous: tuple[tf.Tensor, tf.Tensor] | None = None
+    ) -> list[tf.Tensor]:
+        """The DRIFT table of each pair of `group` at `step`, compared with
+        `previous` ([target; online] and whether they are of `step - 1`), by
+        default the group's snapshot (of `step - 1` or none)."""
         written = self._written_set()
         counts = np.concatenate(
             [
@@ -341,15 +336,14 @@ class DriftMonitor(tf.Module):
                 for s in group.states
             ]
         )
+        if previous is None:
+            previous = (group.previous.read_value(), tf.equal(group.snap_step, step - 1))
+        before, have_previous = previous
         now = drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
         recorded = group.recorded.read_value()
-        sums = group.rollup.sum(
-            drift_lib.variable_sums(now, group.previous.read_value(), group.rows, recorded)
-        )
+        sums = group.rollup.sum(drift_lib.variable_sums(now, before, group.rows, recorded))
         have_recorded = tf.logical_and(group.recorded_step > _NEVER, group.recorded_step < step)
-        table = drift_lib.drift_table(
-            sums, tf.equal(group.snap_step, step - 1), counts, have_recorded
-        )
+        table = drift_lib.drift_table(sums, have_previous, counts, have_recorded)
         with tf.control_dependencies([table]):  # the next record's movement is measured from here
             group.recorded.assign(now[: group.rows.length])
             group.recorded_step.assign(step)
@@ -383,17 +377,17 @@ class DriftMonitor(tf.Module):
 _MAX_PERIOD = 100_000
 
 
-def _always_due(every: int, pair_every: int | None, seen: Steps, ahead: int) -> bool | None:
-    """Whether a pair is due `ahead` steps after every step x whose residue
+def _always_due(every: int, seen: Steps, ahead: int) -> bool | None:
+    """Whether the pairs are due `ahead` steps after every step x whose residue
     mod period is in residues, for `seen` = (period, residues): True (at all
     of them), False (at none) or None (at some; or the period is too long to
     tell)."""
     modulus, residues = seen
-    period = math.lcm(modulus, every, pair_every or 1)
+    period = math.lcm(modulus, every)
     if period // modulus > _MAX_PERIOD or not residues:
         return None
     found = {
-        (x + ahead) % every == 0 or bool(pair_every and (x + ahead) % pair_every == 0)
+        (x + ahead) % every == 0
         for residue in residues
         for x in range(residue % modulus, period, modulus)
     }

@@ -306,14 +306,14 @@ class Recorder(tf.Module):
               rec.apply(optimizer, rec.gradients(tape, losses, variables))
               rec.record_drift()
 
-        `fn` is traced up to four times: as a plain `tf.function` would be, but
-        knowing the step is recorded (run at recorded steps, which record
+        `fn` is traced up to three times: as a plain `tf.function` would be,
+        but knowing the step is recorded (run at recorded steps, which record
         exactly as they do there, without the in-graph gates), with every
         recorder call passing through (run at steps where nothing is due: no
         recording op at all, `gradients` is `tape.gradient` of the losses' sum,
         `apply` is `apply_gradients` and the step's advance), and that plain
-        step plus drift's record, or plus the copy drift needs at the step
-        before a drift step. The host picks by step, counted on the host from
+        step plus drift's record (which compares with the pairs' values read
+        at the start of the same call). The host picks by step, counted on the host from
         the advances each variant's trace saw (`step` is read only before a
         call that records something, or when the count may be wrong: see
         `tb_gradscope.record.step_function`).
@@ -325,8 +325,7 @@ class Recorder(tf.Module):
     def due_at(self, step: int) -> str:
         """The variant a `Recorder.function` step starting at `step` runs:
         "recorded" (gradient stats due), "drift" (a pair's drift due at the
-        step `record_drift` sees), "snapshot" (due at the step after it), or
-        "plain" (nothing due). `record_drift` sees `step + 1` after `apply`,
+        step `record_drift` sees), or "plain" (nothing due). `record_drift` sees `step + 1` after `apply`,
         `step` inside a `training_step()` block: known once the step was
         traced; before, both are taken as due."""
         return variant_due(self._s, step)

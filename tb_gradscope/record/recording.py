@@ -22,10 +22,11 @@ from tb_gradscope.record import distribute
 from tb_gradscope.record import gradients as gradients_lib
 from tb_gradscope.record import loss_scale as loss_scale_lib
 from tb_gradscope.record.block import Block
+from tb_gradscope.record.drift_monitor import Before
 from tb_gradscope.record.emit import Stats
 from tb_gradscope.record.reductions import in_xla
 from tb_gradscope.record.state import RecorderState
-from tb_gradscope.record.step_function import PLAIN, RECORDED, SNAPSHOT
+from tb_gradscope.record.step_function import PLAIN, RECORDED
 from tb_gradscope.record.warn import warn_once
 from tb_gradscope.record.writing import NoWriterError
 from tb_gradscope.rules.policy import FlowRuleViolation
@@ -247,14 +248,12 @@ class Recording:
     # ----- drift ---------------------------------------------------------------
 
     def record_drift(self) -> None:
-        """`record_drift`: the pairs' drift, their copy, or nothing, by variant."""
+        """`record_drift`: the pairs' drift, or nothing, by variant."""
         s = self.s
         mode = s.variants.mode()
+        at_start = s.variants.before()
         s.variants.note_drift()
         if s.monitor is None or mode == PLAIN:
-            return
-        if mode == SNAPSHOT:
-            distribute.once(s.monitor.snapshot, on_error=self.step_aside)
             return
         if in_xla():
             raise ValueError(
@@ -263,7 +262,17 @@ class Recording:
             )
         # A variant runs at steps the host picked it for: record_drift sees those + advances.
         seen = s.variants.drift_steps(s, RECORDED if s.variants.recorded() else mode)
-        distribute.once(lambda: s.monitor.record(seen=seen), on_error=self.step_aside)
+        before = None
+        if (
+            at_start is not None
+        ):  # the values at the call's start: of the step before if it advances once
+            started, sides, advanced = at_start
+            once = advanced + (s.block is not None) == 1
+            # At the run's first step no path has the step before: tau reads NaN there too.
+            before = Before(sides, one_step=tf.logical_and(once, started > 0))
+        distribute.once(
+            lambda: s.monitor.record(seen=seen, before=before), on_error=self.step_aside
+        )
 
     # ----- XLA: stats written outside ----------------------------------------
 

@@ -3,7 +3,7 @@
 A step traced once (plain `tf.function`) decides in the graph, at every step,
 whether to record: a read of the step counter, a floormod and a branch op per
 recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step).
-`Recorder.function(fn)` traces `fn` up to four times instead:
+`Recorder.function(fn)` traces `fn` up to three times instead:
 
 - `recorded`: the one-trace graph, traced knowing that gradient stats are due
   (no in-graph gate on them), run at recorded steps;
@@ -12,9 +12,11 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
   step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
   run at steps where nothing is due;
 - `drift`: `plain` whose `record_drift()` records, run where only a pair's
-  drift is due (after `apply`, `record_drift` sees the next step);
-- `snapshot`: `plain` whose `record_drift()` copies the pairs' variables, run at
-  the step before a drift step (drift compares a step with the one before).
+  drift is due (after `apply`, `record_drift` sees the next step).
+
+Drift compares a step with the one before: `drift` and `recorded` read the
+pairs' variables at the start of the call (`Trace.before`), so no call before
+a drift step has to copy them (a read that nothing uses is pruned).
 
 Since the host picks them by step, a variant's trace knows at which steps it
 runs: `record_drift` there gates a group of pairs in the graph only when the
@@ -76,7 +78,7 @@ from tb_gradscope.record.warn import warn_once
 if TYPE_CHECKING:
     from tb_gradscope.record.drift_monitor import Steps
 
-PLAIN, SNAPSHOT, DRIFT, RECORDED = "plain", "snapshot", "drift", "recorded"
+PLAIN, DRIFT, RECORDED = "plain", "drift", "recorded"
 
 
 @dataclasses.dataclass
@@ -91,6 +93,10 @@ class Trace:
     host: list = dataclasses.field(
         default_factory=list
     )  # (callback, tensors) to run after each call (`defer`)
+    started: tf.Tensor | None = None  # the step the call began at
+    before: tf.Tensor | None = (
+        None  # the pairs' sides read at the start of the call (`DriftMonitor.read_sides`)
+    )
 
 
 class Variants:
@@ -105,12 +111,17 @@ class Variants:
         self.foreign = False  # a traced function that is not a variant advances the step
 
     @contextlib.contextmanager
-    def tracing(self, mode: str) -> Iterator[Trace]:
+    def tracing(
+        self, mode: str, started: tf.Tensor | None = None, before: tf.Tensor | None = None
+    ) -> Iterator[Trace]:
         """Marks the graph being traced (the variant's FuncGraph) as `mode`;
-        yields what the trace sees of the step's advances."""
+        yields what the trace sees of the step's advances. `started`, `before`:
+        the step and the pairs' values read at the start of the call."""
         graph = tf.compat.v1.get_default_graph()
         self._modes[graph] = mode
-        self._trace = trace = Trace(offset_known=self.drift_offset())
+        self._trace = trace = Trace(
+            offset_known=self.drift_offset(), started=started, before=before
+        )
         try:
             yield trace
         finally:
@@ -171,6 +182,15 @@ class Variants:
             (x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT
         )
 
+    def before(self) -> tuple[tf.Tensor, tf.Tensor, int] | None:
+        """(the step and the pairs' values at the start of the call, the
+        advances traced since) for a `record_drift` traced in a variant that
+        records (or a control-flow branch of it); None elsewhere."""
+        trace = self._trace
+        if trace is None or trace.before is None or self._traced_as() in (None, PLAIN):
+            return None
+        return trace.started, trace.before, trace.advances
+
     def drift_offset(self) -> int | None:
         """By how much the step `record_drift` sees exceeds the step a call
         starts at (1 after `apply`, 0 inside a `training_step()` block), when
@@ -178,7 +198,7 @@ class Variants:
         return next(iter(self._offsets)) if len(self._offsets) == 1 else None
 
     def mode(self) -> str | None:
-        """PLAIN, SNAPSHOT or DRIFT inside such a variant's graph (or a
+        """PLAIN or DRIFT inside such a variant's graph (or a
         control-flow branch of it); None everywhere else, where the recorder
         records."""
         mode = self._traced_as()
@@ -211,11 +231,11 @@ _MAX_SCHEDULE = 10_000
 
 def schedule_period(state: Any) -> int:
     """The period of `variant_due` over steps >= 0: of the gradient schedule
-    and of every pair's drift schedule."""
+    and of the pairs' drift schedule."""
     monitor = state.monitor
     if monitor is None:
         return state.every
-    return math.lcm(state.every, monitor.every_n_steps, *(p.every or 1 for p in monitor.pairs))
+    return math.lcm(state.every, monitor.every_n_steps)
 
 
 def schedule(state: Any) -> list[str]:
@@ -234,14 +254,8 @@ def variant_due(state: Any, step: int) -> str:
         return PLAIN
     seen = state.variants.drift_offset()
     if seen is not None:  # record_drift sees `step + seen` (learned when the step was traced)
-        if monitor.due_at(step + seen):
-            return DRIFT
-        return SNAPSHOT if monitor.due_at(step + seen + 1) else PLAIN
-    if monitor.due_at(step) or monitor.due_at(step + 1):
-        return DRIFT
-    if monitor.due_at(step + 2):
-        return SNAPSHOT
-    return PLAIN
+        return DRIFT if monitor.due_at(step + seen) else PLAIN
+    return DRIFT if monitor.due_at(step) or monitor.due_at(step + 1) else PLAIN
 
 
 class StepFunction:
@@ -255,7 +269,7 @@ class StepFunction:
         self._fn = fn
         self._variants = {
             mode: tf.function(self._traced(mode), **tf_function_kwargs)
-            for mode in (PLAIN, SNAPSHOT, DRIFT, RECORDED)
+            for mode in (PLAIN, DRIFT, RECORDED)
         }
         self._advances: dict[
             str, int
@@ -283,8 +297,12 @@ class StepFunction:
                 return out
             # A variant that records writes its records with one write at its
             # end, and tells the host the step it began at and what to count.
-            with state.variants.tracing(mode) as trace, state.emitter.sink.batched() as batch:
-                started = tf.cast(recorder.step.read_value(), tf.int64)
+            started = tf.cast(recorder.step.read_value(), tf.int64)
+            before = None if state.monitor is None else state.monitor.read_sides()
+            with (
+                state.variants.tracing(mode, started, before) as trace,
+                state.emitter.sink.batched() as batch,
+            ):
                 out = fn(*args, **kwargs)
             self._learn(mode, trace)
             records, first, last = batch.tick or (0, started, started)

@@ -3,7 +3,7 @@
 Reuses the pairs package's in-graph kernel (`tb_gradscope.record.drift`); this
 module only builds its ops in the user's graph and decides, per step, which
 small run calls to make. A pair's step s is recorded when s % every_n_steps == 0
-or s % pair.every == 0 (so hard-copy steps are seen). Drift is read just before
+(a declared `every=` says what to expect, not when to record). Drift is read just before
 the step's first train call, i.e. after whatever target update the loop ran
 for that step (a hard replacement before `sess.run(train_op)` shows as drift
 exactly 0). A snapshot of both sides is taken at step s - 1 of a recorded step
@@ -236,15 +236,12 @@ class PairRecorder:
     def _seen(self, step: int) -> bool:
         return self._last_step is not None and step <= self._last_step
 
-    def _due(self, step: int, pair: Pair) -> bool:
-        copy_step = bool(pair.every) and step % pair.every == 0
-        return step >= 0 and (step % self._every == 0 or copy_step)
+    def _due(self, step: int) -> bool:
+        return step >= 0 and step % self._every == 0
 
     def idle_at(self, step: int) -> bool:
         """Whether `before_step(step)` has nothing to do (no table or snapshot due)."""
-        return self._seen(step) or not any(
-            self._due(step, ops.pair) or self._due(step + 1, ops.pair) for ops in self._ops
-        )
+        return self._seen(step) or not (self._due(step) or self._due(step + 1))
 
     def before_step(
         self, run: Callable[..., Any], step: int, write: Callable[[RecordInfo, Any, int], None]
@@ -259,9 +256,9 @@ class PairRecorder:
         self._last_step = step
         fetch: dict[str, Any] = {}
         for i, ops in enumerate(self._ops):
-            if self._due(step, ops.pair):
+            if self._due(step):
                 fetch[f"table_{i}"] = ops.table
-            if self._due(step + 1, ops.pair):
+            if self._due(step + 1):
                 fetch[f"snapshot_{i}"] = ops.snapshot
         if not fetch:
             return
