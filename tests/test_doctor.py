@@ -136,6 +136,15 @@ def test_finding_rule_fails_on_the_leaky_twin_and_holds_on_the_clean_one(demo):
         )
 
 
+def test_the_tf1_demo_fix_speaks_the_session_not_the_tape():
+    """The committed TF1 DQN (a Session graph) is told to keep its target out
+    of the gradient the TF1 way: no GradientTape exists there."""
+    code, found, _ = _findings(DEMO_LOGS / "dqn_tf1", "leaky")
+    (finding,) = found
+    assert (code, finding["kind"]) == (doctor.FOUND, F.TARGET_TRAINED)
+    assert "sess.run" in finding["fix"] and "tape" not in finding["fix"] + finding["why"]
+
+
 # ----- the command line ---------------------------------------------------------------
 
 

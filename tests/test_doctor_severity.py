@@ -18,8 +18,11 @@ evidence is partial (issues 35 item 7 and 10, 38), on hand-built records.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
+
+import pytest
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import doctor
@@ -267,3 +270,33 @@ def test_never_synced_fix_is_an_assign_op_in_tf1_and_set_weights_in_keras():
     assert "assign" in tf1.fix and "sess.run" in tf1.fix and "set_weights" not in tf1.fix
     (tf2,) = [f for f in diagnose(_never_synced("tf2")) if f.kind == F.PAIR_ANOMALY]
     assert "set_weights" in tf2.fix
+
+
+def _target_run(run_dir, source: str, target_state: str) -> None:
+    """A critic loss reading a trainable target critic in `target_state`,
+    traced from `source`, written as event files."""
+    graph = dataclasses.replace(target_graph(target_state), source=source)
+    if target_state == fmt.UPDATES:  # the critic's optimizer writes the target too
+        graph = dataclasses.replace(graph, applied=list(graph.scopes))
+    grads = {s: {"critic": {scope: _row() for scope in graph.scopes}} for s in range(4)}
+    _write(run_dir, graph, grads)
+
+
+@pytest.mark.parametrize(
+    ("target_state", "kind"),
+    [(fmt.IGNORED, F.TARGET_NOT_CUT), (fmt.UPDATES, F.TARGET_TRAINED)],
+)
+def test_target_fixes_speak_the_session_in_tf1_and_the_tape_in_tf2(tmp_path, target_state, kind):
+    """TF1 graph code has no GradientTape: keeping a target out of the gradient
+    is a stop_gradient or a sess.run of its own, and what trains every
+    trainable variable is a minimize without var_list."""
+    _target_run(tmp_path / "tf1" / "r", "tf1", target_state)
+    _target_run(tmp_path / "tf2" / "r", "tf2", target_state)
+    (tf1,) = _doctor(tmp_path / "tf1", "--strict")[1]["runs"][0]["findings"]
+    (tf2,) = _doctor(tmp_path / "tf2", "--strict")[1]["runs"][0]["findings"]
+    assert tf1["kind"] == tf2["kind"] == kind
+    assert "sess.run" in tf1["fix"] and "tf.stop_gradient" in tf1["fix"]
+    assert "tape" not in tf1["fix"] + tf1["why"]
+    assert "tape opens" in tf2["fix"] and "sess.run" not in tf2["fix"] + tf2["why"]
+    if kind == F.TARGET_NOT_CUT:
+        assert "minimize" in tf1["why"] and "tape.gradient" in tf2["why"]

@@ -8,7 +8,9 @@ import tensorflow.compat.v1 as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
+from tb_gradscope.read.anomalies import NEVER_SYNCED
 from tests.corpus.shapes_tf1 import build_ddpg
+from tests.test_doctor import _findings
 from tests.test_tf1_support import read_records
 
 
@@ -17,7 +19,8 @@ def ddpg():
     return build_ddpg(leaky=False)
 
 
-def _train(m, logdir: str, steps: int = 3, **kwargs) -> GraphRecorder:
+def _train(m, logdir: str, steps: int = 3, synced: bool = True, **kwargs) -> GraphRecorder:
+    """Trains the DDPG, its targets hard-copied before step 0 if `synced`."""
     rng = np.random.default_rng(0)
     with m.graph.as_default():
         gs = GraphRecorder(
@@ -29,7 +32,8 @@ def _train(m, logdir: str, steps: int = 3, **kwargs) -> GraphRecorder:
         )
         with gs.wrap(tf.Session()) as sess:
             sess.run(m.init)
-            sess.run(m.hard_replace)
+            if synced:
+                sess.run(m.hard_replace)
             for _ in range(steps):
                 s = rng.normal(size=(8, 3))
                 sess.run(m.atrain, {m.S: s})
@@ -131,3 +135,25 @@ def test_pair_scopes_declares_tau_and_every(ddpg):
         "Adam" in n for n in soft.online_names
     )
     assert hard.every == 100 and hard.name == "Critic/target<-Critic/eval"
+
+
+def test_doctor_advises_an_assign_op_for_a_tf1_target_never_synced(ddpg, tmp_path):
+    """The fix for a Session graph's target is an assign op it runs, not
+    Keras's set_weights (issue 35, item 10): doctor reads the framework from
+    the FlowGraph the GraphRecorder wrote."""
+    _train(
+        ddpg,
+        str(tmp_path / "run"),
+        steps=4,
+        synced=False,
+        pairs={"Actor/target": "Actor/eval", "Critic/target": "Critic/eval"},
+    )
+    code, found, err = _findings(tmp_path, None)
+    never = [f for f in found if f["evidence"].get("anomaly") == NEVER_SYNCED]
+    assert code == 1 and {f["pair"] for f in never} == {
+        "Actor/target<-Actor/eval",
+        "Critic/target<-Critic/eval",
+    }, err
+    for finding in never:
+        assert "assign" in finding["fix"] and "sess.run" in finding["fix"]
+        assert "set_weights" not in finding["fix"] + finding["what"]

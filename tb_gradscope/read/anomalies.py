@@ -399,8 +399,8 @@ def _moving_stats(
             f"pair '{p.name}': {len(names)} non-trainable target scope(s) "
             f"({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}) never move while "
             f"their online twins change, though the trainable weights follow as "
-            f"{p.mode.label}: the target update copies only trainable weights; update "
-            "from model.weights (moving statistics included)",
+            f"{p.mode.label}: the target update copies only the trainable weights; update "
+            "it from every variable of online, moving statistics included",
             scope=names[0],
             scopes=names,
             drift_first=[float(_first_finite(one.drift)) for _, one in stuck],

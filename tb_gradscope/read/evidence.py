@@ -45,8 +45,8 @@ _FIXES = {
         "or pin the cut with blocked({loss}, {scope})"
     ),
     fg.CAUSE_UNKNOWN: (
-        "the analysis does not know {op}'s gradient{where}: check with tape.gradient whether "
-        "{scope} gets one, and report the op type"
+        "the analysis does not know {op}'s gradient{where}: check with tape.gradient (tf.gradients "
+        "in TF1 graph code) whether {scope} gets one, and report the op type"
     ),
     fg.CAUSE_TAPE_BOUNDARY: (
         "{scope} is read before the GradientTape opens (or the tape does not watch it): compute "

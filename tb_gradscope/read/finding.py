@@ -46,6 +46,11 @@ LEAK = "leak"
 HAZARD = "hazard"
 SEVERITIES = (LEAK, HAZARD)
 
+# `FlowGraph.source` of a run traced from TF1 graph code (`GraphRecorder`):
+# its fixes are worded as assign ops and `minimize(var_list=...)`, not Keras
+# calls or a GradientTape.
+TF1_SOURCE = "tf1"
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:

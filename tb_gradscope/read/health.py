@@ -96,7 +96,7 @@ def losses_fighting(
 
 _ANOMALY_FIX = {
     anomalies.NEVER_SYNCED: "copy the online weights into the target once before training "
-    "(target.set_weights(online.get_weights()))",
+    "(Keras: target.set_weights(online.get_weights()); tf.Variables: t.assign(o) for each pair)",
     anomalies.TARGET_FROZEN: "make sure the target update (copy or Polyak) runs, inside the traced step if the "
     "step is a tf.function",
     anomalies.MOVED_BY_OPTIMIZER: "leave the target out of every optimizer's var_list and stop its gradient",
@@ -125,7 +125,7 @@ _ANOMALY_FIX_TF1 = {
 def anomaly_fix(name: str, source: str) -> str:
     """The one-line fix of a pair anomaly, in the words of the framework that
     traced the run (`FlowGraph.source`: "tf1" for Session code)."""
-    if source == "tf1" and name in _ANOMALY_FIX_TF1:
+    if source == F.TF1_SOURCE and name in _ANOMALY_FIX_TF1:
         return _ANOMALY_FIX_TF1[name]
     return _ANOMALY_FIX.get(name, "check the target update")
 

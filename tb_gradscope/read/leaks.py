@@ -81,7 +81,7 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                     why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
                     f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
                     fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
-                    f"the target side of '{loss}' under tf.stop_gradient (or before the tape opens)",
+                    f"the target side of '{loss}' under tf.stop_gradient ({_outside_gradient(flow)})",
                     rule=str(rules_lib.Never(loss, f"{scope}/*")),
                     **_span(steps),
                 )
@@ -128,10 +128,9 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                         ),
                     ),
                     why=f"'{target.root}' is the target of '{target.online}' and must move only by its sync; "
-                    f"its trainable variables in the gradient path of '{loss}' are trained by any tape.gradient "
-                    f"over trainable_variables or any optimizer without var_list, toward the prediction they "
-                    f"should anchor",
-                    fix=f"compute the target side of '{loss}' under tf.stop_gradient (or before the tape opens); "
+                    f"its trainable variables in the gradient path of '{loss}' are trained by "
+                    f"{_untargeted_trainers(flow)}, toward the prediction they should anchor",
+                    fix=f"compute the target side of '{loss}' under tf.stop_gradient ({_outside_gradient(flow)}); "
                     f"if '{target.root}' never trains, create it with trainable=False",
                     rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
                     severity=F.HAZARD,
@@ -139,6 +138,25 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 )
             )
     return found
+
+
+def _tf1(flow: Flow) -> bool:
+    """Whether the run was traced from TF1 graph code (`FlowGraph.source`)."""
+    return flow.graph is not None and flow.graph.source == F.TF1_SOURCE
+
+
+def _outside_gradient(flow: Flow) -> str:
+    """How else to keep a target out of the gradient, in the run's framework."""
+    if _tf1(flow):
+        return "or evaluate it in a sess.run of its own and feed the values in"
+    return "or before the tape opens"
+
+
+def _untargeted_trainers(flow: Flow) -> str:
+    """What trains every trainable variable the gradient reaches, in the run's framework."""
+    if _tf1(flow):
+        return "any minimize or compute_gradients without var_list (they take every trainable variable)"
+    return "any tape.gradient over trainable_variables or any optimizer without var_list"
 
 
 def _targets_at(scope: str, targets: Sequence[Target]) -> list[Target]:
