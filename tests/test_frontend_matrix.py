@@ -344,12 +344,6 @@ def test_names_from_logs_render_as_text(open_tab: OpenTab, artifacts: pathlib.Pa
     tab.assert_clean()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flake under the full suite's load: the tab can still miss one refresh after "
-    "TensorBoard's reload (seen 2 of 5 full runs; passes alone and under 3 CPU burners since "
-    "c498ba0); not yet understood, see the stop-40 closing note",
-)
 def test_tensorboard_reload_refreshes_the_tab(
     open_tab: OpenTab, tensorboard: TensorBoard, gradscope_logs: Logs
 ) -> None:

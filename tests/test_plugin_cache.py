@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent import futures
 
 import pytest
 from tensorboard import context as tb_context
@@ -99,6 +101,51 @@ def test_new_event_steps_are_read_without_rereading_old_ones(tmp_path):
     total = sum(len(pf.events_at(s)) for s in range(0, 60))
     assert len(plugin.events_impl(CTX, "", "ev")["events"]) == total
     assert data_provider.blob_reads == total, "old event steps are not read again"
+
+
+class HeldProvider(mux_provider.MultiplexerDataProvider):
+    """TensorBoard's own provider, whose next series read can be held after it
+    has read, as a request thread that lost the CPU would be."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hold: threading.Event | None = None
+        self.held = threading.Event()
+
+    def read_tensors(self, ctx=None, **kwargs):
+        data = super().read_tensors(ctx, **kwargs)
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            self.held.set()
+            hold.wait(30)
+        return data
+
+
+def test_a_run_read_while_every_run_is_listed_anew_is_listed_again(tmp_path):
+    """A run first read while the status route lists every run anew may be
+    older than that status answer: within its second it is listed again, not
+    served (the tab, told the run changed, would keep the older steps)."""
+    logdir = str(tmp_path)
+    pf.write_run(logdir, "a", pf.RunSpec(steps=range(0, 3), flowgraph=False, events=False))
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
+    )
+    multiplexer.AddRunsFromDirectory(logdir)
+    multiplexer.Reload()
+    data_provider = HeldProvider(multiplexer, logdir)
+    plugin = _plugin(data_provider, 0, refresh_seconds=60.0)
+    release = threading.Event()
+    data_provider.hold = release
+    with futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(plugin.run_impl, CTX, "", "a")
+        assert data_provider.held.wait(30), "the run's read never started"
+        pf.write_run(logdir, "a", pf.RunSpec(steps=range(3, 5), flowgraph=False, events=False))
+        multiplexer.Reload()
+        status = plugin.status_impl(CTX, "")["runs"]
+        release.set()
+        assert first.result(timeout=30)["steps"] == [0, 1, 2]
+    assert [r["last_step"] for r in status] == [4]
+    assert plugin.run_impl(CTX, "", "a")["steps"] == list(range(5))
 
 
 @pytest.mark.parametrize("backend", ["python", "rust"])

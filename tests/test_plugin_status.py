@@ -25,6 +25,12 @@ pytestmark = pytest.mark.slow
 
 
 def _served(logdir: str, reload_interval: float | None):
+    multiplexer, _, client = _serve(logdir, reload_interval, refresh_seconds=0.0)
+    return multiplexer, client
+
+
+def _serve(logdir: str, reload_interval: float | None, refresh_seconds: float):
+    """(multiplexer, plugin, client) of a plugin over TensorBoard's Python backend."""
     multiplexer = plugin_event_multiplexer.EventMultiplexer(
         tensor_size_guidance={fmt.PLUGIN_NAME: 0}
     )
@@ -36,8 +42,14 @@ def _served(logdir: str, reload_interval: float | None):
         sampling_hints={fmt.PLUGIN_NAME: 0},
         flags=flags,
     )
-    plugin = GradscopePlugin(context, refresh_seconds=0.0)
-    return multiplexer, werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+    plugin = GradscopePlugin(context, refresh_seconds=refresh_seconds)
+    return multiplexer, plugin, werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+
+
+def _json(client, route: str) -> dict:
+    response = client.get(PREFIX + route)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return json.loads(response.get_data(as_text=True))
 
 
 def test_status_names_each_runs_latest_step_and_answers_304_until_something_changes(tmp_path):
@@ -81,3 +93,25 @@ def test_status_says_when_tensorboard_reads_the_logdir_only_once(tmp_path):
     assert (
         json.loads(unknown.get(PREFIX + "status").get_data(as_text=True))["reload_interval"] is None
     )
+
+
+def test_a_run_loaded_after_a_status_answer_is_at_least_as_new_as_it(tmp_path):
+    """The tab loads a run when a status answer says it changed, and is not told
+    again: the run's data must then be the ones that answer saw, even within
+    the second a run's listing is reused (TensorBoard's reload could leave the
+    tab on the older steps for good, the next status answer being a 304)."""
+    logdir = str(tmp_path)
+    pf.write_run(logdir, "a", pf.RunSpec(steps=range(0, 3)))
+    # A long window: within it, only the status answer can say there is more.
+    multiplexer, plugin, client = _serve(logdir, 1.0, refresh_seconds=60.0)
+    assert _json(client, "run?run=a")["steps"] == [0, 1, 2]
+
+    pf.write_run(logdir, "a", pf.RunSpec(steps=range(3, 5), flowgraph=False, events=False))
+    multiplexer.Reload()
+    assert [r["last_step"] for r in _json(client, "status")["runs"]] == [4]
+    listed = plugin._cache.listings
+    assert _json(client, "run?run=a")["steps"] == [0, 1, 2, 3, 4]
+    assert _json(client, "matrix?run=a")["step"] == 4
+    for step in range(5):
+        _json(client, f"matrix?run=a&step={step}")
+    assert plugin._cache.listings == listed + 1, "the run is listed again once, then reused"

@@ -8,6 +8,13 @@ the others are reused. So "the matrix at step S" costs at most one listing, not
 a series read. The listing is throttled because it is not free (the Rust data
 server walks every kept point of a tensor series to list it: ~10 us a point),
 while TensorBoard itself only loads new data every --reload_interval seconds.
+
+The throttle never serves data older than a listing already given out: every
+run's listing (what the status and runs routes answer) and each run's own are
+asked apart, so when the first says something else of a run than its cached
+data, the run is listed again at its next request, within its second or not.
+Else the tab, told by the status route that a run changed, could load the
+run's older data and never be told again.
 """
 
 from __future__ import annotations
@@ -77,6 +84,9 @@ class RunCache:
         self._entries: collections.OrderedDict[tuple[str, str], RunData] = collections.OrderedDict()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._run_listings: dict[str, tuple[float, dict[str, RunListing]]] = {}
+        # When a listing of every run, answered then, said something else of
+        # the run than its cached data (or the run had none cached).
+        self._contradicted: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self.reads = 0  # records (re)read from the provider, for tests
 
@@ -90,8 +100,16 @@ class RunCache:
             return cached[1]
         listings = self._reader.list_runs(ctx, experiment_id)
         self.listings += 1
+        answered = time.monotonic()
         with self._lock:
             self._run_listings[experiment_id] = (now, listings)
+            for run, listing in listings.items():
+                data = self._entries.get((experiment_id, run))
+                if data is None or not _agree(listing, data.listing):
+                    self._contradicted[(experiment_id, run)] = answered
+            for exp, run in self._entries:
+                if exp == experiment_id and run not in listings:
+                    self._contradicted[(exp, run)] = answered
         return listings
 
     def get(self, ctx, experiment_id: str, run: str) -> RunData | None:
@@ -103,7 +121,7 @@ class RunCache:
             with self._lock:
                 old = self._entries.get(key)
             now = time.monotonic()
-            if old is not None and now - old.checked_at < self._refresh_seconds:
+            if old is not None and self._fresh(key, old, now):
                 self._touch(key)
                 return old
             listing = self._reader.list_run(ctx, experiment_id, run)
@@ -126,6 +144,16 @@ class RunCache:
                 while len(self._entries) > self._max_runs:
                     self._entries.popitem(last=False)
             return data
+
+    def _fresh(self, key: tuple[str, str], data: RunData, now: float) -> bool:
+        """Whether `data` may be served without listing the run: asked for
+        within `refresh_seconds`, and no listing of every run answered since
+        it was asked says otherwise (which of the two is newer cannot be told,
+        so the run is listed again: once per such listing at most)."""
+        with self._lock:
+            contradicted = self._contradicted.get(key)
+        recent = now - data.checked_at < self._refresh_seconds
+        return recent and (contradicted is None or contradicted <= data.checked_at)
 
     def _refresh(
         self, ctx, experiment_id: str, listing: RunListing, old: RunData | None
@@ -178,3 +206,9 @@ class RunCache:
         with self._lock:
             self._entries.pop(key, None)
             self._locks.pop(key, None)
+            self._contradicted.pop(key, None)
+
+
+def _agree(a: RunListing, b: RunListing) -> bool:
+    """Whether two listings of a run say the same of it (same records, same warnings)."""
+    return a.records == b.records and a.warnings == b.warnings
