@@ -16,6 +16,11 @@ Each run is 1,000 steps, so every candidate records the same share of its
 steps in every run. After timing, each recorder's event file is checked to
 hold what it claims (`bench.peers.check`).
 
+`calls_host_us_per_unrecorded_call` (the headline): the wrapper's own host
+work per call with nothing due, in microseconds of CPU: a `rec.function` call
+against a direct call of the same plain variant it runs, on a one-layer step
+(target <= 3 us).
+
     python -m bench.bench_calls --quick   # 5 rounds
     python -m bench.bench_calls           # 21 rounds
 """
@@ -23,18 +28,53 @@ hold what it claims (`bench.peers.check`).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
 from bench import peers, user_steps  # noqa: E402
 from bench.harness import median_ratio, parse_args, report, rotated_samples  # noqa: E402
 from bench.tf_steps import single_thread  # noqa: E402
+from tb_gradscope import Recorder  # noqa: E402
 
 STEPS = 1000
 CANDIDATES = ("rec_function_idle", "rec_function_rare", "rec_function")
+
+
+def host_us_per_call(logdir: str, reps: int, calls: int = 500) -> float:
+    """Median over rounds of (wrapped call - direct call of its plain variant), in us of CPU."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, name="d")], name="m")
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    rec = Recorder(logdir, every_n_steps=user_steps.IDLE, models={"m": model})
+    x = tf.ones([1, 2])
+
+    def step(x):
+        with rec.tape() as tape:
+            losses = {"l": tf.reduce_sum(model(x))}
+        rec.apply(optimizer, rec.gradients(tape, losses, model.trainable_variables))
+        return losses["l"]
+
+    wrapped = rec.function(step)
+    wrapped(x)  # step 0 records; every later call runs the plain variant
+    direct = wrapped._variants["plain"]  # noqa: SLF001 - the graph an unrecorded call runs
+    direct(x)
+    spent: dict[str, list[float]] = {"wrapped": [], "direct": []}
+    for _ in range(reps):
+        for name, fn in (("wrapped", wrapped), ("direct", direct)):
+            start = time.process_time()
+            for _ in range(calls):
+                fn(x)
+            spent[name].append((time.process_time() - start) / calls * 1e6)
+    rec.close()
+    return statistics.median(w - d for w, d in zip(spent["wrapped"], spent["direct"]))
 
 
 def main() -> None:
@@ -55,7 +95,9 @@ def main() -> None:
             peers.check(claims, 1 + reps)
             for label in CANDIDATES:
                 report(f"calls_{group}_{label}_ratio", median_ratio(cpu, label, "plain"))
+        host = host_us_per_call(os.path.join(logdir, "host"), 3 * reps)
     report("load_average_1m_end", os.getloadavg()[0])
+    report("calls_host_us_per_unrecorded_call", host)
 
 
 if __name__ == "__main__":
