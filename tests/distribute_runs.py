@@ -5,7 +5,7 @@ devices, or a multi-worker cluster (TF_CONFIG), cannot share the test process:
 
     python -m tests.distribute_runs mirrored OUT   # 2 logical CPUs: MirroredStrategy and one device
     python -m tests.distribute_runs worker OUT     # one MultiWorkerMirroredStrategy worker (TF_CONFIG)
-    python -m tests.distribute_runs mixed OUT      # mixed_float16 against float32; a forced overflow
+    python -m tests.distribute_runs mixed OUT      # mixed_float16 (against loop_single, fit_single); a forced overflow
     TF_USE_LEGACY_KERAS=1 python -m tests.distribute_runs legacy OUT   # the same with tf_keras fit
 
 Every run writes its event files under OUT/<run> and the same model sees the
@@ -226,8 +226,6 @@ def main() -> None:
         import keras
 
         one = tf.distribute.get_strategy()
-        loop_run(one, str(out / "loop_float32"))
-        fit_run(one, str(out / "fit_float32"))
         keras.mixed_precision.set_global_policy("mixed_float16")
         loop_run(one, str(out / "loop_mixed"), mixed=True)
         fit_run(one, str(out / "fit_mixed"))
