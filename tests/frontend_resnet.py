@@ -23,12 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.byol_step import byol_step
-from tests.frontend_fixtures import (
-    TensorBoard,
-    await_tensorboard,
-    launch_tensorboard,
-    stop_tensorboard,
-)
+from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
 
 RUN = "resnet50/train"
 SCALARS_RUN = "resnet50/scalars"
@@ -94,16 +89,13 @@ def train_resnet(logdir: pathlib.Path, steps: int = STEPS) -> None:
 @pytest.fixture(scope="session")
 def resnet_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
     """A TensorBoard of its own serving the ResNet-50 run and its scalars,
-    fully loaded (trains for a minute or two on two cores). TensorBoard starts
-    first, on the still-empty logdir, so that its start overlaps the training."""
+    fully loaded (trains for a few minutes on two cores)."""
     logdir = tmp_path_factory.mktemp("resnet50_logs")
-    log = tmp_path_factory.mktemp("tb_resnet50") / "stderr.txt"
-    process = launch_tensorboard(logdir, log)
+    train_resnet(logdir)
+    tb = start_tensorboard(logdir, tmp_path_factory.mktemp("tb_resnet50") / "stderr.txt")
     try:
-        train_resnet(logdir)
-        tb = await_tensorboard(process, logdir, log)
         tb.wait_for_runs([RUN], timeout=120)
         tb.wait_until_loaded([RUN])
         yield tb
     finally:
-        stop_tensorboard(process)
+        stop_tensorboard(tb.process)
