@@ -5,15 +5,15 @@ devices, or a multi-worker cluster (TF_CONFIG), cannot share the test process:
 
     python -m tests.distribute_runs mirrored OUT   # 2 logical CPUs: MirroredStrategy and one device
     python -m tests.distribute_runs worker OUT     # one MultiWorkerMirroredStrategy worker (TF_CONFIG)
-    python -m tests.distribute_runs single OUT     # the same custom loop on one device
-    python -m tests.distribute_runs mixed OUT      # mixed_float16 against float32; a forced overflow
+    python -m tests.distribute_runs mixed OUT      # mixed_float16 (against loop_single, fit_single); a forced overflow
     TF_USE_LEGACY_KERAS=1 python -m tests.distribute_runs legacy OUT   # the same with tf_keras fit
 
 Every run writes its event files under OUT/<run> and the same model sees the
-same global batches whatever the strategy: a custom loop (two losses, way 2,
-each replica takes its share of the global batch by replica id, per-replica
-losses scaled by the global batch size) and Keras `fit` (two outputs). The
-process prints "done" at the end.
+same global batches whatever the strategy (so the workers' run is judged
+against the mirrored process's one-device loop, `loop_single`): a custom loop
+(two losses, way 2, each replica takes its share of the global batch by
+replica id, per-replica losses scaled by the global batch size) and Keras
+`fit` (two outputs). The process prints "done" at the end.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def legacy_fit_run(logdir: str, overflow: bool = False) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["mirrored", "worker", "single", "mixed", "legacy"])
+    parser.add_argument("mode", choices=["mirrored", "worker", "mixed", "legacy"])
     parser.add_argument("out")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
@@ -215,8 +215,6 @@ def main() -> None:
         fit_run(one, str(out / "fit_single"))
     elif args.mode == "worker":
         loop_run(tf.distribute.MultiWorkerMirroredStrategy(), str(out))
-    elif args.mode == "single":
-        loop_run(tf.distribute.get_strategy(), str(out))
     elif args.mode == "legacy":  # run with TF_USE_LEGACY_KERAS=1
         import tf_keras
 
@@ -228,8 +226,6 @@ def main() -> None:
         import keras
 
         one = tf.distribute.get_strategy()
-        loop_run(one, str(out / "loop_float32"))
-        fit_run(one, str(out / "fit_float32"))
         keras.mixed_precision.set_global_policy("mixed_float16")
         loop_run(one, str(out / "loop_mixed"), mixed=True)
         fit_run(one, str(out / "fit_mixed"))

@@ -70,33 +70,40 @@ def test_bad_arguments_exit_2_and_say_what_is_wrong(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_path):
+# One `tb-gradscope demo` run serves the tests below (each is a TensorFlow
+# import and six recorders' traces in a process of its own): the first chosen
+# demo is the one the closing hint names.
+CHOSEN = ("multihead", "dqn", "dqn3_grad_start")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[pathlib.Path, subprocess.CompletedProcess]:
+    """`tb-gradscope demo OUT --only CHOSEN --steps 6`: OUT and what it printed."""
+    out = tmp_path_factory.mktemp("demo_cli")
     result = run_cli(
-        "demo",
-        str(tmp_path),
-        "--only",
-        "multihead",
-        "--steps",
-        "6",
-        "--env",
-        "builtin",
-        timeout=300,
+        "demo", str(out), "--only", *CHOSEN, "--steps", "6", "--env", "builtin", timeout=300
     )
     assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(tmp_path)) == ["multihead"]
-    runs = tmp_path / "multihead"
+    return out, result
+
+
+@pytest.mark.slow
+def test_demo_command_writes_the_chosen_demos_and_overwrites_one_when_asked(demo_run):
+    out, result = demo_run
+    assert sorted(os.listdir(out)) == sorted(CHOSEN)
+    runs = out / "multihead"
     assert sorted(os.listdir(runs)) == ["clean", "leaky", "rules.toml"]
     for twin in ("clean", "leaky"):
         (event_file,) = os.listdir(runs / twin)
         assert event_file.startswith("events.out.tfevents.")
         assert f"multihead/{twin}: 6 steps" in result.stdout
-    assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line
+    assert "6/6 multihead/leaky" in result.stderr  # the progress bar's last line of the run
     assert f"tb-gradscope check {runs} --rules {runs / 'rules.toml'}" in result.stdout
     first = sorted(os.listdir(runs / "clean"))
+    untouched = sorted(os.listdir(out / "dqn" / "clean"))
     again = run_cli(
         "demo",
-        str(tmp_path),
+        str(out),
         "--only",
         "multihead",
         "--steps",
@@ -109,6 +116,7 @@ def test_demo_command_writes_the_chosen_demo_and_overwrites_it_when_asked(tmp_pa
     assert again.returncode == 0, again.stderr
     (replaced,) = os.listdir(runs / "clean")
     assert [replaced] != first
+    assert sorted(os.listdir(out / "dqn" / "clean")) == untouched  # only the chosen demo
 
 
 @pytest.mark.parametrize("name", ["dqn", "dqn_tf1", "dqn3_grad_start", "actor_critic"])
@@ -154,23 +162,10 @@ def _our_warnings(stderr: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_demo_training_prints_no_warning_of_tb_gradscope(tmp_path):
+def test_demo_training_prints_no_warning_of_tb_gradscope(demo_run):
     # Six TF2 recorders in one process, as `make demo` trains them: TF counts
     # traces per Python function across instances and warned "5 out of the
     # last 5 calls to SummarySink._write_compiled.<locals>.write_values
     # triggered tf.function retracing" after the fifth recorder's FlowGraph.
-    result = run_cli(
-        "demo",
-        str(tmp_path),
-        "--only",
-        "dqn",
-        "multihead",
-        "dqn3_grad_start",
-        "--steps",
-        "6",
-        "--env",
-        "builtin",
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
+    _, result = demo_run
     assert _our_warnings(result.stderr) == []

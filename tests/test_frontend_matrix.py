@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import pathlib
-import time
 
 import pytest
 from playwright.sync_api import Browser, expect
@@ -241,23 +240,20 @@ def test_every_flow_state_has_its_own_look(
     tab.assert_clean()
 
 
-def test_ten_thousand_scopes_start_folded_and_stay_quick(
+def test_ten_thousand_scopes_start_folded_and_unfold_one_scope_at_a_time(
     open_tab: OpenTab, artifacts: pathlib.Path
 ) -> None:
+    # How fast the switch and the unfold are is bench/bench_frontend.py's
+    # (`wide_10k_scopes_switch_s`, `wide_10k_scopes_unfold_s`).
     spec = wide_spec()
     tab = open_tab()
-    started = time.monotonic()
     tab.select_run(spec.name)
-    elapsed = time.monotonic() - started
     # Only the two top levels are drawn until the user unfolds deeper.
     shown = tab.visible_scopes()
     assert shown == [s for s in spec.scopes if s.count("/") < 2]
     assert len(spec.scopes) > 10_000 and len(shown) == 520
-    assert elapsed < 15, f"switching to a 10,000-scope run took {elapsed:.1f} s"
-    started = time.monotonic()
     tab.row("block03/layer07").locator("button.gs-scope").click()
     assert len(tab.visible_scopes()) == 540
-    assert time.monotonic() - started < 3
     assert tab.cell("value", "block03/layer07/unit05").get_attribute("data-state") == "updates"
     # The loss headers stay in view while the 540 rows scroll under them.
     tab.row("block19/layer24").scroll_into_view_if_needed()

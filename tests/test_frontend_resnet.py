@@ -1,19 +1,18 @@
 """The tab at ResNet-50 scale: a real keras ResNet50 with an EMA twin and two
 losses (tests/frontend_resnet.py), in a real browser against its own TensorBoard.
 
-The matrix first renders within twice the time the Scalars tab takes to draw
-its charts on the same logdir (both measured in the same browser, each load in
-a fresh context); the drift panel draws at most 12 series by default; the scope
-graph opens with node labels at least 10 px tall; the Findings and Violations
-panels agree with doctor and check.
+The tab opens on the ResNet run; the drift panel draws at most 12 series by
+default; the scope graph opens with node labels at least 10 px tall; the
+Findings and Violations panels agree with doctor and check. How fast the
+matrix first renders against the Scalars tab at this scale is
+bench/bench_frontend.py's (`resnet50_first_render_gradscope_over_scalars`),
+not a timed assertion here.
 Screenshots of the four panels go to test-artifacts/ (and docs/images/ with
 $GRADSCOPE_DOC_IMAGES set).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -26,42 +25,9 @@ from tests.frontend_tab import screenshot, wait_for_plugin_frame, watch
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab", "tests.frontend_resnet"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-LOADS = 3  # page loads of each tab; the medians are compared
-SCALAR_TAGS = 2  # cls and byol: one chart each, a raw and a smoothed line in each
 MAX_DRIFT_SERIES = 12
 LABEL_PX = "t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a"
 VIEWPORT = {"width": 1280, "height": 900}
-
-
-def _scalars_drawn(browser: Browser, tb: TensorBoard) -> float:
-    """Seconds from navigation to the Scalars tab's every chart line drawn."""
-    context = browser.new_context(viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        start = time.monotonic()
-        page.goto(tb.url + "/#scalars")
-        page.locator("tf-scalar-card path.line[d*='L']").nth(2 * SCALAR_TAGS - 1).wait_for(
-            timeout=60_000
-        )
-        return time.monotonic() - start
-    finally:
-        context.close()
-
-
-def _matrix_drawn(browser: Browser, tb: TensorBoard) -> float:
-    """Seconds from navigation to the Gradscope tab's matrix drawn (first run: ours)."""
-    context = browser.new_context(viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        start = time.monotonic()
-        page.goto(tb.url + "/#gradscope")
-        frame = wait_for_plugin_frame(page)
-        frame.wait_for_selector("#gs-matrix tbody tr", timeout=60_000)
-        elapsed = time.monotonic() - start
-        assert frame.locator("#gs-matrix").get_attribute("data-run") == RUN
-        return elapsed
-    finally:
-        context.close()
 
 
 @pytest.fixture(scope="module")
@@ -84,20 +50,11 @@ def resnet_tab(
         context.close()
 
 
-def test_matrix_first_renders_within_twice_the_scalars_tab(
-    browser: Browser, resnet_tensorboard: TensorBoard
-) -> None:
-    cold = _matrix_drawn(browser, resnet_tensorboard)  # the plugin reads the run for the first time
-    scalars, matrix = [], []
-    for _ in range(LOADS):
-        scalars.append(_scalars_drawn(browser, resnet_tensorboard))
-        matrix.append(_matrix_drawn(browser, resnet_tensorboard))
-    ratio = statistics.median(matrix) / statistics.median(scalars)
-    print(
-        f"resnet50 first render: matrix {statistics.median(matrix):.2f} s (cold {cold:.2f} s), "
-        f"scalars {statistics.median(scalars):.2f} s, ratio {ratio:.2f}; loads {matrix} / {scalars}"
-    )
-    assert ratio <= 2.0, (matrix, scalars)
+def test_the_tab_opens_on_the_resnet_run_and_draws_its_matrix(resnet_tab) -> None:
+    _, frame, problems = resnet_tab
+    assert frame.locator("#gs-matrix").get_attribute("data-run") == RUN
+    assert frame.locator("#gs-matrix tbody tr").count() > 1
+    assert problems == [], problems
 
 
 def test_drift_panel_draws_at_most_twelve_series_by_default(resnet_tab) -> None:
