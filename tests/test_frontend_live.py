@@ -1,9 +1,7 @@
 """The tab is live with TensorBoard's "Reload data" off (its default in 2.21):
-while training runs, a new run and a new step show in an open tab, with
-TensorBoard at its default --reload_interval (5 s) and never sending the
-iframe a DataReloaded message. How soon they show (the issue's promise:
-within 10 s) is bench/bench_frontend.py's (`live_new_run_shown_s`,
-`live_new_step_shown_s`); here each gets up to 30 s.
+while training runs, a new run and a new step show within 10 s of being
+written, with TensorBoard at its default --reload_interval (5 s) and never
+sending the iframe a DataReloaded message.
 
 Starts its own TensorBoard (the session's reads the logdir every second, which
 would flatter the figure), so it is slow.
@@ -11,6 +9,7 @@ would flatter the figure), so it is slow.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,9 +22,8 @@ from tests.frontend_tab import ENTRY, wait_for_plugin_frame, watch
 pytest_plugins = ["tests.frontend_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-# How long the tab is given to show a new run or step: three times the 10 s the
-# issue promises, so that a loaded machine does not fail a tab that is live.
-SHOW_TIMEOUT_MS = 30_000
+# What the issue promises: a run or a step shows <= 10 s after it is written.
+LIVE_SECONDS = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +44,12 @@ def default_reload_tensorboard(
         stop_tensorboard(tb.process)
 
 
-def _shows(frame, predicate: str) -> None:
-    """Waits until `predicate` holds in the tab (polled every 100 ms)."""
-    frame.wait_for_function(predicate, timeout=SHOW_TIMEOUT_MS, polling=100)
+def _seconds_until(frame, predicate: str, start: float) -> float:
+    frame.wait_for_function(predicate, timeout=int(3 * LIVE_SECONDS * 1000), polling=100)
+    return time.monotonic() - start
 
 
-def test_new_run_and_new_step_show_with_reload_off(
+def test_new_run_and_new_step_show_within_10_s_with_reload_off(
     browser: Browser, default_reload_tensorboard: tuple[TensorBoard, DqnTrainer]
 ) -> None:
     tb, first = default_reload_tensorboard
@@ -69,15 +67,23 @@ def test_new_run_and_new_step_show_with_reload_off(
         second = DqnTrainer(tb.logdir / "second", seed=1)
         try:
             second.train(1)  # its first record, flushed
-            _shows(frame, "() => !!document.querySelector('#gs-run option[value=\"second\"]')")
+            new_run = _seconds_until(
+                frame,
+                "() => !!document.querySelector('#gs-run option[value=\"second\"]')",
+                time.monotonic(),
+            )
         finally:
             second.recorder.close()
 
         first.train(10)  # step 20 recorded, flushed
-        _shows(
+        new_step = _seconds_until(
             frame,
             "() => document.querySelector('output.gs-step-label')?.textContent === '20 (latest)'",
+            time.monotonic(),
         )
+        print(f"new run shown after {new_run:.1f} s, new step after {new_step:.1f} s")
+        assert new_run <= LIVE_SECONDS, f"the new run showed after {new_run:.1f} s"
+        assert new_step <= LIVE_SECONDS, f"the new step showed after {new_step:.1f} s"
         # TensorBoard's "Reload data" is off: it never told the tab to reload.
         assert frame.locator("#gradscope").get_attribute("data-host-reloads") == "0"
         assert frame.locator("#gs-matrix").get_attribute("data-run") == "first"
