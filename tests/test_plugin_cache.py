@@ -32,15 +32,21 @@ def _plugin(data_provider, samples: int, refresh_seconds: float = 0.0) -> Gradsc
     return GradscopePlugin(context, refresh_seconds=refresh_seconds)
 
 
-@pytest.mark.slow
-def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
-    logdir = str(tmp_path)
-    pf.write_run(logdir, "live", pf.RunSpec(steps=range(0, 10), flowgraph=True, events=True))
+def _loaded_multiplexer(logdir: str) -> plugin_event_multiplexer.EventMultiplexer:
+    """TensorBoard's Python multiplexer over `logdir`, every gradscope point kept, loaded once."""
     multiplexer = plugin_event_multiplexer.EventMultiplexer(
         tensor_size_guidance={fmt.PLUGIN_NAME: 0}
     )
     multiplexer.AddRunsFromDirectory(logdir)
     multiplexer.Reload()
+    return multiplexer
+
+
+@pytest.mark.slow
+def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
+    logdir = str(tmp_path)
+    pf.write_run(logdir, "live", pf.RunSpec(steps=range(0, 10), flowgraph=True, events=True))
+    multiplexer = _loaded_multiplexer(logdir)
     plugin = _plugin(mux_provider.MultiplexerDataProvider(multiplexer, logdir), 0)
     cache = plugin._cache
 
@@ -85,11 +91,7 @@ class CountingProvider(mux_provider.MultiplexerDataProvider):
 def test_new_event_steps_are_read_without_rereading_old_ones(tmp_path):
     logdir = str(tmp_path)
     pf.write_run(logdir, "ev", pf.RunSpec(steps=range(0, 30), flowgraph=False))
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(
-        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
-    )
-    multiplexer.AddRunsFromDirectory(logdir)
-    multiplexer.Reload()
+    multiplexer = _loaded_multiplexer(logdir)
     data_provider = CountingProvider(multiplexer, logdir)
     plugin = _plugin(data_provider, 0)
     first = sum(len(pf.events_at(s)) for s in range(0, 30))
@@ -127,11 +129,7 @@ def test_a_run_read_while_every_run_is_listed_anew_is_listed_again(tmp_path):
     served (the tab, told the run changed, would keep the older steps)."""
     logdir = str(tmp_path)
     pf.write_run(logdir, "a", pf.RunSpec(steps=range(0, 3), flowgraph=False, events=False))
-    multiplexer = plugin_event_multiplexer.EventMultiplexer(
-        tensor_size_guidance={fmt.PLUGIN_NAME: 0}
-    )
-    multiplexer.AddRunsFromDirectory(logdir)
-    multiplexer.Reload()
+    multiplexer = _loaded_multiplexer(logdir)
     data_provider = HeldProvider(multiplexer, logdir)
     plugin = _plugin(data_provider, 0, refresh_seconds=60.0)
     release = threading.Event()

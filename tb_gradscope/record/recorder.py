@@ -313,8 +313,8 @@ class Recorder(tf.Module):
         recording op at all, `gradients` is `tape.gradient` of the losses' sum,
         `apply` is `apply_gradients` and the step's advance), and that plain
         step plus drift's record (which compares with the pairs' values read
-        at the start of the same call). The host picks by step, counted on the host from
-        the advances each variant's trace saw (`step` is read only before a
+        at the start of the same call). The host picks by step, counted on the
+        host from the advances each variant's trace saw (`step` is read only before a
         call that records something, or when the count may be wrong: see
         `tb_gradscope.record.step_function`).
         """
@@ -325,9 +325,9 @@ class Recorder(tf.Module):
     def due_at(self, step: int) -> str:
         """The variant a `Recorder.function` step starting at `step` runs:
         "recorded" (gradient stats due), "drift" (a pair's drift due at the
-        step `record_drift` sees), or "plain" (nothing due). `record_drift` sees `step + 1` after `apply`,
-        `step` inside a `training_step()` block: known once the step was
-        traced; before, both are taken as due."""
+        step `record_drift` sees), or "plain" (nothing due). `record_drift`
+        sees `step + 1` after `apply`, `step` inside a `training_step()` block:
+        known once the step was traced; before, both are taken as due."""
         return variant_due(self._s, step)
 
     @_no_autograph

@@ -263,9 +263,7 @@ class Recording:
         # A variant runs at steps the host picked it for: record_drift sees those + advances.
         seen = s.variants.drift_steps(s, RECORDED if s.variants.recorded() else mode)
         before = None
-        if (
-            at_start is not None
-        ):  # the values at the call's start: of the step before if it advances once
+        if at_start is not None:  # the call's start: the step before if it advances once
             started, sides, advanced = at_start
             once = advanced + (s.block is not None) == 1
             # At the run's first step no path has the step before: tau reads NaN there too.
