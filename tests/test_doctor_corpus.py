@@ -52,11 +52,6 @@ UNFINDABLE = {
         "quickstart, where both var_lists take in layer1 by design (each loss also trains its own head); only "
         "never(loss2, Agent/layer1) says this one must not"
     ),
-    "fit_wgan_gp_leaky": (
-        "the critic optimizer's var_list names the generator's variables: two optimizers writing one scope by "
-        "their own var_lists, which doctor reads as a design (as in the README's TF1 quickstart); only "
-        "never(d_loss, wgan/generator) says this one must not"
-    ),
     "tf1_multihead_leaky": (
         "the flow of the README's TF1 quickstart (both var_lists take in Agent/layer1, each loss trains its own "
         "head): a design, not a leak, unless a rule says so"

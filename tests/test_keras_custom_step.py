@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tb_gradscope.integrations.keras import GradscopeCallback
+from tb_gradscope.integrations.keras import GradscopeCallback, custom
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.summary import run_summary
 
@@ -117,3 +117,29 @@ def test_correct_gan_breaks_no_rule(gan_run):
     args = build_parser().parse_args(["check", callback.logdir])
     out, err = io.StringIO(), io.StringIO()
     assert args.run(args, out, err) == 0, out.getvalue() + err.getvalue()
+
+
+def test_gradient_calls_from_one_place_are_one_loss_taken_at_its_first_call():
+    """A loop of critic steps differentiates one loss three times; a helper
+    called from two lines differentiates two losses."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    x = tf.ones([1, 2])
+
+    def minimize(loss_fn):
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        tape.gradient(loss, model.trainable_variables)
+        return loss
+
+    with custom.observe(model) as seen:
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                critic = tf.reduce_sum(model(x))
+            tape.gradient(critic, model.trainable_variables)
+        minimize(lambda: tf.reduce_sum(model(x)))
+        second = minimize(lambda: tf.reduce_mean(model(x)))
+    named = seen.named({"critic": critic, "second": second})
+    assert len(seen.taped) == 5
+    assert list(named) == ["critic", "loss_1", "second"]
+    assert named["critic"] is seen.taped[0]
+    assert named["second"] is seen.taped[4]

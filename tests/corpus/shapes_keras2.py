@@ -232,12 +232,6 @@ def _fit_functional_gan(leaky: bool):
     return train
 
 
-WGAN_XFAILS = (
-    "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-    "test_report_json_states_equal_the_oracle_at_every_recorded_step",
-)
-WGAN_XFAIL = "each of the three critic steps' tape.gradient calls is its own loss (loss_0, loss_1, d_loss: integrations/keras/custom.py names calls, not call sites), and the mutant's advice names stop_gradient instead of var_list"
-
 SHAPES = [
     Shape(
         "fit_wgan_gp",
@@ -246,8 +240,6 @@ SHAPES = [
         WGAN_RULES,
         note="Keras fit, WGAN-GP of functional sub-models: 3 critic steps with a nested-tape gradient penalty, "
         "then a generator step, noise drawn in the step",
-        xfail=WGAN_XFAIL,
-        xfail_tests=WGAN_XFAILS,
     ),
     Shape(
         "fit_wgan_gp_leaky",
@@ -257,8 +249,6 @@ SHAPES = [
         advice=("var_list",),
         mutant_of="fit_wgan_gp",
         note="the critic optimizer's var_list takes the generator's variables",
-        xfail=WGAN_XFAIL,
-        xfail_tests=WGAN_XFAILS + ("test_mutant_violation_advice_names_the_right_fix",),
     ),
     Shape(
         "fit_functional_gan",

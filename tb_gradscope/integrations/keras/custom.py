@@ -6,8 +6,10 @@ CompileLoss and often trains them with optimizers other than
 is traced, every `GradientTape.gradient` call it makes is seen (the call itself
 is unchanged): its target is one of the step's losses and its tape's watched
 variables say where that loss's gradient can go (a network run before the tape
-opened cannot get any). A loss is named after the key of the logs the step
-returns when that holds the tensor itself, else after the metric it updates
+opened cannot get any). Calls made from one place (the same Python stack: a
+loop of WGAN critic steps) are one loss, taken at its first call. A loss is
+named after the key of the logs the step returns when that holds one of its
+tensors, else after the metric one of them updates
 (`keras.metrics.Mean(name="d_loss").update_state(d_loss)`), else `loss_<i>`.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +31,7 @@ class TapedLoss:
 
     target: Any
     watched: list[Any]
+    site: tuple[tuple[str, int], ...] = ()  # (file, line) of every frame of the call
 
 
 class CustomStep:
@@ -40,13 +44,18 @@ class CustomStep:
     def named(self, logs: Any) -> dict[str, TapedLoss]:
         """{loss name: TapedLoss}, named by the step's logs or the metric each feeds."""
         by_logs = {id(v): str(k) for k, v in logs.items()} if isinstance(logs, dict) else {}
+        calls_by_site: dict[tuple, list[TapedLoss]] = {}
+        for taped in self.taped:
+            calls_by_site.setdefault(taped.site, []).append(taped)
         named: dict[str, TapedLoss] = {}
-        for i, taped in enumerate(self.taped):
-            key = id(taped.target)
-            name = by_logs.get(key) or self.metric_inputs.get(key) or f"loss_{i}"
+        for i, calls in enumerate(calls_by_site.values()):
+            names = (
+                by_logs.get(id(c.target)) or self.metric_inputs.get(id(c.target)) for c in calls
+            )
+            name = next((n for n in names if n), f"loss_{i}")
             while name in named:
                 name += "_"
-            named[name] = taped
+            named[name] = calls[0]
         return named
 
 
@@ -65,8 +74,20 @@ def _observed_gradient(
 ) -> Any:
     step = getattr(_current, "step", None)
     if step is not None and tf.is_tensor(target) and target.shape.rank == 0:
-        step.taped.append(TapedLoss(target, list(tape.watched_variables())))
+        step.taped.append(TapedLoss(target, list(tape.watched_variables()), _call_site()))
     return _original_gradient(tape, target, sources, *args, **kwargs)
+
+
+def _call_site() -> tuple[tuple[str, int], ...]:
+    """Where `tape.gradient` was called from: (file, line) of every frame above
+    the observer (a helper called from two lines is two sites, a loop one)."""
+    site = []
+    frame = inspect.currentframe()
+    frame = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+    while frame is not None:
+        site.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(site)
 
 
 _lock = threading.Lock()
