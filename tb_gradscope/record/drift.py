@@ -127,8 +127,10 @@ class RowLayout:
     def padded(self, values: Sequence[tf.Tensor], dtype: tf.DType) -> list[tf.Tensor]:
         """The parts of one padded side: each value flat, then its zeros."""
         parts = []
+        minus_one = tf.constant([-1])  # one shape for every reshape (an op, not one each)
         for value, size, rows in zip(values, self.sizes, self.rows):
-            parts.append(tf.reshape(tf.cast(value, dtype), [-1]))
+            value = tf.cast(value, dtype)
+            parts.append(value if value.shape.rank == 1 else tf.reshape(value, minus_one))
             if rows * CHUNK > size:
                 parts.append(tf.zeros([int(rows * CHUNK - size)], dtype))
         return parts

@@ -81,7 +81,12 @@ class TensorGroup:
         self.big = [i for i, t in enumerate(self.tensors) if is_big(t)]
         self.small = [i for i, t in enumerate(self.tensors) if not is_big(t)]
         order = self.big + self.small
-        self._inverse = np.argsort(np.asarray(order, np.int64)).astype(np.int32)
+        # None when big-then-small is already the caller's order (no gather needed).
+        self._inverse = (
+            None
+            if order == sorted(order)
+            else np.argsort(np.asarray(order, np.int64)).astype(np.int32)
+        )
         self.flat = None
         if self.small:
             dtype = (
@@ -131,7 +136,8 @@ class TensorGroup:
             parts.append(tf.cast(segments(self.flat, self.ids, len(self.small)), tf.float64))
         if not parts:
             return tf.zeros([0], tf.float64)
-        return tf.gather(concat(parts), self._inverse)
+        joined = concat(parts)
+        return joined if self._inverse is None else tf.gather(joined, self._inverse)
 
     def sum_of_squares(self) -> tf.Tensor:
         return self.reduce(sum_of_squares, lambda f, i, k: self.segment_sum(tf.square(f)))

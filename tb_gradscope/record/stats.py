@@ -202,15 +202,17 @@ def grad_table(
             f"{rollup.n_variables} variables; align them with layout.variable_names"
         )
     per_var = variable_grad_stats(grads, columns)
-    sums = rollup.sum(per_var)
+    sums = tf.unstack(rollup.sum(per_var), axis=1)  # one op for every column
     not_recorded = np.full([rollup.n_scopes], np.nan)
     table = tf.stack(
         [
-            sums[:, _PRESENT],
-            tf.sqrt(sums[:, _SUMSQ]),
-            rollup.max(per_var[:, _MAX_ABS]) if "max_abs" in columns else not_recorded,
-            sums[:, _NONFINITE],
-            tf.math.divide_no_nan(sums[:, _ZEROS], sums[:, _COUNT])
+            sums[_PRESENT],
+            tf.sqrt(sums[_SUMSQ]),
+            rollup.max(tf.unstack(per_var, axis=1)[_MAX_ABS])
+            if "max_abs" in columns
+            else not_recorded,
+            sums[_NONFINITE],
+            tf.math.divide_no_nan(sums[_ZEROS], sums[_COUNT])
             if "zero_frac" in columns
             else not_recorded,
         ],
