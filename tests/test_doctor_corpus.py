@@ -225,3 +225,21 @@ def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed
     assert edges and all(
         e.source and e.source.file.endswith(f"tests/corpus/{module}") for e in edges
     ), edges
+
+
+@pytest.mark.parametrize("name", ["td3_leaky", "gan_leaky", "fit_gan_leaky"])
+def test_a_judge_finding_names_the_scope_whose_output_the_judge_reads(diagnosed, name):
+    """`judge_trained` says the judge "reads the output of" a scope of the
+    loss's own: the one with an edge straight into the judge (the actor's
+    output layer), not a layer before it that reaches the judge only
+    through it."""
+    from tb_gradscope.read.logdir import load_logdir
+    from tb_gradscope.read.records import within
+
+    trained, _, found = diagnosed(BY_NAME[name])
+    (judged,) = [f for f in found if f["kind"] == "judge_trained"]
+    (logs,) = load_logdir(trained.logdir, trained.run)
+    source = judged["evidence"]["feeds_from"]
+    into_judge = {e.src for e in logs.flowgraphs[-1][1].edges if within(e.dst, judged["scope"])}
+    assert source in into_judge, (source, into_judge)
+    assert f"reads the output of '{source}'" in judged["what"]

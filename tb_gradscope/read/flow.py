@@ -67,14 +67,16 @@ class Flow:
             self._scalar[scope] = self.records.is_scalar(scope)
         return self._scalar[scope]
 
-    def feeds(self, sources: set[str], scope: str) -> str | None:
-        """A scope of `sources` whose output reaches `scope` in the scope graph."""
+    def feeds(self, sources: set[str], scopes: Iterable[str]) -> str | None:
+        """A scope of `sources` whose output reaches one of `scopes` in the
+        scope graph: one with an edge straight into them if any (the actor's
+        output layer that its critic reads, not the layers before it)."""
         if self.graph is None:
             return None
-        for source in sorted(sources):
-            if scope in downstream(self.graph, source):
-                return source
-        return None
+        targets = set(scopes)
+        reaching = [s for s in sorted(sources) if targets & downstream(self.graph, s)]
+        direct = {e.src for e in self.graph.edges if e.dst in targets}
+        return next((s for s in reaching if s in direct), reaching[0] if reaching else None)
 
     def enters_aside(self, loss: str, scope: str) -> bool:
         """Whether `scope`'s output reaches the loss without passing through a

@@ -223,7 +223,7 @@ def _judge(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None:
     if holder not in flow.updated[loss]:
         return None
     others = [o for o in flow.owners(holder) if o != loss]
-    source = flow.feeds(flow.own(loss), holder) if others else None
+    source = flow.feeds(flow.own(loss), [holder]) if others else None
     return (F.JUDGE_TRAINED, others[0]) if source else None
 
 
@@ -260,7 +260,7 @@ def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str
         return None
     others = [o for o in flow.owners(holder) if o != loss and o not in intruders]
     own = flow.own(loss)
-    if not others or not own or flow.feeds(own, holder) or not flow.enters_aside(loss, holder):
+    if not others or not own or flow.feeds(own, [holder]) or not flow.enters_aside(loss, holder):
         return None
     return F.VALUE_NOT_CUT, others[0]
 
@@ -290,7 +290,7 @@ def named_after(scope: str, loss: str) -> bool:
 
 def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[str]) -> Finding:
     steps = _steps(flow.updated[loss], holders, scope)
-    source = next(s for h in holders if (s := flow.feeds(flow.own(loss), h)))
+    source = flow.feeds(flow.own(loss), holders)
     return Finding(
         kind=F.JUDGE_TRAINED,
         what=f"loss '{loss}' updates '{scope}', which loss '{other}' trains and which reads the output of "
