@@ -106,7 +106,7 @@ def _bad_arguments(m) -> list:
             r"scopes must be a tb_gradscope.scopes.ScopeSpec, got dict",
         ),
         (
-            dict(good, pairs="auto"),
+            dict(good, pairs="Actor/target"),
             r"pairs takes \{target_scope: online_scope\} or a list of Pair, got str",
         ),
         (dict(good, analyze="yes"), r"analyze must be True or False, got 'yes'"),

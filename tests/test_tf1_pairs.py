@@ -63,6 +63,20 @@ def test_trainable_false_target_pair_by_scope_names_records_drift(ddpg, tmp_path
     assert ("drift", "Critic/target<-Critic/eval") in records
 
 
+def test_auto_pairs_find_the_trainable_false_targets_by_scope_name(ddpg, tmp_path):
+    """pairs="auto": the same pairs and drift as when declared, so doctor
+    sees the targets of a run that declared none."""
+    gs = _train(ddpg, str(tmp_path), pairs="auto")
+    assert "Actor/target" in gs.layout.scopes and "Critic/target" in gs.layout.scopes
+    records = read_records(str(tmp_path))
+    for pair in ("Actor/target<-Actor/eval", "Critic/target<-Critic/eval"):
+        drift = records[("drift", pair)]
+        assert [r.step for r in drift] == [0, 1, 2]
+    actor = records[("drift", "Actor/target<-Actor/eval")]
+    assert actor[0].value.row("Actor/target")["drift"] == 0  # hard-copied before step 0
+    assert actor[2].value.row("Actor/target")["tau"] == pytest.approx(0.1, rel=1e-3)
+
+
 def test_paired_non_trainable_targets_appear_in_the_matrix(ddpg, tmp_path):
     with ddpg.graph.as_default():
         pair = pair_scopes("Critic/target", "Critic/eval")

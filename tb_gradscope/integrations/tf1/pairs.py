@@ -22,9 +22,11 @@ import tensorflow as tf
 from tb_gradscope.format import DRIFT_COLUMNS, Kind, RecordInfo, make_info
 from tb_gradscope.integrations.tf1.graph import scoped_variables, written_variables
 from tb_gradscope.integrations.tf1.ops import NAME_SCOPE, SNAPSHOT_COLLECTION
+from tb_gradscope.pairs.detect import detect_pairs
 from tb_gradscope.pairs.pairs import Pair, pair_prefixes
 from tb_gradscope.record import drift as drift_lib
 from tb_gradscope.record.stats import RollUp
+from tb_gradscope.record.targets import AUTO
 from tb_gradscope.scopes import variable_name
 
 
@@ -39,13 +41,18 @@ class _PairOps:
 
 
 def resolve_pairs(pairs: Any, graph: tf.Graph) -> list[Pair]:
-    """Pairs given as `Pair`s or as {target scope: online scope} of `graph`.
+    """Pairs given as `Pair`s or as {target scope: online scope} of `graph`,
+    or "auto": those `detect_pairs` finds by their scope names.
 
     Scopes are looked up among all the graph's variables, trainable or not
     (TF1 target networks are usually built with `trainable=False`).
     """
     if pairs is None:
         return []
+    if isinstance(pairs, str) and pairs == AUTO:
+        with graph.as_default():
+            variables = tf.compat.v1.global_variables()
+        return detect_pairs([v for v in variables if not v.name.startswith(NAME_SCOPE + "/")])
     if isinstance(pairs, Mapping):
         return [pair_scopes(t, o, graph=graph) for t, o in pairs.items()]
     if isinstance(pairs, Pair):
@@ -58,7 +65,8 @@ def resolve_pairs(pairs: Any, graph: tf.Graph) -> list[Pair]:
         raise ValueError(
             f"pairs takes {{target_scope: online_scope}} or a list of Pair, got "
             f"{type(pairs).__name__} {str(pairs)[:60]!r}; e.g. pairs={{'Actor/target': "
-            "'Actor/eval'}, or pairs=[pair_scopes('target_net', 'eval_net', every=C)]"
+            "'Actor/eval'}, pairs=[pair_scopes('target_net', 'eval_net', every=C)] or "
+            "pairs='auto'"
         )
     return list(pairs)
 

@@ -83,9 +83,11 @@ class GraphRecorder:
       scopes: include/exclude patterns and depth cap for the scope tree.
       pairs: target/online pairs whose drift is recorded (DRIFT records):
         {target scope: online scope} (looked up among all the graph's
-        variables, trainable or not), or a list of `tb_gradscope.pairs.Pair`
+        variables, trainable or not), a list of `tb_gradscope.pairs.Pair`
         (`pair_scopes("target_net", "eval_net", every=C)` declares a
-        hard-replacement period, `tau=` an EMA rate). See `pairs.py`.
+        hard-replacement period, `tau=` an EMA rate), or "auto": the pairs
+        `tb_gradscope.pairs.detect_pairs` finds by scope name among all the
+        graph's variables (`Actor/target` and `Actor/eval`). See `pairs.py`.
       analyze: run the static analysis and write the FlowGraph (rules need
         it to tell `ignored` from `updates`).
       rules: flow rules, as for the TF2 Recorder: Rule objects or strings
