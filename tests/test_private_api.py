@@ -344,3 +344,41 @@ def test_tf_private_is_a_leaf_imported_by_the_write_side_only():
     importers = _importers()
     assert importers <= {"record", "analysis", "pairs", "integrations", "naming"}, importers
     assert {"record", "analysis", "integrations"} <= importers  # the walk sees them
+
+
+def _class_names(source: str) -> list[str]:
+    return [node.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)]
+
+
+def test_every_class_name_in_the_package_is_unique():
+    """One name, one thing: two unrelated classes both called `RuleSteps` (the
+    TF2 recorder's and GraphRecorder's) read as one in a traceback or a grep."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for name in _class_names(path.read_text()):
+            where.setdefault(name, []).append(str(path.relative_to(PACKAGE_DIR)))
+    assert {n: paths for n, paths in where.items() if len(paths) > 1} == {}
+
+
+def test_the_class_name_walk_sees_nested_classes():
+    assert _class_names("class A:\n    class B:\n        pass\n") == ["A", "B"]
+
+
+def test_the_record_package_exports_only_its_public_names():
+    """The engine room's kernels (`RollUp`, `grad_table`, ...) are reached by
+    their modules, never through `tb_gradscope.record`."""
+    source = (PACKAGE_DIR / "record" / "__init__.py").read_text()
+    exported = {
+        alias.asname or alias.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert exported == {
+        "DriftMonitor",
+        "GradscopeWarning",
+        "NoWriterError",
+        "Recorder",
+        "StartPoint",
+        "Stats",
+    }

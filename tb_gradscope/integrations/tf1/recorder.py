@@ -34,7 +34,7 @@ from tb_gradscope.integrations.tf1.pairs import (
     paired_variables,
     resolve_pairs,
 )
-from tb_gradscope.integrations.tf1.rules import STEP_EVENTS, TRACE_EVENTS, RuleSteps
+from tb_gradscope.integrations.tf1.rules import STEP_EVENTS, TRACE_EVENTS, GraphRuleSteps
 from tb_gradscope.integrations.tf1.static import static_flowgraph
 from tb_gradscope.integrations.tf1.steps import CallPlan, Close, StepClock
 from tb_gradscope.integrations.tf1.writer import RecordWriter
@@ -168,7 +168,7 @@ class GraphRecorder:
             if analyze
             else None
         )
-        self._rules = RuleSteps(rules or [], on_violation, self.layout.scopes, str(logdir))
+        self._rules = GraphRuleSteps(rules or [], on_violation, self.layout.scopes, str(logdir))
         self._rules.at_build(self._flowgraph)
         self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)

@@ -33,7 +33,7 @@ from tb_gradscope.rules.policy import LOG
 WriteBlobs = Callable[[fmt.RecordInfo, Sequence[Any], int], None]
 
 
-class RuleSteps:
+class GraphRuleSteps:
     """A GraphRecorder's rules: checked at build time and at recorded steps.
 
     Args:
@@ -134,4 +134,4 @@ def _at_step(event: fmt.Event, step: int) -> fmt.Event:
     return fmt.Event(**{**event.to_json(), "step": int(step)})
 
 
-__all__ = ["RuleSteps", "STEP_EVENTS", "TRACE_EVENTS"]
+__all__ = ["GraphRuleSteps", "STEP_EVENTS", "TRACE_EVENTS"]
