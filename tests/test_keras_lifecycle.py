@@ -54,3 +54,9 @@ def test_fit_without_the_callback_records_nothing_and_detach_restores_the_step(t
     assert (callback.probe.slot_step.numpy() == before).all()
     callback.detach()
     assert "train_step" not in model.__dict__ and model.train_function is None
+
+
+def test_the_callback_checks_the_backend_when_it_is_made(monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(ValueError, match="'jax' backend; set KERAS_BACKEND=tensorflow"):
+        GradscopeCallback("unused")

@@ -15,17 +15,11 @@ the root's lazy `GradscopeCallback`) and `demos`; builds on `tb_gradscope.record
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from typing import Any
 
 import keras
 
-from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras.hooks import GradscopeHooks
-from tb_gradscope.pairs.pairs import Pair
-from tb_gradscope.rules import Rule
-from tb_gradscope.rules.policy import LOG
-from tb_gradscope.scopes import ScopeSpec
 
 
 class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
@@ -86,18 +80,9 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
     model_hint = "for tf_keras (TF_USE_LEGACY_KERAS=1) use LegacyGradscopeCallback"
     host_schedule = True
 
-    def __init__(
-        self,
-        logdir: str,
-        every_n_batches: int = 10,
-        scopes: ScopeSpec | None = None,
-        rules: Sequence[Rule | str] = (),
-        on_violation: str = LOG,
-        pairs: Sequence[Pair] = (),
-        grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
-    ):
+    @staticmethod
+    def check_environment() -> None:
         check_backend(keras.backend.backend())
-        super().__init__(logdir, every_n_batches, scopes, rules, on_violation, pairs, grad_columns)
 
 
 def check_backend(backend: str) -> None:

@@ -32,7 +32,8 @@ _SERIALS = itertools.count()  # warn_once keys: a dead callback's id() may be re
 
 
 class GradscopeHooks:
-    """Keras callback hooks recording gradient flow; see GradscopeCallback for the arguments."""
+    """Keras callback hooks recording gradient flow; see GradscopeCallback for
+    the arguments (its constructor is this one, written once)."""
 
     # The Keras model class the callback accepts, and what to say otherwise.
     model_types: tuple[type, ...] = ()
@@ -40,6 +41,11 @@ class GradscopeHooks:
     # Whether unrecorded batches may run a plain train function picked on the
     # host (`functions.py`): Keras 3 binds the step when it makes the function.
     host_schedule = False
+
+    @staticmethod
+    def check_environment() -> None:
+        """Raises when this Keras cannot be recorded (GradscopeCallback: a
+        backend other than TensorFlow)."""
 
     def __init__(
         self,
@@ -51,6 +57,7 @@ class GradscopeHooks:
         pairs: Sequence[Pair] = (),
         grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
     ):
+        self.check_environment()
         super().__init__()
         options.check_every(every_n_batches, "every_n_batches", "batches")
         options.check_scopes(scopes)
