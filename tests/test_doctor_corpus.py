@@ -204,13 +204,15 @@ def test_doctor_says_findings_are_partial_exactly_when_the_run_has_no_flowgraph(
     [
         ("eager_rollout_ac_analyzed", "shapes_doctor.py"),
         ("eager_rollout_replayed", "shapes_rollout.py"),
+        ("eager_rollout_two_optimizers", "shapes_rollout.py"),
     ],
 )
 def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed, name, module):
     """The eager actor-critic's own code traced, not a copy of its loss:
     `eager_rollout_ac_analyzed` traces its episode function as written (the
     environment stepped through tf.numpy_function), `eager_rollout_replayed`
-    its loss function of the stacked outputs (rec.analyze_losses). The
+    and `eager_rollout_two_optimizers` their loss function of the stacked
+    outputs (rec.analyze_losses, with one optimizer or one per loss). The
     advantage's stop_gradient is a blocked edge whose source line is in the
     shape's own file."""
     from tb_gradscope.read.logdir import load_logdir

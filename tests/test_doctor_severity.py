@@ -166,16 +166,27 @@ def test_an_optimizer_writing_all_another_loss_trains_is_shared_by_optimizers():
 AC = ["ac", "ac/trunk", "ac/actor_head", "ac/critic_head"]
 
 
-def _shared_trunk(graph: bool, trunk_cosine: float = -0.9) -> RunRecords:
+def _shared_trunk(graph: bool, trunk_cosine: float = -0.9, split: bool = False) -> RunRecords:
     """An actor-critic with a shared trunk whose advantage is not cut: the
-    actor trains the critic head, and the two fight over the trunk."""
+    actor trains the critic head, and the two fight over the trunk. `split`:
+    an optimizer per loss, the actor's over the trunk and its own head, so
+    the actor's gradient only reaches the critic head (and, through it, the
+    trunk)."""
     u, i = fmt.UPDATES, fmt.INDEPENDENT
     cells = {
-        "actor": {"ac": u, "ac/trunk": u, "ac/actor_head": u, "ac/critic_head": u},
+        "actor": {
+            "ac": u,
+            "ac/trunk": u,
+            "ac/actor_head": u,
+            "ac/critic_head": fmt.IGNORED if split else u,
+        },
         "critic": {"ac": u, "ac/trunk": u, "ac/actor_head": i, "ac/critic_head": u},
     }
     flowgraph = fmt.FlowGraph(
-        losses=[fmt.LossInfo("actor", optimizer="opt0"), fmt.LossInfo("critic", optimizer="opt0")],
+        losses=[
+            fmt.LossInfo("actor", optimizer="opt0"),
+            fmt.LossInfo("critic", optimizer="opt1" if split else "opt0"),
+        ],
         scopes=AC,
         cells=cells,
         nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in AC[1:]]
@@ -194,7 +205,10 @@ def _shared_trunk(graph: bool, trunk_cosine: float = -0.9) -> RunRecords:
         trainable={s: TRAINABLE for s in AC},
     )
     grads = {
-        s: {loss: {sc: _row() for sc, st in row.items() if st == u} for loss, row in cells.items()}
+        s: {
+            loss: {sc: _row() for sc, st in row.items() if st in (u, fmt.IGNORED)}
+            for loss, row in cells.items()
+        }
         for s in range(4)
     }
     conflict = {
@@ -212,6 +226,22 @@ def test_a_value_leak_is_the_one_finding_beside_the_fight_it_causes():
         "actor",
         "ac/critic_head",
         F.LEAK,
+    )
+    assert f.rule == "blocked(actor, ac/critic_head/*)"
+
+
+def test_a_value_leak_past_a_head_the_actors_optimizer_leaves_out_is_found_at_the_head():
+    """Two optimizers: the actor's gradient enters at the critic head (its
+    optimizer drops it there) and flows on into the trunk both train. The
+    head is where the value enters; the trunk, which the actor reaches through
+    its own head too, is the value's input: blocked(actor, ac/trunk/*) would
+    be false on the fixed code."""
+    (f,) = diagnose(_shared_trunk(graph=True, split=True))
+    assert (f.kind, f.loss, f.scope, f.severity) == (
+        F.VALUE_NOT_CUT,
+        "actor",
+        "ac/critic_head",
+        F.HAZARD,
     )
     assert f.rule == "blocked(actor, ac/critic_head/*)"
 

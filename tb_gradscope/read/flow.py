@@ -83,19 +83,28 @@ class Flow:
         scope the loss updates (single numbers excepted: a learned coefficient
         scales a value, it does not compute it), nor through one its own
         scopes feed (the critic a DDPG actor differentiates through: a tower
-        of it that reads the state joins the actor's path there), along edges
-        open for it. A scope not known to be a single number is not passed
-        through, so an unknown one never adds a finding."""
+        of it that reads the state joins the actor's path there), nor through
+        another loss's scope the loss reaches without updating it (a value
+        head its optimizer leaves to the critic's: the value enters there, and
+        the trunk under it is the value's input, not a second entry), along
+        edges open for it. A scope not known to be a single number is not
+        passed through, so an unknown one never adds a finding."""
         if self.graph is None:
             return False
         judged = set()
         for source in self.own(loss):
             judged |= downstream(self.graph, source, open_for=loss)
+        entries = {
+            s
+            for s in self.reached[loss]
+            if s != scope and s not in self.updated[loss] and self.owners(s)
+        }
         passable = {
             n.id
             for n in self.graph.nodes
             if n.kind == NODE_SCOPE
             and n.id not in judged
+            and n.id not in entries
             and (n.id not in self.updated[loss] or self.scalar(n.id) is True)
         }
         return LOSS_PREFIX + loss in downstream(self.graph, scope, open_for=loss, through=passable)

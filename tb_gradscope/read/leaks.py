@@ -25,10 +25,12 @@ bug; docs/CORRECTNESS.md shows which corpus shapes each one fires on:
   stop_gradient). A scope whose output joins the path from this loss's own
   scopes to the loss is part of the network the loss differentiates through
   (the state tower of a DDPG critic whose action tower reads the actor):
-  cutting it is no fix, so it is no finding. Without a FlowGraph (an eager
-  loop never traced) the dataflow is unknown: a loss reaching a scope named
-  after another loss (`critic_head` for loss `critic`) is reported, marked
-  partial.
+  cutting it is no fix, so it is no finding. The value enters at the scope
+  it is read from: the trunk under a value head the loss's optimizer leaves
+  out (an actor and a critic optimizer) is that value's input, not a second
+  finding. Without a FlowGraph (an eager loop never traced) the dataflow is
+  unknown: a loss reaching a scope named after another loss (`critic_head`
+  for loss `critic`) is reported, marked partial.
 
 Severity: a finding whose loss's optimizer writes the scope is a leak; one
 whose gradient only reaches it (target_not_cut, value_not_cut of a value the

@@ -174,3 +174,46 @@ def _grad_shape(grad: Any) -> tf.TensorShape:
 
 def _fmt(shape: tf.TensorShape) -> str:
     return str(shape.as_list()) if shape.rank is not None else "unknown"
+
+
+def check_split_optimizers(optimizer: Any, variables: Any) -> dict[str, tuple[Any, Any]] | None:
+    """`analyze_losses`' optimizers: None for one optimizer over `variables`,
+    else {loss: (optimizer, its variables)} in the optimizer mapping's order."""
+    mappings = [
+        name
+        for name, arg in (("optimizer", optimizer), ("variables", variables))
+        if isinstance(arg, Mapping)
+    ]
+    if not mappings:
+        return None
+    if len(mappings) == 1:
+        (given,) = mappings
+        keys = sorted(optimizer if given == "optimizer" else variables)
+        other = "variables" if given == "optimizer" else "optimizer"
+        raise ValueError(
+            f"analyze_losses: {given} is a mapping (keys {keys}) but {other} is not; pass "
+            f"both as {{loss name: ...}} with the same keys, or neither"
+        )
+    check_loss_names(optimizer, "analyze_losses(optimizer=...)")
+    if set(optimizer) != set(variables):
+        raise ValueError(
+            f"analyze_losses: the optimizer mapping has keys {sorted(optimizer)}, the variables "
+            f"mapping {sorted(variables)} (only in optimizer: "
+            f"{sorted(set(optimizer) - set(variables))}, only in variables: "
+            f"{sorted(set(variables) - set(optimizer))}); give each loss its optimizer and "
+            "its variables"
+        )
+    return {name: (optimizer[name], variables[name]) for name in optimizer}
+
+
+def split_mismatch(split: Mapping[str, Any], losses: Mapping[str, Any]) -> str | None:
+    """Why the losses `losses_fn` returned do not match the optimizer mapping's
+    keys (one optimizer per loss), or None when they do."""
+    names, keys = set(losses), set(split)
+    if names == keys:
+        return None
+    return (
+        f"analyze_losses: losses_fn returned losses {sorted(names)}, the optimizer mapping "
+        f"has keys {sorted(keys)} (missing from the losses: {sorted(keys - names)}, with no "
+        f"optimizer: {sorted(names - keys)}); key both mappings by the names losses_fn returns"
+    )

@@ -391,7 +391,7 @@ class Recorder(tf.Module):
         self,
         losses_fn: Callable[..., Mapping[str, Any]],
         optimizer: Any,
-        variables: Sequence[Any],
+        variables: Sequence[Any] | Mapping[str, Sequence[Any]],
         *args: Any,
     ) -> FlowGraph | None:
         """`analyze` for a step whose tape cannot be traced, such as one tape
@@ -399,17 +399,40 @@ class Recorder(tf.Module):
         `losses_fn(*args) -> {name: loss}` in a tape whose summed gradient
         `optimizer` applies to `variables`, as the step does.
 
+        With one optimizer per loss (an actor-critic's `actor_opt` and
+        `critic_opt` fed from one tape), pass `optimizer` and `variables` as
+        {loss name: ...} with the keys `losses_fn` returns: each loss's
+        optimizer applies its gradient to its variables, in the mapping's
+        order, in one `training_step()` (the block the loop's applies need).
+
         `args` are the rollout's stacked tensors (or `tf.TensorSpec`s of them)
         and `losses_fn` computes the losses from them, so the blocked edges'
-        source lines are your loss code's. Same rules as `analyze`.
+        source lines are your loss code's. Same rules as `analyze`; mappings
+        that do not match raise ValueError.
         """
+        split = losses_lib.check_split_optimizers(optimizer, variables)
+        refused: list[str] = []
 
         def step(*stacked: Any) -> None:
             with self.tape() as tape:
                 named = losses_fn(*stacked)
-            self.apply(optimizer, self.gradients(tape, named, variables))
+            if split is None:
+                self.apply(optimizer, self.gradients(tape, named, variables))
+                return
+            mismatch = losses_lib.split_mismatch(split, named)
+            if mismatch:
+                refused.append(mismatch)
+                return
+            block = self.training_step() if self._s.block is None else contextlib.nullcontext()
+            with block:
+                for name, (opt, its_variables) in split.items():
+                    self.apply(opt, self.gradients(tape, {name: named[name]}, its_variables))
 
-        return self._trace(step, "analyze_losses", getattr(losses_fn, "__name__", losses_fn), *args)
+        label = getattr(losses_fn, "__name__", losses_fn)
+        graph = self._trace(step, "analyze_losses", label, *args)
+        if refused:
+            raise ValueError(refused[0])
+        return graph
 
     @property
     def flowgraph(self) -> FlowGraph | None:

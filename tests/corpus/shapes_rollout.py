@@ -10,6 +10,13 @@ its FlowGraph by `rec.analyze_losses` (docs/RECIPES.md, A2C / REINFORCE).
   `episode_losses` of `model(states)`, from TensorSpecs: no copy of the loss.
 - eager_rollout_replayed_leaky: the advantage without stop_gradient, so the
   actor trains the value head through the shared trunk's critic.
+- eager_rollout_two_optimizers: the same episode and losses, one tape, an
+  optimizer per loss (the actor's over the trunk and policy head, the
+  critic's over the trunk and value head) applied in one `training_step()`;
+  `rec.analyze_losses` is given both as {loss: ...} mappings.
+- eager_rollout_two_optimizers_leaky: the advantage without stop_gradient:
+  the actor's gradient reaches the value head (no optimizer of the actor's
+  writes it) and, through it, the trunk.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from tests.corpus.spec import EAGER, Shape, StepProbe
 
 GAMMA, A, OBS = 0.9, kit.ACTIONS, kit.OBS
 RULES = ("never(actor, ac/value_head)", "never(critic, ac/policy_head)")
+# The actor's optimizer never writes the value head: its leak is a reach, not an update.
+SPLIT_RULES = ("blocked(actor, ac/value_head)",) + RULES
 
 
 class Walk:
@@ -44,7 +53,7 @@ class Walk:
         return self._obs[self.t], float(self._rewards[self.t - 1]), self.t == self.length
 
 
-def _replayed(leaky: bool):
+def _replayed(leaky: bool, two_optimizers: bool = False):
     def train(logdir, observer):
         kit.seed(33)
         x = keras.Input((OBS,))
@@ -58,7 +67,14 @@ def _replayed(leaky: bool):
             name="ac",
         )
         opt = keras.optimizers.SGD(0.05)
-        rec = Recorder(logdir, every_n_steps=1, models={"ac": ac}, rules=list(RULES))
+        trunk = ac.get_layer("trunk").trainable_variables
+        opts = {"actor": keras.optimizers.Adam(0.01), "critic": opt}
+        split = {
+            "actor": trunk + ac.get_layer("policy_head").trainable_variables,
+            "critic": trunk + ac.get_layer("value_head").trainable_variables,
+        }
+        rules = SPLIT_RULES if two_optimizers else RULES
+        rec = Recorder(logdir, every_n_steps=1, models={"ac": ac}, rules=list(rules))
         env = Walk()
 
         def episode_losses(logits, values, actions, returns):
@@ -98,8 +114,8 @@ def _replayed(leaky: bool):
 
         rec.analyze_losses(
             lambda states, *rest: episode_losses(*ac(states), *rest),
-            opt,
-            ac.trainable_variables,
+            opts if two_optimizers else opt,
+            split if two_optimizers else ac.trainable_variables,
             tf.TensorSpec([None, OBS]),
             tf.TensorSpec([None], tf.int32),
             tf.TensorSpec([None]),
@@ -110,22 +126,28 @@ def _replayed(leaky: bool):
             def forward_of(name, step=step, gumbel=gumbel):
                 return lambda _: rollout(step, gumbel)[name]
 
-            observer.before(
-                step,
-                StepProbe(
-                    [
-                        kit.loss_probe(
-                            n, kit.taped(forward_of(n)), opt, lambda: ac.trainable_variables
-                        )
-                        for n in ("actor", "critic")
-                    ],
-                    kit.variables_of({"ac": ac}),
-                    [opt],
-                ),
-            )
-            with rec.tape() as tape:
-                named = rollout(step, gumbel)
-            rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
+            if two_optimizers:
+                probes = [
+                    kit.loss_probe(n, kit.taped(forward_of(n)), opts[n], lambda n=n: split[n])
+                    for n in ("actor", "critic")
+                ]
+            else:
+                probes = [
+                    kit.loss_probe(n, kit.taped(forward_of(n)), opt, lambda: ac.trainable_variables)
+                    for n in ("actor", "critic")
+                ]
+            used = list(opts.values()) if two_optimizers else [opt]
+            observer.before(step, StepProbe(probes, kit.variables_of({"ac": ac}), used))
+            if two_optimizers:
+                with rec.training_step():
+                    with rec.tape() as tape:
+                        named = rollout(step, gumbel)
+                    for name in ("actor", "critic"):
+                        rec.apply(opts[name], rec.gradients(tape, {name: named[name]}, split[name]))
+            else:
+                with rec.tape() as tape:
+                    named = rollout(step, gumbel)
+                rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
             observer.after(step + 1)
         rec.close()
 
@@ -149,5 +171,23 @@ SHAPES = [
         mutant_of="eager_rollout_replayed",
         advice=("stop_gradient",),
         note="advantage without stop_gradient: the actor trains the value head",
+    ),
+    Shape(
+        "eager_rollout_two_optimizers",
+        EAGER,
+        _replayed(False, two_optimizers=True),
+        SPLIT_RULES,
+        note="the replayed rollout with one optimizer per loss (actor's, critic's) in one "
+        "training_step(), rec.analyze_losses given {loss: optimizer} and {loss: variables}",
+    ),
+    Shape(
+        "eager_rollout_two_optimizers_leaky",
+        EAGER,
+        _replayed(True, two_optimizers=True),
+        SPLIT_RULES,
+        mutant_of="eager_rollout_two_optimizers",
+        advice=("stop_gradient",),
+        note="advantage without stop_gradient: the actor's gradient reaches the value head "
+        "(ignored: its optimizer does not write it) and the trunk through it",
     ),
 ]
