@@ -12,6 +12,13 @@ import pytest
 from tests.frontend_fixtures import TensorBoard
 from tests.frontend_tab import OpenTab, Tab, css, screenshot
 
+# The width of `label` in uPlot's default axis-label font (uPlot.esm.js `labelFont`).
+UPLOT_LABEL_WIDTH = """(_, label) => {
+  const c = document.createElement('canvas').getContext('2d');
+  c.font = 'bold 12px system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
+  return c.measureText(label).width;
+}"""
+
 pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
 pytestmark = pytest.mark.browser
 
@@ -94,7 +101,11 @@ def test_ema_run_without_initial_sync_marks_never_synced_on_its_drift_chart(
     assert marker.text_content() == "never synced"
     assert marker.get_attribute("title") == "never synced: its message is under Violations"
     # The axis says what the route's drift is: distance over online's norm, a relative number.
-    assert chart.get_attribute("data-y-label") == "relative drift ‖θt − θo‖ / ‖θo‖"
+    assert chart.get_attribute("data-y-label") == "‖θt − θo‖ / ‖θo‖"
+    assert "relative drift" in chart.locator("figcaption").text_content()
+    # uPlot draws the label on its canvas (bold 12 px), centred on the plot: it must fit its height.
+    label_px = chart.evaluate(UPLOT_LABEL_WIDTH, chart.get_attribute("data-y-label"))
+    assert label_px <= chart.locator(".u-over").bounding_box()["height"], label_px
     last = [v for v in drift["target"] if v is not None][-1]
     assert float(legend.first.get_attribute("data-last")) == last
     (i,) = [i for i, v in enumerate(drift["target"]) if v == last][-1:]

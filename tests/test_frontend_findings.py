@@ -192,6 +192,23 @@ def test_violations_panel_shows_what_check_prints_on_every_demo_run(
 
 
 @pytest.mark.slow
+def test_dqn_leaky_shows_one_row_per_broken_rule(demo_page) -> None:
+    """Issue 36: dqn/leaky's one bug once gave five Violations rows (each rule at trace
+    and at steps; only(td, [online/*]) repeating never(td, target/*))."""
+    page, problems = demo_page
+    run = "dqn/leaky"
+    _open(page, run)
+    shown = page.evaluate(READ_VIOLATIONS, run)
+    names = [s["name_text"] for s in shown]
+    assert len(names) == len(set(names)), names
+    (never,) = [s for s in shown if s["name_text"] == "never(td, target/*)"]
+    assert never["when_text"].startswith("at trace, and at "), never
+    # The rule it implies is folded under it, not a row of its own.
+    assert never["also_breaks"] == "only(td, [online/*])" and never["also_breaks"] not in names
+    assert problems == [], problems
+
+
+@pytest.mark.slow
 def test_clicking_a_finding_selects_its_cell_and_marks_its_edge(
     demo_page, command_line, artifacts
 ) -> None:

@@ -40,10 +40,11 @@ def test_tab_loads_inside_tensorboard_without_console_errors(
     # scalars_only has no gradscope data; other modules' sessions add more runs.
     assert {HOSTILE, "dqn", "live", "states", "wide", "graph500"} <= set(runs)
     assert "scalars_only" not in runs
-    tab.cell("td", "online/l1").click()
-    tab.frame.wait_for_selector('#gs-details dd[data-field="scope"]')
+    # The README's first picture: a blocked cell selected, its details saying why.
+    tab.cell("td", "target").click()
+    tab.frame.wait_for_selector('#gs-details #gs-why-blocked dd[data-field="cut"]')
     tab.page.screenshot(path=str(artifacts / "gradscope-in-tensorboard.png"), full_page=True)
-    screenshot(tab.page, artifacts, "gradscope-matrix.png")  # the README's first picture
+    screenshot(tab.page, artifacts, "gradscope-matrix.png")
     tab.assert_clean()
 
 

@@ -13,8 +13,9 @@ import { groupEvents } from "./eventsList";
 import { type ChartSeries, destroyCharts, renderLineChart, type StepMarker } from "./lineChart";
 import { anomalyRowId, eventKey, type MessageHome, pointer, violationHome } from "./messageHome";
 
-/** The y axis of a drift chart: what the drift route's `drift` column is. */
-export const DRIFT_AXIS = "relative drift ‖θt − θo‖ / ‖θo‖";
+/** The y axis of a drift chart: what the drift route's `drift` column is (short enough
+ * to fit the plot's height; the chart's title says "relative drift"). */
+export const DRIFT_AXIS = "‖θt − θo‖ / ‖θo‖";
 
 /** Lines a drift chart draws until the user asks for all of them. */
 export const MAX_SERIES = 12;
@@ -147,7 +148,7 @@ function renderPair(pair: DriftPair, index: number, markers: StepMarker[]): HTML
     destroyCharts(slot);
     const chart = renderLineChart({
       id: `gs-drift-${index}`,
-      title: `${escapeName(pair.name)}: drift of the pair's root and the target scopes that drift most`,
+      title: `${escapeName(pair.name)}: relative drift of the pair's root and the target scopes that drift most`,
       steps: pair.steps,
       series: lines.series,
       log: false,

@@ -56,6 +56,8 @@ const PALETTE: [string, string][] = [
   ["#9334e6", "#9334e6"], ["#7cb342", "#7cb342"], ["#e8710a", "#e8710a"],
 ];
 const HEIGHT = 220;
+/** Tick spacings for the step axis: whole steps only (1, 2, 5, 10, 20, 50, ...), never 0.5. */
+const STEP_INCRS = Array.from({ length: 10 }, (_, e) => [1, 2, 5].map((m) => m * 10 ** e)).flat();
 
 export function colourOf(index: number): string {
   const [light, dark] = PALETTE[index % PALETTE.length]!;
@@ -107,7 +109,7 @@ export function renderLineChart(spec: LineChartSpec): HTMLElement {
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: false }, y: spec.log ? { distr: 3 } : { auto: true } },
     axes: [
-      { label: "step", stroke: ink, grid: { stroke: "rgba(128,128,128,0.2)" } },
+      { label: "step", stroke: ink, grid: { stroke: "rgba(128,128,128,0.2)" }, incrs: STEP_INCRS },
       { label: spec.yLabel, stroke: ink, grid: { stroke: "rgba(128,128,128,0.2)" }, size: 60 },
     ],
     series: [
