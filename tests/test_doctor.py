@@ -355,3 +355,29 @@ def test_a_long_run_is_diagnosed_on_1000_steps_spread_evenly_its_last_ones_kept(
     assert kept[0] == 0 and kept[-KEEP_LAST_STEPS:] == steps[-KEEP_LAST_STEPS:]
     assert max(b - a for a, b in zip(kept, kept[1:])) <= 5 * (len(steps) // MAX_EXAMINED_STEPS + 1)
     assert thin(steps[:300]) == steps[:300]
+
+
+def _evidence_of_every_demo_run(command: str) -> list[tuple[str, dict]]:
+    from tb_gradscope.commands import build_parser
+
+    args = build_parser().parse_args([command, str(DEMO_LOGS), "--format", "json"])
+    out, err = io.StringIO(), io.StringIO()
+    args.run(args, out, err)
+    runs = json.loads(out.getvalue())["runs"]
+    items = [f for run in runs for f in run.get("findings", []) + run.get("violations", [])]
+    return [(item.get("kind") or item.get("name"), item["evidence"]) for item in items]
+
+
+@pytest.mark.parametrize("command", ["doctor", "check"])
+def test_every_demo_finding_and_violation_words_its_evidence(command):
+    """Evidence reads as short phrases with their numbers ("optimizer step
+    opt0", "target target of online online (a declared pair)"), never as a
+    key=value dump ("pairs declared True"), in doctor, check and the tab alike
+    (all three print `evidence_sentences`)."""
+    from tb_gradscope.read.evidence import WORDED_KEYS, evidence_sentences
+
+    shown = _evidence_of_every_demo_run(command)
+    assert shown, f"{command} found nothing on the demo logs"
+    for name, evidence in shown:
+        assert set(evidence) - {"at"} <= WORDED_KEYS, (name, set(evidence) - WORDED_KEYS)
+        assert all(" True" not in s and " False" not in s for s in evidence_sentences(evidence))

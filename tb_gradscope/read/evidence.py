@@ -198,6 +198,65 @@ def _span(doc: Mapping[str, Any]) -> str:
     return f"steps {number(doc['first_step'])} to {number(doc['last_step'])}"
 
 
+def _targets(doc: Mapping[str, Any]) -> str:
+    text = f"target {_names(doc['targets'])}"
+    if "online" in doc:
+        text += f" of online {_names(doc['online'])}"
+    if "pairs_declared" in doc:
+        text += " (a declared pair)" if doc["pairs_declared"] else " (paired by name)"
+    return text
+
+
+def _optimizers(doc: Mapping[str, Any]) -> str:
+    if doc.get("other_optimizer"):
+        return (
+            f"optimizer steps {safe(doc['optimizer'])} (this loss's) and "
+            f"{safe(doc['other_optimizer'])} (the other's)"
+        )
+    return f"optimizer step {safe(doc['optimizer'])}"
+
+
+def _seen(doc: Mapping[str, Any]) -> str:
+    text = f"seen at {_count(doc['steps_seen'], 'step')}"
+    if "loss_recorded_steps" in doc:
+        text += f" of the loss's {number(doc['loss_recorded_steps'])} recorded"
+    return text
+
+
+def _opposed(doc: Mapping[str, Any]) -> str:
+    text = f"opposed at {_count(doc['steps_opposed'], 'step')}"
+    if "steps_with_cosine" in doc:
+        text += f" of {number(doc['steps_with_cosine'])} with a cosine"
+    return text
+
+
+def _online_path(doc: Mapping[str, Any]) -> str:
+    text = f"online moved about {number(doc['online_path'])}"
+    if "online_moves_recorded" in doc:
+        text += f" over {_count(doc['online_moves_recorded'], 'recorded update')}"
+    return text
+
+
+def _drift_span(doc: Mapping[str, Any]) -> str:
+    return f"drift {number(doc['drift_first'])} then {number(doc.get('drift_last'))}"
+
+
+def _reverse(doc: Mapping[str, Any]) -> str:
+    text = f"reverse tau {number(doc['tau_reverse'])}"
+    if "residual_reverse" in doc:
+        text += f" (residual {number(doc['residual_reverse'])})"
+    return text
+
+
+def _unmatched(doc: Mapping[str, Any]) -> str:
+    if doc["unmatched"] == "run":
+        return "the run recorded nothing the rule reads"
+    text = f"nothing recorded matches the rule's {safe(doc['unmatched'])}"
+    if "pairs" in doc:
+        text += f" (recorded pairs: {_names(doc['pairs']) or 'none'})"
+    return text
+
+
 # Each phrase: the keys it words (the first must be present), and how.
 _PHRASES: list[tuple[tuple[str, ...], Any]] = [
     (("cause",), _cause),
@@ -231,8 +290,42 @@ _PHRASES: list[tuple[tuple[str, ...], Any]] = [
     (("other_loss",), lambda d: f"other loss {safe(d['other_loss'])}"),
     (("cosine_median", "cosine_min", "cosine_steps"), _cosine),
     (("first_step", "last_step"), _span),
-    (("steps_seen",), lambda d: f"seen at {_count(d['steps_seen'], 'step')}"),
+    (("steps_seen", "loss_recorded_steps"), _seen),
+    (("loss_recorded_steps",), lambda d: f"{_count(d['loss_recorded_steps'], 'recorded step')}"),
+    (("targets", "online", "pairs_declared"), _targets),
+    (
+        ("online_updated_by_loss",),
+        lambda d: (
+            "the loss also updates the online network"
+            if d["online_updated_by_loss"]
+            else "the loss does not update the online network"
+        ),
+    ),
+    (("optimizer", "other_optimizer"), _optimizers),
+    (
+        ("updates",),
+        lambda d: (
+            "its optimizer step applies it" if d["updates"] else "no optimizer step applies it"
+        ),
+    ),
+    (("feeds_from",), lambda d: f"the judged scope reads the output of {safe(d['feeds_from'])}"),
+    (("steps_opposed", "steps_with_cosine"), _opposed),
+    (("cosine_by_step",), lambda d: f"cosines at {_count(len(d['cosine_by_step']), 'step')}"),
+    (("distance",), lambda d: f"distance {number(d['distance'])}"),
+    (("online_norm",), lambda d: f"online norm {number(d['online_norm'])}"),
+    (("online_path", "online_moves_recorded"), _online_path),
+    (("threshold",), lambda d: f"threshold {number(d['threshold'])}"),
+    (("drift_first", "drift_last"), _drift_span),
+    (("tau_reverse", "residual_reverse"), _reverse),
+    (("online_step",), lambda d: f"online step {number(d['online_step'])}"),
+    (("target_step",), lambda d: f"target step {number(d['target_step'])}"),
+    (("points",), lambda d: f"at {_count(d['points'], 'recorded point')}"),
+    (("at_steps",), lambda d: f"at steps {_generic(d['at_steps'])}"),
+    (("unmatched", "pairs"), _unmatched),
 ]
+
+# The evidence keys worded above; any other is shown as "key value".
+WORDED_KEYS = frozenset(key for keys, _ in _PHRASES for key in keys)
 
 
 def evidence_sentences(doc: Mapping[str, Any]) -> list[str]:
