@@ -18,7 +18,9 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import pathlib
 import pkgutil
+import re
 
 import pytest
 
@@ -103,6 +105,26 @@ def diagnosed(trained_shapes):
 
 def test_unfindable_mutants_are_mutants_of_the_corpus():
     assert set(UNFINDABLE) <= {s.name for s in MUTANTS}
+
+
+def test_readme_counts_are_the_corpus_doctor_is_held_to():
+    """The README's "silent on N correct loops, names K of M leaks" is this file's
+    CORRECT, MUTANTS and UNFINDABLE (each counted test above holds it)."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    said = re.search(
+        r"silent on the correctness corpus's (\d+) correct loops and names (\d+) of its\s+"
+        r"(\d+) leaks \(\[why not the other (\w+)\]",
+        readme,
+    )
+    assert said, "README no longer states doctor's corpus counts"
+    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+    correct, found, mutants, missed = said.groups()
+    assert (int(correct), int(found), int(mutants), words.get(missed)) == (
+        len(CORRECT),
+        len(MUTANTS) - len(UNFINDABLE),
+        len(MUTANTS),
+        len(UNFINDABLE),
+    )
 
 
 @pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in CORRECT])
