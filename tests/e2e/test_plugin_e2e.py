@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests import plugin_fixtures as pf
+from tests.support import plugin_fixtures as pf
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,7 @@ def test_run_being_written_shows_new_steps_after_reload(tensorboard, tmp_path):
         [
             sys.executable,
             "-m",
-            "tests.plugin_fixtures",
+            "tests.support.plugin_fixtures",
             tensorboard.logdir,
             run,
             "--steps",

@@ -1,6 +1,6 @@
 """A BYOL-style training step with a classification head, shared by the
-ResNet-50 fixture (tests/frontend_resnet.py) and doctor's small BatchNorm twin
-(tests/test_doctor_trainable.py): two losses on the online network (`cls` of
+ResNet-50 fixture (tests/support/frontend_resnet.py) and doctor's small BatchNorm twin
+(tests/unit/commands/test_doctor_trainable.py): two losses on the online network (`cls` of
 the head, `byol` of the predictor regressed onto the target's features behind
 `tf.stop_gradient`), one optimizer, the target an EMA of every online weight."""
 

@@ -1,8 +1,8 @@
 """A recorded TF2 loop whose logdir fails mid-run, at the recorder's default
-flush settings, for tests/test_damaged_writing.py. Runs in a subprocess
+flush settings, for tests/e2e/reliability/test_damaged_writing.py. Runs in a subprocess
 (RLIMIT_FSIZE, chattr and a deleted logdir must not touch the test process):
 
-  python -m tests.damaged_writing_run LOGDIR {full,readonly,delete} STEPS FAULT_AT HEAL_AT
+  python -m tests.support.damaged_writing_run LOGDIR {full,readonly,delete} STEPS FAULT_AT HEAL_AT
 
 Every step is recorded. At step FAULT_AT the event file may grow no more
 (`full`: RLIMIT_FSIZE at its current size, SIGXFSZ ignored, as a full disk),

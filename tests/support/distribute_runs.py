@@ -1,12 +1,12 @@
-"""Training runs for tests/test_distribute.py, each in a process of its own.
+"""Training runs for tests/unit/record/test_distribute.py, each in a process of its own.
 
 TensorFlow fixes its devices when it starts, so runs that need two logical CPU
 devices, or a multi-worker cluster (TF_CONFIG), cannot share the test process:
 
-    python -m tests.distribute_runs mirrored OUT   # 2 logical CPUs: MirroredStrategy and one device
-    python -m tests.distribute_runs worker OUT     # one MultiWorkerMirroredStrategy worker (TF_CONFIG)
-    python -m tests.distribute_runs mixed OUT      # mixed_float16 (against loop_single, fit_single); a forced overflow
-    TF_USE_LEGACY_KERAS=1 python -m tests.distribute_runs legacy OUT   # the same with tf_keras fit
+    python -m tests.support.distribute_runs mirrored OUT   # 2 logical CPUs: MirroredStrategy and one device
+    python -m tests.support.distribute_runs worker OUT     # one MultiWorkerMirroredStrategy worker (TF_CONFIG)
+    python -m tests.support.distribute_runs mixed OUT      # mixed_float16 (against loop_single, fit_single); a forced overflow
+    TF_USE_LEGACY_KERAS=1 python -m tests.support.distribute_runs legacy OUT   # the same with tf_keras fit
 
 Every run writes its event files under OUT/<run> and the same model sees the
 same global batches whatever the strategy (so the workers' run is judged

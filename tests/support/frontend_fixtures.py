@@ -1,8 +1,8 @@
 """Session fixtures for the Gradscope tab's tests: logs, a TensorBoard process, a browser.
 
-The logs come from tests/frontend_logs.py: DQN runs recorded by the real
+The logs come from tests/support/frontend_logs.py: DQN runs recorded by the real
 Recorder, plus hand-written runs. Test modules load this file as a plugin
-(`pytest_plugins = ["tests.frontend_fixtures"]`), so each session fixture exists
+(`pytest_plugins = ["tests.support.frontend_fixtures"]`), so each session fixture exists
 once however many modules use it; tests/conftest.py may take them over.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser
 
-from tests.frontend_logs import (
+from tests.support.frontend_logs import (
     HOSTILE,
     LONG_RUN,
     DqnTrainer,
@@ -39,7 +39,7 @@ from tests.frontend_logs import (
     write_run,
 )
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 VENV_BIN = pathlib.Path(sys.executable).parent
 CHROMIUM = "/usr/bin/chromium"

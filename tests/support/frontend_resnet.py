@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.byol_step import byol_step
-from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
+from tests.support.byol_step import byol_step
+from tests.support.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
 
 RUN = "resnet50/train"
 SCALARS_RUN = "resnet50/scalars"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Frame, Locator, Page
 
-from tests.frontend_fixtures import TensorBoard
+from tests.support.frontend_fixtures import TensorBoard
 
 ENTRY = "/data/plugin_entry.html?name=gradscope"
 
@@ -118,7 +118,7 @@ def wait_for_plugin_frame(page: Page) -> Frame:
     raise AssertionError(f"no gradscope iframe among {[f.url for f in page.frames]}")
 
 
-DOC_IMAGES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "images"
+DOC_IMAGES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "images"
 # Set to refresh the README's screenshots in docs/images/ (commit them after).
 DOC_IMAGES_ENV = "GRADSCOPE_DOC_IMAGES"
 

@@ -15,7 +15,7 @@ from tensorboard import context
 
 from tb_gradscope import format as fmt
 from tb_gradscope import naming
-from tests.providers import EXPERIMENT, python_provider
+from tests.support.providers import EXPERIMENT, python_provider
 
 BATCH, N, EPOCHS = 16, 64, 2
 STEPS = EPOCHS * N // BATCH

@@ -21,7 +21,7 @@ from tensorboard import context as tb_context
 
 from tb_gradscope import format as fmt
 from tb_gradscope.record import DriftMonitor
-from tests import providers
+from tests.support import providers
 
 TargetUpdate = Callable[[Any, Any, tf.Tensor], None]
 

@@ -7,7 +7,7 @@ plugin serves with `expected_*` here instead of hard-coded answers.
 
 Also runnable, to keep writing a run from another process while TensorBoard
 watches (one open event file, flushed after each batch):
-  python -m tests.plugin_fixtures LOGDIR RUN --steps 5 --batches 2 --go FILE
+  python -m tests.support.plugin_fixtures LOGDIR RUN --steps 5 --batches 2 --go FILE
 """
 
 from __future__ import annotations

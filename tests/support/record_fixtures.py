@@ -18,7 +18,7 @@ from tensorboard import context as tb_context
 
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
-from tests import providers
+from tests.support import providers
 
 
 def read_records(logdir: str) -> dict:

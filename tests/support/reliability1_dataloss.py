@@ -1,8 +1,8 @@
 """A recorded TF2 training loop that loses its event file mid-run, for
-tests/test_reliability_dataloss.py. Runs in a subprocess (RLIMIT_FSIZE and a
+tests/e2e/reliability/test_reliability_dataloss.py. Runs in a subprocess (RLIMIT_FSIZE and a
 deleted logdir must not touch the test process):
 
-  python -m tests.reliability1_dataloss LOGDIR {delete,full} STEPS FAULT_AT HEAL_AT
+  python -m tests.support.reliability1_dataloss LOGDIR {delete,full} STEPS FAULT_AT HEAL_AT
 
 Every step is recorded. At step FAULT_AT the logdir is deleted (`delete`) or
 the event file may grow no more (`full`: RLIMIT_FSIZE at its current size,

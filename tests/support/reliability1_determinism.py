@@ -1,8 +1,8 @@
 """200 steps of each demo's model and loss, with and without tb_gradscope, for
-tests/test_reliability_determinism.py. Runs in a child process because
+tests/e2e/reliability/test_reliability_determinism.py. Runs in a child process because
 `enable_op_determinism` is process-wide:
 
-  python -m tests.reliability1_determinism STEPS
+  python -m tests.support.reliability1_determinism STEPS
 
 Prints one JSON line {case: {"plain": sha, "plain_again": sha, "recorded": sha,
 "recorded_bytes": n}}

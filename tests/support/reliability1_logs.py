@@ -1,7 +1,7 @@
-"""Damaged gradscope logdirs for tests/test_reliability_logs.py.
+"""Damaged gradscope logdirs for tests/e2e/reliability/test_reliability_logs.py.
 
 Each run of `write_damaged_logdir` is a real event file written by
-tests/plugin_fixtures.write_run (the recorder's own write pattern), then
+tests/support/plugin_fixtures.write_run (the recorder's own write pattern), then
 damaged the way real runs are: training killed mid-write (the last record cut
 short), a flipped byte in one record's payload (bad CRC), an empty file, a
 file of random bytes, a record of a future format version, and two writers
@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from tb_gradscope import format as fmt
-from tests import plugin_fixtures as pf
+from tests.support import plugin_fixtures as pf
 
 STEPS = range(0, 12)
 RESUME_FROM = 6  # the resumed writer rewrites steps RESUME_FROM.. and goes on

@@ -1,4 +1,4 @@
-"""Hostile names written by the real Recorder, for tests/test_hostile_names.py.
+"""Hostile names written by the real Recorder, for tests/e2e/reliability/test_hostile_names.py.
 
 A tf.Module whose variables sit under hostile scope names (HTML/JS payloads,
 a `javascript:` URL, a 10 kB name, RTL override, newlines, terminal escapes)

@@ -1,8 +1,8 @@
-"""A live training run for tests/test_soak.py: the real Recorder recording every
+"""A live training run for tests/e2e/reliability/test_soak.py: the real Recorder recording every
 step of a small DQN-style step (TD target through tf.stop_gradient on a target
 network, an auxiliary loss, Polyak-averaged target), flushed after each step.
 
-  python -m tests.reliability_soak_trainer LOGDIR SECONDS
+  python -m tests.support.reliability_soak_trainer LOGDIR SECONDS
 
 trains until SECONDS have passed (a bounded loop), printing "step N" lines
 every 50 steps and "done N" at the end.

@@ -1,9 +1,9 @@
 """A TF1 program run as TF1 code usually runs today, under
 `tf.compat.v1.disable_v2_behavior()` (reference variables), for
-tests/test_tf1_ref_vars.py. A child process, because disabling v2 behaviour is
+tests/unit/integrations/tf1/test_tf1_ref_vars.py. A child process, because disabling v2 behaviour is
 process-wide:
 
-  python -m tests.tf1_ref_program LOGDIR
+  python -m tests.support.tf1_ref_program LOGDIR
 
 Trains a 4-layer tanh MLP with Adam `minimize` (and a second loss whose
 gradient is clipped before its own Adam applies it, so the recorder keeps its

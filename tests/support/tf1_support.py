@@ -17,7 +17,7 @@ import tensorflow.compat.v1 as tf
 from tensorboard import context
 
 from tb_gradscope import format as fmt
-from tests.providers import EXPERIMENT, python_provider
+from tests.support.providers import EXPERIMENT, python_provider
 
 Record = collections.namedtuple("Record", "step value")
 

@@ -12,7 +12,7 @@ from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.naming import build_variable_layout, full_name
 from tb_gradscope.record import Recorder
 from tb_gradscope.scopes import ScopeSpec
-from tests.record_fixtures import batch, only, read_records, two_head_model, two_losses
+from tests.support.record_fixtures import batch, only, read_records, two_head_model, two_losses
 
 
 def _functional(name):

@@ -1,5 +1,5 @@
 """Private TensorFlow/Keras API lives in `tb_gradscope/_tf_private.py` only (as
-tests/test_layering.py holds the import arrows): an AST walk of every other
+tests/unit/test_layering.py holds the import arrows): an AST walk of every other
 module of the package, importing nothing.
 
 The rule, outside `_tf_private.py`:

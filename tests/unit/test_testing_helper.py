@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope import testing
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The product against the oracle on every shape of the correctness corpus.
 
-Each shape (tests/corpus/shapes_*.py) trains once per session with the product
-recording and the brute-force oracle (tests/corpus/oracle.py) watching every
+Each shape (tests/support/corpus/shapes_*.py) trains once per session with the product
+recording and the brute-force oracle (tests/support/corpus/oracle.py) watching every
 recorded step. Then, per shape: every matrix cell's flow state at every
 recorded step, from the plugin route and from `report --format json`, equals
 the oracle's; `check` passes exactly when the oracle says the shape's rules
@@ -17,9 +17,9 @@ import pkgutil
 
 import pytest
 
-from tests import corpus
-from tests.corpus import harness
-from tests.corpus.spec import Shape
+from tests.support import corpus
+from tests.support.corpus import harness
+from tests.support.corpus.spec import Shape
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def _all_shapes() -> list[Shape]:
     shapes: list[Shape] = []
     for module in sorted(m.name for m in pkgutil.iter_modules(corpus.__path__)):
         if module.startswith("shapes_"):
-            shapes += importlib.import_module(f"tests.corpus.{module}").SHAPES
+            shapes += importlib.import_module(f"tests.support.corpus.{module}").SHAPES
     return shapes
 
 

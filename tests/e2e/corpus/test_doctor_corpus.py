@@ -1,7 +1,7 @@
 """`tb-gradscope doctor` on every shape of the correctness corpus, without rules.
 
-Each shape (tests/corpus/shapes_*.py) trains once per session with the oracle
-watching (tests/corpus/harness.py), then `doctor --format json` reads its run:
+Each shape (tests/support/corpus/shapes_*.py) trains once per session with the oracle
+watching (tests/support/corpus/harness.py), then `doctor --format json` reads its run:
 a correct shape has no finding; a leaky mutant has a finding naming a loss
 and scope of a rule the oracle says the mutant breaks, every rule a finding
 proposes is false in the oracle on that mutant (copied into CI, it catches
@@ -24,10 +24,10 @@ import pytest
 
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.commands import build_parser
-from tests import corpus
-from tests.corpus import harness, oracle
-from tests.corpus.spec import Shape
-from tests.test_doctor import _findings, _names_a_broken_rule
+from tests.support import corpus
+from tests.support.corpus import harness, oracle
+from tests.support.corpus.spec import Shape
+from tests.unit.commands.test_doctor import _findings, _names_a_broken_rule
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def _all_shapes() -> list[Shape]:
     shapes: list[Shape] = []
     for module in sorted(m.name for m in pkgutil.iter_modules(corpus.__path__)):
         if module.startswith("shapes_"):
-            shapes += importlib.import_module(f"tests.corpus.{module}").SHAPES
+            shapes += importlib.import_module(f"tests.support.corpus.{module}").SHAPES
     return shapes
 
 
@@ -225,7 +225,7 @@ def test_rollout_tape_traced_by_rec_analyze_cuts_at_the_users_own_line(diagnosed
         if e.loss == "actor" and e.op_type == "StopGradient"
     ]
     assert edges and all(
-        e.source and e.source.file.endswith(f"tests/corpus/{module}") for e in edges
+        e.source and e.source.file.endswith(f"tests/support/corpus/{module}") for e in edges
     ), edges
 
 

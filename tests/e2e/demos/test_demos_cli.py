@@ -13,7 +13,7 @@ from tb_gradscope import cli
 from tb_gradscope.demos import spec as demo_spec
 from tb_gradscope.rules import parse_rule, parse_rules_file
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 SCRIPT = pathlib.Path(sys.executable).parent / "tb-gradscope"
 
 

@@ -23,7 +23,7 @@ from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.tracks import check_drift
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 DEMO_LOGS = REPO / "demo_logs"
 FEW_STEPS = 11  # records steps 0, 5 and 10 with the default every 5
 EXPECTED_RUNS = sorted(

@@ -13,9 +13,9 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read.flowstate import CELL_STATES
-from tests import providers
+from tests.support import providers
 
-DEMO_LOGS = pathlib.Path(__file__).resolve().parent.parent / "demo_logs"
+DEMO_LOGS = pathlib.Path(__file__).resolve().parents[3] / "demo_logs"
 ROUTES = ("run", "matrix", "flowgraph", "drift", "events", "conflict")
 
 

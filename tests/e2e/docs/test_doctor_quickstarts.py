@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_doctor import _doctor
-from tests.test_readme_quickstarts import _quickstarts, _run
+from tests.e2e.docs.test_readme_quickstarts import _quickstarts, _run
+from tests.unit.commands.test_doctor import _doctor
 
 
 @pytest.mark.slow

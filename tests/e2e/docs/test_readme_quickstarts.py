@@ -4,7 +4,7 @@ say where the logs went; the README stays a start.
 Each block after a `<!-- quickstart: NAME -->` marker is executed in its own
 Python process in a fresh directory; the logs it leaves are read back through
 TensorBoard's ingestion. The README's TF1 example is docs/TF1.md's first block,
-run by tests/test_tf1_docs.py.
+run by tests/e2e/docs/test_tf1_docs.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
 BLOCK = re.compile(r"<!-- quickstart: (\w+) -->\n```python\n(.*?)\n```", re.S)
 MAX_LINES = 150  # issue 36: "<= ~150 lines", a reader's two minutes

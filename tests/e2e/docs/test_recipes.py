@@ -31,7 +31,7 @@ from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.summary import run_summary
 
-RECIPES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "recipes"
+RECIPES = pathlib.Path(__file__).resolve().parents[3] / "docs" / "recipes"
 DOC = RECIPES.parent / "RECIPES.md"
 DOC_BLOCK = re.compile(r"<!-- recipe: (\w+) -->\n```python\n(.*?)\n```", re.S)
 MARK = "# gradscope"

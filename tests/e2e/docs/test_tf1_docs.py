@@ -17,9 +17,9 @@ import sys
 import pytest
 
 from tb_gradscope import format as fmt
-from tests.test_tf1_support import read_records
+from tests.support.tf1_support import read_records
 
-GUIDE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "TF1.md"
+GUIDE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "TF1.md"
 BLOCK = re.compile(r"<!-- tf1-doc: (\w+) -->\n```(python|sh)\n(.*?)\n```", re.S)
 
 

@@ -9,8 +9,8 @@ import pathlib
 
 import pytest
 
-from tests.frontend_fixtures import TensorBoard
-from tests.frontend_tab import OpenTab, Tab, css, screenshot
+from tests.support.frontend_fixtures import TensorBoard
+from tests.support.frontend_tab import OpenTab, Tab, css, screenshot
 
 # The width of `label` in uPlot's default axis-label font (uPlot.esm.js `labelFont`).
 UPLOT_LABEL_WIDTH = """(_, label) => {
@@ -19,7 +19,7 @@ UPLOT_LABEL_WIDTH = """(_, label) => {
   return c.measureText(label).width;
 }"""
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser
 
-from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
-from tests.frontend_logs import HOSTILE, hostile_spec, write_run
+from tests.support.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
+from tests.support.frontend_logs import HOSTILE, hostile_spec, write_run
 
-pytest_plugins = ["tests.frontend_fixtures"]
+pytest_plugins = ["tests.support.frontend_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from tests.frontend_fixtures import TensorBoard
-from tests.frontend_tab import OpenTab
+from tests.support.frontend_fixtures import TensorBoard
+from tests.support.frontend_tab import OpenTab
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 # The CSV header of each route, from docs/HTTP_API.md.

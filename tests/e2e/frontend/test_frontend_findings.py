@@ -24,11 +24,11 @@ from tb_gradscope.read import violations as violations_lib
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import run_records
-from tests.frontend_fixtures import DEMO_LOGS, TensorBoard, demo_log_runs
-from tests.frontend_logs import EAGER_RULES
-from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, watch
+from tests.support.frontend_fixtures import DEMO_LOGS, TensorBoard, demo_log_runs
+from tests.support.frontend_logs import EAGER_RULES
+from tests.support.frontend_tab import ENTRY, OpenTab, css, screenshot, watch
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 # What the panels show, one object per finding / violation, read from the DOM.

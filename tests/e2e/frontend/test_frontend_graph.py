@@ -11,10 +11,10 @@ import pathlib
 
 import pytest
 
-from tests.frontend_fixtures import REPO, TensorBoard
-from tests.frontend_tab import OpenTab, Tab, css, screenshot
+from tests.support.frontend_fixtures import REPO, TensorBoard
+from tests.support.frontend_tab import OpenTab, Tab, css, screenshot
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser
 
-from tests.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
-from tests.frontend_logs import DqnTrainer
-from tests.frontend_tab import ENTRY, wait_for_plugin_frame, watch
+from tests.support.frontend_fixtures import TensorBoard, start_tensorboard, stop_tensorboard
+from tests.support.frontend_logs import DqnTrainer
+from tests.support.frontend_tab import ENTRY, wait_for_plugin_frame, watch
 
-pytest_plugins = ["tests.frontend_fixtures"]
+pytest_plugins = ["tests.support.frontend_fixtures"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 # What the issue promises: a run or a step shows <= 10 s after it is written.

@@ -14,8 +14,8 @@ import pathlib
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.frontend_fixtures import Logs, TensorBoard
-from tests.frontend_logs import (
+from tests.support.frontend_fixtures import Logs, TensorBoard
+from tests.support.frontend_logs import (
     DQN_LOSSES,
     DQN_SCOPES,
     HOSTILE,
@@ -24,9 +24,9 @@ from tests.frontend_logs import (
     unrecorded_spec,
     wide_spec,
 )
-from tests.frontend_tab import ENTRY, OpenTab, css, screenshot, wait_for_plugin_frame, watch
+from tests.support.frontend_tab import ENTRY, OpenTab, css, screenshot, wait_for_plugin_frame, watch
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 

@@ -3,14 +3,14 @@ exactly as the CLI prints them (tb_gradscope.commands.text.safe), long names
 ellipsised everywhere with the full escaped name on hover, the page never
 wider than the window because of a name, and "Fit" keeping the scope graph
 readable. Real TensorBoard, real browser, the hand-written run of
-tests/frontend_logs.long_names_spec."""
+tests/support/frontend_logs.long_names_spec."""
 
 from __future__ import annotations
 
 import pytest
 
 from tb_gradscope.commands.text import safe
-from tests.frontend_logs import (
+from tests.support.frontend_logs import (
     BIDI_LOSS,
     BIDI_SCOPE,
     CONTROL_SCOPE,
@@ -19,9 +19,9 @@ from tests.frontend_logs import (
     LONG_SCOPE,
     long_names_spec,
 )
-from tests.frontend_tab import OpenTab, Tab, css
+from tests.support.frontend_tab import OpenTab, Tab, css
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 # Every piece of text the page shows: text nodes, and the titles and labels

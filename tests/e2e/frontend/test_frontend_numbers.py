@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tests.frontend_fixtures import TensorBoard, demo_log_runs
-from tests.frontend_logs import COMPACT_SHOWN, numbers_spec
-from tests.frontend_tab import ENTRY, OpenTab, watch
+from tests.support.frontend_fixtures import TensorBoard, demo_log_runs
+from tests.support.frontend_logs import COMPACT_SHOWN, numbers_spec
+from tests.support.frontend_tab import ENTRY, OpenTab, watch
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 COMPACT_DIGITS = 2

@@ -1,5 +1,5 @@
 """The tab at ResNet-50 scale: a real keras ResNet50 with an EMA twin and two
-losses (tests/frontend_resnet.py), in a real browser against its own TensorBoard.
+losses (tests/support/frontend_resnet.py), in a real browser against its own TensorBoard.
 
 The tab opens on the ResNet run; the drift panel draws at most 12 series by
 default; the scope graph opens with node labels at least 10 px tall; the
@@ -18,11 +18,11 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Frame, Page
 
-from tests.frontend_fixtures import TensorBoard
-from tests.frontend_resnet import RUN
-from tests.frontend_tab import screenshot, wait_for_plugin_frame, watch
+from tests.support.frontend_fixtures import TensorBoard
+from tests.support.frontend_resnet import RUN
+from tests.support.frontend_tab import screenshot, wait_for_plugin_frame, watch
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab", "tests.frontend_resnet"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab", "tests.support.frontend_resnet"]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 MAX_DRIFT_SERIES = 12

@@ -11,7 +11,7 @@ import json
 import pathlib
 import re
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 SOURCES = REPO / "frontend" / "src"
 STATIC = REPO / "tb_gradscope" / "plugin" / "static"

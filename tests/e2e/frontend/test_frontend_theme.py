@@ -10,10 +10,10 @@ import pathlib
 import pytest
 from playwright.sync_api import Browser, Frame, Page
 
-from tests.frontend_fixtures import TensorBoard
-from tests.frontend_tab import screenshot, wait_for_plugin_frame, watch
+from tests.support.frontend_fixtures import TensorBoard
+from tests.support.frontend_tab import screenshot, wait_for_plugin_frame, watch
 
-pytest_plugins = ["tests.frontend_fixtures", "tests.frontend_tab"]
+pytest_plugins = ["tests.support.frontend_fixtures", "tests.support.frontend_tab"]
 pytestmark = pytest.mark.browser
 
 # TensorBoard 2.21's page backgrounds (white, body.dark-mode's #303030) and accents.

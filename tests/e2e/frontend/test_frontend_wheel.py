@@ -18,7 +18,7 @@ import zipfile
 
 import pytest
 
-from tests.frontend_fixtures import REPO, start_tensorboard, stop_tensorboard
+from tests.support.frontend_fixtures import REPO, start_tensorboard, stop_tensorboard
 
 pytestmark = pytest.mark.slow
 

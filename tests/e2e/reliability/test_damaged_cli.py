@@ -15,8 +15,8 @@ import pytest
 
 from tb_gradscope import cli
 from tb_gradscope import format as fmt
-from tests import damaged_logs as dl
-from tests.test_damaged_records import CASES
+from tests.e2e.reliability.test_damaged_records import CASES
+from tests.support import damaged_logs as dl
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

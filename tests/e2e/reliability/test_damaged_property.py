@@ -4,7 +4,7 @@ traceback (and without needing the CLI's last-resort handler); every
 undamaged record is still served with its values.
 
 Hypothesis writes random well-formed runs (losses, 0 to 6 scopes, steps, events
-per step, drift and conflict pairs; tests/damaged_logs.py, no tensorflow) and
+per step, drift and conflict pairs; tests/support/damaged_logs.py, no tensorflow) and
 damages one record at random: its type, its shape, its attrs, its JSON, or
 the file's bytes (truncation, a flipped byte, garbage, a header claiming
 2^40 bytes). Derandomized, so a failure reproduces.
@@ -33,8 +33,8 @@ from werkzeug import test as werkzeug_test
 from tb_gradscope import cli
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import damaged_logs as dl
-from tests import providers
+from tests.support import damaged_logs as dl
+from tests.support import providers
 
 PREFIX = "/data/plugin/gradscope/"
 SAMPLES = {"gradscope": 10_000}

@@ -3,7 +3,7 @@
 Each run of one logdir holds one damage of the kinds the issue found (a
 tensor emptied with its metadata kept, a shape one row off, drift attrs of the
 wrong type, EVENTS and FlowGraph documents with fields of the wrong type, a
-truncated file, a flipped byte), written by tests/damaged_logs.py. Read by the
+truncated file, a flipped byte), written by tests/support/damaged_logs.py. Read by the
 plugin through TensorBoard's WSGI app over both data providers: every route
 answers below 500, every undamaged record is still served with its values,
 and the damage is reported naming run, tag and step.
@@ -21,8 +21,8 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import damaged_logs as dl
-from tests import providers
+from tests.support import damaged_logs as dl
+from tests.support import providers
 
 PREFIX = "/data/plugin/gradscope/"
 SAMPLES = {"gradscope": 10_000}

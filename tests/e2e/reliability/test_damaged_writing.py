@@ -6,7 +6,7 @@ file itself gone) is said by a `dropped` event; recording resumes at the next
 recorded step; no empty event file and no scratch directory is left.
 
 Each case trains a real recorded loop in a subprocess
-(tests/damaged_writing_run.py) and reads the logdir back with the CLI's
+(tests/support/damaged_writing_run.py) and reads the logdir back with the CLI's
 `load_logdir`. With -s each prints the steps it lost.
 """
 
@@ -25,7 +25,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.read.logdir import load_logdir
 
 STEPS, FAULT_AT, HEAL_AT = 300, 100, 200
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def _train(tmp_path, fault: str) -> tuple[dict, list[int], list[fmt.Event], str]:
@@ -35,7 +35,7 @@ def _train(tmp_path, fault: str) -> tuple[dict, list[int], list[fmt.Event], str]
         [
             sys.executable,
             "-m",
-            "tests.damaged_writing_run",
+            "tests.support.damaged_writing_run",
             str(logdir),
             fault,
             str(STEPS),

@@ -32,8 +32,8 @@ from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
 from tb_gradscope.plugin.timeseries import TABLE_KINDS
-from tests import plugin_fixtures as pf
-from tests import providers
+from tests.support import plugin_fixtures as pf
+from tests.support import providers
 
 PREFIX = "/data/plugin/gradscope/"
 ROUTES = (

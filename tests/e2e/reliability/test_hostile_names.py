@@ -1,6 +1,6 @@
 """Untrusted names round-trip: the real Recorder writes scopes, losses and a
 source file named with HTML/JS payloads, a 10 kB name, RTL overrides,
-newlines and terminal escapes (tests/reliability_names.py); the plugin serves
+newlines and terminal escapes (tests/support/reliability_names.py); the plugin serves
 them unchanged, `tb-gradscope report` prints them recognisably with every
 control character escaped, and the tab shows them as text, escaped the same
 way, without running any of them.
@@ -23,13 +23,13 @@ from werkzeug import test as werkzeug_test
 from tb_gradscope import format as fmt
 from tb_gradscope.commands.text import safe
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import providers
-from tests import reliability_names as names
+from tests.support import providers
+from tests.support import reliability_names as names
 
-pytest_plugins = ["tests.frontend_fixtures"]
+pytest_plugins = ["tests.support.frontend_fixtures"]
 pytestmark = pytest.mark.slow
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 BIN = pathlib.Path(sys.executable).parent
 PREFIX = "/data/plugin/gradscope/"
 
@@ -40,7 +40,7 @@ def logdir(tmp_path_factory) -> pathlib.Path:
     runs a copy of reliability_names.py saved under a hostile file name."""
     work = tmp_path_factory.mktemp("hostile_work")
     script = work / names.FILE
-    shutil.copy(REPO / "tests" / "reliability_names.py", script)
+    shutil.copy(REPO / "tests" / "support" / "reliability_names.py", script)
     root = tmp_path_factory.mktemp("hostile_logs")
     result = subprocess.run(
         [sys.executable, names.FILE, str(root)],
@@ -151,7 +151,7 @@ def test_report_long_name_widens_only_its_own_row(logdir):
 
 @pytest.fixture(scope="module")
 def hostile_tensorboard(logdir, tmp_path_factory) -> Iterator:
-    from tests.frontend_fixtures import start_tensorboard, stop_tensorboard
+    from tests.support.frontend_fixtures import start_tensorboard, stop_tensorboard
 
     tb = start_tensorboard(logdir, tmp_path_factory.mktemp("tb_hostile") / "stderr.txt")
     try:
@@ -172,7 +172,7 @@ def test_tab_shows_hostile_names_as_text_and_runs_no_script(browser, hostile_ten
         page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
         if embedded:
             page.goto(hostile_tensorboard.url + "/#gradscope")
-            from tests.frontend_tab import wait_for_plugin_frame
+            from tests.support.frontend_tab import wait_for_plugin_frame
 
             frame = wait_for_plugin_frame(page)
         else:

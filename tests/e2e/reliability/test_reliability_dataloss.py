@@ -4,7 +4,7 @@ step. The recorder notices, warns once, reopens, training finishes, and the
 steps after the fault is healed are readable.
 
 Each case trains a real recorded loop in a subprocess
-(tests/reliability1_dataloss.py) and reads the logdir back through
+(tests/support/reliability1_dataloss.py) and reads the logdir back through
 TensorBoard's ingestion (the CLI's `load_logdir`).
 """
 
@@ -21,7 +21,7 @@ import pytest
 from tb_gradscope.read.logdir import load_logdir
 
 STEPS, FAULT_AT, HEAL_AT = 24, 8, 14
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def _train(tmp_path, fault: str) -> tuple[dict, list[int], str]:
@@ -30,7 +30,7 @@ def _train(tmp_path, fault: str) -> tuple[dict, list[int], str]:
         [
             sys.executable,
             "-m",
-            "tests.reliability1_dataloss",
+            "tests.support.reliability1_dataloss",
             logdir,
             fault,
             str(STEPS),

@@ -7,7 +7,7 @@ Each case also trains twice without tb_gradscope: if those two differ, the
 nondeterminism is upstream (a Keras 3 / TF 2.21 tf.function forward pass
 sometimes reads weights its own optimizer step already updated), and the case
 says so instead of blaming the recorder. The cases are in
-tests/reliability1_determinism.py, run in a child process because
+tests/support/reliability1_determinism.py, run in a child process because
 `enable_op_determinism` is process-wide.
 """
 
@@ -20,16 +20,16 @@ import sys
 
 import pytest
 
-from tests import reliability1_determinism as det
+from tests.support import reliability1_determinism as det
 
 STEPS = 200
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 @pytest.fixture(scope="module")
 def hashes() -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.reliability1_determinism", str(STEPS)],
+        [sys.executable, "-m", "tests.support.reliability1_determinism", str(STEPS)],
         capture_output=True,
         text=True,
         timeout=900,

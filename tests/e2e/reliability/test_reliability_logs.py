@@ -2,7 +2,7 @@
 step, say what they skipped, and never crash.
 
 One logdir of real event files damaged as real runs are (see
-tests/reliability1_logs.py), read by the plugin through TensorBoard's WSGI app
+tests/support/reliability1_logs.py), read by the plugin through TensorBoard's WSGI app
 over both data providers and by `tb-gradscope report/check` in a subprocess.
 """
 
@@ -22,8 +22,8 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import providers
-from tests import reliability1_logs as rl
+from tests.support import providers
+from tests.support import reliability1_logs as rl
 
 PREFIX = "/data/plugin/gradscope/"
 SAMPLES = {"gradscope": 10_000}

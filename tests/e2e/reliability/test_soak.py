@@ -26,8 +26,8 @@ import urllib.parse
 
 import pytest
 
-from tests import reliability_soak_trainer as trainer
-from tests.plugin_fixtures import TensorBoardServer
+from tests.support import reliability_soak_trainer as trainer
+from tests.support.plugin_fixtures import TensorBoardServer
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ SAMPLES = 200
 # A leak of 10 MB/min (600 MB an hour) fails; measured: +4.7 MB/min over 30-60 s (warm-up
 # tail), +0.3 MB/min over 120-240 s, -0.2 MB/min over 300-600 s (docs/RELIABILITY.md).
 MAX_SLOPE_MB_PER_MIN = 10.0
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[3]
 PAGE = 4096
 
 
@@ -102,7 +102,7 @@ def test_live_run_soak_no_errors_data_grows_memory_flat(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "tests.reliability_soak_trainer",
+                "tests.support.reliability_soak_trainer",
                 str(logdir),
                 str(SECONDS + 30),
             ],

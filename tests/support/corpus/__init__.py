@@ -3,5 +3,5 @@
 `spec` is the protocol every shape follows; `oracle` computes the truth by
 running TensorFlow, independently of tb_gradscope's analysis, recording and
 rules; `harness` runs a shape with the product and reads back what it
-concludes; `tests/test_corpus.py` compares the two.
+concludes; `tests/e2e/corpus/test_corpus.py` compares the two.
 """

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from tests.corpus import oracle
-from tests.corpus.spec import PairProbe, Shape, StepProbe, TF1Probe
+from tests.support.corpus import oracle
+from tests.support.corpus.spec import PairProbe, Shape, StepProbe, TF1Probe
 
 ABSENT = "absent"
 NO_GRADIENT = "no_gradient"
@@ -155,7 +155,7 @@ class ProductView:
             from werkzeug import test as werkzeug_test
 
             from tb_gradscope.plugin.plugin import GradscopePlugin
-            from tests import providers
+            from tests.support import providers
 
             samples = {"gradscope": 10_000}
             provider = providers.python_provider(self.trained.logdir, samples)

@@ -14,8 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tests.corpus import oracle
-from tests.corpus.spec import Forward, LossProbe, PairProbe
+from tests.support.corpus import oracle
+from tests.support.corpus.spec import Forward, LossProbe, PairProbe
 
 OBS, ACTIONS, BATCH = 3, 2, 8
 

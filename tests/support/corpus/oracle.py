@@ -38,7 +38,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tests.corpus.spec import PairProbe, StepProbe, TF1Probe
+from tests.support.corpus.spec import PairProbe, StepProbe, TF1Probe
 
 UPDATES, IGNORED, BLOCKED, INDEPENDENT = "updates", "ignored", "blocked", "independent"
 FLOW_ORDER = (UPDATES, IGNORED, BLOCKED, INDEPENDENT)  # most flowing first

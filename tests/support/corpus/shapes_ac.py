@@ -24,8 +24,8 @@ import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
-from tests.corpus import kit
-from tests.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
 
 GAMMA, TAU, A, OBS = 0.9, 0.05, kit.ACTIONS, kit.OBS
 

@@ -18,8 +18,8 @@ import keras
 import tensorflow as tf
 
 from tb_gradscope.record import Recorder
-from tests.corpus import kit
-from tests.corpus.spec import TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe
 
 SIMSIAM_RULES = (
     "blocked(simsiam, encoder/*, except_via=predictor)",

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
-from tests.corpus import kit
-from tests.corpus.spec import TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe
 
 GAMMA, COPY_EVERY = 0.9, 2
 RULES = ("never(td, target/*)", "only(td, [online])")

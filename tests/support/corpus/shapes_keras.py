@@ -17,8 +17,8 @@ import keras
 import tensorflow as tf
 
 from tb_gradscope.integrations.keras import GradscopeCallback
-from tests.corpus import kit
-from tests.corpus.spec import KERAS_FIT, Forward, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import KERAS_FIT, Forward, Shape, StepProbe
 
 STEPS = 4
 

@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.integrations.keras import GradscopeCallback
-from tests.corpus import kit
-from tests.corpus.shapes_keras import _Watch
-from tests.corpus.spec import KERAS_FIT, Forward, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.shapes_keras import _Watch
+from tests.support.corpus.spec import KERAS_FIT, Forward, Shape, StepProbe
 
 STEPS = 4
 LATENT = 2

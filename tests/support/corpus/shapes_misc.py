@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder, StartPoint
-from tests.corpus import kit
-from tests.corpus.spec import EAGER, TF_FUNCTION, Forward, LossProbe, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Forward, LossProbe, Shape, StepProbe
 
 GAMMA, TAU = 0.9, 0.1
 

@@ -26,8 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.record import Recorder
-from tests.corpus import kit
-from tests.corpus.spec import EAGER, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import EAGER, Shape, StepProbe
 
 GAMMA, A, OBS = 0.9, kit.ACTIONS, kit.OBS
 RULES = ("never(actor, ac/value_head)", "never(critic, ac/policy_head)")

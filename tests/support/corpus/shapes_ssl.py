@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
-from tests.corpus import kit
-from tests.corpus.spec import TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe
 
 TAU = 0.1
 

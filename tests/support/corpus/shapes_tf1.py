@@ -42,7 +42,7 @@ import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
 from tb_gradscope.scopes import variable_name
-from tests.corpus.spec import TF1_SESSION, PairProbe, Shape, TF1Probe
+from tests.support.corpus.spec import TF1_SESSION, PairProbe, Shape, TF1Probe
 
 OBS, ACTIONS, BATCH, GAMMA = 3, 2, 8, 0.9
 STEPS = 4

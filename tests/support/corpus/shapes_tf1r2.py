@@ -16,7 +16,7 @@ Written as TF1 code is (`tf` is `tensorflow.compat.v1`, each shape in its own
   loss trains the old policy.
 - A2C with reference variables (`variable_scope(..., use_resource=False)`,
   what `disable_v2_behavior()` gives every variable; that switch itself is
-  process-wide, so `tests/test_tf1_ref_vars.py` runs it in a child process):
+  process-wide, so `tests/unit/integrations/tf1/test_tf1_ref_vars.py` runs it in a child process):
   actor and critic nets, the advantage behind `tf.stop_gradient` in the
   policy loss, each optimizer with its `var_list`. Mutant: no stop_gradient
   and the actor's `minimize` without `var_list`: the policy loss trains the
@@ -39,8 +39,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
-from tests.corpus.shapes_tf1 import _dense, _pair_probe, _probe
-from tests.corpus.spec import TF1_SESSION, Shape
+from tests.support.corpus.shapes_tf1 import _dense, _pair_probe, _probe
+from tests.support.corpus.spec import TF1_SESSION, Shape
 
 OBS, ACTIONS, BATCH = 3, 2, 8
 K = 2  # train calls per block (A_UPDATE_STEPS = C_UPDATE_STEPS)

@@ -20,8 +20,8 @@ import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
-from tests.corpus import kit
-from tests.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus import kit
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
 
 GAMMA, TAU, A, OBS = 0.9, 0.05, kit.ACTIONS, kit.OBS
 
@@ -74,7 +74,7 @@ def _q(net, s, a):
 
 
 def td3_odd(leaky: bool):
-    """The TD3 loop; also run by tests/test_record_schedules.py with a no-op observer."""
+    """The TD3 loop; also run by tests/unit/record/test_record_schedules.py with a no-op observer."""
 
     def train(logdir, observer, every_n_steps=TD3_ODD_EVERY, steps=TD3_ODD_STEPS):
         kit.seed(5)

@@ -28,7 +28,7 @@ def test_argmax_is_non_differentiable():
     assert fg.cells["l"]["net"] == "blocked"
     edge = only_edge(fg)
     assert (edge.op_type, edge.cause) == ("ArgMax", "non_differentiable")
-    assert edge.source.file == "tests/test_analysis_causes.py"
+    assert edge.source.file == "tests/unit/analysis/test_analysis_causes.py"
 
 
 def test_int_cast_is_an_integer_cut():

@@ -6,7 +6,7 @@ import pytest
 
 from tb_gradscope.analysis import analyze_graph
 from tb_gradscope.analysis.flatten import flatten
-from tests.analysis_models import (
+from tests.support.analysis_models import (
     actor_critic,
     marker_line,
     seed01_dqn_tf1,
@@ -16,7 +16,7 @@ from tests.analysis_models import (
     seed03_ema_lstm,
 )
 
-MODELS = "tests/analysis_models.py"
+MODELS = "tests/support/analysis_models.py"
 
 
 def analyze(built):

@@ -9,7 +9,7 @@ from tensorflow.python.ops import control_flow_util
 
 from tb_gradscope.analysis import analyze_graph
 from tb_gradscope.scopes import leaf_scope
-from tests.analysis_models import StartPoint
+from tests.support.analysis_models import StartPoint
 
 v1 = tf.compat.v1
 

@@ -14,7 +14,7 @@ import pytest
 
 from bench import harness, run_all
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("bench_*.py"))
 
 

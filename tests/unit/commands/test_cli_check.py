@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope.commands import main
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 
 def check(*argv: str) -> tuple[int, str, str]:

@@ -4,8 +4,8 @@ recorded step could check exit 2, saying so (issue 35, item 8)."""
 from __future__ import annotations
 
 from tb_gradscope import format as fmt
-from tests import rules_fixtures as rf
-from tests.test_cli_check import check
+from tests.support import rules_fixtures as rf
+from tests.unit.commands.test_cli_check import check
 
 SCOPES = ["online", "online/l1"]
 

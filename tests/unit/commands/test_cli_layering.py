@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 
 def test_report_and_check_run_without_importing_tensorflow(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 
 def report(*argv: str) -> tuple[int, str, str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from tb_gradscope import format as fmt
-from tests import rules_fixtures as rf
-from tests.test_cli_report import report
+from tests.support import rules_fixtures as rf
+from tests.unit.commands.test_cli_report import report
 
 SCOPES = ["policy", "policy/l1", "value", "value/l1"]
 

@@ -6,7 +6,7 @@ demo's rules file says the twin breaks), whose copyable rule fails on the
 leaky twin and holds on the clean one. The plugin's findings route serves the
 same findings as `doctor --format json`. Exit codes, JSON, text escaping, and
 the numeric findings on hand-built records. The correctness corpus is in
-tests/test_doctor_corpus.py.
+tests/e2e/corpus/test_doctor_corpus.py.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.records import RunRecords
 from tb_gradscope.read.violations import evaluate
 from tb_gradscope.rules.model import loss_matches
-from tests import providers
+from tests.support import providers
 
-DEMO_LOGS = pathlib.Path(__file__).resolve().parent.parent / "demo_logs"
+DEMO_LOGS = pathlib.Path(__file__).resolve().parents[3] / "demo_logs"
 CLEAN_TWINS = [
     ("actor_critic", "clean"),
     ("dqn", "clean"),

@@ -7,14 +7,14 @@ first drift record (step 5, recorded every 5 steps) finds the correctly copied
 target 0.86 of online's norm away, as far as a twin never copied. What tells
 them apart is what the run recorded of online's moves before that record (the
 UPDATE table at step 0): the copy is within online's path, the stranger is
-not (`read.online_path`, tests/test_anomalies_never_synced.py).
+not (`read.online_path`, tests/unit/read/test_anomalies_never_synced.py).
 """
 
 from __future__ import annotations
 
 from tb_gradscope.read.anomalies import NEVER_SYNCED
 from tb_gradscope.read.logdir import load_logdir
-from tests.test_doctor import _findings, _violations
+from tests.unit.commands.test_doctor import _findings, _violations
 
 RULE = "tracks(target, online, tau=0.01)"
 
@@ -110,7 +110,7 @@ def test_the_tabs_drift_markers_agree_with_doctor(tmp_path):
     from werkzeug import test as werkzeug_test
 
     from tb_gradscope.plugin.plugin import GradscopePlugin
-    from tests import providers
+    from tests.support import providers
 
     _train(str(tmp_path / "copied"), copied=True, first_lr=0.1)
     _train(str(tmp_path / "stranger"), copied=False, first_lr=0.001)

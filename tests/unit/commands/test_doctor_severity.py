@@ -31,9 +31,9 @@ from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.records import RunRecords
-from tests import rules_fixtures as rf
-from tests.test_doctor_trainable import _graph as target_graph
-from tests.test_doctor_trainable import _records as target_records
+from tests.support import rules_fixtures as rf
+from tests.unit.commands.test_doctor_trainable import _graph as target_graph
+from tests.unit.commands.test_doctor_trainable import _records as target_records
 
 
 def _row(l2: float = 1.0) -> dict:

@@ -252,7 +252,7 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
 
     from tb_gradscope.pairs import pair_models
     from tb_gradscope.record import Recorder
-    from tests.byol_step import byol_step
+    from tests.support.byol_step import byol_step
 
     def net(name):
         x = keras.Input((8, 8, 3))
@@ -288,7 +288,7 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
 @pytest.mark.slow
 def test_a_correct_batchnorm_twin_with_two_losses_has_no_finding(tmp_path):
     from tb_gradscope.read.logdir import load_logdir
-    from tests.test_doctor import _findings
+    from tests.unit.commands.test_doctor import _findings
 
     _train_bn_twin(str(tmp_path / "run"))
     (logs,) = load_logdir(str(tmp_path), "run")

@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorboard import context as tb_context
 
 from tb_gradscope import format as fmt
-from tests import providers
+from tests.support import providers
 
 RUN = "run_a"
 STEPS = (0, 5, 10)

@@ -17,7 +17,7 @@ from tb_gradscope.pairs import pair_ema, pair_models
 from tb_gradscope.read import anomalies
 from tb_gradscope.read.drift import update_mode
 from tb_gradscope.record import DriftMonitor
-from tests import pairs_support as ps
+from tests.support import pairs_support as ps
 
 DECAY = 0.9
 

@@ -19,7 +19,7 @@ from tb_gradscope.read import anomalies
 from tb_gradscope.record import DriftMonitor
 from tb_gradscope.record.warn import GradscopeWarning
 from tb_gradscope.record.writing import NoWriterError, SummarySink
-from tests import pairs_support as ps
+from tests.support import pairs_support as ps
 
 
 def _variables(seed: int = 0):

@@ -20,8 +20,8 @@ from tb_gradscope.plugin.cache import RunCache
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import reader
 from tb_gradscope.read.logdir import local_data_provider
-from tests import plugin_fixtures as pf
-from tests import providers
+from tests.support import plugin_fixtures as pf
+from tests.support import providers
 
 CTX = tb_context.RequestContext()
 

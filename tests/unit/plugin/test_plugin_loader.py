@@ -19,7 +19,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope.plugin.loader import GradscopeLoader
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import reader
-from tests import plugin_fixtures as pf
+from tests.support import plugin_fixtures as pf
 
 
 def configure(*argv: str):

@@ -16,7 +16,7 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import providers
+from tests.support import providers
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 real event files read by both data providers (Python multiplexer, Rust server).
 
 Expected values come from the fixture's generating functions
-(tests/plugin_fixtures.py), not from literals.
+(tests/support/plugin_fixtures.py), not from literals.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import plugin_fixtures as pf
-from tests import providers
+from tests.support import plugin_fixtures as pf
+from tests.support import providers
 
 PREFIX = "/data/plugin/gradscope/"
 SAMPLES = {"gradscope": 10_000}

@@ -17,7 +17,7 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import plugin_fixtures as pf
+from tests.support import plugin_fixtures as pf
 
 PREFIX = "/data/plugin/gradscope/"
 

@@ -24,7 +24,7 @@ from werkzeug import test as werkzeug_test
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin.plugin import GradscopePlugin
-from tests import providers
+from tests.support import providers
 
 PREFIX = "/data/plugin/gradscope/"
 RUN = "unrecorded"

@@ -23,10 +23,10 @@ from tb_gradscope.commands import check
 from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import violations
 from tb_gradscope.read.runs import RunLogs
-from tests import providers
-from tests.frontend_logs import EAGER_RULES, eager_spec, write_run
+from tests.support import providers
+from tests.support.frontend_logs import EAGER_RULES, eager_spec, write_run
 
-DEMO_LOGS = pathlib.Path(__file__).resolve().parent.parent / "demo_logs"
+DEMO_LOGS = pathlib.Path(__file__).resolve().parents[3] / "demo_logs"
 DEMO_RUNS = sorted(
     {p.parent.relative_to(DEMO_LOGS).as_posix() for p in DEMO_LOGS.rglob("*tfevents*")}
 )

@@ -17,7 +17,7 @@ from tb_gradscope.format import DRIFT_EXTRA_COLUMNS
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.read import anomalies
 from tb_gradscope.read.drift import update_mode
-from tests import pairs_support as ps
+from tests.support import pairs_support as ps
 
 
 def _rewrite_with_required_columns(record, logdir: str) -> None:

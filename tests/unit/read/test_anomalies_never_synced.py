@@ -10,7 +10,7 @@ recorded move around it. A correct copy whose online network jumped at its
 first steps (a ResNet's first conv on random data) is no anomaly; a twin never
 copied, whose online moved little, still is; a log that recorded no move of
 online is judged by drift alone, as before. Hand-built records, no training
-(the training reproduction is tests/test_doctor_never_synced.py).
+(the training reproduction is tests/unit/commands/test_doctor_never_synced.py).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from tb_gradscope import format as fmt
 from tb_gradscope.pairs import detect_pairs, pair_models
 from tb_gradscope.read import anomalies
 from tb_gradscope.read.drift import scope_modes, update_mode
-from tests import pairs_support as ps
-from tests import providers
+from tests.support import pairs_support as ps
+from tests.support import providers
 
 
 def _events(record):

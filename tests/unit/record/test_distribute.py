@@ -1,6 +1,6 @@
 """tf.distribute and mixed precision: recorded norms are of the gradients the optimizer applies.
 
-Runs train in subprocesses (`tests.distribute_runs`: TensorFlow fixes its
+Runs train in subprocesses (`tests.support.distribute_runs`: TensorFlow fixes its
 devices when it starts) and are read back through TensorBoard's data provider:
 - MirroredStrategy on 2 logical CPUs, custom loop and Keras fit: every table
   equals the one-device run on the same global batches (1e-5);
@@ -25,18 +25,18 @@ import pytest
 
 from tb_gradscope import format as fmt
 from tb_gradscope.record import distribute, loss_scale
-from tests.distribute_runs import OVERFLOW_STEP, STEPS
-from tests.record_fixtures import read_records
+from tests.support.distribute_runs import OVERFLOW_STEP, STEPS
+from tests.support.record_fixtures import read_records
 
 pytestmark = pytest.mark.slow
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 TABLES = (fmt.Kind.GRAD_STATS, fmt.Kind.UPDATE_STATS, fmt.Kind.CONFLICT, fmt.Kind.DRIFT)
 
 
 def start(mode: str, out: pathlib.Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.distribute_runs", mode, str(out)],
+        [sys.executable, "-m", "tests.support.distribute_runs", mode, str(out)],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tb_gradscope.analysis as analysis
 from tb_gradscope import format as fmt
 from tb_gradscope.record import GradscopeWarning, Recorder
-from tests.record_fixtures import batch, only, read_records, two_head_model, two_losses
+from tests.support.record_fixtures import batch, only, read_records, two_head_model, two_losses
 
 
 def _setup(tmp_path, every=2):

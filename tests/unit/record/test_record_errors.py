@@ -14,7 +14,7 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.record import GradscopeWarning, Recorder, StartPoint
 from tb_gradscope.scopes import ScopeSpec
-from tests.record_fixtures import batch, only, read_records, two_head_model, two_losses
+from tests.support.record_fixtures import batch, only, read_records, two_head_model, two_losses
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing import event_file_loader
 from tb_gradscope import format as fmt
 from tb_gradscope.record import NoWriterError, Recorder
 from tb_gradscope.scopes import leaf_scope
-from tests.record_fixtures import (
+from tests.support.record_fixtures import (
     assert_table_close,
     batch,
     dense,

@@ -22,9 +22,9 @@ from tb_gradscope.integrations.tf1 import GraphRecorder, flat_stats
 from tb_gradscope.record import Recorder, stats
 from tb_gradscope.record.reductions import BIG
 from tb_gradscope.scopes import build_layout
-from tests import test_keras_support as keras_support
-from tests.record_fixtures import batch, only, read_records, two_head_model, two_losses
-from tests.test_tf1_support import multihead_feed, multihead_seed
+from tests.support import keras_support
+from tests.support.record_fixtures import batch, only, read_records, two_head_model, two_losses
+from tests.support.tf1_support import multihead_feed, multihead_seed
 
 COLUMNS = fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns
 LEFT_OUT = [(), ("max_abs",), ("zero_frac",)]

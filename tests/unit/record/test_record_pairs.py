@@ -14,7 +14,7 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
-from tests.record_fixtures import batch, only, read_records
+from tests.support.record_fixtures import batch, only, read_records
 
 EVERY, COPY_EVERY = 4, 6
 

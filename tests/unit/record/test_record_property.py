@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tb_gradscope import format as fmt
 from tb_gradscope.record import Recorder
 from tb_gradscope.scopes import leaf_scope
-from tests.record_fixtures import dense, np_grad_table, only, read_records
+from tests.support.record_fixtures import dense, np_grad_table, only, read_records
 
 WIDTH = 3
 _token = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True)

@@ -20,7 +20,7 @@ from tb_gradscope.commands import check as check_cmd
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.record import Recorder
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 STEPS, EVERY = 4, 2
 

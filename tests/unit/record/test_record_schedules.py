@@ -24,8 +24,8 @@ from tb_gradscope.read.anomalies import TARGET_FROZEN, find_anomalies
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.record import Recorder
 from tb_gradscope.record.warn import GradscopeWarning
-from tests.corpus import kit
-from tests.corpus.shapes_wp import td3_odd
+from tests.support.corpus import kit
+from tests.support.corpus.shapes_wp import td3_odd
 
 
 class _Blind:

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.record import Recorder
 from tb_gradscope.scopes import leaf_scope
-from tests.record_fixtures import (
+from tests.support.record_fixtures import (
     assert_table_close,
     np_grad_table,
     np_update_table,

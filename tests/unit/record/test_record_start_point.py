@@ -10,7 +10,13 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.record import Recorder, StartPoint
 from tb_gradscope.scopes import leaf_scope
-from tests.record_fixtures import assert_table_close, dense, np_grad_table, only, read_records
+from tests.support.record_fixtures import (
+    assert_table_close,
+    dense,
+    np_grad_table,
+    only,
+    read_records,
+)
 
 ACTIONS = 3
 

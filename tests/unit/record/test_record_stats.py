@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.record import stats
-from tests.record_fixtures import assert_table_close, np_grad_table, np_update_table
+from tests.support.record_fixtures import assert_table_close, np_grad_table, np_update_table
 
 NAMES = ["online/l1/kernel", "online/l1/bias", "online/l2/kernel", "target/l1/kernel", "bias"]
 SHAPES = [(4, 3), (3,), (3, 2), (4, 3), (2,)]

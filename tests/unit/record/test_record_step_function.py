@@ -12,7 +12,7 @@ import tensorflow as tf
 from tb_gradscope import rules
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import GradscopeWarning, Recorder, writing
-from tests.record_fixtures import read_records
+from tests.support.record_fixtures import read_records
 
 COPY_EVERY = 6
 RECORDING_OPS = {"WriteSummary", "EagerPyFunc", "Timestamp"}

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.record import Recorder
-from tests.record_fixtures import (
+from tests.support.record_fixtures import (
     assert_table_close,
     batch,
     dense,

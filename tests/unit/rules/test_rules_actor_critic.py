@@ -15,7 +15,7 @@ from tb_gradscope import format as fmt
 from tb_gradscope import rules
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.runs import RunLogs
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 pytestmark = pytest.mark.slow  # trains two runs with the real Recorder (~8 s)
 

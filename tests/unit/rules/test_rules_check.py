@@ -7,7 +7,7 @@ import math
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 
 def _tables(records) -> dict[int, dict[str, fmt.Table]]:

@@ -8,7 +8,7 @@ import pytest
 from tb_gradscope import rules
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.tracks import check_drift
-from tests import rules_fixtures as rf
+from tests.support import rules_fixtures as rf
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 from tb_gradscope.format import FlowGraph
 from tb_gradscope.integrations.keras import GradscopeCallback
-from tests.test_keras_support import (
+from tests.support.keras_support import (
     STEPS,
     WEIGHTS,
     fit,
@@ -20,7 +20,7 @@ from tests.test_keras_support import (
     reference_weights,
     two_output_model,
 )
-from tests.test_tf1_support import read_records
+from tests.support.tf1_support import read_records
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import pytest
 
 from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.record import writing
-from tests.test_keras_support import STEPS, fit, two_output_model
-from tests.test_tf1_support import read_records
+from tests.support.keras_support import STEPS, fit, two_output_model
+from tests.support.tf1_support import read_records
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ import tf_keras  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 CHILD = textwrap.dedent(
     """
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
     tf.config.experimental.enable_op_determinism()
     assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
     from tb_gradscope.integrations.keras import LegacyGradscopeCallback
-    from tests.test_tf1_support import read_records
+    from tests.support.tf1_support import read_records
 
     rs = np.random.RandomState(0)
     x = rs.randn(64, 4).astype("float32")

@@ -6,8 +6,8 @@ import keras
 import pytest
 
 from tb_gradscope.integrations.keras import GradscopeCallback, check_backend
-from tests.test_keras_support import STEPS, fit, two_output_model
-from tests.test_tf1_support import read_records
+from tests.support.keras_support import STEPS, fit, two_output_model
+from tests.support.tf1_support import read_records
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope.integrations.keras import GradscopeCallback
-from tests.test_keras_support import record_infos
-from tests.test_tf1_support import read_records
+from tests.support.keras_support import record_infos
+from tests.support.tf1_support import read_records
 
 pytestmark = pytest.mark.slow
 

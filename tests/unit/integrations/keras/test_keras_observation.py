@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 CHILD = textwrap.dedent(
     """
@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     import tensorflow as tf
     tf.config.experimental.enable_op_determinism()
     from tb_gradscope.integrations.keras import GradscopeCallback
-    from tests.test_keras_support import fit, two_output_model
+    from tests.support.keras_support import fit, two_output_model
 
     def weights(mode, callbacks):
         model = two_output_model(**mode)

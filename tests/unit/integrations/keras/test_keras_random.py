@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 DRAWS = ("global_seed", "op_seed", "generator", "keras_seed_generator", "stateless")
 FUNCTIONAL = ("functional_tf_random", "functional_dropout")
 

@@ -7,8 +7,8 @@ import pytest
 from tb_gradscope.format import Event
 from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.rules import FlowRuleViolation
-from tests.test_keras_support import fit, two_output_model
-from tests.test_tf1_support import read_records
+from tests.support.keras_support import fit, two_output_model
+from tests.support.tf1_support import read_records
 
 pytestmark = pytest.mark.slow
 

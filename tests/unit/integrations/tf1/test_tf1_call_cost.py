@@ -11,7 +11,7 @@ from tensorboard.util import tensor_util
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1.writer import table_proto
-from tests.test_tf1_support import multihead_feed, multihead_seed, read_records
+from tests.support.tf1_support import multihead_feed, multihead_seed, read_records
 
 
 class SpySession:

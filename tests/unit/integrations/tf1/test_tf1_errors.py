@@ -11,7 +11,7 @@ import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
 from tb_gradscope.record.warn import GradscopeWarning
-from tests.test_tf1_support import multihead_feed, multihead_seed
+from tests.support.tf1_support import multihead_feed, multihead_seed
 
 
 @pytest.fixture(scope="module")

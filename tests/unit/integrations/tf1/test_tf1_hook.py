@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tests.test_tf1_support import read_records
+from tests.support.tf1_support import read_records
 
 
 def _train(logdir: str, checkpoint_dir: str, steps: int) -> int:

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests.test_tf1_support import read_records
+from tests.support.tf1_support import read_records
 
 PROGRAM = textwrap.dedent(
     """

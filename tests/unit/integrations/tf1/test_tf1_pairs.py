@@ -9,9 +9,9 @@ import tensorflow.compat.v1 as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
 from tb_gradscope.read.anomalies import NEVER_SYNCED
-from tests.corpus.shapes_tf1 import build_ddpg
-from tests.test_doctor import _findings
-from tests.test_tf1_support import read_records
+from tests.support.corpus.shapes_tf1 import build_ddpg
+from tests.support.tf1_support import read_records
+from tests.unit.commands.test_doctor import _findings
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import tensorflow.compat.v1 as tf
 from tb_gradscope.format import FlowGraph
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
 from tb_gradscope.pairs import pair_ema, pair_prefixes
-from tests.test_tf1_support import (
+from tests.support.tf1_support import (
     ddpg_seed,
     dqn3_seed,
     dqn_feed,
@@ -122,8 +122,8 @@ def test_dqn_stop_gradient_blocks_target_net(tmp_path):
         (e.op_type, e.source.file, e.source.line) for e in graph.blocked_edges if e.loss == "td"
     }
     assert edge[0] == "StopGradient"
-    assert edge[1].endswith("test_tf1_support.py")
-    source_line = open("tests/test_tf1_support.py").read().splitlines()[edge[2] - 1]
+    assert edge[1].endswith("tests/support/tf1_support.py")
+    source_line = open("tests/support/tf1_support.py").read().splitlines()[edge[2] - 1]
     assert "tf.stop_gradient(q_target)" in source_line
 
 

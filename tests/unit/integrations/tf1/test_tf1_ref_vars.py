@@ -3,7 +3,7 @@ gradient norms are `tf.gradients` at the weights and feed of the call, and two
 identical runs record the same bits (the recorder's own gradient ops once read
 weights the call's apply ops were overwriting in place).
 
-The program runs in a child process (`tests/tf1_ref_program.py`): disabling
+The program runs in a child process (`tests/support/tf1_ref_program.py`): disabling
 v2 behaviour is process-wide.
 """
 
@@ -21,12 +21,12 @@ import tensorflow.compat.v1 as tf
 from tb_gradscope import _tf_private as private
 from tb_gradscope.integrations.tf1.ref_reads import aliased_variable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 
 def _run(logdir) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.tf1_ref_program", str(logdir)],
+        [sys.executable, "-m", "tests.support.tf1_ref_program", str(logdir)],
         capture_output=True,
         text=True,
         cwd=ROOT,

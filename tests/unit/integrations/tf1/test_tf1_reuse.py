@@ -11,7 +11,7 @@ from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1.reuse import applied_gradients, same_value
 from tb_gradscope.record.stats import RollUp
-from tests.test_tf1_support import multihead_feed, multihead_seed
+from tests.support.tf1_support import multihead_feed, multihead_seed
 
 
 def _own_table(gs: GraphRecorder, loss: tf.Tensor) -> tf.Tensor:

@@ -16,8 +16,8 @@ import tensorflow.compat.v1 as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.rules import FlowRuleViolation, FlowRuleWarning
-from tests.corpus.shapes_tf1 import build_ddpg
-from tests.test_tf1_support import read_records
+from tests.support.corpus.shapes_tf1 import build_ddpg
+from tests.support.tf1_support import read_records
 
 RULES = ["never(td_error, Actor/*)", "only(a_loss, [Actor/eval])"]
 
@@ -85,7 +85,7 @@ def test_rule_texts_are_written_in_the_flowgraph_record(correct, tmp_path):
 def _flowgraph_content(logdir: str) -> bytes:
     from tensorboard import context
 
-    from tests.providers import EXPERIMENT, python_provider
+    from tests.support.providers import EXPERIMENT, python_provider
 
     data = python_provider(logdir, {fmt.PLUGIN_NAME: 0})
     listed = data.list_blob_sequences(
@@ -224,7 +224,7 @@ def test_tab_outlines_the_violated_cells_of_a_tf1_run(leaky, tmp_path):
     from werkzeug import test as werkzeug_test
 
     from tb_gradscope.plugin.plugin import GradscopePlugin
-    from tests import providers
+    from tests.support import providers
 
     logdir = tmp_path / "logs"
     with leaky.graph.as_default():

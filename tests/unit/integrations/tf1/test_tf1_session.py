@@ -10,7 +10,7 @@ import tensorflow.compat.v1 as tf
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.integrations.tf1.ops import SNAPSHOT_COLLECTION
 from tb_gradscope.record.warn import GradscopeWarning
-from tests.test_tf1_support import dqn_seed, multihead_feed, multihead_seed, read_records
+from tests.support.tf1_support import dqn_seed, multihead_feed, multihead_seed, read_records
 
 
 def _train_multihead(logdir: str | None, steps: int = 6) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter as TensorBoard
 from tb_gradscope.format import Kind, make_info
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.integrations.tf1.writer import RecordWriter
-from tests.test_tf1_support import multihead_feed, multihead_seed, read_records
+from tests.support.tf1_support import multihead_feed, multihead_seed, read_records
 
 
 def _records(data: bytes) -> list[bytes]:
