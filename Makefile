@@ -66,7 +66,7 @@ VENV_COMPAT ?= .venv-compat
 COMPAT_TESTS = tests/unit/format/test_format_metadata.py tests/unit/format/test_format_roundtrip.py \
   tests/unit/record/test_record_*.py tests/unit/analysis/test_analysis_*.py \
   tests/unit/rules/test_rules_*.py tests/unit/test_scopes.py \
-  tests/unit/plugin/test_plugin_routes.py tests/test_plugin_cells.py \
+  tests/unit/plugin/test_plugin_routes.py tests/unit/read/test_read_flowstate.py \
   tests/unit/plugin/test_plugin_encoding.py tests/unit/plugin/test_plugin_cache.py \
   tests/unit/plugin/test_plugin_loader.py tests/unit/plugin/test_plugin_recorder.py
 
