@@ -17,6 +17,7 @@ import tensorflow.compat.v1 as tf
 from tensorboard import context
 
 from tb_gradscope import format as fmt
+from tests.support.corpus import kit
 from tests.support.providers import EXPERIMENT, python_provider
 
 Record = collections.namedtuple("Record", "step value")
@@ -58,45 +59,9 @@ def read_records(logdir: str) -> dict[tuple[str, str], list[Record]]:
 
 
 def multihead_seed(lr: float = 0.01) -> types.SimpleNamespace:
-    """Seed 01's multi-head `Agent` with two losses trained through var_list.
-
-    The body is the seed's code; only `tf.Graph().as_default()` and the seed
-    for the initializers are added.
-    """
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.set_random_seed(1)
-        n1 = 50
-        input_dim = 100
-        output_dim = 1
-        X = tf.placeholder(tf.float32, [None, input_dim], "X")
-        Y1 = tf.placeholder(tf.float32, [None, output_dim], "Y1")
-        Y2 = tf.placeholder(tf.float32, [None, output_dim], "Y2")
-
-        with tf.variable_scope("Agent"):
-            with tf.variable_scope("layer1"):
-                w1 = tf.get_variable("w1", [input_dim, n1], trainable=True)
-                b1 = tf.get_variable("b1", [1, n1], trainable=True)
-                s = tf.matmul(X, w1) + b1
-            with tf.variable_scope("layer2_1"):
-                w21 = tf.get_variable("w21", [n1, output_dim], trainable=True)
-                b21 = tf.get_variable("b21", [1, output_dim], trainable=True)
-                y1 = tf.matmul(s, w21) + b21
-            with tf.variable_scope("layer2_2"):
-                w22 = tf.get_variable("w22", [n1, output_dim], trainable=True)
-                b22 = tf.get_variable("b22", [1, output_dim], trainable=True)
-                y2 = tf.matmul(s, w22) + b22
-
-        layer1_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer1")
-        layer21_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_1")
-        layer22_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_2")
-
-        loss1 = tf.losses.mean_squared_error(labels=Y1, predictions=y1)
-        loss2 = tf.losses.mean_squared_error(labels=Y2, predictions=y2)
-
-        train1 = tf.train.AdamOptimizer(lr).minimize(loss1, var_list=layer1_params + layer21_params)
-        train2 = tf.train.AdamOptimizer(lr).minimize(loss2, var_list=layer1_params + layer22_params)
-    return types.SimpleNamespace(**locals())
+    """Seed 01's multi-head `Agent` with two losses trained through var_list
+    (`kit.tf1_agent`: the seed's code, its own sizes and var_lists)."""
+    return kit.tf1_agent(seed=1, n1=50, input_dim=100, lr=lr, loss2_var_list="layer1+head")
 
 
 def multihead_feed(m: types.SimpleNamespace, rng: np.random.Generator, batch: int = 16) -> dict:

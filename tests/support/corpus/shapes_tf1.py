@@ -25,10 +25,8 @@ way (docs/TF1.md): `GraphRecorder(...)` and `gs.wrap(sess)`, nothing else.
   with the seed's own var_lists dropping one changes nothing). Mutant: loss2's
   optimizer without `var_list`, so loss2 also trains layer1.
 
-Drift: a TF1 recorder reads a pair's drift at step s just before step s's
-first train call, i.e. after step s - 1 and its target update (the loops put
-target updates at the end of a step). So each loop calls `observer.after(s)`
-right after `observer.before(s, ...)`: both see the state the product reads.
+The loops are `kit.tf1_loop` (which says when drift is read) around each
+shape's own calls.
 """
 
 from __future__ import annotations
@@ -40,9 +38,9 @@ from typing import Any
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
-from tb_gradscope.scopes import variable_name
-from tests.support.corpus.spec import TF1_SESSION, PairProbe, Shape, TF1Probe
+from tb_gradscope.integrations.tf1 import pair_scopes
+from tests.support.corpus import kit
+from tests.support.corpus.spec import TF1_SESSION, Shape
 
 OBS, ACTIONS, BATCH, GAMMA = 3, 2, 8, 0.9
 STEPS = 4
@@ -251,59 +249,15 @@ def build_sac(leaky: bool) -> types.SimpleNamespace:
 
 def build_multihead(leaky: bool) -> types.SimpleNamespace:
     """Seed 01's Agent; loss2's optimizer without var_list if `leaky`."""
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.set_random_seed(14)
-        n1, input_dim, output_dim = 6, 10, 1
-        X = tf.placeholder(tf.float32, [None, input_dim], "X")
-        Y1 = tf.placeholder(tf.float32, [None, output_dim], "Y1")
-        Y2 = tf.placeholder(tf.float32, [None, output_dim], "Y2")
-        with tf.variable_scope("Agent"):
-            with tf.variable_scope("layer1"):
-                w1 = tf.get_variable("w1", [input_dim, n1], trainable=True)
-                b1 = tf.get_variable("b1", [1, n1], trainable=True)
-                s = tf.matmul(X, w1) + b1
-            with tf.variable_scope("layer2_1"):
-                w21 = tf.get_variable("w21", [n1, output_dim], trainable=True)
-                b21 = tf.get_variable("b21", [1, output_dim], trainable=True)
-                y1 = tf.matmul(s, w21) + b21
-            with tf.variable_scope("layer2_2"):
-                w22 = tf.get_variable("w22", [n1, output_dim], trainable=True)
-                b22 = tf.get_variable("b22", [1, output_dim], trainable=True)
-                y2 = tf.matmul(s, w22) + b22
-        layer1_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer1")
-        layer21_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_1")
-        layer22_params = tf.get_collection(tf.GraphKeys.GLOBAL_VARIABLES, scope="Agent/layer2_2")
-        loss1 = tf.losses.mean_squared_error(labels=Y1, predictions=y1)
-        loss2 = tf.losses.mean_squared_error(labels=Y2, predictions=y2)
-        train1 = tf.train.AdamOptimizer(0.01).minimize(
-            loss1, var_list=layer1_params + layer21_params
-        )
-        train2 = tf.train.AdamOptimizer(0.01).minimize(
-            loss2, var_list=None if leaky else layer22_params
-        )
-        init = tf.global_variables_initializer()
-    return types.SimpleNamespace(**locals())
+    m = kit.tf1_agent(
+        seed=14, n1=6, input_dim=10, lr=0.01, loss2_var_list="all" if leaky else "head"
+    )
+    with m.graph.as_default():
+        m.init = tf.global_variables_initializer()
+    return m
 
 
 # ----- the training loops, with the product and the observer -----------------
-
-
-def _probe(
-    sess, gs: GraphRecorder, feed: dict, losses: dict, train_ops: dict, pairs: list
-) -> TF1Probe:
-    return TF1Probe(
-        session=sess,
-        feed_dict=feed,
-        losses=losses,
-        train_ops=train_ops,
-        variables={variable_name(v.name): v for v in gs.variables},
-        pairs=pairs,
-    )
-
-
-def _pair_probe(pair: Any) -> PairProbe:
-    return PairProbe(pair.name, dict(zip(pair.target_names, pair.target)), list(pair.online))
 
 
 def _dqn(leaky: bool, rules: tuple[str, ...]):
@@ -311,33 +265,29 @@ def _dqn(leaky: bool, rules: tuple[str, ...]):
 
     def train(logdir: str, observer: Any) -> None:
         m = build_dqn(leaky)
-        with m.graph.as_default():
-            pair = pair_scopes("target_net", "eval_net", every=replace_every)
-            gs = GraphRecorder(
-                logdir,
-                losses={"td": m.loss},
-                train_ops={"td": m.train_op},
-                every_n_steps=1,
-                pairs=[pair],
-                rules=list(rules),
-            )
-            sess = tf.Session()
-            losses, train_ops = {"td": m.loss}, {"td": m.train_op}
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, [_pair_probe(pair)]))
-            run = gs.wrap(sess)
-            run.run(m.init)
-            run.run(m.target_replace_op)
-            for learn_step in range(STEPS):
-                b = _batch(learn_step)
-                feed = {m.s: b["s"], m.a: b["a"], m.r: b["r"], m.s_: b["s_"]}
-                observer.before(
-                    learn_step, _probe(sess, gs, feed, losses, train_ops, [_pair_probe(pair)])
-                )
-                observer.after(learn_step)  # the drift GraphRecorder reads at this step
-                run.run([m.train_op, m.loss], feed_dict=feed)
-                if (learn_step + 1) % replace_every == 0:
-                    run.run(m.target_replace_op)
-            run.close()
+
+        def feed(learn_step: int) -> dict:
+            b = _batch(learn_step)
+            return {m.s: b["s"], m.a: b["a"], m.r: b["r"], m.s_: b["s_"]}
+
+        def step(run, learn_step: int, feed: dict) -> None:
+            run.run([m.train_op, m.loss], feed_dict=feed)
+            if (learn_step + 1) % replace_every == 0:
+                run.run(m.target_replace_op)
+
+        kit.tf1_loop(
+            logdir,
+            observer,
+            m.graph,
+            losses={"td": m.loss},
+            train_ops={"td": m.train_op},
+            pairs=lambda: [pair_scopes("target_net", "eval_net", every=replace_every)],
+            rules=rules,
+            start=[m.init, m.target_replace_op],
+            steps=STEPS,
+            feed=feed,
+            step=step,
+        )
 
     return train
 
@@ -345,38 +295,33 @@ def _dqn(leaky: bool, rules: tuple[str, ...]):
 def _ddpg(leaky: bool, rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_ddpg(leaky)
-        with m.graph.as_default():
-            pairs = [
+
+        def feed(step: int) -> dict:
+            b = _batch(step)
+            # The oracle's one feed: the critic's (replay actions over the actor's output).
+            return {m.S: b["s"], m.a: b["a_cont"], m.R: b["r"][:, None], m.S_: b["s_"]}
+
+        def step(run, _step: int, feed: dict) -> None:
+            run.run(m.atrain, {m.S: feed[m.S]})
+            run.run(m.ctrain, feed)
+            run.run(m.soft_replace)
+
+        kit.tf1_loop(
+            logdir,
+            observer,
+            m.graph,
+            losses={"td_error": m.td_error, "a_loss": m.a_loss},
+            train_ops={"td_error": m.ctrain, "a_loss": m.atrain},
+            pairs=lambda: [
                 pair_scopes("Actor/target", "Actor/eval", tau=0.1),
                 pair_scopes("Critic/target", "Critic/eval", tau=0.1),
-            ]
-            losses = {"td_error": m.td_error, "a_loss": m.a_loss}
-            train_ops = {"td_error": m.ctrain, "a_loss": m.atrain}
-            gs = GraphRecorder(
-                logdir,
-                losses=losses,
-                train_ops=train_ops,
-                every_n_steps=1,
-                pairs=pairs,
-                rules=list(rules),
-            )
-            sess = tf.Session()
-            probes = [_pair_probe(p) for p in pairs]
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, probes))
-            run = gs.wrap(sess)
-            run.run(m.init)
-            run.run(m.hard_replace)
-            for step in range(STEPS):
-                b = _batch(step)
-                bs, ba, br, bs_ = b["s"], b["a_cont"], b["r"][:, None], b["s_"]
-                # The oracle's one feed: the critic's (replay actions over the actor's output).
-                feed = {m.S: bs, m.a: ba, m.R: br, m.S_: bs_}
-                observer.before(step, _probe(sess, gs, feed, losses, train_ops, probes))
-                observer.after(step)  # the drift GraphRecorder reads at this step
-                run.run(m.atrain, {m.S: bs})
-                run.run(m.ctrain, {m.S: bs, m.a: ba, m.R: br, m.S_: bs_})
-                run.run(m.soft_replace)
-            run.close()
+            ],
+            rules=rules,
+            start=[m.init, m.hard_replace],
+            steps=STEPS,
+            feed=feed,
+            step=step,
+        )
 
     return train
 
@@ -384,41 +329,34 @@ def _ddpg(leaky: bool, rules: tuple[str, ...]):
 def _sac(leaky: bool, rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_sac(leaky)
-        with m.graph.as_default():
-            pairs = [
+
+        def feed(step: int) -> dict:
+            b = _batch(step)
+            return {
+                m.x_ph: b["s"],
+                m.x2_ph: b["s_"],
+                m.a_ph: b["a_cont"],
+                m.r_ph: b["r"],
+                m.d_ph: b["done"],
+                m.eps_ph: b["noise"],
+            }
+
+        kit.tf1_loop(
+            logdir,
+            observer,
+            m.graph,
+            losses={"pi_loss": m.pi_loss, "value_loss": m.value_loss},
+            train_ops={"pi_loss": m.train_pi_op, "value_loss": m.train_value_op},
+            pairs=lambda: [
                 pair_scopes("target/q1", "main/q1", tau=0.1),
                 pair_scopes("target/q2", "main/q2", tau=0.1),
-            ]
-            losses = {"pi_loss": m.pi_loss, "value_loss": m.value_loss}
-            train_ops = {"pi_loss": m.train_pi_op, "value_loss": m.train_value_op}
-            gs = GraphRecorder(
-                logdir,
-                losses=losses,
-                train_ops=train_ops,
-                every_n_steps=1,
-                pairs=pairs,
-                rules=list(rules),
-            )
-            sess = tf.Session()
-            probes = [_pair_probe(p) for p in pairs]
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, probes))
-            run = gs.wrap(sess)
-            run.run(m.init)
-            run.run(m.target_init)
-            for step in range(STEPS):
-                b = _batch(step)
-                feed = {
-                    m.x_ph: b["s"],
-                    m.x2_ph: b["s_"],
-                    m.a_ph: b["a_cont"],
-                    m.r_ph: b["r"],
-                    m.d_ph: b["done"],
-                    m.eps_ph: b["noise"],
-                }
-                observer.before(step, _probe(sess, gs, feed, losses, train_ops, probes))
-                observer.after(step)  # the drift GraphRecorder reads at this step
-                run.run(m.step_ops, feed)
-            run.close()
+            ],
+            rules=rules,
+            start=[m.init, m.target_init],
+            steps=STEPS,
+            feed=feed,
+            step=lambda run, step, feed: run.run(m.step_ops, feed),
+        )
 
     return train
 
@@ -426,24 +364,12 @@ def _sac(leaky: bool, rules: tuple[str, ...]):
 def _multihead(leaky: bool, rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_multihead(leaky)
-        with m.graph.as_default():
-            losses = {"loss1": m.loss1, "loss2": m.loss2}
-            train_ops = {"loss1": m.train1, "loss2": m.train2}
-            gs = GraphRecorder(
-                logdir, losses=losses, train_ops=train_ops, every_n_steps=1, rules=list(rules)
-            )
-            sess = tf.Session()
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, []))
-            run = gs.wrap(sess)
-            run.run(m.init)
-            for step in range(STEPS):
-                x = _batch(step)["x"]
-                feed = {m.X: x, m.Y1: x[:, :1] * 2.0, m.Y2: -x[:, 1:2]}
-                observer.before(step, _probe(sess, gs, feed, losses, train_ops, []))
-                observer.after(step)  # the drift GraphRecorder reads at this step
-                run.run(m.train1, feed)
-                run.run(m.train2, feed)
-            run.close()
+
+        def feed(step: int) -> dict:
+            x = _batch(step)["x"]
+            return {m.X: x, m.Y1: x[:, :1] * 2.0, m.Y2: -x[:, 1:2]}
+
+        kit.tf1_agent_loop(logdir, observer, m, rules=rules, steps=STEPS, feed=feed)
 
     return train
 

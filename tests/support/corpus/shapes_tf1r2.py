@@ -28,6 +28,7 @@ Written as TF1 code is (`tf` is `tensorflow.compat.v1`, each shape in its own
 Drift: a TF1 recorder reads a pair's drift at step s just before step s's
 first train call (after the copy of that update), so the loop calls
 `observer.after(s)` right after `observer.before(s, ...)`, before that call.
+A2C and the quickstart run `kit.tf1_loop`; PPO's blocks have a loop of their own.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
-from tests.support.corpus.shapes_tf1 import _dense, _pair_probe, _probe
+from tests.support.corpus import kit
+from tests.support.corpus.shapes_tf1 import _dense
 from tests.support.corpus.spec import TF1_SESSION, Shape
 
 OBS, ACTIONS, BATCH = 3, 2, 8
@@ -133,7 +135,9 @@ def _ppo(leaky: bool, rules: tuple[str, ...]):
                 rules=list(rules),
             )
             sess = tf.Session()
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, [_pair_probe(pair)]))
+            observer.prepare(
+                kit.tf1_probe(sess, gs, {}, losses, train_ops, [kit.tf1_pair_probe(pair)])
+            )
             run = gs.wrap(sess)
             run.run(m.init)
             for update in range(UPDATES):
@@ -146,7 +150,10 @@ def _ppo(leaky: bool, rules: tuple[str, ...]):
                 for i in range(K):  # the actor's block: steps update * K + i
                     step = update * K + i
                     observer.before(
-                        step, _probe(sess, gs, oracle_feed, losses, train_ops, [_pair_probe(pair)])
+                        step,
+                        kit.tf1_probe(
+                            sess, gs, oracle_feed, losses, train_ops, [kit.tf1_pair_probe(pair)]
+                        ),
                     )
                     observer.after(step)  # the drift GraphRecorder reads at this step
                     run.run(m.atrain_op, actor_feed)
@@ -191,23 +198,23 @@ def build_a2c_ref(leaky: bool) -> types.SimpleNamespace:
 def _a2c_ref(leaky: bool, rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_a2c_ref(leaky)
-        with m.graph.as_default():
-            losses = {"policy_loss": m.policy_loss, "value_loss": m.value_loss}
-            train_ops = {"policy_loss": m.train_actor, "value_loss": m.train_critic}
-            gs = GraphRecorder(
-                logdir, losses=losses, train_ops=train_ops, every_n_steps=1, rules=list(rules)
-            )
-            sess = tf.Session()
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, []))
-            run = gs.wrap(sess)
-            run.run(m.init)
-            for step in range(A2C_STEPS):
-                b = _batch(step)
-                feed = {m.s: b["s"], m.a: b["a_int"], m.r: b["r"]}
-                observer.before(step, _probe(sess, gs, feed, losses, train_ops, []))
-                observer.after(step)
-                run.run([m.train_actor, m.train_critic], feed)
-            run.close()
+
+        def feed(step: int) -> dict:
+            b = _batch(step)
+            return {m.s: b["s"], m.a: b["a_int"], m.r: b["r"]}
+
+        kit.tf1_loop(
+            logdir,
+            observer,
+            m.graph,
+            losses={"policy_loss": m.policy_loss, "value_loss": m.value_loss},
+            train_ops={"policy_loss": m.train_actor, "value_loss": m.train_critic},
+            rules=rules,
+            start=[m.init],
+            steps=A2C_STEPS,
+            feed=feed,
+            step=lambda run, step, feed: run.run([m.train_actor, m.train_critic], feed),
+        )
 
     return train
 
@@ -250,24 +257,12 @@ def build_readme_quickstart() -> types.SimpleNamespace:
 def _readme_quickstart(rules: tuple[str, ...]):
     def train(logdir: str, observer: Any) -> None:
         m = build_readme_quickstart()
-        with m.graph.as_default():
-            losses = {"loss1": m.loss1, "loss2": m.loss2}
-            train_ops = {"loss1": m.train1, "loss2": m.train2}
-            gs = GraphRecorder(
-                logdir, losses=losses, train_ops=train_ops, every_n_steps=1, rules=list(rules)
-            )
-            sess = tf.Session()
-            observer.prepare(_probe(sess, gs, {}, losses, train_ops, []))
-            run = gs.wrap(sess)
-            run.run(m.init)
-            for step in range(A2C_STEPS):
-                b = _batch(step)
-                feed = {m.X: b["x"], m.Y1: b["y1"], m.Y2: b["y2"]}
-                observer.before(step, _probe(sess, gs, feed, losses, train_ops, []))
-                observer.after(step)
-                run.run(m.train1, feed)
-                run.run(m.train2, feed)
-            run.close()
+
+        def feed(step: int) -> dict:
+            b = _batch(step)
+            return {m.X: b["x"], m.Y1: b["y1"], m.Y2: b["y2"]}
+
+        kit.tf1_agent_loop(logdir, observer, m, rules=rules, steps=A2C_STEPS, feed=feed)
 
     return train
 
