@@ -63,10 +63,12 @@ test-fast: setup
 # The oldest TensorFlow setup.py claims (tensorflow>=2.16; Keras 3 comes with
 # it), on the core suites, in a venv of its own.
 VENV_COMPAT ?= .venv-compat
-COMPAT_TESTS = tests/test_format_metadata.py tests/test_format_roundtrip.py \
-  tests/test_record_*.py tests/test_analysis_*.py tests/test_rules_*.py tests/test_scopes.py \
-  tests/test_plugin_routes.py tests/test_plugin_cells.py tests/test_plugin_encoding.py \
-  tests/test_plugin_cache.py tests/test_plugin_loader.py tests/test_plugin_recorder.py
+COMPAT_TESTS = tests/unit/format/test_format_metadata.py tests/unit/format/test_format_roundtrip.py \
+  tests/unit/record/test_record_*.py tests/unit/analysis/test_analysis_*.py \
+  tests/unit/rules/test_rules_*.py tests/unit/test_scopes.py \
+  tests/unit/plugin/test_plugin_routes.py tests/unit/read/test_read_flowstate.py \
+  tests/unit/plugin/test_plugin_encoding.py tests/unit/plugin/test_plugin_cache.py \
+  tests/unit/plugin/test_plugin_loader.py tests/unit/plugin/test_plugin_recorder.py
 
 $(VENV_COMPAT)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV_COMPAT)
@@ -83,7 +85,7 @@ test-compat: $(VENV_COMPAT)/.installed
 # Ten minutes of live training while TensorBoard reloads and a client polls
 # every route (CI runs one minute of it inside `make test`).
 soak: setup
-	GRADSCOPE_SOAK_SECONDS=600 $(PY) -m pytest tests/test_soak.py -m slow -s
+	GRADSCOPE_SOAK_SECONDS=600 $(PY) -m pytest tests/e2e/reliability/test_soak.py -m slow -s
 
 # Full-mode benchmarks (figures for docs/PERFORMANCE.md); bench-quick: < 60 s each.
 bench: setup

@@ -2,7 +2,7 @@
 
 One logdir: a DQN demo run recorded by the real Recorder (tb_gradscope.demos,
 clean twin) plus a `loss/td` scalar tag in the same run, and the hand-written
-500-scope `graph500` run of tests/frontend_logs.py. One `tensorboard` process,
+500-scope `graph500` run of tests/support/frontend_logs.py. One `tensorboard` process,
 one Chromium (Debian's, never downloaded). Measured:
   - first meaningful render: from navigation to TensorBoard's page until the
     Gradscope tab shows its matrix, against the same for TensorBoard's own
@@ -13,10 +13,10 @@ one Chromium (Debian's, never downloaded). Measured:
   - a step-slider update (matrix fetched and redrawn, graph re-highlighted,
     until the next frame), median in ms;
   - switching a fresh tab to the 10,000-scope `wide` run of
-    tests/frontend_logs.py (target <= 15 s) and unfolding one of its
+    tests/support/frontend_logs.py (target <= 15 s) and unfolding one of its
     second-level scopes (target <= 3 s), medians in s.
 Full mode only (each needs minutes of training or a TensorBoard of its own):
-  - at ResNet-50 scale (tests/frontend_resnet.py, its own TensorBoard): the
+  - at ResNet-50 scale (tests/support/frontend_resnet.py, its own TensorBoard): the
     Gradscope matrix's first render against the Scalars tab's charts on the
     same logdir, ratio of medians (target <= 2.0);
   - live with TensorBoard's "Reload data" off and its default
@@ -33,11 +33,11 @@ import tempfile
 import time
 
 from bench import harness
-from tests import frontend_fixtures as ff
-from tests.frontend_logs import DqnTrainer, graph_spec, wide_spec, write_run
-from tests.frontend_resnet import RUN as RESNET_RUN
-from tests.frontend_resnet import train_resnet
-from tests.frontend_tab import ENTRY, wait_for_plugin_frame
+from tests.support import frontend_fixtures as ff
+from tests.support.frontend_logs import DqnTrainer, graph_spec, wide_spec, write_run
+from tests.support.frontend_resnet import RUN as RESNET_RUN
+from tests.support.frontend_resnet import train_resnet
+from tests.support.frontend_tab import ENTRY, wait_for_plugin_frame
 
 DQN_RUN = "dqn/clean"
 WIDE_RUN = "wide"

@@ -45,7 +45,7 @@ from urllib.parse import urlencode
 
 from bench import harness
 from tb_gradscope import format as fmt
-from tests import plugin_fixtures as pf
+from tests.support import plugin_fixtures as pf
 
 SCOPES = [f"net{i // 8}/layer{i % 8}" for i in range(64)]
 LOSSES = ["td", "aux", "entropy"]

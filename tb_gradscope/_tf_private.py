@@ -2,8 +2,8 @@
 
 Each function says which internal it touches and why no public API does the
 job. A TensorFlow, Keras or tf_keras upgrade that moves one fails here, and in
-tests/test_tf_private.py, which has one test per name of `__all__`;
-tests/test_private_api.py fails when any other module imports from
+tests/unit/test_tf_private.py, which has one test per name of `__all__`;
+tests/unit/test_private_api.py fails when any other module imports from
 `tensorflow.python`, `keras.src` or `tf_keras.src`, or reads a private
 attribute of an object not its own. Write side only: `format/`, `read/`,
 `plugin/`, `commands/`, `rules/` never import this module (nor tensorflow).

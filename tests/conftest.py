@@ -14,7 +14,7 @@ import pytest
 
 # The browser tests' helpers assert; rewritten before any test module imports them.
 pytest.register_assert_rewrite(
-    "tests.frontend_fixtures", "tests.frontend_logs", "tests.frontend_tab"
+    "tests.support.frontend_fixtures", "tests.support.frontend_logs", "tests.support.frontend_tab"
 )
 
 
@@ -37,9 +37,9 @@ def _module_keeps_op_determinism_to_itself(_op_determinism_at_start):
 @pytest.fixture(scope="session")
 def trained_shapes(tmp_path_factory):
     """Correctness-corpus shape -> (TrainedShape, ProductView), each shape trained
-    once per session for every test module that judges it (tests/test_corpus.py,
-    tests/test_doctor_corpus.py)."""
-    from tests.corpus import harness
+    once per session for every test module that judges it (tests/e2e/corpus/test_corpus.py,
+    tests/e2e/corpus/test_doctor_corpus.py)."""
+    from tests.support.corpus import harness
 
     cache: dict[str, object] = {}
     root = str(tmp_path_factory.mktemp("corpus"))
@@ -65,9 +65,9 @@ def trained_shapes(tmp_path_factory):
 # so one worker builds it: they are listed here. The workers check the list
 # against the fixtures the tests really use (`_check_units`).
 SHARED_UNITS = [
-    ("tests/test_corpus.py", "tests/test_doctor_corpus.py"),  # trained_shapes
+    ("tests/e2e/corpus/test_corpus.py", "tests/e2e/corpus/test_doctor_corpus.py"),  # trained_shapes
     tuple(
-        f"tests/test_frontend_{name}.py"
+        f"tests/e2e/frontend/test_frontend_{name}.py"
         for name in (  # the session's TensorBoard
             "charts",
             "compare",
