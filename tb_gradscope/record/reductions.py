@@ -190,8 +190,15 @@ class TensorGroup:
     def any_stats(self, max_abs: bool = True, nonzero: bool = True) -> dict[str, tf.Tensor]:
         """`finite_stats` for any values: max |v| over finite elements, the non-finite count."""
 
-        def finite_abs(t):
-            return tf.where(tf.math.is_finite(t), tf.abs(t), tf.zeros_like(t))
+        finite = {}  # one IsFinite per tensor (and one for the flat small ones)
+
+        def is_finite(t):
+            if t.ref() not in finite:
+                finite[t.ref()] = tf.math.is_finite(t)
+            return finite[t.ref()]
+
+        def finite_abs(t):  # a scalar zero: no zeros pass
+            return tf.where(is_finite(t), tf.abs(t), tf.constant(0, t.dtype))
 
         out = {}
         if max_abs:
@@ -203,8 +210,8 @@ class TensorGroup:
                 0,
             )
         out["nonfinite"] = self.reduce(
-            lambda t: tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)),
-            lambda f: self.segment_sum(tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype)),
+            lambda t: tf.reduce_sum(tf.cast(tf.logical_not(is_finite(t)), tf.int64)),
+            lambda f: self.segment_sum(tf.cast(tf.logical_not(is_finite(f)), f.dtype)),
         )
         if nonzero:
             out["nonzero"] = self._nonzero()

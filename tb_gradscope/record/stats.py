@@ -170,7 +170,7 @@ def variable_grad_stats(
     not_recorded = None if all(wanted.values()) else tf.constant(np.full([len(present)], np.nan))
     rows = tf.stack(
         [
-            tf.ones_like(sumsq),
+            tf.ones([len(present)], tf.float64),
             sumsq,
             found["max_abs"] if "max_abs" in found else not_recorded,
             found["nonfinite"],
