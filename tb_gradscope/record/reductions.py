@@ -70,9 +70,9 @@ def in_xla() -> bool:
 class Segments:
     """Tensors as one flat vector, and for each element the index of its tensor.
 
-    Flatten once, reduce per tensor by segment ops: a bounded number of ops
-    however many tensors (one reshape and at most one cast each, joined by
-    `concat`). The flat vector is float64 if any tensor is, else float32
+    Flatten once, reduce per tensor by segment ops: each tensor adds its
+    reshape (none for rank 1) and at most a cast, joined by `concat`; every
+    reduction is then one op however many tensors. The flat vector is float64 if any tensor is, else float32
     (f16/bf16 sum in f32).
 
     Args:

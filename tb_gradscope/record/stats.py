@@ -1,11 +1,19 @@
-"""The in-graph stats kernel: gradients and updates -> per-scope tables.
+"""The statistics kernel: gradients and values before/after -> per-scope tables.
 
-Pure TensorFlow ops, usable eagerly, inside `tf.function` (also XLA) and in TF1
-graph mode, so the TF1 integration reuses it. Work is vectorised: per-variable
-reductions (`reductions.TensorGroup`, a bounded number of ops however many
-variables) give a [n_vars, k] matrix, which one gather and one segment
-reduction roll up to every scope of the tree (O(variables x depth)), with no
-host round trip.
+The one kernel of every way of recording: the TF2 `Recorder`, the Keras
+callback and the TF1 `GraphRecorder` all build their GRAD_STATS and
+UPDATE_STATS tables here. It takes tensors and knows nothing of how they were
+obtained: pure TensorFlow ops, usable eagerly, inside `tf.function` (also
+XLA, whose kernels may round differently) and in a TF1 graph run by a
+Session; eager, `tf.function` and Session give bitwise the same tables
+(tested). Per variable only its flattening remains (a reshape, a cast where
+its dtype differs): tensors are joined once into `reductions.Segments` and
+reduced by a constant number of segment ops (tensors of 65 536 elements or
+more alone, by fused kernels: `reductions.TensorGroup`), giving a [n_vars, k]
+matrix that one gather and one segment reduction roll up to every scope
+(`RollUp`), with no host round trip. `update_sums` is the flat form for
+callers that keep the values before the step as one flat tensor (TF1's
+snapshot variable).
 
 A gradient is summarised as the dense gradient it stands for: an
 `tf.IndexedSlices` has its duplicate indices summed first and its untouched rows
