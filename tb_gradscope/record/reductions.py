@@ -67,6 +67,54 @@ def in_xla() -> bool:
     return private.in_xla_context(tf.compat.v1.get_default_graph())
 
 
+class Segments:
+    """Tensors as one flat vector, and for each element the index of its tensor.
+
+    Flatten once, reduce per tensor by segment ops: each tensor adds its
+    reshape (none for rank 1) and at most a cast, joined by `concat`; every
+    reduction is then one op however many tensors. The flat vector is float64 if any tensor is, else float32
+    (f16/bf16 sum in f32).
+
+    Args:
+      tensors: float tensors (or variables, read once here) of any shape.
+    """
+
+    def __init__(self, tensors: Sequence[tf.Tensor]):
+        values = [tf.convert_to_tensor(t) for t in tensors]
+        if not values:
+            raise ValueError("Segments: no tensors; pass at least one")
+        self.n = len(values)
+        self.dtype = tf.float64 if any(v.dtype == tf.float64 for v in values) else tf.float32
+        minus_one = tf.constant([-1]) if any(v.shape.rank != 1 for v in values) else None
+        parts = [v if v.shape.rank == 1 else tf.reshape(v, minus_one) for v in values]
+        self.flat = concat([tf.cast(p, self.dtype) for p in parts])
+        sizes = [v.shape.num_elements() for v in values]
+        if None in sizes:
+            self.ids = tf.repeat(
+                tf.range(self.n, dtype=tf.int32),
+                stack([tf.size(v, out_type=tf.int32) for v in values]),
+            )
+        else:
+            self.ids = tf.constant(np.repeat(np.arange(self.n, dtype=np.int32), sizes))
+        # Sorted ids and no empty segment: TF's sorted segment kernels, ~3x
+        # faster than the unsorted ones on CPU, and bitwise the same sums
+        # (XLA has no kernel for them). An empty or unknown-size tensor needs
+        # the unsorted ones, which give every segment its row.
+        self._sorted = not in_xla() and None not in sizes and all(s > 0 for s in sizes)
+
+    def sum(self, values: tf.Tensor) -> tf.Tensor:
+        """Per tensor: the sum of `values` (aligned with `flat`), in their dtype."""
+        if self._sorted:
+            return tf.math.segment_sum(values, self.ids)
+        return tf.math.unsorted_segment_sum(values, self.ids, self.n)
+
+    def max(self, values: tf.Tensor) -> tf.Tensor:
+        """Per tensor: the max of `values` (the dtype's lowest for an empty tensor)."""
+        if self._sorted:
+            return tf.math.segment_max(values, self.ids)
+        return tf.math.unsorted_segment_max(values, self.ids, self.n)
+
+
 class TensorGroup:
     """Flat float tensors, reduced per tensor: big ones alone, small ones together.
 
@@ -87,43 +135,23 @@ class TensorGroup:
             if order == sorted(order)
             else np.argsort(np.asarray(order, np.int64)).astype(np.int32)
         )
-        self.flat = None
-        if self.small:
-            dtype = (
-                tf.float64
-                if any(self.tensors[i].dtype == tf.float64 for i in self.small)
-                else tf.float32
-            )
-            parts = [tf.cast(self.tensors[i], dtype) for i in self.small]
-            self.flat = concat(parts)
-            self.ids = tf.constant(
-                np.repeat(
-                    np.arange(len(self.small), dtype=np.int32), [sizes[i] for i in self.small]
-                )
-            )
-            # Sorted ids and no empty segment: TF's sorted segment kernels, ~3x
-            # faster than the unsorted ones on CPU, and bitwise the same sums
-            # (XLA has no kernel for them).
-            self._sorted = not in_xla() and all(sizes[i] > 0 for i in self.small)
+        self.segments = Segments([self.tensors[i] for i in self.small]) if self.small else None
+        self.flat = None if self.segments is None else self.segments.flat
 
     def segment_sum(self, values: tf.Tensor) -> tf.Tensor:
         """Per small tensor: the sum of `values` (aligned with `flat`)."""
-        if self._sorted:
-            return tf.math.segment_sum(values, self.ids)
-        return tf.math.unsorted_segment_sum(values, self.ids, len(self.small))
+        return self.segments.sum(values)
 
     def segment_max(self, values: tf.Tensor) -> tf.Tensor:
         """Per small tensor: the max of `values` (aligned with `flat`)."""
-        if self._sorted:
-            return tf.math.segment_max(values, self.ids)
-        return tf.math.unsorted_segment_max(values, self.ids, len(self.small))
+        return self.segments.max(values)
 
     def reduce(
         self,
         one: Callable[[tf.Tensor], tf.Tensor],
-        segments: Callable[[tf.Tensor, tf.Tensor, int], tf.Tensor],
+        segments: Callable[[tf.Tensor], tf.Tensor],
     ) -> tf.Tensor:
-        """float64 [len(tensors)]: `one(t)` for big tensors, `segments(flat, ids, k)` for small."""
+        """float64 [len(tensors)]: `one(t)` for big tensors, `segments(flat)` for the small ones."""
         parts = []
         if self.big:
             values = [one(self.tensors[i]) for i in self.big]
@@ -133,14 +161,14 @@ class TensorGroup:
                 values = [tf.cast(v, tf.float64) for v in values]
             parts.append(tf.cast(stack(values), tf.float64))
         if self.small:
-            parts.append(tf.cast(segments(self.flat, self.ids, len(self.small)), tf.float64))
+            parts.append(tf.cast(segments(self.flat), tf.float64))
         if not parts:
             return tf.zeros([0], tf.float64)
         joined = concat(parts)
         return joined if self._inverse is None else tf.gather(joined, self._inverse)
 
     def sum_of_squares(self) -> tf.Tensor:
-        return self.reduce(sum_of_squares, lambda f, i, k: self.segment_sum(tf.square(f)))
+        return self.reduce(sum_of_squares, lambda f: self.segment_sum(tf.square(f)))
 
     def finite_stats(self, max_abs: bool = True, nonzero: bool = True) -> dict[str, tf.Tensor]:
         """{"max_abs": max |v|, "nonfinite": 0, "nonzero": nonzero count} when every
@@ -150,7 +178,7 @@ class TensorGroup:
             out["max_abs"] = tf.maximum(
                 self.reduce(
                     lambda t: tf.maximum(tf.reduce_max(t), -tf.reduce_min(t)),
-                    lambda f, i, k: self.segment_max(tf.abs(f)),
+                    lambda f: self.segment_max(tf.abs(f)),
                 ),
                 0,
             )
@@ -162,23 +190,28 @@ class TensorGroup:
     def any_stats(self, max_abs: bool = True, nonzero: bool = True) -> dict[str, tf.Tensor]:
         """`finite_stats` for any values: max |v| over finite elements, the non-finite count."""
 
-        def finite_abs(t):
-            return tf.where(tf.math.is_finite(t), tf.abs(t), tf.zeros_like(t))
+        finite = {}  # one IsFinite per tensor (and one for the flat small ones)
+
+        def is_finite(t):
+            if t.ref() not in finite:
+                finite[t.ref()] = tf.math.is_finite(t)
+            return finite[t.ref()]
+
+        def finite_abs(t):  # a scalar zero: no zeros pass
+            return tf.where(is_finite(t), tf.abs(t), tf.constant(0, t.dtype))
 
         out = {}
         if max_abs:
             out["max_abs"] = tf.maximum(
                 self.reduce(
                     lambda t: tf.reduce_max(finite_abs(t)),
-                    lambda f, i, k: self.segment_max(finite_abs(f)),
+                    lambda f: self.segment_max(finite_abs(f)),
                 ),
                 0,
             )
         out["nonfinite"] = self.reduce(
-            lambda t: tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(t)), tf.int64)),
-            lambda f, i, k: self.segment_sum(
-                tf.cast(tf.logical_not(tf.math.is_finite(f)), f.dtype)
-            ),
+            lambda t: tf.reduce_sum(tf.cast(tf.logical_not(is_finite(t)), tf.int64)),
+            lambda f: self.segment_sum(tf.cast(tf.logical_not(is_finite(f)), f.dtype)),
         )
         if nonzero:
             out["nonzero"] = self._nonzero()
@@ -186,7 +219,7 @@ class TensorGroup:
 
     def _nonzero(self) -> tf.Tensor:
         return self.reduce(
-            _count_nonzero, lambda f, i, k: self.segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype))
+            _count_nonzero, lambda f: self.segment_sum(tf.cast(tf.not_equal(f, 0), f.dtype))
         )
 
 

@@ -1,11 +1,19 @@
-"""The in-graph stats kernel: gradients and updates -> per-scope tables.
+"""The statistics kernel: gradients and values before/after -> per-scope tables.
 
-Pure TensorFlow ops, usable eagerly, inside `tf.function` (also XLA) and in TF1
-graph mode, so the TF1 integration reuses it. Work is vectorised: per-variable
-reductions (`reductions.TensorGroup`, a bounded number of ops however many
-variables) give a [n_vars, k] matrix, which one gather and one segment
-reduction roll up to every scope of the tree (O(variables x depth)), with no
-host round trip.
+The one kernel of every way of recording: the TF2 `Recorder`, the Keras
+callback and the TF1 `GraphRecorder` all build their GRAD_STATS and
+UPDATE_STATS tables here. It takes tensors and knows nothing of how they were
+obtained: pure TensorFlow ops, usable eagerly, inside `tf.function` (also
+XLA, whose kernels may round differently) and in a TF1 graph run by a
+Session; eager, `tf.function` and Session give bitwise the same tables
+(tested). Per variable only its flattening remains (a reshape, a cast where
+its dtype differs): tensors are joined once into `reductions.Segments` and
+reduced by a constant number of segment ops (tensors of 65 536 elements or
+more alone, by fused kernels: `reductions.TensorGroup`), giving a [n_vars, k]
+matrix that one gather and one segment reduction roll up to every scope
+(`RollUp`), with no host round trip. `update_sums` is the flat form for
+callers that keep the values before the step as one flat tensor (TF1's
+snapshot variable).
 
 A gradient is summarised as the dense gradient it stands for: an
 `tf.IndexedSlices` has its duplicate indices summed first and its untouched rows
@@ -22,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
-from tb_gradscope.record.reductions import BIG, TensorGroup, concat, is_big, stack
+from tb_gradscope.record.reductions import BIG, Segments, TensorGroup, concat, is_big, stack
 from tb_gradscope.scopes import ScopeLayout
 
 # These functions build their own control flow; autograph converting them when
@@ -170,7 +178,7 @@ def variable_grad_stats(
     not_recorded = None if all(wanted.values()) else tf.constant(np.full([len(present)], np.nan))
     rows = tf.stack(
         [
-            tf.ones_like(sumsq),
+            tf.ones([len(present)], tf.float64),
             sumsq,
             found["max_abs"] if "max_abs" in found else not_recorded,
             found["nonfinite"],
@@ -253,8 +261,7 @@ def update_table(
         diffs = TensorGroup([after[i] - _float_values(before[i]) for i in handed])
         positions = np.asarray(handed, np.int32)[:, None]
         step = tf.scatter_nd(positions, diffs.sum_of_squares(), [len(after)])
-    per_var = tf.stack([step, weight], axis=1)
-    return tf.cast(tf.sqrt(rollup.sum(per_var)), tf.float32)
+    return update_table_of(tf.stack([step, weight], axis=1), rollup)
 
 
 def _small_update_table(
@@ -271,9 +278,35 @@ def _small_update_table(
         a if b is None else tf.cast(_float_values(b, minus_one), a.dtype)
         for a, b in zip(after, before)
     ]
-    flat_before = concat(olds)
-    step = tf.cast(group.segment_sum(tf.square(group.flat - flat_before)), tf.float64)
-    if any(b is None for b in before):  # not handed over: no update, even where a value is NaN
-        step = tf.where(np.asarray([b is not None for b in before]), step, tf.zeros_like(step))
-    weight = tf.cast(group.segment_sum(tf.square(group.flat)), tf.float64)
-    return tf.cast(tf.sqrt(rollup.sum(tf.stack([step, weight], axis=1))), tf.float32)
+    handed = np.asarray([b is not None for b in before])
+    return update_table_of(update_sums(group.segments, group.flat - concat(olds), handed), rollup)
+
+
+def update_sums(
+    segments: Segments, change: tf.Tensor, handed: np.ndarray | None = None
+) -> tf.Tensor:
+    """Per tensor of `segments`, float64 [n, 2]: the sum of change^2 and of value^2.
+
+    `segments.flat` holds the values after the step and `change` (aligned
+    with it) what the step changed: after - before, or an update accumulated
+    over several calls. `handed` (a bool per tensor) marks the tensors the
+    step could write: the others' change is 0 by construction, even where a
+    value is NaN.
+    """
+    step = tf.cast(segments.sum(tf.square(change)), tf.float64)
+    if handed is not None and not handed.all():
+        step = tf.where(handed, step, tf.zeros_like(step))
+    weight = tf.cast(segments.sum(tf.square(segments.flat)), tf.float64)
+    return tf.stack([step, weight], axis=1)
+
+
+def changed_counts(segments: Segments, before: tf.Tensor) -> tf.Tensor:
+    """Per tensor, float64 [n]: how many elements of `segments.flat` differ
+    from `before` (aligned with it); NaN counts as changed."""
+    differ = tf.cast(tf.not_equal(segments.flat, before), segments.dtype)
+    return tf.cast(segments.sum(differ), tf.float64)
+
+
+def update_table_of(per_var: tf.Tensor, rollup: RollUp) -> tf.Tensor:
+    """The UPDATE_STATS table [n_scopes, 2] (float32) from `update_sums`."""
+    return tf.cast(tf.sqrt(rollup.sum(per_var)), tf.float32)

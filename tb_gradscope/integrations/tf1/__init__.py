@@ -8,7 +8,7 @@
 This module's names are the package's public API; the modules beside it are
 its private parts: `recorder` (`GraphRecorder`), `args` (argument checks),
 `calls` (memos that keep each run call cheap), `graph` (graph surgery), `ops`
-and `flat_stats` (the stats ops), `reuse` (the train op's own gradients, where
+(the ops added to the user's graph, from `record.stats`' kernel), `reuse` (the train op's own gradients, where
 provably the recorder's), `pairs`, `rules`, `session` (the wrapped session),
 `static` (the analysis), `steps`, `writer` (the event file). Imported by users (and
 the root's lazy `GraphRecorder`) and `demos`; builds on `tb_gradscope.record`'s

@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
-from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1 import ref_reads, reuse
 from tb_gradscope.integrations.tf1.graph import required_placeholders, written_variables
+from tb_gradscope.record import stats
+from tb_gradscope.record.reductions import Segments
 from tb_gradscope.record.stats import RollUp
 
 NAME_SCOPE = "tb_gradscope"
@@ -112,7 +113,7 @@ def build_loss_ops(
                     if train_op is not None
                     else grads
                 )
-                table = flat.grad_table(used, rollup, columns)
+                table = stats.grad_table(used, rollup, columns)
             reused = frozenset(
                 v.name for v, mine, g in zip(variables, grads, used) if g is not mine
             )
@@ -132,26 +133,20 @@ def build_update_ops(
     it, and `slots` accumulators for paused windows (each allocated only when
     first used: `first` assigns it without reading it)."""
     with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/updates"):
-        dtype = flat.flat_dtype(variables)
+        # One read of every variable, flattened once, evaluated anew by each
+        # run call that fetches it: before the step by `snapshot`, after it by `table`.
+        now = Segments(variables)
+        dtype = now.dtype
         shapes = [tf.TensorShape(v.shape) for v in variables]
         known = all(s.is_fully_defined() for s in shapes)
         size = sum(s.num_elements() for s in shapes) if known else 0
         snap = _flat_variable(size, dtype, known, "snapshot")
-        # One read of every variable, evaluated anew by each run call that
-        # fetches it: before the step by `snapshot`, after it by `table`.
-        values = flat.flatten(variables, dtype)
-        snapshot = snap.assign(values, read_value=False)
-        ids = flat.segment_ids(variables)
-        pad = flat.may_be_empty(variables)
-        table = flat.update_table(
-            flat.update_sums(values, snap.value(), ids, len(variables), pad), rollup
-        )
-        delta = values - snap.value()
+        snapshot = snap.assign(now.flat, read_value=False)
+        delta = now.flat - snap.value()
+        table = stats.update_table_of(stats.update_sums(now, delta), rollup)
 
         def delta_table(moved: tf.Tensor) -> tf.Tensor:
-            return flat.update_table(
-                flat.delta_sums(moved, values, ids, len(variables), pad), rollup
-            )
+            return stats.update_table_of(stats.update_sums(now, moved), rollup)
 
         accumulators = []
         for i in range(slots):
@@ -164,7 +159,7 @@ def build_update_ops(
                     paused=delta_table(acc.value()),
                 )
             )
-        changed_elements = flat.changed_counts(values, snap.value(), ids, len(variables), pad)
+        changed_elements = stats.changed_counts(now, snap.value())
         index = {v.op: i for i, v in enumerate(variables)}
         changed = {}
         for op in train_ops:

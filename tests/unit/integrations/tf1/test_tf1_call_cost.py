@@ -9,8 +9,9 @@ import tensorflow.compat.v1 as tf
 from tensorboard.util import tensor_util
 
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1.writer import table_proto
+from tb_gradscope.record import stats
+from tb_gradscope.record.reductions import Segments
 from tests.support.tf1_support import multihead_feed, multihead_seed, read_records
 
 
@@ -93,19 +94,29 @@ def test_table_protos_are_make_tensor_proto_byte_for_byte():
         )
 
 
-def test_sums_without_the_pad_equal_the_padded_ones_when_no_variable_is_empty():
+def test_sums_beside_an_empty_variable_are_bitwise_those_without_it():
+    """An empty tensor takes the unsorted segment kernels (every segment gets
+    its row); the others' sums are bitwise those of the sorted kernels."""
     graph = tf.Graph()
     with graph.as_default():
         parts = [
             tf.constant(np.random.default_rng(1).normal(size=s).astype(np.float32))
             for s in ([3, 2], [5], [1])
         ]
-        before = [p * 0.5 for p in parts]
-        assert not flat.may_be_empty(parts) and flat.may_be_empty([tf.zeros([0])] + parts)
-        now, then = flat.flatten(parts, tf.float32), flat.flatten(before, tf.float32)
-        ids = flat.segment_ids(parts)
-        padded = flat.update_sums(now, then, ids, 3, pad=True)
-        bare = flat.update_sums(now, then, ids, 3, pad=False)
+        bare, padded = Segments(parts), Segments(parts + [tf.zeros([0])])
+        assert "SegmentSum" in {op.type for op in _ops_of(bare.sum(bare.flat))}
+        sums = [stats.update_sums(s, s.flat * 0.5) for s in (bare, padded)]
         with tf.Session() as sess:
-            a, b = sess.run([padded, bare])
-    assert a.tobytes() == b.tobytes()
+            a, b = sess.run(sums)
+    assert b.shape == (4, 2) and not b[3].any()
+    assert a.tobytes() == b[:3].tobytes()
+
+
+def _ops_of(tensor) -> set:
+    seen, todo = set(), [tensor.op]
+    while todo:
+        op = todo.pop()
+        if op not in seen:
+            seen.add(op)
+            todo.extend(t.op for t in op.inputs)
+    return seen

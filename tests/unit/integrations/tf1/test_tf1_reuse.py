@@ -8,16 +8,15 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1 import flat_stats as flat
 from tb_gradscope.integrations.tf1.reuse import applied_gradients, same_value
-from tb_gradscope.record.stats import RollUp
+from tb_gradscope.record.stats import RollUp, grad_table
 from tests.support.tf1_support import multihead_feed, multihead_seed
 
 
 def _own_table(gs: GraphRecorder, loss: tf.Tensor) -> tf.Tensor:
     """The table from the recorder's own `tf.gradients`, as it was built before reuse."""
     with gs.graph.as_default():
-        return flat.grad_table(tf.gradients(loss, gs.variables), RollUp.from_layout(gs.layout))
+        return grad_table(tf.gradients(loss, gs.variables), RollUp.from_layout(gs.layout))
 
 
 def _names(variables) -> frozenset:
