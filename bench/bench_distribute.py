@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bench.harness import parse_args, report, step_medians  # noqa: E402
-from tb_gradscope.record import Recorder, distribute  # noqa: E402
+from tb_gradscope.record import Recorder  # noqa: E402
+from tb_gradscope.record import _distribute as distribute
 
 GLOBAL_BATCH = 128
 DEFAULT_EVERY = 10  # Recorder's default every_n_steps

@@ -79,7 +79,7 @@ from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS  # noqa: E402
 # record before demos: importing tb_gradscope.demos.dqn first hits a circular
 # import (demos -> pairs -> record -> pairs.detect) in the library.
 from tb_gradscope.record import Recorder  # noqa: E402, I001
-from tb_gradscope.record.stats import GRAD_COLUMNS, UPDATE_COLUMNS  # noqa: E402
+from tb_gradscope.record._stats import GRAD_COLUMNS, UPDATE_COLUMNS  # noqa: E402
 
 N_GRAD_COLUMNS = len(GRAD_COLUMNS)
 DEFAULT_EVERY = 10  # Recorder's default every_n_steps

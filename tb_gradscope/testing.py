@@ -58,7 +58,7 @@ def trace_flow(
       variables: further variables to scope by their own names.
       losses: the loss names to analyse (default: all returned).
     """
-    from tb_gradscope import naming
+    from tb_gradscope import _naming as naming
     from tb_gradscope.analysis import analyze_function
 
     roots = naming.model_roots(models)

@@ -2,10 +2,11 @@
 
     from tb_gradscope.pairs import detect_pairs, pair_models
 
-`pairs` builds `Pair`s, `detect` finds undeclared ones, `naming` names paired
+The names above are the public API; the private modules behind them: `_pairs`
+builds `Pair`s, `_detect` finds undeclared ones, `_naming` names paired
 variables. Recording a pair's drift is the recorder's job
 (`tb_gradscope.record.DriftMonitor`); reading drift series is the read side's
-(`tb_gradscope.read.drift`, `read.anomalies`). Imports only `naming` and
+(`tb_gradscope.read.drift`, `read.anomalies`). Imports only `tb_gradscope._naming` and
 `scopes`, never `record`; importing it is cheap and pulls in tensorflow only
 when a training-side name is used. Imported by the recorder, the
 integrations, the demos and users' scripts.
@@ -14,11 +15,11 @@ integrations, the demos and users' scripts.
 from typing import Any
 
 _LAZY = {
-    "Pair": "tb_gradscope.pairs.pairs",
-    "detect_pairs": "tb_gradscope.pairs.detect",
-    "pair_ema": "tb_gradscope.pairs.pairs",
-    "pair_models": "tb_gradscope.pairs.pairs",
-    "pair_prefixes": "tb_gradscope.pairs.pairs",
+    "Pair": "tb_gradscope.pairs._pairs",
+    "detect_pairs": "tb_gradscope.pairs._detect",
+    "pair_ema": "tb_gradscope.pairs._pairs",
+    "pair_models": "tb_gradscope.pairs._pairs",
+    "pair_prefixes": "tb_gradscope.pairs._pairs",
 }
 
 __all__ = sorted(_LAZY)

@@ -2,7 +2,7 @@
 
 Plain Python and numpy (never tensorflow), for `read.anomalies`, the plugin and
 the CLI alike. The columns are the format's (`format.DRIFT_COLUMNS`); what each
-one means is documented in `tb_gradscope.record.drift`, which writes them.
+one means is documented in `tb_gradscope.record._drift`, which writes them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A run declares its pairs when it records drift (DRIFT attrs `target`,
 scopes named like a target and its online network once the role words are
 taken out (`target`/`online`, `target_net`/`eval_net`, `q_target`/`q`,
 `teacher`/`student`) with the same sub-scopes are paired too, by name alone,
-as `tb_gradscope.pairs.detect` pairs variables at record time (whose word lists
+as `tb_gradscope.pairs._detect` pairs variables at record time (whose word lists
 these are; that module imports tensorflow, this one must not).
 """
 

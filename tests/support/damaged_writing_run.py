@@ -42,7 +42,7 @@ def main(logdir: str, kind: str, steps: int, fault_at: int, heal_at: int) -> Non
     import tensorflow as tf
 
     from tb_gradscope.record import Recorder
-    from tb_gradscope.record.warn import GradscopeWarning
+    from tb_gradscope.record._warn import GradscopeWarning
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="l1")], name="net")

@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 from tensorboard import context
 
+from tb_gradscope import _naming as naming
 from tb_gradscope import format as fmt
-from tb_gradscope import naming
 from tests.support.providers import EXPERIMENT, python_provider
 
 BATCH, N, EPOCHS = 16, 64, 2

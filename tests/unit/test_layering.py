@@ -63,7 +63,7 @@ def test_read_side_does_not_import_tensorflow():
 
 
 def _top_level(module: str) -> str | None:
-    """`tb_gradscope.record.stats` -> `record`; None outside the package or for its root."""
+    """`tb_gradscope.record._stats` -> `record`; None outside the package or for its root."""
     parts = module.split(".")
     return parts[1] if parts[0] == "tb_gradscope" and len(parts) > 1 else None
 

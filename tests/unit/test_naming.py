@@ -6,10 +6,10 @@ import keras
 import pytest
 import tensorflow as tf
 
+from tb_gradscope import _naming as naming
 from tb_gradscope import format as fmt
-from tb_gradscope import naming
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.naming import build_variable_layout, full_name
+from tb_gradscope._naming import build_variable_layout, full_name
 from tb_gradscope.record import Recorder
 from tb_gradscope.scopes import ScopeSpec
 from tests.support.record_fixtures import batch, only, read_records, two_head_model, two_losses

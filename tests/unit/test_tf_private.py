@@ -24,7 +24,7 @@ import tensorflow as tf
 import tf_keras
 
 from tb_gradscope import _tf_private as private
-from tb_gradscope.integrations.tf1.session import RecordingSession
+from tb_gradscope.integrations.tf1._session import RecordingSession
 
 # ----- graphs, functions and gradients ---------------------------------------
 

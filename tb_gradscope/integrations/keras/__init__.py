@@ -7,9 +7,10 @@ refused with a clear error). `LegacyGradscopeCallback`: tf_keras
 (`TF_USE_LEGACY_KERAS=1`), imported only when asked for.
 
 This module's names are the package's public API; the modules beside it are
-its private parts: `hooks` (the callback's hooks), `step` (the instrumented
-train step), `capture` (compiled losses), `custom` (a custom train_step's
-losses), `records` (writing), `legacy` (tf_keras). Imported by users (and
+its private parts, underscored: `_hooks` (the callback's hooks), `_step` (the
+instrumented train step), `_capture` (compiled losses), `_custom` (a custom
+train_step's losses), `_functions` (the traced step functions), `_kernel_rng`
+(kernel-held random streams), `_records` (writing), `_legacy` (tf_keras). Imported by users (and
 the root's lazy `GradscopeCallback`) and `demos`; builds on `tb_gradscope.record`.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import keras
 
-from tb_gradscope.integrations.keras.hooks import GradscopeHooks
+from tb_gradscope.integrations.keras._hooks import GradscopeHooks
 
 
 class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
@@ -82,10 +83,10 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
 
     @staticmethod
     def check_environment() -> None:
-        check_backend(keras.backend.backend())
+        _check_backend(keras.backend.backend())
 
 
-def check_backend(backend: str) -> None:
+def _check_backend(backend: str) -> None:
     """Raises unless `backend` (keras.backend.backend()) is TensorFlow."""
     if backend != "tensorflow":
         raise ValueError(
@@ -97,10 +98,10 @@ def check_backend(backend: str) -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "LegacyGradscopeCallback":  # imports tf_keras: only when asked for
-        from tb_gradscope.integrations.keras.legacy import LegacyGradscopeCallback
+        from tb_gradscope.integrations.keras._legacy import LegacyGradscopeCallback
 
         return LegacyGradscopeCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["GradscopeCallback", "LegacyGradscopeCallback", "check_backend"]
+__all__ = ["GradscopeCallback", "LegacyGradscopeCallback"]

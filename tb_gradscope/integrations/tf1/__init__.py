@@ -6,17 +6,19 @@
     sess = gs.wrap(sess)            # or: hooks=[gs.hook()]
 
 This module's names are the package's public API; the modules beside it are
-its private parts: `recorder` (`GraphRecorder`), `args` (argument checks),
-`calls` (memos that keep each run call cheap), `graph` (graph surgery), `ops`
-(the ops added to the user's graph, from `record.stats`' kernel), `reuse` (the train op's own gradients, where
-provably the recorder's), `pairs`, `rules`, `session` (the wrapped session),
-`static` (the analysis), `steps`, `writer` (the event file). Imported by users (and
+its private parts, underscored: `_recorder` (`GraphRecorder`), `_args`
+(argument checks), `_calls` (memos that keep each run call cheap), `_graph`
+(graph surgery), `_ops` (the ops added to the user's graph, from
+`record._stats`' kernel), `_ref_reads` (reference variables read before a
+call), `_reuse` (the train op's own gradients, where provably the
+recorder's), `_pairs`, `_rules`, `_session` (the wrapped session), `_static`
+(the analysis), `_steps`, `_writer` (the event file). Imported by users (and
 the root's lazy `GraphRecorder`) and `demos`; builds on `tb_gradscope.record`'s
 kernels and `analysis`. See docs/TF1.md.
 """
 
-from tb_gradscope.integrations.tf1.pairs import pair_scopes
-from tb_gradscope.integrations.tf1.recorder import GraphRecorder
-from tb_gradscope.record.losses import StartPoint
+from tb_gradscope.integrations.tf1._pairs import pair_scopes
+from tb_gradscope.integrations.tf1._recorder import GraphRecorder
+from tb_gradscope.record._losses import StartPoint
 
 __all__ = ["GraphRecorder", "StartPoint", "pair_scopes"]

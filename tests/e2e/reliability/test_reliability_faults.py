@@ -23,7 +23,7 @@ from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.record import Recorder
-from tb_gradscope.record.warn import GradscopeWarning
+from tb_gradscope.record._warn import GradscopeWarning
 from tb_gradscope.scopes import ScopeSpec
 
 pytestmark = pytest.mark.slow  # each case trains a model
@@ -172,7 +172,7 @@ def test_recorder_scope_mapping_that_raises_warns_once_and_steps_aside(tmp_path)
 def test_recorder_logdir_turned_into_a_file_does_not_stop_training(tmp_path):
     """The event file cannot be reopened at all (its directory is now a file)."""
     FAULTS.append("recorder: logdir replaced by a file")
-    from tb_gradscope.record import writing
+    from tb_gradscope.record import _writing as writing
 
     logdir = str(tmp_path / "run")
     model = _net()

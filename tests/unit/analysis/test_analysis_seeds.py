@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tb_gradscope.analysis import analyze_graph
-from tb_gradscope.analysis.flatten import flatten
+from tb_gradscope.analysis._flatten import flatten
 from tests.support.analysis_models import (
     actor_critic,
     marker_line,

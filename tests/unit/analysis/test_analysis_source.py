@@ -7,7 +7,7 @@ import os
 import tensorflow as tf
 
 import tb_gradscope
-from tb_gradscope.analysis.source import is_library_frame, relative_path, user_source
+from tb_gradscope.analysis._source import is_library_frame, relative_path, user_source
 
 PACKAGE = os.path.dirname(os.path.abspath(tb_gradscope.__file__))
 

@@ -17,8 +17,8 @@ from tb_gradscope.format import DRIFT_COLUMNS
 from tb_gradscope.pairs import Pair, pair_prefixes
 from tb_gradscope.read import anomalies
 from tb_gradscope.record import DriftMonitor
-from tb_gradscope.record.warn import GradscopeWarning
-from tb_gradscope.record.writing import NoWriterError, SummarySink
+from tb_gradscope.record._warn import GradscopeWarning
+from tb_gradscope.record._writing import NoWriterError, SummarySink
 from tests.support import pairs_support as ps
 
 

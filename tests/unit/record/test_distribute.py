@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
-from tb_gradscope.record import distribute, loss_scale
+from tb_gradscope.record import _distribute as distribute
+from tb_gradscope.record import _loss_scale as loss_scale
 from tests.support.distribute_runs import OVERFLOW_STEP, STEPS
 from tests.support.record_fixtures import read_records
 

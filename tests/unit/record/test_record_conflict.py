@@ -161,8 +161,9 @@ def test_conflict_recording_never_changes_training(tmp_path):
 def test_one_gram_gives_every_pair_on_big_small_and_missing_gradients():
     # Five losses over a big variable (its own matmul), small ones (one grouped
     # product) and None gradients: every pair's cosines equal numpy's.
-    from tb_gradscope.record import conflict, stats
-    from tb_gradscope.record.reductions import BIG
+    from tb_gradscope.record import _conflict as conflict
+    from tb_gradscope.record import _stats as stats
+    from tb_gradscope.record._reductions import BIG
 
     names = ["m/big/w", "m/small/a", "m/small/b", "m/other/c"]
     shapes = [(BIG + 3,), (4, 3), (5,), (2, 2)]

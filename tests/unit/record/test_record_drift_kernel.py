@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope.record import drift
-from tb_gradscope.record.drift_monitor import _always_due
+from tb_gradscope.record import _drift as drift
+from tb_gradscope.record._drift_monitor import _always_due
 
 SHAPES = [(0,), (1,), (31,), (32,), (33,), (4, 25), (3, 4, 5)]
 

@@ -19,8 +19,9 @@ from tb_gradscope import format as fmt
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.record import Recorder, stats
-from tb_gradscope.record.reductions import BIG
+from tb_gradscope.record import Recorder
+from tb_gradscope.record import _stats as stats
+from tb_gradscope.record._reductions import BIG
 from tb_gradscope.scopes import build_layout
 from tests.support import keras_support
 from tests.support.record_fixtures import batch, only, read_records, two_head_model, two_losses

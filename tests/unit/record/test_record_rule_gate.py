@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from tb_gradscope import rules
 from tb_gradscope.pairs import pair_models
-from tb_gradscope.record import GradscopeWarning, Recorder, rule_gate
+from tb_gradscope.record import GradscopeWarning, Recorder
+from tb_gradscope.record import _rule_gate as rule_gate
 from tb_gradscope.rules import RuleChecker
 
 SCOPES = ["agent", "agent/trunk", "agent/trunk/dense", "agent/head", "target", "target/l1"]
@@ -153,7 +154,7 @@ def test_the_recorded_variant_hands_its_check_to_the_host_with_no_callback_in_th
 
 
 def test_a_failing_write_of_the_hosts_check_stops_checking_not_training(tmp_path, monkeypatch):
-    from tb_gradscope.record import checks
+    from tb_gradscope.record import _checks as checks
 
     def broken(self, events, step, name):
         if events:

@@ -18,7 +18,11 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.record import Recorder, conflict, drift, reductions, stats
+from tb_gradscope.record import Recorder
+from tb_gradscope.record import _conflict as conflict
+from tb_gradscope.record import _drift as drift
+from tb_gradscope.record import _reductions as reductions
+from tb_gradscope.record import _stats as stats
 
 
 def _variables(n: int) -> list[tf.Variable]:

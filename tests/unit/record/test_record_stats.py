@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.record import stats
+from tb_gradscope.record import _stats as stats
 from tests.support.record_fixtures import assert_table_close, np_grad_table, np_update_table
 
 NAMES = ["online/l1/kernel", "online/l1/bias", "online/l2/kernel", "target/l1/kernel", "bias"]
@@ -151,7 +151,7 @@ def test_any_gradient_values_match_numpy(values):
 def test_big_and_small_tensors_reduce_alike():
     # Big tensors (>= reductions.BIG elements) are reduced one by one, small ones
     # as one flat vector: both paths, with and without NaN/Inf, and an empty one.
-    from tb_gradscope.record.reductions import BIG
+    from tb_gradscope.record._reductions import BIG
 
     names = ["big/a", "big/b", "small/c", "small/d", "small/empty"]
     layout, rollup = _layout(names)

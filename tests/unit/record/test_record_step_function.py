@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from tb_gradscope import rules
 from tb_gradscope.pairs import pair_models
-from tb_gradscope.record import GradscopeWarning, Recorder, writing
+from tb_gradscope.record import GradscopeWarning, Recorder
+from tb_gradscope.record import _writing as writing
 from tests.support.record_fixtures import read_records
 
 COPY_EVERY = 6

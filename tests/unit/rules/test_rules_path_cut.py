@@ -170,7 +170,7 @@ def test_at_a_step_gradient_into_the_encoder_keeps_the_rule():
 
 
 def test_merged_flowgraphs_keep_path_cuts_only_when_both_have_them():
-    from tb_gradscope.record.flow import merge
+    from tb_gradscope.record._flow import merge
 
     other = dataclasses.replace(_simsiam(True), cells={"aux": {}}, losses=[fmt.LossInfo("aux")])
     assert merge(_simsiam(True), other).path_cuts

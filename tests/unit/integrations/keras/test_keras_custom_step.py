@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import build_parser
-from tb_gradscope.integrations.keras import GradscopeCallback, custom
+from tb_gradscope.integrations.keras import GradscopeCallback
+from tb_gradscope.integrations.keras import _custom as custom
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.read.summary import run_summary
 

@@ -1,6 +1,6 @@
 """GradscopeCallback picks the train function on the host: the model's own
 compiled step at unrecorded batches, the instrumented one only for calls that
-hold a recorded batch (tb_gradscope/integrations/keras/functions.py)."""
+hold a recorded batch (tb_gradscope/integrations/keras/_functions.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import keras
 import pytest
 
 from tb_gradscope.integrations.keras import GradscopeCallback
-from tb_gradscope.record import writing
+from tb_gradscope.record import _writing as writing
 from tests.support.keras_support import STEPS, fit, two_output_model
 from tests.support.tf1_support import read_records
 

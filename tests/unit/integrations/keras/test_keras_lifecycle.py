@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import pytest
 
-from tb_gradscope.integrations.keras import GradscopeCallback, check_backend
+from tb_gradscope.integrations.keras import GradscopeCallback, _check_backend
 from tests.support.keras_support import STEPS, fit, two_output_model
 from tests.support.tf1_support import read_records
 
@@ -13,8 +13,8 @@ from tests.support.tf1_support import read_records
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_other_keras_backends_get_an_error_naming_the_supported_one(backend):
     with pytest.raises(ValueError, match=f"'{backend}' backend; set KERAS_BACKEND=tensorflow"):
-        check_backend(backend)
-    check_backend(keras.backend.backend())  # this session's: TensorFlow, accepted
+        _check_backend(backend)
+    _check_backend(keras.backend.backend())  # this session's: TensorFlow, accepted
 
 
 @pytest.mark.parametrize("every", [0, -1, 2.5, True])

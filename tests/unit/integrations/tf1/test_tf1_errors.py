@@ -10,7 +10,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
-from tb_gradscope.record.warn import GradscopeWarning
+from tb_gradscope.record._warn import GradscopeWarning
 from tests.support.tf1_support import multihead_feed, multihead_seed
 
 

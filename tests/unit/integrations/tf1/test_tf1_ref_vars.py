@@ -19,7 +19,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope import _tf_private as private
-from tb_gradscope.integrations.tf1.ref_reads import aliased_variable
+from tb_gradscope.integrations.tf1._ref_reads import aliased_variable
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 

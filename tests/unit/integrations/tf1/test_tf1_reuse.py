@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1.reuse import applied_gradients, same_value
-from tb_gradscope.record.stats import RollUp, grad_table
+from tb_gradscope.integrations.tf1._reuse import applied_gradients, same_value
+from tb_gradscope.record._stats import RollUp, grad_table
 from tests.support.tf1_support import multihead_feed, multihead_seed
 
 

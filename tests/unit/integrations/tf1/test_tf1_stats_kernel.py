@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from tb_gradscope.record import stats
-from tb_gradscope.record.reductions import BIG, Segments
+from tb_gradscope.record import _stats as stats
+from tb_gradscope.record._reductions import BIG, Segments
 from tb_gradscope.scopes import build_layout
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tb_gradscope.integrations.tf1.steps import Close, Pause, StepClock
+from tb_gradscope.integrations.tf1._steps import Close, Pause, StepClock
 
 
 def ALWAYS(loss):

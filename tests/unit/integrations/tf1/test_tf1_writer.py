@@ -14,7 +14,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter as TensorBoard
 
 from tb_gradscope.format import Kind, make_info
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1.writer import RecordWriter
+from tb_gradscope.integrations.tf1._writer import RecordWriter
 from tests.support.tf1_support import multihead_feed, multihead_seed, read_records
 
 

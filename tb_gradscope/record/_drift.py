@@ -1,0 +1,255 @@
+"""The in-graph drift kernel: a pair's variables -> one DRIFT table per target scope.
+
+With t, o the target and online values now, and tp, op their values one step
+earlier (snapshots), per scope:
+
+- drift = ||t - o|| / ||o||; distance = ||t - o||; online_norm = ||o||;
+- target_step = ||t - tp||; gap = ||o - tp||; tau = <t - tp, o - tp> / gap^2,
+  exact for an EMA taken after the optimizer step (t = tp + tau (o - tp)) and 1
+  for a hard copy;
+- online_step = ||o - op||; gap_reverse = ||t - op||; tau_reverse =
+  <o - op, t - op> / gap_reverse^2: the same with roles swapped, > 0 when the
+  online network is pulled toward the target (a copy in the wrong direction);
+- optimizer_vars: how many of the scope's target variables an optimizer writes;
+- target_moved: ||t - tr||, tr the target at the pair's previous DRIFT record
+  (NaN at the first, and from writers that keep no such copy): the movement
+  between two records, whatever step of the period the target update ran at
+  (TD3's delayed targets on odd steps), which judges a sync expected between
+  two records.
+
+Without snapshots of the previous step, the step columns are NaN. Work is one
+pass of products over the pairs' values laid out in rows (`RowLayout`), row
+sums and one segment sum to [n_vars, 8] float64, rolled up to every scope by
+one gather and one segment sum (`RollUp`), no host round trip. Pairs recorded
+together share one kernel (`DriftMonitor`), so the op count barely grows with
+the number of variables or pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.format.metadata import DRIFT_COLUMNS
+from tb_gradscope.pairs._pairs import Pair
+from tb_gradscope.record._reductions import concat
+from tb_gradscope.record._stats import RollUp
+
+# Columns of the per-variable sums (_F2: since the previous record, when kept).
+_DIST2, _ON2, _A2, _AB, _B2, _C2, _CE, _E2, _F2 = range(9)
+
+
+def pair_layout(pair: Pair) -> scopes_lib.ScopeLayout:
+    """The target scope tree; each state variable is a scope of its own.
+
+    `target/bn/moving_mean` gets its own row (under `target/bn`), so the drift of
+    BatchNorm statistics is seen apart from the trainable weights beside it.
+    """
+    state = set(pair.state_names)
+
+    def leaf(name: str) -> str:
+        return name if name in state else scopes_lib.leaf_scope(name)
+
+    return scopes_lib.build_layout(pair.target_names, scopes_lib.ScopeSpec(mapping=leaf))
+
+
+def online_scopes(pair: Pair, layout: scopes_lib.ScopeLayout) -> list[str]:
+    """For each target scope, the online scope its variables come from ("" if mixed)."""
+    state = set(pair.state_names)
+    leaves = [
+        on if tn in state else scopes_lib.leaf_scope(on)
+        for tn, on in zip(pair.target_names, pair.online_names)
+    ]
+    out = []
+    for members in layout.members:
+        parts = [leaves[i].split(scopes_lib.SEPARATOR) for i in members]
+        common = []
+        for segs in zip(*parts):
+            if len(set(segs)) != 1:
+                break
+            common.append(segs[0])
+        out.append(scopes_lib.SEPARATOR.join(common))
+    return out
+
+
+def state_scopes(pair: Pair) -> list[str]:
+    """Target scopes holding non-trainable state only (one per state variable)."""
+    return list(pair.state_names)
+
+
+def flat_dtype(variables: Sequence[Any]) -> tf.DType:
+    """The dtype a side is flattened to: its own if uniform, else float64."""
+    dtypes = {tf.as_dtype(v.dtype) for v in variables}
+    return dtypes.pop() if len(dtypes) == 1 else tf.float64
+
+
+def flatten(variables: Sequence[Any]) -> tf.Tensor:
+    """All values of a side as one flat vector (a concat, not one op chain per variable)."""
+    dtype = flat_dtype(variables)
+    return concat([tf.reshape(tf.cast(tf.convert_to_tensor(v), dtype), [-1]) for v in variables])
+
+
+@dataclasses.dataclass(frozen=True)
+class RowLayout:
+    """Variables laid out in rows of CHUNK values: each variable starts a row,
+    and the rest of its last row is zeros.
+
+    Per-variable sums are then a row sum (a vectorised reduction) and a segment
+    sum over a few rows, instead of a segment sum over every value (TF's
+    segment kernels cost ~2 ns a value, ~4x a vectorised sum). Zeros add
+    nothing to the drift sums (every difference of two zeros is 0).
+    """
+
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, variables: Sequence[Any]) -> RowLayout:
+        return cls(tuple(int(np.prod(v.shape)) for v in variables))
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Rows per variable (at least one, so no variable's segment is empty)."""
+        return np.maximum(1, -(-np.asarray(self.sizes, np.int64) // CHUNK))
+
+    @property
+    def length(self) -> int:
+        return int(self.rows.sum()) * CHUNK
+
+    def row_ids(self) -> np.ndarray:
+        """The variable each row belongs to (sorted)."""
+        return np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.rows)
+
+    def padded(self, values: Sequence[tf.Tensor], dtype: tf.DType) -> list[tf.Tensor]:
+        """The parts of one padded side: each value flat, then its zeros."""
+        parts = []
+        minus_one = tf.constant([-1])  # one shape for every reshape (an op, not one each)
+        for value, size, rows in zip(values, self.sizes, self.rows):
+            value = tf.cast(value, dtype)
+            parts.append(value if value.shape.rank == 1 else tf.reshape(value, minus_one))
+            if rows * CHUNK > size:
+                parts.append(tf.zeros([int(rows * CHUNK - size)], dtype))
+        return parts
+
+    def pad(self, flat: tf.Tensor) -> tf.Tensor:
+        """A flat side as `flatten` gives it -> the padded side: one gather from
+        `flat` and a trailing zero (not a split with one output per variable)."""
+        starts = np.cumsum([0, *self.sizes[:-1]], dtype=np.int64)
+        row_starts = np.cumsum(self.rows * CHUNK) - self.rows * CHUNK
+        source = np.full(self.length, sum(self.sizes), np.int64)  # the zero after `flat`
+        for start, row_start, size in zip(starts, row_starts, self.sizes):
+            source[row_start : row_start + size] = np.arange(start, start + size)
+        return tf.gather(tf.concat([flat, tf.zeros([1], flat.dtype)], 0), source)
+
+
+# Values per row of a RowLayout.
+CHUNK = 32
+
+
+def sides_now(
+    targets: Sequence[Any], onlines: Sequence[Any], layout: RowLayout, dtype: tf.DType
+) -> tf.Tensor:
+    """Targets then onlines, padded, as one flat vector of `dtype` (a concat)."""
+    values = [tf.convert_to_tensor(v) for v in (*targets, *onlines)]
+    n = len(targets)
+    return concat(layout.padded(values[:n], dtype) + layout.padded(values[n:], dtype))
+
+
+def variable_sums(
+    now: tf.Tensor, previous: tf.Tensor, layout: RowLayout, recorded: tf.Tensor | None = None
+) -> tf.Tensor:
+    """Per variable: the sums the DRIFT columns are made of, float64 [n_vars, 8]
+    ([n_vars, 9] with `recorded`, the target padded at the previous record).
+
+    `now` and `previous` are [target; online] padded by `layout` (`sides_now`).
+    Computed in float64 (a float16 target may follow a float32 online network),
+    so tau's residual is not lost to cancellation. A fixed number of ops
+    whatever the number of variables or pairs.
+    """
+    rows = int(layout.rows.sum())
+    sides = [now, previous] + ([tf.cast(recorded, now.dtype)] if recorded is not None else [])
+    parts = 4 if recorded is None else 5  # [t; o] now, [t; o] before, t at the previous record
+    x = tf.reshape(tf.cast(tf.concat(sides, 0), tf.float64), [parts, rows, CHUNK])
+    t, o, tp, op = tf.unstack(x[:4])
+    d, a, b, c, e = t - o, t - tp, o - tp, o - op, t - op
+    products = (d * d, o * o, a * a, a * b, b * b, c * c, c * e, e * e)
+    if recorded is not None:
+        f = t - x[4]
+        products += (f * f,)
+    per_row = tf.stack([tf.reduce_sum(p, axis=1) for p in products], axis=1)
+    return tf.math.segment_sum(per_row, tf.constant(layout.row_ids()))
+
+
+# The table's columns computed together: square roots of sums, ratios, a constant.
+_ROOTS = {
+    "distance": _DIST2,
+    "online_norm": _ON2,
+    "target_step": _A2,
+    "online_step": _C2,
+    "gap": _B2,
+    "gap_reverse": _E2,
+}
+_RATIOS = ("drift", "tau", "tau_reverse")  # distance / online_norm, AB / B2, CE / E2
+_NEED_PREVIOUS = {"target_step", "tau", "online_step", "gap", "tau_reverse", "gap_reverse"}
+_COMPUTED = (*_ROOTS, *_RATIOS, "optimizer_vars", "target_moved")
+
+
+def drift_table(
+    sums: tf.Tensor,
+    have_previous: tf.Tensor,
+    optimizer_vars: np.ndarray,
+    have_recorded: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """Scope sums [n_scopes, 8] -> the DRIFT table [n_scopes, len(DRIFT_COLUMNS)] (float32).
+
+    With a 9th column of sums (since the previous record) and `have_recorded`
+    (whether there was one), `target_moved` is filled; otherwise it is NaN.
+    Column-wise ops on blocks of columns (a dozen ops, not a dozen per column).
+    """
+    nan = tf.constant(np.nan, tf.float64)
+    if have_recorded is not None:
+        moved = tf.where(have_recorded, tf.sqrt(sums[:, _F2 : _F2 + 1]), nan)
+    else:
+        moved = tf.fill([tf.shape(sums)[0], 1], nan)
+    roots = tf.sqrt(tf.gather(sums, list(_ROOTS.values()), axis=1))
+    distance, online_norm = roots[:, :1], roots[:, 1:2]
+    nums = tf.concat([distance, tf.gather(sums, [_AB, _CE], axis=1)], axis=1)
+    dens = tf.concat([online_norm, tf.gather(sums, [_B2, _E2], axis=1)], axis=1)
+    ratios = tf.where(dens > 0, nums / tf.where(dens > 0, dens, 1.0), nan)
+    counts = tf.constant(np.asarray(optimizer_vars, np.float64)[:, None])
+    computed = tf.concat([roots, ratios, counts, moved], axis=1)
+    always = np.asarray([c not in _NEED_PREVIOUS for c in _COMPUTED])
+    computed = tf.where(tf.logical_or(have_previous, always), computed, nan)
+    order = [_COMPUTED.index(c) for c in DRIFT_COLUMNS]
+    return tf.cast(tf.gather(computed, order, axis=1), tf.float32)
+
+
+def optimizer_var_counts(layout: scopes_lib.ScopeLayout, written: Sequence[bool]) -> np.ndarray:
+    """Per scope, how many of its target variables an optimizer writes."""
+    flags = np.asarray(written, dtype=np.float64)
+    return np.asarray([flags[list(m)].sum() for m in layout.members], dtype=np.float64)
+
+
+def pair_table(
+    pair: Pair,
+    rollup: RollUp,
+    prev_target: tf.Tensor,
+    prev_online: tf.Tensor,
+    have_previous: tf.Tensor,
+    optimizer_vars: np.ndarray,
+) -> tf.Tensor:
+    """The DRIFT table of `pair` now, against flat snapshots taken one step
+    earlier (as `flatten` gives them)."""
+    layout = RowLayout.of(pair.target)
+    dtype = tf.float64 if prev_target.dtype != prev_online.dtype else prev_target.dtype
+    now = sides_now(pair.target, pair.online, layout, dtype)
+    previous = tf.concat(
+        [layout.pad(tf.cast(prev_target, dtype)), layout.pad(tf.cast(prev_online, dtype))], 0
+    )
+    return drift_table(
+        rollup.sum(variable_sums(now, previous, layout)), have_previous, optimizer_vars
+    )

@@ -1,0 +1,394 @@
+"""DriftMonitor: records each pair's DRIFT table at recorded steps.
+
+Call `record()` once per training step, after the user's target update, eagerly
+or inside `tf.function`. A step s is recorded when s % every_n_steps == 0. A
+pair's declared `every=` / `tau=` say what to expect, not when to record: a
+copy every C steps is seen as one (tau 1, drift 0) at the records that fall on
+copy steps, and judged between records from how far the target moved.
+
+Transient state, for all pairs together: one snapshot of their target and
+online variables (2x the pairs' size, allocated once), written only at the
+step before a recorded step, plus the step it was taken at (a
+`Recorder.function` call reads the values at its own start instead: `Before`).
+So every recorded step s is compared with s - 1, which makes tau exact for an
+EMA and shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A
+second copy, of the targets alone (1x their size), is kept at each record, so a
+record also says how far the target moved since the previous one
+(`target_moved`): a sync between two records is judged from that, whichever
+step of the period it ran at. The tables of all pairs come from one kernel
+(`drift.variable_sums` over all of them) and one write, split per pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tb_gradscope.format.metadata import (
+    DRIFT_COLUMNS,
+    Kind,
+    create_summary_metadata,
+    make_info,
+    tag_for,
+)
+from tb_gradscope.pairs import _naming as naming
+from tb_gradscope.pairs._pairs import Pair
+from tb_gradscope.record import _distribute as distribute
+from tb_gradscope.record import _drift as drift_lib
+from tb_gradscope.record._emit import recorded_only
+from tb_gradscope.record._stats import RollUp
+from tb_gradscope.record._warn import warn_once
+from tb_gradscope.record._writing import NoWriterError, SummarySink
+
+_no_autograph = tf.autograph.experimental.do_not_convert
+_NEVER = -(2**62)
+# (period, residues): the steps, mod period, at which a recording call runs.
+Steps = tuple[int, frozenset[int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Before:
+    """[target; online] of every pair read at the start of a traced call
+    (`DriftMonitor.read_sides`), which a record later in the call compares with
+    instead of a snapshot taken by an earlier call; `one_step`: whether the
+    call advances the step once, so that they are of the step before the
+    record's (else tau reads NaN, as without a snapshot: so at the run's first
+    step, as on every other path)."""
+
+    sides: tf.Tensor
+    one_step: bool | tf.Tensor
+
+
+@dataclasses.dataclass
+class _PairState:
+    """What the monitor keeps per pair."""
+
+    pair: Pair
+    layout: Any
+    tag: str
+
+
+@dataclasses.dataclass
+class _Group:
+    """All pairs, laid out one after another, and their snapshot (never checkpointed)."""
+
+    states: list[_PairState]
+    rows: drift_lib.RowLayout  # every target variable, pair after pair
+    rollup: RollUp  # the pairs' scopes one after another
+    dtype: tf.DType
+    previous: tf.Variable  # [target; online] one step earlier, padded by `rows`
+    snap_step: tf.Variable
+    recorded: tf.Variable  # the targets at the previous DRIFT record, padded by `rows`
+    recorded_step: tf.Variable
+
+    @property
+    def targets(self) -> list[Any]:
+        return [v for s in self.states for v in s.pair.target]
+
+    @property
+    def onlines(self) -> list[Any]:
+        return [v for s in self.states for v in s.pair.online]
+
+
+class DriftMonitor(tf.Module):
+    """Records drift, effective tau and update mode of target/online pairs.
+
+    Example::
+
+        pairs = detect_pairs(models=[target, online])   # or pair_models(...)
+        monitor = DriftMonitor(pairs, logdir="logs/run", every_n_steps=10)
+        for step in range(steps):
+            train_step()                  # optimizer updates online
+            soft_update(target, online)   # the user's EMA or copy
+            monitor.record()
+
+    `tf.train.Checkpoint(monitor=monitor)` saves the step counter (and nothing
+    else: snapshots are transient), so a resumed run continues its steps.
+
+    Args:
+      pairs: the `Pair`s to watch.
+      logdir: a directory for the monitor's own event file; None writes to the
+        default `tf.summary` writer. To share a run directory with a Recorder,
+        use None (one default writer) or `sink`: TensorBoard's Python loader
+        reads a directory's event files one after another and misses records
+        of two files written side by side.
+      every_n_steps: record steps that are multiples of it.
+      step: an int64 tf.Variable holding the current step (e.g. a Recorder's
+        `step`); None keeps an own counter that `record()` advances.
+      optimizers: optimizers (Keras 3) whose written variables are checked for
+        target variables when a record is traced.
+      written_by_optimizer: variables known to be written by an optimizer.
+      name: used in messages.
+      sink: a `tb_gradscope.record._writing.SummarySink` to write through
+        instead (the Recorder passes its own); excludes `logdir`.
+    """
+
+    def __init__(
+        self,
+        pairs: Sequence[Pair],
+        logdir: str | None = None,
+        every_n_steps: int = 10,
+        step: tf.Variable | None = None,
+        optimizers: Sequence[Any] = (),
+        written_by_optimizer: Iterable[Any] = (),
+        name: str = "drift",
+        sink: SummarySink | None = None,
+    ):
+        if (
+            isinstance(every_n_steps, bool)
+            or not isinstance(every_n_steps, int)
+            or every_n_steps < 1
+        ):
+            raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
+        pairs = list(pairs)
+        if not pairs or not all(isinstance(p, Pair) for p in pairs):
+            raise ValueError(
+                "DriftMonitor needs a non-empty list of Pair (from pair_prefixes, "
+                "pair_models, pair_ema or detect_pairs)"
+            )
+        if sink is not None and logdir is not None:
+            raise ValueError("pass DriftMonitor either logdir or sink, not both")
+        names = [p.name for p in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                f"pair names must be unique, got {names}; pass name=... to tell them apart"
+            )
+        super().__init__(name=name)
+        self.every_n_steps = every_n_steps
+        self._optimizers = list(optimizers)
+        self._written = {naming.variable_key(v) for v in written_by_optimizer}
+        self._own_step = step is None
+        self._disabled = False
+        self._metadata: dict[str, bytes] = {}
+        with tf.init_scope():
+            self.step = (
+                step if step is not None else tf.Variable(0, dtype=tf.int64, name="drift_step")
+            )
+            self._sink = sink if sink is not None else SummarySink(logdir, name)
+            self._states = [self._make_state(p) for p in pairs]
+            self._group = self._make_group(self._states)
+        # A call that is never inlined: an unrecorded step then skips one op
+        # instead of pushing "not taken" through every op of the record.
+        self._work_fn = tf.function(
+            self._work, autograph=False, experimental_attributes={"_noinline": True}
+        )
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return [s.pair for s in self._states]
+
+    def note_optimizer_variables(self, variables: Iterable[Any]) -> None:
+        """Declares variables an optimizer writes (the recorder calls this)."""
+        self._written |= {naming.variable_key(v) for v in variables}
+
+    def read_sides(self) -> tf.Tensor:
+        """[target; online] of every pair now, for `Before` (a read at the start
+        of a traced call that records nothing is pruned from its graph)."""
+        g = self._group
+        return drift_lib.sides_now(g.targets, g.onlines, g.rows, g.dtype)
+
+    @_no_autograph
+    def record(
+        self, step: Any = None, seen: Steps | None = None, before: Before | None = None
+    ) -> None:
+        """Records every pair due at `step` (default: the monitor's step).
+
+        With an own counter and no `step`, advances the counter afterwards.
+        `seen`: (period, residues) when the host runs this code only at steps
+        whose residue mod period is one of `residues` (for a
+        `Recorder.function` variant picked by step): pairs due at every such
+        step are recorded without an in-graph gate, and not built where due at
+        none. `before`: the values at the start of the call this record
+        is traced in, compared with instead of a snapshot, so that no earlier
+        call has to take one.
+        """
+        if not self._disabled:
+            try:
+                # Read now (a cast of an int64 variable is the variable, read where used).
+                current = tf.cast(
+                    tf.convert_to_tensor(self.step if step is None else step), tf.int64
+                )
+                if seen is not None or before is not None:
+                    self._work(current, seen, before)
+                else:
+                    recorded_only(
+                        self._any_due(current),
+                        lambda: self._work_fn(current),
+                        lambda: tf.constant(False),
+                    )
+            except NoWriterError:
+                raise
+            except Exception as e:  # monitoring must never break the training loop
+                self._step_aside(e)
+        if self._own_step and step is None:
+            self.step.assign_add(1)
+
+    def due_at(self, step: int) -> bool:
+        """Whether the pairs are recorded at `step` (a host-side int)."""
+        return step >= 0 and step % self.every_n_steps == 0
+
+    def _step_aside(self, error: Exception) -> None:
+        """Stops recording for good after an internal error, said once."""
+        self._disabled = True
+        warn_once(
+            (id(self), "internal"),
+            f"DriftMonitor '{self.name}' stopped recording after an error "
+            f"({type(error).__name__}: {error}); training continues unaffected",
+        )
+
+    def flush(self) -> None:
+        self._sink.flush()
+
+    def close(self) -> None:
+        self._sink.close()
+
+    def _make_state(self, pair: Pair) -> _PairState:
+        return _PairState(
+            pair=pair, layout=drift_lib.pair_layout(pair), tag=tag_for(Kind.DRIFT, pair.name)
+        )
+
+    @staticmethod
+    def _make_group(states: Sequence[_PairState]) -> _Group:
+        """All pairs as one group: one snapshot, one kernel, one write."""
+        variables = [v for s in states for v in (*s.pair.target, *s.pair.online)]
+        rows = drift_lib.RowLayout.of([v for s in states for v in s.pair.target])
+        dtype = drift_lib.flat_dtype(variables)
+        return _Group(
+            states=list(states),
+            rows=rows,
+            rollup=RollUp.concatenate([RollUp.from_layout(s.layout) for s in states]),
+            dtype=dtype,
+            previous=distribute.local_variable(
+                lambda: tf.zeros([2 * rows.length], dtype), trainable=False
+            ),
+            snap_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+            recorded=distribute.local_variable(
+                lambda: tf.zeros([rows.length], dtype), trainable=False
+            ),
+            recorded_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
+        )
+
+    def _due(self, step: tf.Tensor) -> Callable[[], tf.Tensor]:
+        def due() -> tf.Tensor:
+            out = tf.equal(tf.math.floormod(step, self.every_n_steps), 0)
+            return tf.logical_and(out, step >= 0)
+
+        return due
+
+    def _any_due(self, step: tf.Tensor) -> tf.Tensor:
+        """One predicate for the whole call, so unrecorded steps cost one cond."""
+        return tf.logical_or(self._due(step)(), self._due(step + 1)())
+
+    def _work(
+        self, step: tf.Tensor, seen: Steps | None = None, before: Before | None = None
+    ) -> tf.Tensor:
+        """All pairs are recorded together: one branch, one kernel and one
+        write for their tables, one branch for their snapshot (no branch when
+        `seen` says the step is always or never due; no snapshot with
+        `before`)."""
+        group = self._group
+        previous = None if before is None else (before.sides, before.one_step)
+
+        def write() -> tf.Tensor:
+            tables = self._tables(group, step, previous)
+            records = [
+                (s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)
+            ]
+            return self._sink.write_due(records, step)
+
+        done = self._when(self._due(step), write, seen, 0)
+        if before is None:
+            with tf.control_dependencies([done]):
+                self._when(self._due(step + 1), lambda: self._snapshot(group, step), seen, 1)
+        return tf.constant(True)
+
+    def _when(
+        self,
+        due: Callable[[], tf.Tensor],
+        work: Callable[[], tf.Tensor],
+        seen: Steps | None,
+        ahead: int,
+    ) -> tf.Tensor:
+        """`work()` when the pairs are due `ahead` steps after the step seen:
+        gated in the graph, or decided here when `seen` tells it for every step."""
+        always = None if seen is None else _always_due(self.every_n_steps, seen, ahead)
+        if always is None:
+            return recorded_only(due(), work, lambda: tf.constant(False))
+        return work() if always else tf.constant(False)
+
+    def _tables(
+        self, group: _Group, step: tf.Tensor, previous: tuple[tf.Tensor, tf.Tensor] | None = None
+    ) -> list[tf.Tensor]:
+        """The DRIFT table of each pair of `group` at `step`, compared with
+        `previous` ([target; online] and whether they are of `step - 1`), by
+        default the group's snapshot (of `step - 1` or none)."""
+        written = self._written_set()
+        counts = np.concatenate(
+            [
+                drift_lib.optimizer_var_counts(
+                    s.layout, [naming.variable_key(v) in written for v in s.pair.target]
+                )
+                for s in group.states
+            ]
+        )
+        if previous is None:
+            previous = (group.previous.read_value(), tf.equal(group.snap_step, step - 1))
+        before, have_previous = previous
+        now = drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
+        recorded = group.recorded.read_value()
+        sums = group.rollup.sum(drift_lib.variable_sums(now, before, group.rows, recorded))
+        have_recorded = tf.logical_and(group.recorded_step > _NEVER, group.recorded_step < step)
+        table = drift_lib.drift_table(sums, have_previous, counts, have_recorded)
+        with tf.control_dependencies([table]):  # the next record's movement is measured from here
+            group.recorded.assign(now[: group.rows.length])
+            group.recorded_step.assign(step)
+        if len(group.states) == 1:
+            return [table]
+        return tf.split(table, [len(s.layout.scopes) for s in group.states])
+
+    def _snapshot(self, group: _Group, step: tf.Tensor) -> tf.Tensor:
+        group.previous.assign(
+            drift_lib.sides_now(group.targets, group.onlines, group.rows, group.dtype)
+        )
+        group.snap_step.assign(step)
+        return tf.constant(True)
+
+    def _written_set(self) -> set[int]:
+        return self._written | naming.optimizer_variable_keys(self._optimizers)
+
+    def _metadata_for(self, state: _PairState) -> bytes:
+        if state.tag not in self._metadata:
+            pair = state.pair
+            attrs = pair.declared()
+            attrs["state_scopes"] = drift_lib.state_scopes(pair)
+            attrs["online_scopes"] = drift_lib.online_scopes(pair, state.layout)
+            info = make_info(Kind.DRIFT, pair.name, state.layout.scopes, attrs)
+            info = dataclasses.replace(info, columns=DRIFT_COLUMNS)
+            self._metadata[state.tag] = create_summary_metadata(info).SerializeToString()
+        return self._metadata[state.tag]
+
+
+# Beyond this many steps in one period of the schedules, `seen` is not used.
+_MAX_PERIOD = 100_000
+
+
+def _always_due(every: int, seen: Steps, ahead: int) -> bool | None:
+    """Whether the pairs are due `ahead` steps after every step x whose residue
+    mod period is in residues, for `seen` = (period, residues): True (at all
+    of them), False (at none) or None (at some; or the period is too long to
+    tell)."""
+    modulus, residues = seen
+    period = math.lcm(modulus, every)
+    if period // modulus > _MAX_PERIOD or not residues:
+        return None
+    found = {
+        (x + ahead) % every == 0
+        for residue in residues
+        for x in range(residue % modulus, period, modulus)
+    }
+    return found.pop() if len(found) == 1 else None

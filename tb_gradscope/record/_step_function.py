@@ -1,0 +1,406 @@
+"""`Recorder.function`: a training step traced as separate variants, picked on the host by step.
+
+A step traced once (plain `tf.function`) decides in the graph, at every step,
+whether to record: a read of the step counter, a floormod and a branch op per
+recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step).
+`Recorder.function(fn)` traces `fn` up to three times instead:
+
+- `recorded`: the one-trace graph, traced knowing that gradient stats are due
+  (no in-graph gate on them), run at recorded steps;
+- `plain`: every recorder call passes through (`rec.gradients` is
+  `tape.gradient` of the losses' sum, `rec.apply` is `apply_gradients` and the
+  step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
+  run at steps where nothing is due;
+- `drift`: `plain` whose `record_drift()` records, run where only a pair's
+  drift is due (after `apply`, `record_drift` sees the next step).
+
+Drift compares a step with the one before: `drift` and `recorded` read the
+pairs' variables at the start of the call (`Trace.before`), so no call before
+a drift step has to copy them (a read that nothing uses is pruned).
+
+Since the host picks them by step, a variant's trace knows at which steps it
+runs: `record_drift` there gates a group of pairs in the graph only when the
+group is due at some of those steps and not at others (`Variants.drift_steps`).
+
+The host knows the step without reading the counter: it keeps a Python int
+(`RecorderState.host_step`), advanced after each call by the number of counter
+advances the variant's trace saw, and picks the variant from a table of one
+period of the schedules. A variant that records returns, beside what `fn`
+returns, the step it began at, which the host checks against its count after
+the call (reading the counter before a call costs more than a small step's
+recording: an eager op right after a function call, ~0.2 ms of CPU). It also
+returns how many records its one write queued, which the host counts towards
+the next flush, and the rules' gate test and tables, which the host checks
+(`Variants.defer`): no flush gate and no host callback inside the step. It reads
+the counter before a call at the first call, which traces `recorded` whatever
+it runs (that trace analyzes the step and checks the rules before any step
+runs), and whenever the count may be wrong:
+
+- the recorder moved the step eagerly (`apply`, `advance` or a block outside
+  the wrapper): `RecorderState.advanced` forgets the count;
+- a trace saw an advance the host cannot count: under a `tf.cond` or a
+  `tf.while_loop`, inside a nested `tf.function`, under tf.distribute, or a
+  variant traced twice with different counts; or any traced function that is
+  not a wrapper's variant advances the step (its calls are not the host's to
+  see): the wrapper then reads the counter at every call;
+- the call raised: the step may or may not have moved.
+
+What the host cannot see is a change made behind the recorder's back between
+calls: an assign to `rec.step` or a checkpoint restore. Such a change is found
+after the next call the count says records something (at most `every_n_steps`
+calls later); the calls until then ran as picked for the old count (that one
+too: it may record at a step off the schedule, under the step's true number),
+and the wrapper warns once if that left a due step unrecorded or recorded one
+off schedule.
+
+The variant a recorder call belongs to is the graph being traced: its own, or a
+`tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
+traced once for all variants (TF caches it by signature), so recorder calls in
+it always record as the one-trace path does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import math
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import tensorflow as tf
+
+from tb_gradscope import _tf_private as private
+from tb_gradscope.record._warn import warn_once
+
+if TYPE_CHECKING:
+    from tb_gradscope.record._drift_monitor import Steps
+
+PLAIN, DRIFT, RECORDED = "plain", "drift", "recorded"
+
+
+@dataclasses.dataclass
+class Trace:
+    """What one trace of a variant saw: how many counter advances, and whether
+    the host can count them (every one in the variant's own graph, none under
+    control flow, in a nested function or under tf.distribute)."""
+
+    advances: int = 0
+    countable: bool = True
+    offset_known: int | None = None  # `Variants.drift_offset()` when the trace began
+    host: list = dataclasses.field(
+        default_factory=list
+    )  # (callback, tensors) to run after each call (`defer`)
+    started: tf.Tensor | None = None  # the step the call began at
+    before: tf.Tensor | None = (
+        None  # the pairs' sides read at the start of the call (`DriftMonitor.read_sides`)
+    )
+
+
+class Variants:
+    """Which graphs are being traced as which variant (per recorder)."""
+
+    def __init__(self) -> None:
+        self._modes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._trace: Trace | None = None  # the variant being traced
+        self._offsets: set[int] = (
+            set()
+        )  # advances traced before `record_drift`, over every variant's trace
+        self.foreign = False  # a traced function that is not a variant advances the step
+
+    @contextlib.contextmanager
+    def tracing(
+        self, mode: str, started: tf.Tensor | None = None, before: tf.Tensor | None = None
+    ) -> Iterator[Trace]:
+        """Marks the graph being traced (the variant's FuncGraph) as `mode`;
+        yields what the trace sees of the step's advances. `started`, `before`:
+        the step and the pairs' values read at the start of the call."""
+        graph = tf.compat.v1.get_default_graph()
+        self._modes[graph] = mode
+        self._trace = trace = Trace(
+            offset_known=self.drift_offset(), started=started, before=before
+        )
+        try:
+            yield trace
+        finally:
+            self._modes.pop(graph, None)
+            self._trace = None
+
+    def note_advance(self) -> None:
+        """The step's counter advance is being traced (by `apply`, `advance` or
+        a `training_step()` block's exit)."""
+        trace = self._trace
+        if trace is None:
+            self.foreign = True
+            return
+        trace.advances += 1
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._modes or tf.distribute.has_strategy():
+            trace.countable = False  # a branch, a nested function: not one advance per call
+
+    def note_drift(self) -> int | None:
+        """`record_drift` is being traced: it sees the counter after this many
+        advances (returned; None outside a variant)."""
+        if self._trace is not None:
+            self._offsets.add(self._trace.advances)
+            return self._trace.advances
+        return None
+
+    def defer(self, callback: Callable[..., None], tensors: Sequence[tf.Tensor]) -> bool:
+        """Hands `callback(*values of tensors)` to the host, to run after each
+        call of the recorded variant being traced: only from the variant's own
+        graph (not a branch, a nested function or under tf.distribute), whose
+        outputs they can be. False where it cannot."""
+        trace = self._trace
+        graph = tf.compat.v1.get_default_graph()
+        if trace is None or self._modes.get(graph) != RECORDED or tf.distribute.has_strategy():
+            return False
+        trace.host.append((callback, list(tensors)))
+        return True
+
+    def drift_steps(self, state: Any, mode: str) -> Steps | None:
+        """The steps `record_drift`, being traced in a `mode` variant, sees at
+        the calls that run it, as (period, residues): the host picks the variant
+        by step, so they are known when traced. None when they are not: the
+        advances before it cannot be counted, under tf.distribute, or (for
+        DRIFT, which the host picks by the offset) when the host picked it
+        before this offset was known."""
+        trace = self._trace
+        if trace is None or not trace.countable or tf.distribute.has_strategy():
+            return None
+        offset = trace.advances
+        if mode == RECORDED:
+            return state.every, frozenset({offset % state.every})
+        if mode != DRIFT or trace.offset_known != offset:
+            return None
+        table = schedule(state)
+        if not table:
+            return None
+        return len(table), frozenset(
+            (x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT
+        )
+
+    def before(self) -> tuple[tf.Tensor, tf.Tensor, int] | None:
+        """(the step and the pairs' values at the start of the call, the
+        advances traced since) for a `record_drift` traced in a variant that
+        records (or a control-flow branch of it); None elsewhere."""
+        trace = self._trace
+        if trace is None or trace.before is None or self._traced_as() in (None, PLAIN):
+            return None
+        return trace.started, trace.before, trace.advances
+
+    def drift_offset(self) -> int | None:
+        """By how much the step `record_drift` sees exceeds the step a call
+        starts at (1 after `apply`, 0 inside a `training_step()` block), when
+        every traced variant agrees; None before any was traced."""
+        return next(iter(self._offsets)) if len(self._offsets) == 1 else None
+
+    def mode(self) -> str | None:
+        """PLAIN or DRIFT inside such a variant's graph (or a
+        control-flow branch of it); None everywhere else, where the recorder
+        records."""
+        mode = self._traced_as()
+        return None if mode == RECORDED else mode
+
+    def recorded(self) -> bool:
+        """Whether the graph being traced is a `recorded` variant (or a
+        control-flow branch of it), which the host runs only at recorded steps:
+        its recording needs no in-graph gate. Not under tf.distribute, whose
+        replicas keep the one-trace gating."""
+        return self._traced_as() == RECORDED and not tf.distribute.has_strategy()
+
+    def _traced_as(self) -> str | None:
+        if not self._modes or tf.executing_eagerly():
+            return None
+        graph = tf.compat.v1.get_default_graph()
+        while graph is not None:
+            mode = self._modes.get(graph)
+            if mode is not None:
+                return mode
+            if not private.is_control_flow_graph(graph):
+                return None
+            graph = getattr(graph, "outer_graph", None)
+        return None
+
+
+# Longest period of the schedules the host tabulates (beyond it, `variant_due` per call).
+_MAX_SCHEDULE = 10_000
+
+
+def schedule_period(state: Any) -> int:
+    """The period of `variant_due` over steps >= 0: of the gradient schedule
+    and of the pairs' drift schedule."""
+    monitor = state.monitor
+    if monitor is None:
+        return state.every
+    return math.lcm(state.every, monitor.every_n_steps)
+
+
+def schedule(state: Any) -> list[str]:
+    """The variant of each step of one period of the schedules (`variant_due`
+    at 0, 1, ...); empty when the period is longer than _MAX_SCHEDULE."""
+    period = schedule_period(state)
+    return [variant_due(state, x) for x in range(period)] if period <= _MAX_SCHEDULE else []
+
+
+def variant_due(state: Any, step: int) -> str:
+    """The variant a step starting at `step` runs (see `Recorder.due_at`)."""
+    monitor = state.monitor
+    if step % state.every == 0:
+        return RECORDED
+    if monitor is None:
+        return PLAIN
+    seen = state.variants.drift_offset()
+    if seen is not None:  # record_drift sees `step + seen` (learned when the step was traced)
+        return DRIFT if monitor.due_at(step + seen) else PLAIN
+    return DRIFT if monitor.due_at(step) or monitor.due_at(step + 1) else PLAIN
+
+
+class StepFunction:
+    """A training step whose unrecorded steps run the user's plain graph.
+
+    Made by `Recorder.function(fn, **tf_function_kwargs)`; call it as `fn`.
+    """
+
+    def __init__(self, recorder: Any, fn: Callable[..., Any], tf_function_kwargs: dict):
+        self._recorder = recorder
+        self._fn = fn
+        self._variants = {
+            mode: tf.function(self._traced(mode), **tf_function_kwargs)
+            for mode in (PLAIN, DRIFT, RECORDED)
+        }
+        self._advances: dict[
+            str, int
+        ] = {}  # counter advances per call of each variant, learned when traced
+        self._countable = True  # whether every trace's advances can be counted on the host
+        self._traced_first = False
+        self._unread = 0  # calls run on the host's count since it was last checked
+        self._schedule: tuple[int | None, list[str]] | None = (
+            None  # (drift offset, variant per step mod period)
+        )
+        self._host_calls: list[
+            list[Callable[..., None]]
+        ] = []  # per trace of a variant: its `Variants.defer` callbacks
+        functools.update_wrapper(self, fn)
+
+    def _traced(self, mode: str) -> Callable[..., Any]:
+        recorder, fn = self._recorder, self._fn
+
+        def variant(*args: Any, **kwargs: Any) -> Any:
+            state = recorder._s  # noqa: SLF001
+            if mode == PLAIN:
+                with state.variants.tracing(mode) as trace:
+                    out = fn(*args, **kwargs)
+                self._learn(mode, trace)
+                return out
+            # A variant that records writes its records with one write at its
+            # end, and tells the host the step it began at and what to count.
+            started = tf.cast(recorder.step.read_value(), tf.int64)
+            before = None if state.monitor is None else state.monitor.read_sides()
+            with (
+                state.variants.tracing(mode, started, before) as trace,
+                state.emitter.sink.batched() as batch,
+            ):
+                out = fn(*args, **kwargs)
+            self._learn(mode, trace)
+            records, first, last = batch.tick or (0, started, started)
+            traced = len(self._host_calls)
+            self._host_calls.append([callback for callback, _ in trace.host])
+            told = tf.stack(
+                [
+                    started,
+                    first,
+                    last,
+                    tf.constant(records, tf.int64),
+                    tf.constant(traced, tf.int64),
+                ]
+            )
+            return out, told, [tensors for _, tensors in trace.host]
+
+        # fn's signature, so the graph's inputs keep the user's argument names
+        # (the FlowGraph shows them); no __wrapped__, through which TF would
+        # count the variants' traces as retraces of one function.
+        functools.update_wrapper(variant, fn)
+        variant.__signature__ = inspect.signature(fn)
+        variant.__name__ = f"{getattr(fn, '__name__', 'step')}_{mode}"
+        # TF counts retraces per code object: one of its own per variant.
+        private.count_traces_apart(variant)
+        return variant
+
+    def _learn(self, mode: str, trace: Trace) -> None:
+        """Keeps what a trace of `mode` saw of the step's advances."""
+        known = self._advances.setdefault(mode, trace.advances)
+        if not trace.countable or known != trace.advances:
+            self._countable = False
+
+    def _due(self, step: int) -> str:
+        """`Recorder.due_at(step)`, looked up in a table of one period of the
+        schedules (made again when the drift offset is learned)."""
+        state = self._recorder._s  # noqa: SLF001
+        offset = state.variants.drift_offset()
+        if self._schedule is None or self._schedule[0] != offset:
+            self._schedule = (offset, schedule(state))
+        table = self._schedule[1]
+        return table[step % len(table)] if table and step >= 0 else variant_due(state, step)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        recorder = self._recorder
+        state = recorder._s  # noqa: SLF001
+        if not self._traced_first:
+            # The first call traces the recorded variant, which analyzes the
+            # step and checks the rules, even when it does not run it.
+            self._variants[RECORDED].get_concrete_function(*args, **kwargs)
+            self._traced_first = True
+        step = state.host_step
+        counting = self._countable and not state.variants.foreign
+        if step is None or not counting:  # the count is unknown: read the counter
+            step, self._unread = int(recorder.step.numpy()), 0
+        mode = PLAIN if state.disabled else self._due(step)
+        state.host_step = None  # unknown until the call returns
+        out = self._variants[mode](*args, **kwargs)
+        handed: list = []
+        if (
+            mode != PLAIN
+        ):  # a variant that records returns the step it began at, what to count and check
+            out, told, values = out
+            started, first, last, records, traced = told.numpy().tolist()
+            handed = list(zip(self._host_calls[traced], values))
+            state.emitter.sink.count(records, first, last)
+            if started != step:
+                self._moved_outside(step, started, mode)
+                step = started
+            self._unread = 0
+        if counting and self._countable:  # (a trace in this call may have said otherwise)
+            state.host_step = step + self._advances[mode]
+            self._unread += 1
+        for callback, tensors in handed:  # last: a rule check may raise
+            callback(*tensors)
+        return out
+
+    def _moved_outside(self, counted: int, read: int, ran_as: str) -> None:
+        """The step counter changed behind the recorder's back: this call ran
+        `ran_as`, picked for the host's count, at step `read`, and the calls
+        since the count was last checked ran as picked for the old count; say
+        so if that left a due step unrecorded or recorded one off schedule."""
+        earlier = range(read - min(self._unread, self._recorder._s.every), read)  # noqa: SLF001
+        missed = any(self._due(s) != PLAIN for s in earlier)
+        off = self._due(read) != ran_as
+        if not (missed or off):
+            return
+        said = []
+        if missed:
+            said.append(
+                f"{len(earlier)} call(s) before it ran as picked for the old count, so a due step ran unrecorded"
+            )
+        if off:
+            said.append(
+                f"the call that found it ran what step {counted} runs ({ran_as}) at step {read}"
+            )
+        warn_once(
+            (id(self._recorder), "step_moved"),
+            f"Recorder '{self._recorder.name}': its step changed outside the wrapped step "
+            f"(counted {counted}, read {read}: a checkpoint restore or an assign between calls); "
+            f"{' and '.join(said)}. Later steps are recorded as usual",
+        )
