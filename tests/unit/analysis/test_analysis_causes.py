@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tb_gradscope.analysis import AnalysisError, analyze_function, analyze_graph
-from tb_gradscope.analysis import _fingerprint as fingerprint
+from tb_gradscope.analysis import AnalysisError, analyze_function, analyze_graph, fingerprint
 from tb_gradscope.format.flowgraph import FlowGraph
 
 W = tf.Variable(np.ones((3, 3), "float32"), name="net/kernel")
