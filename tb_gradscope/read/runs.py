@@ -2,15 +2,15 @@
 
 `decode_run` turns what `read.reader.Reader` read of one run (its listing, its
 table series, its blob documents) into a `RunLogs`: gradient and update tables
-per step, drift and conflict series per name, FlowGraphs, events, the rules
-the run was trained with, and the table series by record name for the tab's
-array views. Everything else is an indexed accessor or a cached property of
-it: the FlowGraph in force at a step (`flowgraph_in_force`, the one rule),
-the rows the diagnosis reads, a cell's flow state, the derived anomalies, the
-findings (`read.findings`) and the violations (`read.violations`).
-`read.logdir.load_logdir` (the command line) and the plugin's cache both
-build it, so `tb-gradscope` and the tab conclude from the same object. Never
-imports tensorflow.
+per step (each step decoded on first read), drift and conflict series per
+name, FlowGraphs, events, the rules the run was trained with, and the table
+series by record name for the tab's array views. Everything else is an
+indexed accessor or a cached property of it: the FlowGraph in force at a step
+(`flowgraph_in_force`, the one rule), the rows the diagnosis reads, a cell's
+flow state, the derived anomalies, the findings (`read.findings`) and the
+violations (`read.violations`). `read.logdir.load_logdir` (the command line)
+and the plugin's cache both build it, so `tb-gradscope` and the tab conclude
+from the same object. Never imports tensorflow.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tb_gradscope import format as fmt
@@ -74,6 +74,47 @@ class PairSeries:
     online_moves: Mapping[int, float] = dataclasses.field(default_factory=dict)
 
 
+class StepTables(Mapping):
+    """step -> the tables a run's series hold at that step, each step decoded
+    on first read: the tab's run and matrix routes read the steps of a long
+    run without decoding them, a diagnosis the steps it examines. Series are
+    taken by tag, so a step written under two scope layouts keeps the later
+    tag's table. With `by_name`, a step maps to {record name: table} (the
+    gradient tables of every loss), else to its one table (the update table).
+    """
+
+    def __init__(self, series: Sequence[TableSeries], by_name: bool):
+        self._series = sorted(series, key=lambda s: s.record.tag)
+        self._by_name = by_name
+        self._steps = list(dict.fromkeys(step for s in self._series for step in s.steps.tolist()))
+        self._kept = set(self._steps)
+        self._decoded: dict[int, Any] = {}
+
+    def __getitem__(self, step: int) -> Any:
+        found = self._decoded.get(step)
+        if found is None:
+            if step not in self._kept:
+                raise KeyError(step)
+            tables = {}
+            for series in self._series:
+                i = series.index_of(step)
+                if i is not None:
+                    info = series.record.info
+                    tables[info.name] = fmt.decode_table(info, series.values[i])
+            found = tables if self._by_name else list(tables.values())[-1]
+            self._decoded[step] = found
+        return found
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._kept
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
 @dataclasses.dataclass(eq=False)
 class RunLogs:
     """One run's decoded gradscope records (every kept step), and what is read off them.
@@ -83,8 +124,8 @@ class RunLogs:
 
     Attributes:
       run: the run name.
-      grads: step -> loss -> GRAD_STATS table.
-      updates: step -> UPDATE_STATS table.
+      grads: step -> loss -> GRAD_STATS table (`StepTables` from `decode_run`).
+      updates: step -> UPDATE_STATS table (likewise).
       drift, conflict: name -> [(step, table)], by step.
       flowgraphs: (step written, FlowGraph), by step.
       recorded_rules: the rules the run was trained with.
@@ -100,8 +141,8 @@ class RunLogs:
     """
 
     run: str
-    grads: dict[int, dict[str, fmt.Table]] = dataclasses.field(default_factory=dict)
-    updates: dict[int, fmt.Table] = dataclasses.field(default_factory=dict)
+    grads: Mapping[int, dict[str, fmt.Table]] = dataclasses.field(default_factory=dict)
+    updates: Mapping[int, fmt.Table] = dataclasses.field(default_factory=dict)
     drift: dict[str, list[tuple[int, fmt.Table]]] = dataclasses.field(default_factory=dict)
     conflict: dict[str, list[tuple[int, fmt.Table]]] = dataclasses.field(default_factory=dict)
     flowgraphs: list[tuple[int, fmt.FlowGraph]] = dataclasses.field(default_factory=list)
@@ -447,8 +488,18 @@ def decode_run(
     logs = RunLogs(listing.run, listing_warnings=list(listing.warnings))
     logs.grad_records = len(listing.of_kind(fmt.Kind.GRAD_STATS))
     logs.recorded_rules = _recorded_rules(listing)
-    for tag in sorted(tables):
-        _add_table_series(logs, tables[tag])
+    of_kind = {
+        kind: [s for s in tables.values() if s.record.info.kind == kind] for kind in fmt.Kind
+    }
+    logs.grads = StepTables(of_kind[fmt.Kind.GRAD_STATS], by_name=True)
+    logs.updates = StepTables(of_kind[fmt.Kind.UPDATE_STATS], by_name=False)
+    for kind, named in ((fmt.Kind.DRIFT, logs.drift), (fmt.Kind.CONFLICT, logs.conflict)):
+        for series in sorted(of_kind[kind], key=lambda s: s.record.tag):
+            info = series.record.info
+            named.setdefault(info.name, []).extend(
+                (step, fmt.decode_table(info, values))
+                for step, values in zip(series.steps.tolist(), series.values)
+            )
     for record in sorted(listing.records.values(), key=lambda r: (len(r.tag), r.tag)):
         series = tables.get(record.tag)
         if series is not None:
@@ -470,20 +521,6 @@ def decode_run(
         for name in named:
             named[name].sort(key=lambda item: item[0])
     return logs
-
-
-def _add_table_series(logs: RunLogs, series: TableSeries) -> None:
-    info = series.record.info
-    for step, values in zip(series.steps.tolist(), series.values):
-        table = fmt.decode_table(info, values)
-        if info.kind == fmt.Kind.GRAD_STATS:
-            logs.grads.setdefault(step, {})[info.name] = table
-        elif info.kind == fmt.Kind.UPDATE_STATS:
-            logs.updates[step] = table
-        elif info.kind == fmt.Kind.DRIFT:
-            logs.drift.setdefault(info.name, []).append((step, table))
-        elif info.kind == fmt.Kind.CONFLICT:
-            logs.conflict.setdefault(info.name, []).append((step, table))
 
 
 def _recorded_rules(listing: RunListing) -> list[str]:
