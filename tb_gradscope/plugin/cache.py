@@ -1,7 +1,8 @@
 """Per-run cache of decoded gradscope series.
 
 The data provider has no "read step S": it returns whole series. The cache
-keeps each run's decoded tables and blobs and asks the provider for the run's
+keeps each run's decoded tables and blobs, and the `read.runs.RunLogs` the
+routes read them through (decoded once per change), and asks the provider for the run's
 listing (at most once per `refresh_seconds`); a record whose listing changed
 (newer max step or wall time, a new tag, a new metadata content) is read again,
 the others are reused. So "the matrix at step S" costs at most one listing, not
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 import time
-from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope.read.reader import BlobStep, Reader, Record, RunListing, TableSeries
+from tb_gradscope.read.runs import RunLogs, decode_run
 
 # Runs whose decoded data stay in memory (least recently used dropped first).
 DEFAULT_MAX_RUNS = 16
@@ -37,30 +39,22 @@ DEFAULT_REFRESH_SECONDS = 1.0
 
 @dataclasses.dataclass
 class RunData:
-    """One run's decoded records as of one data-provider listing.
-
-    `derived` holds views computed from this data (by the plugin); it is
-    rebuilt with the RunData whenever any record changed.
+    """One run's records as of one data-provider listing: what a refresh
+    compares and reuses (the listing, the series and documents read, the
+    read warnings), and the run decoded from them (`logs`). A listing that
+    says anything new makes a new RunData, so `logs` is never stale.
     """
 
     listing: RunListing
     tables: dict[str, TableSeries]
     blobs: dict[str, list[BlobStep]]
     read_warnings: dict[str, list[str]]
-    derived: dict[str, Any] = dataclasses.field(default_factory=dict)
     checked_at: float = 0.0
 
-    @property
-    def run(self) -> str:
-        return self.listing.run
-
-    @property
-    def warnings(self) -> list[str]:
-        """Records skipped at listing time, then steps skipped at read time."""
-        out = list(self.listing.warnings)
-        for tag in sorted(self.read_warnings):
-            out.extend(self.read_warnings[tag])
-        return out
+    @functools.cached_property
+    def logs(self) -> RunLogs:
+        """The run decoded as `tb-gradscope` decodes it (`read.runs.decode_run`)."""
+        return decode_run(self.listing, self.tables, self.blobs, self.read_warnings)
 
 
 class RunCache:
@@ -130,13 +124,13 @@ class RunCache:
                 self._drop(key)
                 return None
             if old is not None and old.listing.records == listing.records:
-                if old.listing.warnings != listing.warnings:
-                    old.listing.warnings = listing.warnings
-                    old.derived.clear()
-                old.checked_at = now
-                self._touch(key)
-                return old
-            data = self._refresh(ctx, experiment_id, listing, old)
+                if old.listing.warnings == listing.warnings:
+                    old.checked_at = now
+                    self._touch(key)
+                    return old
+                data = dataclasses.replace(old, listing=listing)
+            else:
+                data = self._refresh(ctx, experiment_id, listing, old)
             data.checked_at = now
             with self._lock:
                 self._entries[key] = data

@@ -21,13 +21,11 @@ from werkzeug import wrappers
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin import export, timeseries, views
-from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache, RunData
+from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache
 from tb_gradscope.plugin.encoding import dumps, jsonable
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
-from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.reader import DEFAULT_SAMPLES, Reader
-from tb_gradscope.read.runs import RunLogs, decode_run, run_records
-from tb_gradscope.read.violations import check_run
+from tb_gradscope.read.runs import RunLogs
 
 _ROUTE_PREFIX = f"/data/plugin/{fmt.PLUGIN_NAME}/"
 _MAX_INT = 2**63 - 1
@@ -107,10 +105,10 @@ class GradscopePlugin(base_plugin.TBPlugin):
         }
 
     def run_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
-        return views.run_info(self._view(ctx, experiment, run))
+        return views.run_info(self._logs(ctx, experiment, run))
 
     def matrix_impl(self, ctx, experiment: str, run: str, step: int | None) -> dict[str, Any]:
-        return views.matrix(self._view(ctx, experiment, run), step)
+        return views.matrix(self._logs(ctx, experiment, run), step)
 
     def series_impl(
         self,
@@ -123,36 +121,30 @@ class GradscopePlugin(base_plugin.TBPlugin):
         stat: str,
         points: int,
     ) -> dict[str, Any]:
-        return timeseries.series(self._view(ctx, experiment, run), kind, name, scope, stat, points)
+        return timeseries.series(self._logs(ctx, experiment, run), kind, name, scope, stat, points)
 
     def flowgraph_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
-        return views.flowgraph(self._view(ctx, experiment, run))
+        return views.flowgraph(self._logs(ctx, experiment, run))
 
     def drift_impl(self, ctx, experiment: str, run: str, points: int) -> dict[str, Any]:
-        return timeseries.drift(self._view(ctx, experiment, run), points)
+        return timeseries.drift(self._logs(ctx, experiment, run), points)
 
     def events_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
-        return views.events(self._view(ctx, experiment, run))
+        return views.events(self._logs(ctx, experiment, run))
 
     def conflict_impl(self, ctx, experiment: str, run: str, points: int) -> dict[str, Any]:
-        return timeseries.conflict(self._view(ctx, experiment, run), points)
+        return timeseries.conflict(self._logs(ctx, experiment, run), points)
 
     def findings_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
         """What `tb-gradscope doctor` finds in the run (the tab's Findings panel)."""
-        data = self._data(ctx, experiment, run)
-        found = data.derived.get("findings")
-        if found is None:
-            found = data.derived["findings"] = diagnose(run_records(_decoded(data)))
+        found = self._logs(ctx, experiment, run).findings
         return {"run": run, "findings": [jsonable(f.to_json()) for f in found]}
 
     def violations_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
         """What `tb-gradscope check` reports for the run with no rules file
         (the tab's Violations panel): recorded violations and its recorded
         rules evaluated over its kept steps."""
-        data = self._data(ctx, experiment, run)
-        checked = data.derived.get("violations")
-        if checked is None:
-            checked = data.derived["violations"] = check_run(_decoded(data))
+        checked = self._logs(ctx, experiment, run).checked
         return {
             "run": run,
             "rules": [str(r) for r in checked.rules],
@@ -160,16 +152,14 @@ class GradscopePlugin(base_plugin.TBPlugin):
             "warnings": list(checked.warnings),
         }
 
-    def _view(self, ctx, experiment: str, run: str) -> views.RunView:
-        return views.get_view(self._data(ctx, experiment, run))
-
-    def _data(self, ctx, experiment: str, run: str) -> RunData:
+    def _logs(self, ctx, experiment: str, run: str) -> RunLogs:
+        """The run as the cache decoded it, which `tb-gradscope` decodes the same way."""
         data = self._cache.get(ctx, experiment, run)
         if data is None:
             raise errors.NotFoundError(
                 f"run {run!r} has no gradscope data; the runs route lists those that do"
             )
-        return data
+        return data.logs
 
     # --- routes ---------------------------------------------------------
 
@@ -272,17 +262,6 @@ def _version(listing) -> str:
     parts = sorted((tag, repr(r.version), repr(r.info)) for tag, r in listing.records.items())
     text = repr((parts, listing.warnings))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _decoded(data: RunData) -> RunLogs:
-    """The run decoded as `tb-gradscope` decodes it (once per RunData), so
-    the findings and violations routes conclude what doctor and check do."""
-    logs = data.derived.get("logs")
-    if logs is None:
-        logs = data.derived["logs"] = decode_run(
-            data.listing, data.tables, data.blobs, data.read_warnings
-        )
-    return logs
 
 
 def _context(request: wrappers.Request) -> tuple[Any, str]:

@@ -16,8 +16,9 @@ from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.plugin.encoding import jsonable, nums
-from tb_gradscope.plugin.views import RunView, conflict_losses
+from tb_gradscope.plugin.views import conflict_losses
 from tb_gradscope.read.reader import TableSeries
+from tb_gradscope.read.runs import RunLogs
 
 DEFAULT_POINTS = 1000
 MAX_POINTS = 100_000
@@ -33,10 +34,10 @@ def pick(n: int, points: int) -> np.ndarray:
 
 
 def series(
-    view: RunView, kind: str, name: str, scope: str, stat: str, points: int = DEFAULT_POINTS
+    run: RunLogs, kind: str, name: str, scope: str, stat: str, points: int = DEFAULT_POINTS
 ) -> dict[str, Any]:
     """[[step, wall_time, value]] of one cell's stat, downsampled."""
-    group = _group(view, kind, name)
+    group = _group(run, kind, name)
     columns = {c for s in group for c in s.record.info.columns}
     if stat not in columns:
         raise errors.InvalidArgumentError(
@@ -45,7 +46,7 @@ def series(
     parts = [s for s in group if scope in s.record.info.scopes and stat in s.record.info.columns]
     if not parts:
         raise errors.NotFoundError(
-            f"run {view.run!r} has no {kind} {name!r} series for scope {scope!r}"
+            f"run {run.run!r} has no {kind} {name!r} series for scope {scope!r}"
         )
     steps, walls, values = [], [], []
     for s in parts:
@@ -62,7 +63,7 @@ def series(
         step_arr[keep].tolist(), wall_arr[keep].tolist(), _values(kind, stat, value_arr[keep])
     )
     return {
-        "run": view.run,
+        "run": run.run,
         "kind": kind,
         "name": name,
         "scope": scope,
@@ -71,11 +72,11 @@ def series(
     }
 
 
-def drift(view: RunView, points: int = DEFAULT_POINTS) -> dict[str, Any]:
+def drift(run: RunLogs, points: int = DEFAULT_POINTS) -> dict[str, Any]:
     """Every drift pair: its scopes, steps and each column per scope."""
     pairs = []
-    for name in view.names(fmt.Kind.DRIFT):
-        group = view.groups[(fmt.Kind.DRIFT, name)]
+    for name in run.names(fmt.Kind.DRIFT):
+        group = run.series[(fmt.Kind.DRIFT, name)]
         table = _dense(group, points)
         pairs.append(
             {
@@ -86,36 +87,36 @@ def drift(view: RunView, points: int = DEFAULT_POINTS) -> dict[str, Any]:
                 "values": table["values"],
             }
         )
-    return {"run": view.run, "pairs": pairs}
+    return {"run": run.run, "pairs": pairs}
 
 
-def conflict(view: RunView, points: int = DEFAULT_POINTS) -> dict[str, Any]:
+def conflict(run: RunLogs, points: int = DEFAULT_POINTS) -> dict[str, Any]:
     """Every pair of losses: cosine of their gradients per shared scope."""
     pairs = []
-    for name in view.names(fmt.Kind.CONFLICT):
-        table = _dense(view.groups[(fmt.Kind.CONFLICT, name)], points)
+    for name in run.names(fmt.Kind.CONFLICT):
+        table = _dense(run.series[(fmt.Kind.CONFLICT, name)], points)
         pairs.append(
             {
                 "name": name,
-                "losses": conflict_losses(view, name),
+                "losses": conflict_losses(run, name),
                 "scopes": table["scopes"],
                 "steps": table["steps"],
                 "cosine": table["values"].get("cosine", {}),
             }
         )
-    return {"run": view.run, "pairs": pairs}
+    return {"run": run.run, "pairs": pairs}
 
 
-def _group(view: RunView, kind: str, name: str) -> list[TableSeries]:
+def _group(run: RunLogs, kind: str, name: str) -> list[TableSeries]:
     if kind not in TABLE_KINDS:
         raise errors.InvalidArgumentError(
             f"kind {kind!r} is not a table kind; use one of {list(TABLE_KINDS)}"
         )
-    group = view.groups.get((fmt.Kind(kind), name))
+    group = run.series.get((fmt.Kind(kind), name))
     if not group:
-        known = view.names(fmt.Kind(kind))
+        known = run.names(fmt.Kind(kind))
         raise errors.NotFoundError(
-            f"run {view.run!r} has no {kind} series named {name!r} (it has {known})"
+            f"run {run.run!r} has no {kind} series named {name!r} (it has {known})"
         )
     return group
 

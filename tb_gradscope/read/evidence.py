@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tb_gradscope import format as fmt
+from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format import flowgraph as fg
 
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
@@ -132,6 +133,34 @@ def blocked_edge_dict(edge: fmt.BlockedEdge) -> dict[str, Any]:
         "function": edge.source.function if edge.source else None,
         "open_path": list(edge.open_path),
     }
+
+
+def blocked_text(edge: fmt.BlockedEdge) -> dict[str, str]:
+    """A blocked edge in `tb-gradscope report`'s words: its line and its fix."""
+    doc = blocked_edge_dict(edge)
+    return {"line": blocked_line(doc), "fix": blocked_fix(doc)}
+
+
+def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, str], set[str]]]:
+    """Each blocked edge of `graph`, report's text for it, and the scopes whose
+    cells it blocks: its producer scope and every scope-graph node the forward
+    pass reaches it from, with all their ancestors (roll-ups). One backward walk
+    per blocked edge (`read.runs.RunLogs.cuts` keeps them per FlowGraph)."""
+    backward: dict[str, list[str]] = {}
+    for edge in graph.edges:
+        backward.setdefault(edge.dst, []).append(edge.src)
+    cuts = []
+    for blocked in graph.blocked_edges:
+        reach = {blocked.producer_scope}
+        frontier = [blocked.producer_scope]
+        while frontier:
+            for src in backward.get(frontier.pop(), []):
+                if src not in reach:
+                    reach.add(src)
+                    frontier.append(src)
+        scopes = {a for node in reach for a in scopes_lib.ancestors(node)}
+        cuts.append((blocked, blocked_text(blocked), scopes))
+    return cuts
 
 
 def _path(value: Any) -> str:

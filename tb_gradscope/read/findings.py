@@ -1,6 +1,6 @@
 """The diagnosis: what in a run is probably a bug, found without rules or declared pairs.
 
-    found = diagnose(records)   # records: a read.records.RunRecords
+    found = diagnose(run)   # run: a read.runs.RunLogs (`run.findings` keeps it)
 
 Runs every detector over what the run recorded (FlowGraph, gradient tables,
 drift, conflict, events) and returns each finding once, most specific first:
@@ -15,13 +15,16 @@ Never imports tensorflow.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from tb_gradscope.read import finding as F
 from tb_gradscope.read import health, leaks
 from tb_gradscope.read.finding import Finding
-from tb_gradscope.read.flow import Flow
-from tb_gradscope.read.records import RunRecords, within
+from tb_gradscope.read.flow import Flow, within
 from tb_gradscope.read.targets import targets
+
+if TYPE_CHECKING:
+    from tb_gradscope.read.runs import RunLogs
 
 __all__ = ["Finding", "KINDS", "NO_FLOWGRAPH", "diagnose", "partial_warning"]
 
@@ -38,10 +41,10 @@ NO_FLOWGRAPH = (
 )
 
 
-def diagnose(records: RunRecords) -> list[Finding]:
+def diagnose(run: RunLogs) -> list[Finding]:
     """Every finding of one run, leaks first, then by step, loss and scope."""
-    found_targets = targets(records)
-    flow = Flow(records, [t.root for t in found_targets])
+    found_targets = targets(run)
+    flow = Flow(run, [t.root for t in found_targets])
     leaked = leaks.target_trained(flow, found_targets) + leaks.target_not_cut(flow, found_targets)
     leaked += leaks.cross_loss(flow, exclude=[t.root for t in found_targets])
     taken = [(f.loss, f.scope) for f in leaked]
@@ -52,22 +55,22 @@ def diagnose(records: RunRecords) -> list[Finding]:
     explained = [(f.loss, f.evidence["other_loss"]) for f in leaked if f.evidence.get("other_loss")]
     found = leaked + health.losses_fighting(flow, taken, explained)
     trained_targets = [f.scope for f in leaked if f.kind == F.TARGET_TRAINED]
-    for anomaly in health.pair_anomalies(records):
+    for anomaly in health.pair_anomalies(run):
         if anomaly.evidence.get("anomaly") == "moved_by_optimizer" and any(
             within(t, anomaly.scope) or within(anomaly.scope, t) for t in trained_targets
         ):
             continue  # the target_trained finding names the loss that moves it
         found.append(anomaly)
     found += health.numeric(flow)
-    if records.grads and not records.flowgraphs:
+    if run.grads and not run.flowgraphs:
         found = [dataclasses.replace(f, partial=True) for f in found]
     return sorted(found, key=lambda f: (KINDS.index(f.kind), f.first_step, f.loss, f.scope))
 
 
-def partial_warning(records: RunRecords) -> str | None:
+def partial_warning(run: RunLogs) -> str | None:
     """The warning a diagnosis on gradient tables alone deserves (a run that
     never wrote a FlowGraph), with the way to get the full evidence; None
     when the run has a FlowGraph (or nothing at all)."""
-    if not records.grads or records.flowgraphs:
+    if not run.grads or run.flowgraphs:
         return None
-    return NO_FLOWGRAPH.format(run=records.run)
+    return NO_FLOWGRAPH.format(run=run.run)

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
-from tb_gradscope.read.flow import Flow
-from tb_gradscope.read.records import RunRecords, cover, within
+from tb_gradscope.read.flow import Flow, cover, within
+
+if TYPE_CHECKING:
+    from tb_gradscope.read.runs import RunLogs
 
 FIGHT_COSINE = -0.5  # at or below: the two gradients mostly cancel
 FIGHT_SHARE = 0.75  # of the recorded steps with a cosine
@@ -45,11 +48,10 @@ def losses_fighting(
     pull apart as a whole learns neither. `taken` (loss, scope) cells already
     named by a leak are not repeated, nor are pairs of losses in `explained`
     (a leak from one into the other's scope already says why they fight)."""
-    records = flow.records
     taken = list(taken)
     explained_pairs = {frozenset(p) for p in explained}
     found = []
-    for (a, b), series in sorted(records.conflict.items()):
+    for (a, b), series in sorted(flow.run.cosines.items()):
         if frozenset((a, b)) in explained_pairs:
             continue
         shared = [
@@ -130,15 +132,15 @@ def anomaly_fix(name: str, source: str) -> str:
     return _ANOMALY_FIX.get(name, "check the target update")
 
 
-def pair_anomalies(records: RunRecords) -> list[Finding]:
+def pair_anomalies(run: RunLogs) -> list[Finding]:
     """One finding per pair anomaly (recorded or derived from DRIFT), first step first."""
-    events = [e for e in records.events if e.type == fmt.ANOMALY]
-    for pair in records.pairs:
+    events = [e for e in run.events if e.type == fmt.ANOMALY]
+    for pair in run.pairs:
         events += anomalies.find_anomalies(
             pair.name, pair.attrs, list(pair.steps), list(pair.tables), moves=pair.online_moves
         )
-    attrs = {p.name: p.attrs for p in records.pairs}
-    source = records.flowgraph.source if records.flowgraph is not None else ""
+    attrs = {p.name: p.attrs for p in run.pairs}
+    source = run.flowgraph.source if run.flowgraph is not None else ""
     groups: dict[tuple[str, str, str], list[fmt.Event]] = {}
     for event in events:
         groups.setdefault((event.name, event.pair, event.scope), []).append(event)
@@ -183,16 +185,16 @@ def _pair_rule(name: str, target: str, online: str, attrs) -> str:
 
 def numeric(flow: Flow) -> list[Finding]:
     """Scopes a loss updates whose gradient stays zero, or stays non-finite."""
-    records = flow.records
-    skipped = {e.step for e in records.events if e.type == fmt.SKIPPED}
+    run = flow.run
+    skipped = {e.step for e in run.events if e.type == fmt.SKIPPED}
     found = []
     for loss in flow.losses:
-        steps = [s for s in records.loss_steps(loss) if s not in skipped]
+        steps = [s for s in run.loss_steps(loss) if s not in skipped]
         vanish, bad = {}, {}
         for scope in flow.holders:
-            if not _expected(records, loss, scope):
+            if not _expected(run, loss, scope):
                 continue
-            states = records.states(loss, scope)
+            states = run.states(loss, scope)
             tail = steps[-VANISHING_STEPS:]
             if len(tail) == VANISHING_STEPS and all(states[s] == fmt.VANISHING for s in tail):
                 vanish[scope] = tail
@@ -206,9 +208,9 @@ def numeric(flow: Flow) -> list[Finding]:
     return found
 
 
-def _expected(records: RunRecords, loss: str, scope: str) -> bool:
+def _expected(run: RunLogs, loss: str, scope: str) -> bool:
     """The loss is meant to update the scope: static `updates`, or no FlowGraph."""
-    graph = records.flowgraph
+    graph = run.flowgraph
     return graph is None or graph.cells.get(loss, {}).get(scope) == fmt.UPDATES
 
 

@@ -50,8 +50,7 @@ from tb_gradscope import rules as rules_lib
 from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
-from tb_gradscope.read.flow import Flow
-from tb_gradscope.read.records import cover
+from tb_gradscope.read.flow import Flow, cover
 from tb_gradscope.read.targets import Target
 
 
@@ -258,7 +257,7 @@ def _value(flow: Flow, loss: str, holder: str, intruders: set[str]) -> tuple[str
     if flow.graph is None:
         return _value_by_name(flow, loss, holder)
     # A scope not known to be a single number may be one: unknown is no finding.
-    if holder not in flow.reached[loss] or flow.scalar(holder) is not False:
+    if holder not in flow.reached[loss] or flow.run.is_scalar(holder) is not False:
         return None
     others = [o for o in flow.owners(holder) if o != loss and o not in intruders]
     own = flow.own(loss)
@@ -273,7 +272,7 @@ def _value_by_name(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None
     if (
         holder not in flow.reached[loss]
         or named_after(holder, loss)
-        or flow.scalar(holder) is not False
+        or flow.run.is_scalar(holder) is not False
     ):
         return None
     others = [o for o in flow.owners(holder) if o != loss and named_after(holder, o)]
@@ -388,7 +387,7 @@ _BUILD = {
 
 def _cosine(flow: Flow, a: str, b: str, scope: str) -> dict:
     """The recorded gradient cosine of the two losses on `scope`, summed up."""
-    series = flow.records.conflict.get((a, b)) or flow.records.conflict.get((b, a)) or []
+    series = flow.run.cosines.get((a, b)) or flow.run.cosines.get((b, a)) or []
     values = [cos[scope] for _, cos in series if scope in cos and cos[scope] == cos[scope]]
     if not values:
         return {}
@@ -416,7 +415,7 @@ def _steps(per_holder: dict[str, list[int]], holders: list[str], scope: str) -> 
 
 
 def _seen(flow: Flow, loss: str, steps: list[int]) -> dict:
-    recorded = flow.records.loss_steps(loss)
+    recorded = flow.run.loss_steps(loss)
     return {"steps_seen": len([s for s in steps if s >= 0]), "loss_recorded_steps": len(recorded)}
 
 

@@ -79,10 +79,10 @@ def load_logdir(logdir: str, run: str | None = None) -> list[RunLogs]:
         listings = {run: listings[run]}
     loaded = [_load_run(reader, ctx, listings[name]) for name in sorted(listings)]
     for logs in loaded:
-        logs.warnings.extend(
+        logs.logdir_warnings.extend(
             p.message for p in unsafe.values() if p.run == logs.run and p.keep is None
         )
-        logs.warnings.extend(damaged_event_files(logdir, logs.run))
+        logs.logdir_warnings.extend(damaged_event_files(logdir, logs.run))
     return loaded
 
 

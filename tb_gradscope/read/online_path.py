@@ -40,8 +40,11 @@ def online_moves(updates: Mapping[int, Table] | None, online: Any, until: int) -
     if not updates or not isinstance(online, str) or not online:
         return {}
     moves = {}
-    for step, table in updates.items():
-        if step > until or UPDATE_NORM not in table.info.columns:
+    for step in updates:
+        if step > until:
+            continue  # not decoded: a run's UPDATE tables may be decoded step by step
+        table = updates[step]
+        if UPDATE_NORM not in table.info.columns:
             continue
         rows = [s for s in table.info.scopes if within(s, online)]
         top = [s for s in rows if not any(o != s and within(s, o) for o in rows)]

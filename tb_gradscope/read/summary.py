@@ -20,7 +20,6 @@ from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format.records import float_or_none
-from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.evidence import blocked_edge_dict
 from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
 from tb_gradscope.read.runs import RunLogs
@@ -91,7 +90,7 @@ def run_anomalies(logs: RunLogs) -> tuple[list[fmt.Event], list[str]]:
     """Anomalies the run recorded, plus those `read.anomalies` derives from
     its drift series (as the tab does), each once, by step; and warnings for
     pairs whose series could not be judged."""
-    derived, warnings = derived_anomalies(logs.run, logs.drift, logs.events, logs.updates)
+    derived, warnings = logs.anomalies
     found = [e for e in logs.events if e.type == fmt.ANOMALY] + derived
     return sorted(found, key=lambda e: (e.step, e.pair, e.name)), warnings
 

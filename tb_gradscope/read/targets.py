@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from tb_gradscope import scopes as scopes_lib
-from tb_gradscope.read.records import RunRecords, within
+from tb_gradscope.read.flow import within
+
+if TYPE_CHECKING:
+    from tb_gradscope.read.runs import RunLogs
 
 SEP = scopes_lib.SEPARATOR
 
@@ -34,15 +38,15 @@ class Target:
         return within(scope, self.root)
 
 
-def targets(records: RunRecords) -> list[Target]:
+def targets(run: RunLogs) -> list[Target]:
     """Declared pairs first, then pairs found by name among scopes no declared pair holds."""
     found = []
-    for pair in records.pairs:
+    for pair in run.pairs:
         root, online = pair.attrs.get("target"), pair.attrs.get("online")
         if isinstance(root, str) and root and isinstance(online, str):
             found.append(Target(root, online, pair.name))
     taken = [t.root for t in found] + [t.online for t in found]
-    for target in by_name(records.scopes()):
+    for target in by_name(run.scopes):
         if not any(within(target.root, s) or within(s, target.root) for s in taken):
             found.append(target)
     return found

@@ -8,9 +8,9 @@ Each is checked against every FlowGraph the run wrote (trace time), every
 recorded step's gradient tables (run time) and its drift series (tracks
 rules). An evaluated violation that the run already recorded at the same step
 is not repeated. `tb-gradscope check` and `report` and the plugin's violations
-route all call `check_run` on the same `read.runs.RunLogs` decoding, so the
-tab's Violations panel and `check` list the same violations in the same
-words. Never imports tensorflow.
+route (through `RunLogs.checked`) all call `check_run` on the same
+`read.runs.RunLogs`, so the tab's Violations panel and `check` list the same
+violations in the same words. Never imports tensorflow.
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.read.evidence import evidence_sentences
-from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.rules.model import loss_matches
+
+if TYPE_CHECKING:
+    from tb_gradscope.read.runs import RunLogs
 
 RECORDED, EVALUATED = "recorded", "evaluated"
 

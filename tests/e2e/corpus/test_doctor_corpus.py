@@ -257,8 +257,8 @@ def test_a_judge_finding_names_the_scope_whose_output_the_judge_reads(diagnosed,
     loss's own: the one with an edge straight into the judge (the actor's
     output layer), not a layer before it that reaches the judge only
     through it."""
+    from tb_gradscope.read.flow import within
     from tb_gradscope.read.logdir import load_logdir
-    from tb_gradscope.read.records import within
 
     trained, _, found = diagnosed(BY_NAME[name])
     (judged,) = [f for f in found if f["kind"] == "judge_trained"]

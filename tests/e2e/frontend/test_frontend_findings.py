@@ -23,7 +23,6 @@ from tb_gradscope.commands import check, doctor
 from tb_gradscope.read import violations as violations_lib
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.logdir import load_logdir
-from tb_gradscope.read.runs import run_records
 from tests.support.frontend_fixtures import DEMO_LOGS, TensorBoard, demo_log_runs
 from tests.support.frontend_logs import EAGER_RULES
 from tests.support.frontend_tab import ENTRY, OpenTab, css, screenshot, watch
@@ -90,7 +89,7 @@ def command_line() -> dict[str, dict[str, Any]]:
     checked_json = {entry["run"]: entry for entry in json.loads(out.getvalue())["runs"]}
     answers = {}
     for logs in load_logdir(str(DEMO_LOGS)):
-        found = diagnose(run_records(logs))
+        found = diagnose(logs)
         lines = [check.format_violation(v) for v in violations_lib.check_run(logs).violations]
         answers[logs.run] = {
             "findings": found_json[logs.run],

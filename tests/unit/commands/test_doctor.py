@@ -19,6 +19,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
@@ -32,7 +33,7 @@ from tb_gradscope.plugin.plugin import GradscopePlugin
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.logdir import load_logdir
-from tb_gradscope.read.records import RunRecords
+from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.violations import evaluate
 from tb_gradscope.rules.model import loss_matches
 from tests.support import providers
@@ -308,7 +309,7 @@ def _row(l2: float, nonfinite: float = 0.0) -> dict:
     return {"grad_vars": 2.0, "l2": l2, "max_abs": l2, "nonfinite": nonfinite, "zero_frac": 0.0}
 
 
-def _records(l2s, events=(), static=fmt.UPDATES) -> RunRecords:
+def _records(l2s, events=(), static=fmt.UPDATES) -> RunLogs:
     grads = {
         s: {
             "mse": {
@@ -318,7 +319,21 @@ def _records(l2s, events=(), static=fmt.UPDATES) -> RunRecords:
         }
         for s, v in enumerate(l2s)
     }
-    return RunRecords("r", [(0, _graph(static))], grads, events=list(events))
+    return _run([(0, _graph(static))], grads, events=events)
+
+
+def _run(flowgraphs, rows, events=()) -> RunLogs:
+    """A run of grad_stats rows (step -> loss -> scope -> row), as `decode_run` holds it."""
+
+    def table(loss, by_scope):
+        info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, list(by_scope))
+        values = [[row[c] for c in info.columns] for row in by_scope.values()]
+        return fmt.Table(
+            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
+        )
+
+    grads = {s: {loss: table(loss, r) for loss, r in per.items()} for s, per in rows.items()}
+    return RunLogs("r", grads=grads, flowgraphs=list(flowgraphs), events=list(events))
 
 
 def test_gradient_zero_at_the_last_three_recorded_steps_is_vanishing():
@@ -347,7 +362,7 @@ def test_findings_are_plain_json():
 
 
 def test_a_long_run_is_diagnosed_on_1000_steps_spread_evenly_its_last_ones_kept():
-    from tb_gradscope.read.records import KEEP_LAST_STEPS, MAX_EXAMINED_STEPS, thin
+    from tb_gradscope.read.runs import KEEP_LAST_STEPS, MAX_EXAMINED_STEPS, thin
 
     steps = list(range(0, 50_000, 5))
     kept = thin(steps)

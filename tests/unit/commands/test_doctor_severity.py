@@ -22,6 +22,7 @@ import dataclasses
 import io
 import json
 
+import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
@@ -30,7 +31,7 @@ from tb_gradscope.format.flowgraph import NODE_LOSS, NODE_SCOPE, TRAINABLE
 from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
-from tb_gradscope.read.records import RunRecords
+from tb_gradscope.read.runs import RunLogs
 from tests.support import rules_fixtures as rf
 from tests.unit.commands.test_doctor_trainable import _graph as target_graph
 from tests.unit.commands.test_doctor_trainable import _records as target_records
@@ -96,7 +97,7 @@ def test_hazards_exit_0_as_notes_and_1_under_strict(tmp_path):
 # ----- two optimizers on one scope ------------------------------------------------------------
 
 
-def _two_optimizers(cells: dict[str, dict[str, str]], edges: list[tuple[str, str]]) -> RunRecords:
+def _two_optimizers(cells: dict[str, dict[str, str]], edges: list[tuple[str, str]]) -> RunLogs:
     scopes = sorted({s for row in cells.values() for s in row})
     holders = [s for s in scopes if not any(o.startswith(s + "/") for o in scopes)]
     graph = fmt.FlowGraph(
@@ -116,7 +117,42 @@ def _two_optimizers(cells: dict[str, dict[str, str]], edges: list[tuple[str, str
         }
         for s in range(4)
     }
-    return RunRecords("r", [(0, graph)], grads)
+    return _run([(0, graph)], grads)
+
+
+def _run(flowgraphs, rows, cosines=None, events=()) -> RunLogs:
+    """A run of grad_stats rows (step -> loss -> scope -> row) and conflict
+    cosines ((a, b) -> [(step, {scope: cosine})]), as `decode_run` holds it."""
+
+    def table(kind, name, by_scope, attrs=None):
+        info = fmt.make_info(kind, name, list(by_scope), attrs)
+        values = [[row[c] for c in info.columns] for row in by_scope.values()]
+        return fmt.Table(
+            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
+        )
+
+    grads = {
+        s: {loss: table(fmt.Kind.GRAD_STATS, loss, r) for loss, r in per.items()}
+        for s, per in rows.items()
+    }
+    conflict = {
+        f"{a}|{b}": [
+            (
+                s,
+                table(
+                    fmt.Kind.CONFLICT,
+                    f"{a}|{b}",
+                    {sc: {"cosine": c} for sc, c in cos.items()},
+                    {"losses": [a, b]},
+                ),
+            )
+            for s, cos in series
+        ]
+        for (a, b), series in (cosines or {}).items()
+    }
+    return RunLogs(
+        "r", grads=grads, conflict=conflict, flowgraphs=list(flowgraphs), events=list(events)
+    )
 
 
 def test_two_var_lists_that_both_take_in_a_shared_trunk_are_a_design():
@@ -166,7 +202,7 @@ def test_an_optimizer_writing_all_another_loss_trains_is_shared_by_optimizers():
 AC = ["ac", "ac/trunk", "ac/actor_head", "ac/critic_head"]
 
 
-def _shared_trunk(graph: bool, trunk_cosine: float = -0.9, split: bool = False) -> RunRecords:
+def _shared_trunk(graph: bool, trunk_cosine: float = -0.9, split: bool = False) -> RunLogs:
     """An actor-critic with a shared trunk whose advantage is not cut: the
     actor trains the critic head, and the two fight over the trunk. `split`:
     an optimizer per loss, the actor's over the trunk and its own head, so
@@ -216,7 +252,7 @@ def _shared_trunk(graph: bool, trunk_cosine: float = -0.9, split: bool = False) 
             (s, {"ac/trunk": trunk_cosine, "ac/critic_head": trunk_cosine}) for s in range(4)
         ]
     }
-    return RunRecords("r", [(0, flowgraph)] if graph else [], grads, conflict)
+    return _run([(0, flowgraph)] if graph else [], grads, conflict)
 
 
 def test_a_value_leak_is_the_one_finding_beside_the_fight_it_causes():
@@ -276,7 +312,7 @@ def test_doctor_warns_that_a_run_without_flowgraph_is_diagnosed_partially(tmp_pa
 # ----- fix texts in the framework's words ---------------------------------------------------------
 
 
-def _never_synced(source: str) -> RunRecords:
+def _never_synced(source: str) -> RunLogs:
     graph = fmt.FlowGraph(
         losses=[fmt.LossInfo("td")],
         scopes=["online", "target"],
@@ -292,7 +328,7 @@ def _never_synced(source: str) -> RunRecords:
         scope="target",
         evidence={"drift": 1.2},
     )
-    return RunRecords("r", [(0, graph)], {5: {"td": {"online": _row()}}}, events=[event])
+    return _run([(0, graph)], {5: {"td": {"online": _row()}}}, events=[event])
 
 
 def test_never_synced_fix_is_an_assign_op_in_tf1_and_set_weights_in_keras():

@@ -10,6 +10,7 @@ fighting are judged over the whole region both update, not layer by layer.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
@@ -17,7 +18,7 @@ from tb_gradscope.format.flowgraph import MIXED, NODE_LOSS, NODE_SCOPE, NOT_TRAI
 from tb_gradscope.format.metadata import FormatError
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
-from tb_gradscope.read.records import RunRecords
+from tb_gradscope.read.runs import RunLogs
 
 # ----- the FlowGraph field -------------------------------------------------------------
 
@@ -135,9 +136,44 @@ def _row(l2: float = 1.0) -> dict:
     return {"grad_vars": 2.0, "l2": l2, "max_abs": l2, "nonfinite": 0.0, "zero_frac": 0.0}
 
 
-def _records(graph: fmt.FlowGraph, steps: int = 4) -> RunRecords:
+def _records(graph: fmt.FlowGraph, steps: int = 4) -> RunLogs:
     grads = {s: {"critic": {"critic": _row(), "critic/l1": _row()}} for s in range(steps)}
-    return RunRecords("r", [(0, graph)], grads)
+    return _run([(0, graph)], grads)
+
+
+def _run(flowgraphs, rows, cosines=None, events=()) -> RunLogs:
+    """A run of grad_stats rows (step -> loss -> scope -> row) and conflict
+    cosines ((a, b) -> [(step, {scope: cosine})]), as `decode_run` holds it."""
+
+    def table(kind, name, by_scope, attrs=None):
+        info = fmt.make_info(kind, name, list(by_scope), attrs)
+        values = [[row[c] for c in info.columns] for row in by_scope.values()]
+        return fmt.Table(
+            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
+        )
+
+    grads = {
+        s: {loss: table(fmt.Kind.GRAD_STATS, loss, r) for loss, r in per.items()}
+        for s, per in rows.items()
+    }
+    conflict = {
+        f"{a}|{b}": [
+            (
+                s,
+                table(
+                    fmt.Kind.CONFLICT,
+                    f"{a}|{b}",
+                    {sc: {"cosine": c} for sc, c in cos.items()},
+                    {"losses": [a, b]},
+                ),
+            )
+            for s, cos in series
+        ]
+        for (a, b), series in (cosines or {}).items()
+    }
+    return RunLogs(
+        "r", grads=grads, conflict=conflict, flowgraphs=list(flowgraphs), events=list(events)
+    )
 
 
 def test_trainable_target_reached_by_an_uncut_gradient_is_target_not_cut():
@@ -172,7 +208,7 @@ NET = ["net", "net/trunk", "net/trunk/l1", "net/trunk/bn", "net/head_a", "net/he
 HOLDERS = ["net/trunk/l1", "net/trunk/bn", "net/head_a", "net/head_b"]
 
 
-def _two_heads(cosines: dict[str, list[float]]) -> RunRecords:
+def _two_heads(cosines: dict[str, list[float]]) -> RunLogs:
     """Losses a and b share net/trunk (l1 and bn), each with its own head; `cosines` per scope by step."""
     own = {"a": "net/head_a", "b": "net/head_b"}
     cells = {
@@ -211,7 +247,7 @@ def _two_heads(cosines: dict[str, list[float]]) -> RunRecords:
             (s, {scope: values[s] for scope, values in cosines.items()}) for s in range(steps)
         ]
     }
-    return RunRecords("r", [(0, graph)], grads, conflict)
+    return _run([(0, graph)], grads, conflict)
 
 
 def test_losses_opposed_on_one_layer_of_a_trunk_they_agree_on_are_not_fighting():

@@ -192,5 +192,5 @@ def test_local_data_provider_serves_the_command_line(tmp_path):
     assert td.steps.tolist() == list(range(pf.LAYOUT_CHANGE))
     assert td.values[3].tolist() == pf.grad_table("td", pf.SCOPES, 3).tolist()
     assert read.list_run(CTX, "", "plain") is None
-    view = views.get_view(RunCache(read).get(CTX, "", pf.MAIN_RUN))
-    assert views.matrix(view, 5)["cells"]["td"]["target/l1"]["state"] == fmt.BLOCKED
+    logs = RunCache(read).get(CTX, "", pf.MAIN_RUN).logs
+    assert views.matrix(logs, 5)["cells"]["td"]["target/l1"]["state"] == fmt.BLOCKED

@@ -29,7 +29,7 @@ from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.online_path import online_moves, path_estimate
 from tb_gradscope.read.reader import Record, RunListing, TableSeries
-from tb_gradscope.read.runs import RunLogs, decode_run, drift_series, run_records, update_tables
+from tb_gradscope.read.runs import RunLogs, decode_run
 from tb_gradscope.read.summary import run_anomalies
 from tb_gradscope.read.tracks import check_drift
 from tb_gradscope.read.violations import evaluate
@@ -179,13 +179,9 @@ def _logs(first_move: float) -> RunLogs:
 @pytest.mark.parametrize("first_move,found", [(6.0, False), (0.06, True)])
 def test_doctor_report_and_check_agree_on_never_synced(first_move, found):
     logs = _logs(first_move)
-    (pair,) = run_records(logs).pairs
+    (pair,) = logs.pairs
     assert pair.online_moves == {0: first_move, 5: 0.05}  # up to the first drift record
-    doctor = [
-        f
-        for f in diagnose(run_records(logs))
-        if f.evidence.get("anomaly") == anomalies.NEVER_SYNCED
-    ]
+    doctor = [f for f in diagnose(logs) if f.evidence.get("anomaly") == anomalies.NEVER_SYNCED]
     report = [e for e in run_anomalies(logs)[0] if e.name == anomalies.NEVER_SYNCED]
     rule = rules_lib.parse_rule("tracks(target, online, tau=0.01)")
     check = [
@@ -211,8 +207,9 @@ def test_tracks_rules_read_the_moves_only_when_given_the_update_tables():
     assert event.evidence["anomaly"] == anomalies.NEVER_SYNCED
 
 
-def test_update_tables_of_a_run_listing_are_the_updates_decode_run_builds():
-    """What the tab's events route can hand `derived_anomalies` from its table series."""
+def test_the_tab_and_report_derive_anomalies_from_one_decoding_of_the_series():
+    """The tab's events route lists what `report` lists: both read the
+    `decode_run` of the run's table series, UPDATE tables included."""
     logs = _logs(6.0)
     series = []
     for kind, name, by_step in (
@@ -231,19 +228,10 @@ def test_update_tables_of_a_run_listing_are_the_updates_decode_run_builds():
         )
     listing = RunListing("r", {s.record.tag: s.record for s in series})
     decoded = decode_run(listing, {s.record.tag: s for s in series}, {}, {})
-    updates = update_tables(series)
-    assert sorted(updates) == sorted(decoded.updates) == [0, 5, 10, 15]
-    assert all(np.array_equal(updates[s].values, decoded.updates[s].values) for s in updates)
-    assert sorted(update_tables(series, until=5)) == [
-        0,
-        5,
-    ]  # what the first drift record (step 5) needs
-    assert (
-        derived_anomalies("r", drift_series(series), [], updates)
-        == run_anomalies(decoded)
-        == ([], [])
-    )
-    (event,), _ = derived_anomalies("r", drift_series(series), [])
+    assert sorted(decoded.updates) == [0, 5, 10, 15]
+    assert decoded.anomalies == run_anomalies(decoded) == ([], [])
+    assert decoded.timeline == []
+    (event,), _ = derived_anomalies("r", decoded.drift, [])
     assert (
         event.name == anomalies.NEVER_SYNCED
     )  # the drift series alone cannot see online's first step

@@ -3,18 +3,20 @@
 `Recorder(grad_columns=...)` may leave those two columns out; they then read
 NaN, which they never are when recorded. A NaN there is "not recorded": never
 a number and never evidence. Here: whether a scope holds a single number
-(`RunRecords.is_scalar`), which the doctor's value_not_cut detector asks.
+(`RunLogs.is_scalar`), which the doctor's value_not_cut detector asks.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tb_gradscope import format as fmt
 from tb_gradscope.format.flowgraph import NODE_LOSS, NODE_SCOPE
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
-from tb_gradscope.read.records import RunRecords
+from tb_gradscope.read.runs import RunLogs
 
 NAN = math.nan
 
@@ -29,9 +31,23 @@ def _row(l2: float, max_abs: float = NAN, zero_frac: float = NAN, grad_vars: flo
     }
 
 
-def _scope_records(*rows: dict) -> RunRecords:
+def _scope_records(*rows: dict) -> RunLogs:
     """Loss `a` gives scope `s` one row per step."""
-    return RunRecords("r", grads={step: {"a": {"s": row}} for step, row in enumerate(rows)})
+    return _run([], {step: {"a": {"s": row}} for step, row in enumerate(rows)})
+
+
+def _run(flowgraphs, rows) -> RunLogs:
+    """A run of grad_stats rows (step -> loss -> scope -> row), as `decode_run` holds it."""
+
+    def table(loss, by_scope):
+        info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, list(by_scope))
+        values = [[row[c] for c in info.columns] for row in by_scope.values()]
+        return fmt.Table(
+            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
+        )
+
+    grads = {s: {loss: table(loss, r) for loss, r in per.items()} for s, per in rows.items()}
+    return RunLogs("r", grads=grads, flowgraphs=list(flowgraphs))
 
 
 # ----- is_scalar ------------------------------------------------------------------------
@@ -61,7 +77,7 @@ def test_a_scope_that_received_no_gradient_is_not_a_single_number_as_before():
 # ----- the doctor -----------------------------------------------------------------------
 
 
-def _temperature_run(temp_row: dict) -> RunRecords:
+def _temperature_run(temp_row: dict) -> RunLogs:
     """A SAC-like step: `actor` updates `pi` and reads the temperature `temp`
     from the side (an edge temp -> loss:actor); `alpha` alone trains `temp`;
     `actor` reaches `temp` but its optimizer does not write it."""
@@ -92,7 +108,7 @@ def _temperature_run(temp_row: dict) -> RunRecords:
         step: {"actor": {"pi": pi, "temp": temp_row}, "alpha": {"temp": _row(0.2, 0.2, 0.0)}}
         for step in range(4)
     }
-    return RunRecords("sac", [(0, graph)], grads)
+    return _run([(0, graph)], grads)
 
 
 def test_doctor_finds_no_value_leak_on_a_scope_whose_size_was_not_recorded():
