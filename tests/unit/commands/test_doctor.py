@@ -19,7 +19,6 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
@@ -37,6 +36,7 @@ from tb_gradscope.read.runs import RunLogs
 from tb_gradscope.read.violations import evaluate
 from tb_gradscope.rules.model import loss_matches
 from tests.support import providers
+from tests.support.run_logs import run_of_rows
 
 DEMO_LOGS = pathlib.Path(__file__).resolve().parents[3] / "demo_logs"
 CLEAN_TWINS = [
@@ -319,21 +319,7 @@ def _records(l2s, events=(), static=fmt.UPDATES) -> RunLogs:
         }
         for s, v in enumerate(l2s)
     }
-    return _run([(0, _graph(static))], grads, events=events)
-
-
-def _run(flowgraphs, rows, events=()) -> RunLogs:
-    """A run of grad_stats rows (step -> loss -> scope -> row), as `decode_run` holds it."""
-
-    def table(loss, by_scope):
-        info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, list(by_scope))
-        values = [[row[c] for c in info.columns] for row in by_scope.values()]
-        return fmt.Table(
-            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
-        )
-
-    grads = {s: {loss: table(loss, r) for loss, r in per.items()} for s, per in rows.items()}
-    return RunLogs("r", grads=grads, flowgraphs=list(flowgraphs), events=list(events))
+    return run_of_rows([(0, _graph(static))], grads, events=events)
 
 
 def test_gradient_zero_at_the_last_three_recorded_steps_is_vanishing():

@@ -22,7 +22,6 @@ import dataclasses
 import io
 import json
 
-import numpy as np
 import pytest
 
 from tb_gradscope import format as fmt
@@ -33,6 +32,7 @@ from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.runs import RunLogs
 from tests.support import rules_fixtures as rf
+from tests.support.run_logs import run_of_rows
 from tests.unit.commands.test_doctor_trainable import _graph as target_graph
 from tests.unit.commands.test_doctor_trainable import _records as target_records
 
@@ -117,42 +117,7 @@ def _two_optimizers(cells: dict[str, dict[str, str]], edges: list[tuple[str, str
         }
         for s in range(4)
     }
-    return _run([(0, graph)], grads)
-
-
-def _run(flowgraphs, rows, cosines=None, events=()) -> RunLogs:
-    """A run of grad_stats rows (step -> loss -> scope -> row) and conflict
-    cosines ((a, b) -> [(step, {scope: cosine})]), as `decode_run` holds it."""
-
-    def table(kind, name, by_scope, attrs=None):
-        info = fmt.make_info(kind, name, list(by_scope), attrs)
-        values = [[row[c] for c in info.columns] for row in by_scope.values()]
-        return fmt.Table(
-            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
-        )
-
-    grads = {
-        s: {loss: table(fmt.Kind.GRAD_STATS, loss, r) for loss, r in per.items()}
-        for s, per in rows.items()
-    }
-    conflict = {
-        f"{a}|{b}": [
-            (
-                s,
-                table(
-                    fmt.Kind.CONFLICT,
-                    f"{a}|{b}",
-                    {sc: {"cosine": c} for sc, c in cos.items()},
-                    {"losses": [a, b]},
-                ),
-            )
-            for s, cos in series
-        ]
-        for (a, b), series in (cosines or {}).items()
-    }
-    return RunLogs(
-        "r", grads=grads, conflict=conflict, flowgraphs=list(flowgraphs), events=list(events)
-    )
+    return run_of_rows([(0, graph)], grads)
 
 
 def test_two_var_lists_that_both_take_in_a_shared_trunk_are_a_design():
@@ -252,7 +217,7 @@ def _shared_trunk(graph: bool, trunk_cosine: float = -0.9, split: bool = False) 
             (s, {"ac/trunk": trunk_cosine, "ac/critic_head": trunk_cosine}) for s in range(4)
         ]
     }
-    return _run([(0, flowgraph)] if graph else [], grads, conflict)
+    return run_of_rows([(0, flowgraph)] if graph else [], grads, conflict)
 
 
 def test_a_value_leak_is_the_one_finding_beside_the_fight_it_causes():
@@ -328,7 +293,7 @@ def _never_synced(source: str) -> RunLogs:
         scope="target",
         evidence={"drift": 1.2},
     )
-    return _run([(0, graph)], {5: {"td": {"online": _row()}}}, events=[event])
+    return run_of_rows([(0, graph)], {5: {"td": {"online": _row()}}}, events=[event])
 
 
 def test_never_synced_fix_is_an_assign_op_in_tf1_and_set_weights_in_keras():

@@ -19,6 +19,7 @@ from tb_gradscope.format.metadata import FormatError
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.runs import RunLogs
+from tests.support.run_logs import run_of_rows
 
 # ----- the FlowGraph field -------------------------------------------------------------
 
@@ -138,42 +139,7 @@ def _row(l2: float = 1.0) -> dict:
 
 def _records(graph: fmt.FlowGraph, steps: int = 4) -> RunLogs:
     grads = {s: {"critic": {"critic": _row(), "critic/l1": _row()}} for s in range(steps)}
-    return _run([(0, graph)], grads)
-
-
-def _run(flowgraphs, rows, cosines=None, events=()) -> RunLogs:
-    """A run of grad_stats rows (step -> loss -> scope -> row) and conflict
-    cosines ((a, b) -> [(step, {scope: cosine})]), as `decode_run` holds it."""
-
-    def table(kind, name, by_scope, attrs=None):
-        info = fmt.make_info(kind, name, list(by_scope), attrs)
-        values = [[row[c] for c in info.columns] for row in by_scope.values()]
-        return fmt.Table(
-            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
-        )
-
-    grads = {
-        s: {loss: table(fmt.Kind.GRAD_STATS, loss, r) for loss, r in per.items()}
-        for s, per in rows.items()
-    }
-    conflict = {
-        f"{a}|{b}": [
-            (
-                s,
-                table(
-                    fmt.Kind.CONFLICT,
-                    f"{a}|{b}",
-                    {sc: {"cosine": c} for sc, c in cos.items()},
-                    {"losses": [a, b]},
-                ),
-            )
-            for s, cos in series
-        ]
-        for (a, b), series in (cosines or {}).items()
-    }
-    return RunLogs(
-        "r", grads=grads, conflict=conflict, flowgraphs=list(flowgraphs), events=list(events)
-    )
+    return run_of_rows([(0, graph)], grads)
 
 
 def test_trainable_target_reached_by_an_uncut_gradient_is_target_not_cut():
@@ -247,7 +213,7 @@ def _two_heads(cosines: dict[str, list[float]]) -> RunLogs:
             (s, {scope: values[s] for scope, values in cosines.items()}) for s in range(steps)
         ]
     }
-    return _run([(0, graph)], grads, conflict)
+    return run_of_rows([(0, graph)], grads, conflict)
 
 
 def test_losses_opposed_on_one_layer_of_a_trunk_they_agree_on_are_not_fighting():
@@ -284,7 +250,6 @@ def _train_bn_twin(logdir: str, steps: int = 6) -> None:
     random inputs far from BatchNorm's initial statistics (mean 50, std 100):
     the moving statistics move fast while the twin follows at tau."""
     import keras
-    import numpy as np
 
     from tb_gradscope.pairs import pair_models
     from tb_gradscope.record import Recorder

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tb_gradscope import format as fmt
 from tb_gradscope.format.flowgraph import NODE_LOSS, NODE_SCOPE
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.findings import diagnose
 from tb_gradscope.read.runs import RunLogs
+from tests.support.run_logs import run_of_rows
 
 NAN = math.nan
 
@@ -33,21 +32,7 @@ def _row(l2: float, max_abs: float = NAN, zero_frac: float = NAN, grad_vars: flo
 
 def _scope_records(*rows: dict) -> RunLogs:
     """Loss `a` gives scope `s` one row per step."""
-    return _run([], {step: {"a": {"s": row}} for step, row in enumerate(rows)})
-
-
-def _run(flowgraphs, rows) -> RunLogs:
-    """A run of grad_stats rows (step -> loss -> scope -> row), as `decode_run` holds it."""
-
-    def table(loss, by_scope):
-        info = fmt.make_info(fmt.Kind.GRAD_STATS, loss, list(by_scope))
-        values = [[row[c] for c in info.columns] for row in by_scope.values()]
-        return fmt.Table(
-            info, np.asarray(values, dtype=np.float64).reshape(len(values), len(info.columns))
-        )
-
-    grads = {s: {loss: table(loss, r) for loss, r in per.items()} for s, per in rows.items()}
-    return RunLogs("r", grads=grads, flowgraphs=list(flowgraphs))
+    return run_of_rows([], {step: {"a": {"s": row}} for step, row in enumerate(rows)})
 
 
 # ----- is_scalar ------------------------------------------------------------------------
@@ -108,7 +93,7 @@ def _temperature_run(temp_row: dict) -> RunLogs:
         step: {"actor": {"pi": pi, "temp": temp_row}, "alpha": {"temp": _row(0.2, 0.2, 0.0)}}
         for step in range(4)
     }
-    return _run([(0, graph)], grads)
+    return run_of_rows([(0, graph)], grads)
 
 
 def test_doctor_finds_no_value_leak_on_a_scope_whose_size_was_not_recorded():
