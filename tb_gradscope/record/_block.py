@@ -22,6 +22,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope.record._context import ExecutionContext
+
 
 @dataclasses.dataclass
 class Block:
@@ -43,7 +45,7 @@ class Block:
 
     @classmethod
     def open(cls) -> Block:
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             return cls()
         graph = tf.compat.v1.get_default_graph()
         return cls(graph=graph, first_op=len(graph.get_operations()))
@@ -56,7 +58,7 @@ class Block:
         """Whether code running now belongs to the block's own graph (not to a
         function traced from inside an eager block)."""
         if self.eager:
-            return tf.executing_eagerly()
+            return ExecutionContext.current().eager
         return tf.compat.v1.get_default_graph() is self.graph
 
     def inside(self) -> bool:

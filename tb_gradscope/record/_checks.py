@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope.record import _rule_gate as rule_gate
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import Emitter, recorded_only
 from tb_gradscope.record._warn import warn_once
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
@@ -154,7 +155,7 @@ class RuleSteps:
                 self._stop(e)
             apply_policy(events, self.on_violation)
 
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             if bool(record):
                 check_now(step.numpy(), *[t.numpy() for t in tensors])
             return

@@ -32,6 +32,7 @@ from typing import Any
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
+from tb_gradscope.record._context import ExecutionContext
 
 Aligned = Mapping[str, Sequence[Any]]  # {loss: gradients aligned with the layout}
 
@@ -65,7 +66,7 @@ def is_chief() -> bool:
     otherwise `TF_CONFIG` does: the task `chief`, or worker 0 of a cluster
     without one. Single-process training is always the chief.
     """
-    if tf.distribute.has_strategy():
+    if ExecutionContext.current().distributed:
         try:
             return bool(tf.distribute.get_strategy().extended.should_save_summary)
         except (AttributeError, NotImplementedError):
@@ -178,7 +179,7 @@ def record_global(
             flat.append(dense)
         return flat
 
-    if tf.executing_eagerly():
+    if ExecutionContext.current().eager:
         if not bool(record):
             return None
         flat = compute()

@@ -28,7 +28,8 @@ from tb_gradscope.format.metadata import (
 )
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import _stats as stats
-from tb_gradscope.record._reductions import BIG, in_xla
+from tb_gradscope.record._context import ExecutionContext
+from tb_gradscope.record._reductions import BIG
 from tb_gradscope.record._writing import SummarySink
 
 
@@ -46,7 +47,7 @@ class Stats(NamedTuple):
 
 def graph_key() -> int:
     """Identifies the graph being traced (0 when eager)."""
-    return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
+    return 0 if ExecutionContext.current().eager else id(tf.compat.v1.get_default_graph())
 
 
 def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[], Any]) -> Any:
@@ -64,7 +65,7 @@ def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[],
     known = tf.get_static_value(record)
     if known is not None:  # a step known recorded (or not) when traced: no branch at all
         return work() if bool(known) else skip()
-    if tf.executing_eagerly() or in_xla():
+    if ExecutionContext.current().eager or ExecutionContext.current().xla:
         return tf.cond(record, work, skip)
     graph = tf.compat.v1.get_default_graph()
     first = len(graph.get_operations())
@@ -139,7 +140,7 @@ class Emitter:
 
         `attrs` are added to the records' metadata attrs.
         """
-        if in_xla():
+        if ExecutionContext.current().xla:
             shape = [len(scopes), len(KIND_SPECS[kind].columns)]
             tables = {}
             for name, make in makers.items():
@@ -177,7 +178,7 @@ class Emitter:
         def skip() -> list[tf.Tensor]:
             return [tf.constant(False)] + [tf.zeros([0], v.dtype) for v in snapshot]
 
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             return work()[1:] if bool(record) else []
         out = recorded_only(record, work, skip)
         self.note_recorded(out[0])
@@ -185,7 +186,7 @@ class Emitter:
 
     def note_recorded(self, done: tf.Tensor) -> None:
         """Keeps a recorded-step branch's output for `take_recorded` (graph mode)."""
-        if not tf.executing_eagerly():
+        if not ExecutionContext.current().eager:
             self._recorded.setdefault(tf.compat.v1.get_default_graph(), []).append(done)
 
     def take_recorded(self) -> list[tf.Tensor]:
@@ -195,7 +196,7 @@ class Emitter:
         gradients would keep the optimizer from reusing their buffers, and with
         the copy for ||delta theta|| that doubled the memory of a recorded step.
         """
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             return []
         return self._recorded.pop(tf.compat.v1.get_default_graph(), [])
 

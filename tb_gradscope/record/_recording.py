@@ -22,9 +22,9 @@ from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _gradients as gradients_lib
 from tb_gradscope.record import _loss_scale as loss_scale_lib
 from tb_gradscope.record._block import Block
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._drift_monitor import Before
 from tb_gradscope.record._emit import Stats
-from tb_gradscope.record._reductions import in_xla
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import PLAIN, RECORDED
 from tb_gradscope.record._warn import warn_once
@@ -90,7 +90,7 @@ class Recording:
 
             def record(given):
                 return s.record_losses(step, given)
-        elif in_xla():
+        elif ExecutionContext.current().xla:
             raise ValueError(
                 f"Recorder '{self.name}' with loss_scale cannot record inside a "
                 "jit_compile=True step; compile the step without XLA"
@@ -129,16 +129,16 @@ class Recording:
                     before = s.snapshot(self.step, pairs)
         # After this step's recording branches (see Emitter.take_recorded): an
         # ordering only, the values applied are the same.
-        recorded = [] if tf.distribute.has_strategy() else s.emitter.take_recorded()
+        recorded = [] if ExecutionContext.current().distributed else s.emitter.take_recorded()
         with tf.control_dependencies(recorded):
             result = optimizer.apply_gradients(pairs)
         if s.monitor is not None:
             s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
         s.note_optimizer(optimizer)
         if block is not None:
-            if block.eager and not tf.executing_eagerly():
+            if block.eager and not ExecutionContext.current().eager:
                 self._finish_traced_in_block(block)
-            if tf.executing_eagerly():
+            if ExecutionContext.current().eager:
                 self._warn_if_rules_have_no_loss()
             return result
         if before is not None and not s.disabled:
@@ -205,7 +205,7 @@ class Recording:
         def maker():
             return s.kernels.update_table(before, variables, rollup)
 
-        if s.checks is None or in_xla():
+        if s.checks is None or ExecutionContext.current().xla:
             s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
             return None
         return s.record_updates(self.step, maker)
@@ -215,7 +215,7 @@ class Recording:
         if block.eager:
             if block.analyzed:
                 s.write_flowgraph_now(self.step)
-        elif s.analyze_traced_step(self.step, self.name) and not in_xla():
+        elif s.analyze_traced_step(self.step, self.name) and not ExecutionContext.current().xla:
             s.emitter.write_flowgraph(*s.now(self.step))
         updates = None
         if block.before is not None:
@@ -241,7 +241,7 @@ class Recording:
     def _finish_step(self) -> None:
         """Before `step` advances: analysis (if `apply` did not run it) and rules."""
         s = self.s
-        if s.analyze_traced_step(self.step, self.name) and not in_xla():
+        if s.analyze_traced_step(self.step, self.name) and not ExecutionContext.current().xla:
             s.emitter.write_flowgraph(*s.now(self.step))
         s.check_step(self.step, None)
 
@@ -255,7 +255,7 @@ class Recording:
         s.variants.note_drift()
         if s.monitor is None or mode == PLAIN:
             return
-        if in_xla():
+        if ExecutionContext.current().xla:
             raise ValueError(
                 "Recorder.record_drift cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); call it after the compiled step"
@@ -276,7 +276,7 @@ class Recording:
 
     def write(self, all_stats: Sequence[Stats | None]) -> None:
         """`write`: Stats returned from a `jit_compile=True` step, and their rules."""
-        if in_xla():
+        if ExecutionContext.current().xla:
             raise ValueError(
                 "Recorder.write cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); return rec.stats() from the "

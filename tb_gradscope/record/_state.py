@@ -27,9 +27,9 @@ from tb_gradscope.record import _stats as stats
 from tb_gradscope.record import _tables as tables_lib
 from tb_gradscope.record._block import Block
 from tb_gradscope.record._checks import RuleSteps
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record._layout import LayoutResolver
-from tb_gradscope.record._reductions import in_xla
 from tb_gradscope.record._step_function import Variants
 
 # Losses whose due step is kept (`RecorderState._due`); more keep the period alone.
@@ -90,7 +90,7 @@ class RecorderState:
         `Recorder.function`'s recorded variant the predicate is the constant
         True, so every gate on it folds away at trace time (`recorded_only`).
         """
-        if tf.executing_eagerly():  # one op: the predicate is host arithmetic
+        if ExecutionContext.current().eager:  # one op: the predicate is host arithmetic
             value = step.read_value()
             return value, tf.constant(int(value) % self.every == 0)
         graph = tf.compat.v1.get_default_graph()
@@ -107,7 +107,7 @@ class RecorderState:
         `Recorder.function` wrapper counting steps on the host reads it anew
         after an eager move)."""
         self.losses_seen = False
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             self.host_step = None  # moved outside the wrappers: read it again
         else:
             self._now.pop(tf.compat.v1.get_default_graph(), None)
@@ -137,7 +137,7 @@ class RecorderState:
         variables = self._snapshot_candidates()
         self._mark_block_start()
         if self.checks is None and not (self.conflict and len(makers) > 1):
-            if in_xla():
+            if ExecutionContext.current().xla:
                 return self.emit(
                     step,
                     Kind.GRAD_STATS,
@@ -167,7 +167,7 @@ class RecorderState:
             return {n: f() for n, f in makers.items()}
 
         layout = self.layout.vlayout.layout
-        if not in_xla():
+        if not ExecutionContext.current().xla:
 
             def write(found):
                 return self.emitter.write_due(
@@ -186,7 +186,7 @@ class RecorderState:
                 self.grad_columns,
             )
             self._keep_snapshot(variables, copies)
-            if found and not tf.executing_eagerly():
+            if found and not ExecutionContext.current().eager:
                 self.emitter.note_recorded(found[0].value)
             if self.checks is not None:
                 grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
@@ -222,12 +222,16 @@ class RecorderState:
         tf.distribute, nor in a `Recorder.function` variant (picked by step on
         the host), which keep the period alone."""
         now, record = self.now(step)
-        if in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+        if (
+            ExecutionContext.current().xla
+            or ExecutionContext.current().distributed
+            or self.variants.recorded()
+        ):
             return now, record
         slots = [i for i in (self._due_slot(name) for name in names) if i is not None]
         if not slots:
             return now, record
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             due = self._due_steps.numpy()
             return now, tf.constant(bool(record) or any(int(now) >= int(due[i]) for i in slots))
         late = tf.reduce_any(now >= tf.gather(self._due_steps, slots))
@@ -252,7 +256,12 @@ class RecorderState:
         """`make`, which records loss `name` at step `now`: it also moves the
         loss's due step to the next recording step (on the recorded branch only)."""
         slot = self._due_slots.get(name)
-        if slot is None or in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+        if (
+            slot is None
+            or ExecutionContext.current().xla
+            or ExecutionContext.current().distributed
+            or self.variants.recorded()
+        ):
             return make
 
         def made() -> list:
@@ -270,11 +279,11 @@ class RecorderState:
         can have written the handed variables since (no op but a read takes
         them); otherwise copies them now, in a branch of their own.
         """
-        if tf.executing_eagerly() and not bool(self.should_record(step)):
+        if ExecutionContext.current().eager and not bool(self.should_record(step)):
             return None  # nothing to copy, nor to record after the optimizer
         kept = (
             self._snapshots.pop(tf.compat.v1.get_default_graph(), None)
-            if not tf.executing_eagerly()
+            if not ExecutionContext.current().eager
             else None
         )
         vlayout = self.layout.vlayout
@@ -292,7 +301,11 @@ class RecorderState:
         it shares the buffer); none eagerly, under XLA or tf.distribute, nor
         inside a `training_step()` block whose values before the step are
         known (or taken at an eager block's entry): `apply` copies nothing there."""
-        if tf.executing_eagerly() or in_xla() or tf.distribute.has_strategy():
+        if (
+            ExecutionContext.current().eager
+            or ExecutionContext.current().xla
+            or ExecutionContext.current().distributed
+        ):
             return []
         block = self.block
         if block is not None and block.inside() and (block.eager or block.before is not None):
@@ -314,14 +327,14 @@ class RecorderState:
 
     def _mark_block_start(self) -> None:
         """Notes where a loss recording branch starts (for `_keep_snapshot`)."""
-        if not tf.executing_eagerly():
+        if not ExecutionContext.current().eager:
             self._branch_start = len(tf.compat.v1.get_default_graph().get_operations())
 
     def eager_block_snapshot(self, step: tf.Variable) -> list[Any] | None:
         """Eagerly, at a block's entry: copies of every recorded variable at a
         recorded step (None otherwise, or while the variables are unknown)."""
         vlayout = self.layout.vlayout
-        if vlayout is None or in_xla() or not bool(self.should_record(step)):
+        if vlayout is None or ExecutionContext.current().xla or not bool(self.should_record(step)):
             return None
         return stats.snapshot(vlayout.variables)
 
@@ -344,13 +357,13 @@ class RecorderState:
             ):
                 return tf.identity(table)
 
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             return work() if bool(record) else None
         return recorded_only(record, work, lambda: tf.zeros([len(scopes), 2], tf.float32))
 
     def check_step(self, step: tf.Variable, updates: tf.Tensor | None) -> None:
         """Checks rules on this step's pending tables (before `step` advances)."""
-        if self.checks is None or in_xla():
+        if self.checks is None or ExecutionContext.current().xla:
             return
         grads = self.pending_tables.pop(graph_key(), None)
         if grads:
@@ -374,7 +387,7 @@ class RecorderState:
     def note_optimizer(self, optimizer: Any) -> None:
         """`apply` traced `optimizer` in this graph (graph mode only): a
         function's losses are labelled by the optimizer objects it applies."""
-        if not tf.executing_eagerly():
+        if not ExecutionContext.current().eager:
             found = self.pending_optimizers.setdefault(graph_key(), [])
             if all(o is not optimizer for o in found):
                 found.append(optimizer)
@@ -382,7 +395,7 @@ class RecorderState:
     def stash_losses(self, losses: Mapping[str, Any], tape: Any = None) -> None:
         """Keeps a traced step's losses for its analysis (graph mode only), with
         the variables their tape watched (the tape boundary is a cut)."""
-        if not tf.executing_eagerly() and losses:
+        if not ExecutionContext.current().eager and losses:
             self.pending_losses.setdefault(graph_key(), {}).update(losses)
             if tape is not None:
                 watched = list(tape.watched_variables())
@@ -404,7 +417,7 @@ class RecorderState:
 
         Returns True when this call found new losses' flow.
         """
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             return False
         graph_losses = self.pending_losses.pop(graph_key(), {})
         watched = self.pending_watched.pop(graph_key(), {})

@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._warn import warn_once
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class Variants:
             return
         trace.advances += 1
         graph = tf.compat.v1.get_default_graph()
-        if graph not in self._modes or tf.distribute.has_strategy():
+        if graph not in self._modes or ExecutionContext.current().distributed:
             trace.countable = False  # a branch, a nested function: not one advance per call
 
     def note_drift(self) -> int | None:
@@ -155,7 +156,11 @@ class Variants:
         outputs they can be. False where it cannot."""
         trace = self._trace
         graph = tf.compat.v1.get_default_graph()
-        if trace is None or self._modes.get(graph) != RECORDED or tf.distribute.has_strategy():
+        if (
+            trace is None
+            or self._modes.get(graph) != RECORDED
+            or ExecutionContext.current().distributed
+        ):
             return False
         trace.host.append((callback, list(tensors)))
         return True
@@ -168,7 +173,7 @@ class Variants:
         DRIFT, which the host picks by the offset) when the host picked it
         before this offset was known."""
         trace = self._trace
-        if trace is None or not trace.countable or tf.distribute.has_strategy():
+        if trace is None or not trace.countable or ExecutionContext.current().distributed:
             return None
         offset = trace.advances
         if mode == RECORDED:
@@ -209,10 +214,10 @@ class Variants:
         control-flow branch of it), which the host runs only at recorded steps:
         its recording needs no in-graph gate. Not under tf.distribute, whose
         replicas keep the one-trace gating."""
-        return self._traced_as() == RECORDED and not tf.distribute.has_strategy()
+        return self._traced_as() == RECORDED and not ExecutionContext.current().distributed
 
     def _traced_as(self) -> str | None:
-        if not self._modes or tf.executing_eagerly():
+        if not self._modes or ExecutionContext.current().eager:
             return None
         graph = tf.compat.v1.get_default_graph()
         while graph is not None:

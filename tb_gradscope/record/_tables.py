@@ -23,6 +23,7 @@ import tensorflow as tf
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.record import _conflict as conflict_lib
 from tb_gradscope.record import _stats as stats
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import recorded_only
 from tb_gradscope.scopes import ScopeLayout
 
@@ -95,7 +96,7 @@ def recorded_tables(
                 empty[v.dtype] = tf.zeros([0], v.dtype)
         return tables, [empty[v.dtype] for v in snapshot]
 
-    if tf.executing_eagerly():
+    if ExecutionContext.current().eager:
         if not bool(record):
             return [], []
         values, copies = compute()
@@ -140,7 +141,7 @@ class EagerKernels:
         columns: Sequence[str],
     ) -> dict[tuple[str, str], tf.Tensor]:
         """`_tables`; eagerly, as one call of a traced function."""
-        if not tf.executing_eagerly():
+        if not ExecutionContext.current().eager:
             return _tables(aligned, layout, rollup, conflict, columns)
         key = (
             "tables",
@@ -159,7 +160,7 @@ class EagerKernels:
         self, before: Sequence[tf.Tensor | None], variables: Sequence[Any], rollup: stats.RollUp
     ) -> tf.Tensor:
         """`stats.update_table`; eagerly, as one call of a traced function."""
-        if not tf.executing_eagerly():
+        if not ExecutionContext.current().eager:
             return stats.update_table(before, variables, rollup)
         key = ("update", id(rollup), tuple(id(v) for v in variables), _kinds(before))
         return self._traced_once(key, lambda old: stats.update_table(old, variables, rollup))(

@@ -42,7 +42,7 @@ from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _flow as flow
 from tb_gradscope.record import _loss_scale as loss_scale
 from tb_gradscope.record import _stats as stats
-from tb_gradscope.record._reductions import in_xla
+from tb_gradscope.record._context import ExecutionContext
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _N_GRAD = len(KIND_SPECS[Kind.GRAD_STATS].columns)
@@ -135,7 +135,7 @@ class StepProbe:
             with capture.capture_losses(self.model) as captured, observing as seen:
                 with tf.GradientTape(persistent=True) as tape:
                     logs = train_step(data)
-            if not tf.executing_eagerly():
+            if not ExecutionContext.current().eager:
                 self._find_kernel_random()
             if before is not None:
                 taped = seen.named(logs) if seen is not None else {}
@@ -216,7 +216,7 @@ class StepProbe:
     # ----- in-graph --------------------------------------------------------
 
     def _guarded(self, build: Callable[[], Any]) -> Any:
-        if tf.executing_eagerly():
+        if ExecutionContext.current().eager:
             return None  # run_eagerly=True: nothing is traced, nothing recorded
         try:
             return build()
@@ -249,7 +249,7 @@ class StepProbe:
             else None
         )
         variables = list(self.vlayout.variables)
-        if in_xla():  # XLA needs equal shapes on both branches
+        if ExecutionContext.current().xla:  # XLA needs equal shapes on both branches
 
             def empty():
                 return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]
