@@ -44,8 +44,8 @@ class Block:
     analyzed: bool = False
 
     @classmethod
-    def open(cls) -> Block:
-        if ExecutionContext.current().eager:
+    def open(cls, ctx: ExecutionContext) -> Block:
+        if ctx.eager:
             return cls()
         graph = tf.compat.v1.get_default_graph()
         return cls(graph=graph, first_op=len(graph.get_operations()))
@@ -54,11 +54,11 @@ class Block:
     def eager(self) -> bool:
         return self.graph is None
 
-    def holds_current_graph(self) -> bool:
+    def holds_current_graph(self, ctx: ExecutionContext) -> bool:
         """Whether code running now belongs to the block's own graph (not to a
         function traced from inside an eager block)."""
         if self.eager:
-            return ExecutionContext.current().eager
+            return ctx.eager
         return tf.compat.v1.get_default_graph() is self.graph
 
     def inside(self) -> bool:

@@ -127,6 +127,7 @@ class RuleSteps:
         grads: Mapping[str, tf.Tensor],
         scopes: Sequence[str],
         updates: tf.Tensor | None,
+        ctx: ExecutionContext,
         defer: Callable[[Callable[..., None], Sequence[tf.Tensor]], bool] | None = None,
     ) -> None:
         """Checks a recorded step's tables ({loss: GRAD_STATS}, UPDATE_STATS or None).
@@ -155,7 +156,7 @@ class RuleSteps:
                 self._stop(e)
             apply_policy(events, self.on_violation)
 
-        if ExecutionContext.current().eager:
+        if ctx.eager:
             if bool(record):
                 check_now(step.numpy(), *[t.numpy() for t in tensors])
             return

@@ -156,6 +156,7 @@ def _small_grams(
         tf.gather(matrix, [a for a, _ in upper]) * tf.gather(matrix, [b for _, b in upper])
     )
     ids = np.repeat(np.arange(len(small), dtype=np.int32), sizes)
+    # The kernel asks the graph it is built in (eager callers' is traced apart).
     if ExecutionContext.current().xla:  # XLA needs the number of segments statically
         sums = tf.math.unsorted_segment_sum(products, ids, len(small))
     else:

@@ -66,7 +66,7 @@ def is_chief() -> bool:
     otherwise `TF_CONFIG` does: the task `chief`, or worker 0 of a cluster
     without one. Single-process training is always the chief.
     """
-    if ExecutionContext.current().distributed:
+    if ExecutionContext.current().distributed:  # asked when the sink is made, by no call
         try:
             return bool(tf.distribute.get_strategy().extended.should_save_summary)
         except (AttributeError, NotImplementedError):
@@ -150,6 +150,7 @@ def record_global(
     local: Callable[[], Aligned],
     then: Callable[[Mapping[str, Callable[[], list[Any]]]], Any],
     on_error: OnError,
+    ctx: ExecutionContext,
 ) -> Any:
     """Calls `then` once, in cross-replica context, with the global gradients.
 
@@ -160,6 +161,7 @@ def record_global(
       then: receives {loss: () -> the layout-aligned *summed* gradients}; the
         callables reduce across replicas when called, so `then` must call them
         only where it records (under its own predicate).
+      ctx: where the calling step runs (the replica's context, read at its entry).
 
     Returns what `then` returns (from the first replica's merge), or None
     eagerly at an unrecorded step. A failure of `then` goes to `on_error`.
@@ -179,7 +181,7 @@ def record_global(
             flat.append(dense)
         return flat
 
-    if ExecutionContext.current().eager:
+    if ctx.eager:
         if not bool(record):
             return None
         flat = compute()

@@ -77,14 +77,17 @@ def given(
 
 
 def snapshot_if_recording(
-    layout: LayoutResolver, pairs: Sequence[tuple[Any, Any]], record: tf.Tensor
+    layout: LayoutResolver,
+    pairs: Sequence[tuple[Any, Any]],
+    record: tf.Tensor,
+    ctx: ExecutionContext,
 ) -> list[Any]:
     """Layout-aligned copies of the variables handed to the optimizer, taken
     only at recorded steps; None for variables the step cannot write."""
     vlayout = layout.vlayout
     handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
     variables = [vlayout.variables[i] for i in handed]
-    if ExecutionContext.current().xla:  # XLA needs equal shapes on both branches
+    if ctx.xla:  # XLA needs equal shapes on both branches
 
         def empty():
             return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]

@@ -93,6 +93,7 @@ class Segments:
         # faster than the unsorted ones on CPU, and bitwise the same sums
         # (XLA has no kernel for them). An empty or unknown-size tensor needs
         # the unsorted ones, which give every segment its row.
+        # The kernel asks the graph it is built in (TF1, Keras and eager callers' own).
         self._sorted = (
             not ExecutionContext.current().xla and None not in sizes and all(s > 0 for s in sizes)
         )
@@ -226,7 +227,7 @@ def is_big(t: tf.Tensor) -> bool:
 
 def sum_of_squares(t: tf.Tensor) -> tf.Tensor:
     """sum(t**2) of one tensor in one pass: the fused euclidean-norm kernel, which XLA lacks."""
-    if ExecutionContext.current().xla:
+    if ExecutionContext.current().xla:  # the graph it is built in, as `Segments`
         return tf.reduce_sum(tf.square(t))
     return tf.square(tf.math.reduce_euclidean_norm(t))
 

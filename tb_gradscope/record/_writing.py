@@ -177,6 +177,7 @@ class SummarySink:
         if not records:
             return tf.constant(True)
         held = self._held
+        # Asked here: `strategy.run` inside a held trace builds its replicas in the same graph.
         if (
             held is not None
             and held[0] is tf.compat.v1.get_default_graph()
@@ -206,7 +207,7 @@ class SummarySink:
         return tf.stack([first, last, tf.constant(queued, tf.int64)])
 
     @contextlib.contextmanager
-    def batched(self) -> Iterator[Batch]:
+    def batched(self, ctx: ExecutionContext) -> Iterator[Batch]:
         """Holds the `write_due` calls made in the graph being traced and
         writes them with one call at exit: one read and one update of the
         written-tags list and one write of a record written once (the
@@ -216,11 +217,7 @@ class SummarySink:
         `Recorder.function` variant): writes from control-flow branches,
         eagerly or under tf.distribute are not held."""
         batch = Batch()
-        if (
-            ExecutionContext.current().eager
-            or ExecutionContext.current().distributed
-            or self._held is not None
-        ):
+        if ctx.eager or ctx.distributed or self._held is not None:
             yield batch
             return
         self._held = (tf.compat.v1.get_default_graph(), [])
@@ -250,6 +247,7 @@ class SummarySink:
             with tf.control_dependencies([value for _, _, value, _, _ in items]):
                 return tf.constant(True)
         items = _once_each(items)
+        # Asked here: every producer writes through the sink, some under tf.init_scope.
         if ExecutionContext.current().eager:
             return self._write_compiled(items)
         with self.as_default():
@@ -382,7 +380,7 @@ def _compute_only(value: Any, record: tf.Tensor) -> tf.Tensor:
     """
     if not callable(value):
         return tf.constant(False)
-    if ExecutionContext.current().eager:
+    if ExecutionContext.current().eager:  # asked here: any producer's write, as above
         if bool(record):
             value()
         return tf.constant(False)
