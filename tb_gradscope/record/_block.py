@@ -22,6 +22,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope.record._context import ExecutionContext
+
 
 @dataclasses.dataclass
 class Block:
@@ -42,8 +44,8 @@ class Block:
     analyzed: bool = False
 
     @classmethod
-    def open(cls) -> Block:
-        if tf.executing_eagerly():
+    def open(cls, ctx: ExecutionContext) -> Block:
+        if ctx.eager:
             return cls()
         graph = tf.compat.v1.get_default_graph()
         return cls(graph=graph, first_op=len(graph.get_operations()))
@@ -52,11 +54,11 @@ class Block:
     def eager(self) -> bool:
         return self.graph is None
 
-    def holds_current_graph(self) -> bool:
+    def holds_current_graph(self, ctx: ExecutionContext) -> bool:
         """Whether code running now belongs to the block's own graph (not to a
         function traced from inside an eager block)."""
         if self.eager:
-            return tf.executing_eagerly()
+            return ctx.eager
         return tf.compat.v1.get_default_graph() is self.graph
 
     def inside(self) -> bool:

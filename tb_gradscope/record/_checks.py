@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from tb_gradscope import format as fmt
 from tb_gradscope.record import _rule_gate as rule_gate
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import Emitter, recorded_only
 from tb_gradscope.record._warn import warn_once
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
@@ -126,6 +127,7 @@ class RuleSteps:
         grads: Mapping[str, tf.Tensor],
         scopes: Sequence[str],
         updates: tf.Tensor | None,
+        ctx: ExecutionContext,
         defer: Callable[[Callable[..., None], Sequence[tf.Tensor]], bool] | None = None,
     ) -> None:
         """Checks a recorded step's tables ({loss: GRAD_STATS}, UPDATE_STATS or None).
@@ -154,7 +156,7 @@ class RuleSteps:
                 self._stop(e)
             apply_policy(events, self.on_violation)
 
-        if tf.executing_eagerly():
+        if ctx.eager:
             if bool(record):
                 check_now(step.numpy(), *[t.numpy() for t in tensors])
             return

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.record._reductions import concat, in_xla, is_big, sum_of_squares
+from tb_gradscope.record._context import ExecutionContext
+from tb_gradscope.record._reductions import concat, is_big, sum_of_squares
 from tb_gradscope.record._stats import RollUp
 from tb_gradscope.scopes import ScopeLayout
 
@@ -155,7 +156,8 @@ def _small_grams(
         tf.gather(matrix, [a for a, _ in upper]) * tf.gather(matrix, [b for _, b in upper])
     )
     ids = np.repeat(np.arange(len(small), dtype=np.int32), sizes)
-    if in_xla():  # XLA needs the number of segments statically
+    # The kernel asks the graph it is built in (eager callers' is traced apart).
+    if ExecutionContext.current().xla:  # XLA needs the number of segments statically
         sums = tf.math.unsorted_segment_sum(products, ids, len(small))
     else:
         sums = tf.math.segment_sum(products, ids)

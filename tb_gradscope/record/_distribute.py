@@ -32,6 +32,7 @@ from typing import Any
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
+from tb_gradscope.record._context import ExecutionContext
 
 Aligned = Mapping[str, Sequence[Any]]  # {loss: gradients aligned with the layout}
 
@@ -65,7 +66,7 @@ def is_chief() -> bool:
     otherwise `TF_CONFIG` does: the task `chief`, or worker 0 of a cluster
     without one. Single-process training is always the chief.
     """
-    if tf.distribute.has_strategy():
+    if ExecutionContext.current().distributed:  # asked when the sink is made, by no call
         try:
             return bool(tf.distribute.get_strategy().extended.should_save_summary)
         except (AttributeError, NotImplementedError):
@@ -149,6 +150,7 @@ def record_global(
     local: Callable[[], Aligned],
     then: Callable[[Mapping[str, Callable[[], list[Any]]]], Any],
     on_error: OnError,
+    ctx: ExecutionContext,
 ) -> Any:
     """Calls `then` once, in cross-replica context, with the global gradients.
 
@@ -159,6 +161,7 @@ def record_global(
       then: receives {loss: () -> the layout-aligned *summed* gradients}; the
         callables reduce across replicas when called, so `then` must call them
         only where it records (under its own predicate).
+      ctx: where the calling step runs (the replica's context, read at its entry).
 
     Returns what `then` returns (from the first replica's merge), or None
     eagerly at an unrecorded step. A failure of `then` goes to `on_error`.
@@ -178,7 +181,7 @@ def record_global(
             flat.append(dense)
         return flat
 
-    if tf.executing_eagerly():
+    if ctx.eager:
         if not bool(record):
             return None
         flat = compute()

@@ -28,7 +28,8 @@ from tb_gradscope.format.metadata import (
 )
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import _stats as stats
-from tb_gradscope.record._reductions import BIG, in_xla
+from tb_gradscope.record._context import ExecutionContext
+from tb_gradscope.record._reductions import BIG
 from tb_gradscope.record._writing import SummarySink
 
 
@@ -44,9 +45,9 @@ class Stats(NamedTuple):
     tables: dict
 
 
-def graph_key() -> int:
+def graph_key(ctx: ExecutionContext) -> int:
     """Identifies the graph being traced (0 when eager)."""
-    return 0 if tf.executing_eagerly() else id(tf.compat.v1.get_default_graph())
+    return 0 if ctx.eager else id(tf.compat.v1.get_default_graph())
 
 
 def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[], Any]) -> Any:
@@ -64,7 +65,9 @@ def recorded_only(record: tf.Tensor, work: Callable[[], Any], skip: Callable[[],
     known = tf.get_static_value(record)
     if known is not None:  # a step known recorded (or not) when traced: no branch at all
         return work() if bool(known) else skip()
-    if tf.executing_eagerly() or in_xla():
+    # Asked here: the drift monitor and the rules build branches of their own with it.
+    ctx = ExecutionContext.current()
+    if ctx.eager or ctx.xla:
         return tf.cond(record, work, skip)
     graph = tf.compat.v1.get_default_graph()
     first = len(graph.get_operations())
@@ -134,25 +137,28 @@ class Emitter:
         step: tf.Tensor,
         record: tf.Tensor,
         attrs: Mapping | None = None,
+        *,
+        ctx: ExecutionContext,
     ) -> Stats | None:
         """One table per maker: written when `record`, or deferred inside XLA.
 
         `attrs` are added to the records' metadata attrs.
         """
-        if in_xla():
+        if ctx.xla:
             shape = [len(scopes), len(KIND_SPECS[kind].columns)]
             tables = {}
             for name, make in makers.items():
                 tag, _ = self.metadata(kind, name, scopes, attrs)
                 tables[tag] = tf.cond(record, make, lambda: tf.zeros(shape, tf.float32))
             result = Stats(step, record, tables)
-            self._deferred.setdefault(graph_key(), []).append(result)
+            self._deferred.setdefault(graph_key(ctx), []).append(result)
             self.deferred_made = True
             return result
         self.write_when(
             record,
             step,
             lambda: [(kind, name, scopes, attrs, make()) for name, make in makers.items()],
+            ctx,
         )
         return None
 
@@ -161,6 +167,7 @@ class Emitter:
         record: tf.Tensor,
         step: tf.Tensor,
         tables: Callable[[], Sequence[tuple[Kind, str, Sequence[str], Mapping | None, tf.Tensor]]],
+        ctx: ExecutionContext,
         snapshot: Sequence[Any] = (),
     ) -> list[tf.Tensor]:
         """At recorded steps: computes `tables()` ((kind, name, scopes, attrs,
@@ -177,25 +184,25 @@ class Emitter:
         def skip() -> list[tf.Tensor]:
             return [tf.constant(False)] + [tf.zeros([0], v.dtype) for v in snapshot]
 
-        if tf.executing_eagerly():
+        if ctx.eager:
             return work()[1:] if bool(record) else []
         out = recorded_only(record, work, skip)
-        self.note_recorded(out[0])
+        self.note_recorded(out[0], ctx)
         return list(out[1:])
 
-    def note_recorded(self, done: tf.Tensor) -> None:
+    def note_recorded(self, done: tf.Tensor, ctx: ExecutionContext) -> None:
         """Keeps a recorded-step branch's output for `take_recorded` (graph mode)."""
-        if not tf.executing_eagerly():
+        if not ctx.eager:
             self._recorded.setdefault(tf.compat.v1.get_default_graph(), []).append(done)
 
-    def take_recorded(self) -> list[tf.Tensor]:
+    def take_recorded(self, ctx: ExecutionContext) -> list[tf.Tensor]:
         """The recorded-step branches built so far in this graph (and forgets them).
 
         The optimizer step is run after them: a branch still waiting to read the
         gradients would keep the optimizer from reusing their buffers, and with
         the copy for ||delta theta|| that doubled the memory of a recorded step.
         """
-        if tf.executing_eagerly():
+        if ctx.eager:
             return []
         return self._recorded.pop(tf.compat.v1.get_default_graph(), [])
 
@@ -212,9 +219,9 @@ class Emitter:
             records.append((tag, meta, value, False))
         return self.sink.write_due(records + self._flowgraph_record(), step)
 
-    def take_deferred(self, step: tf.Tensor) -> Stats:
+    def take_deferred(self, step: tf.Tensor, ctx: ExecutionContext) -> Stats:
         """Every Stats deferred in the graph being traced, merged into one."""
-        pending = self._deferred.pop(graph_key(), [])
+        pending = self._deferred.pop(graph_key(ctx), [])
         if not pending:
             return Stats(step, tf.constant(False), {})
         tables = {}

@@ -19,10 +19,10 @@ import tensorflow as tf
 from tb_gradscope import _tf_private as private
 from tb_gradscope.record import _losses as losses_lib
 from tb_gradscope.record import _stats as stats
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import recorded_only
 from tb_gradscope.record._layout import LayoutResolver
 from tb_gradscope.record._losses import StartPoint
-from tb_gradscope.record._reductions import in_xla
 
 
 def total_gradients(tape: Any, losses: Mapping[str, Any], variables: Sequence[Any]) -> list[Any]:
@@ -77,14 +77,17 @@ def given(
 
 
 def snapshot_if_recording(
-    layout: LayoutResolver, pairs: Sequence[tuple[Any, Any]], record: tf.Tensor
+    layout: LayoutResolver,
+    pairs: Sequence[tuple[Any, Any]],
+    record: tf.Tensor,
+    ctx: ExecutionContext,
 ) -> list[Any]:
     """Layout-aligned copies of the variables handed to the optimizer, taken
     only at recorded steps; None for variables the step cannot write."""
     vlayout = layout.vlayout
     handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
     variables = [vlayout.variables[i] for i in handed]
-    if in_xla():  # XLA needs equal shapes on both branches
+    if ctx.xla:  # XLA needs equal shapes on both branches
 
         def empty():
             return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]

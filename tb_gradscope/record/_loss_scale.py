@@ -22,6 +22,7 @@ from tb_gradscope.format.events import SKIPPED, Event
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import _tables as tables_lib
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import graph_key
 from tb_gradscope.record._warn import warn_once
 
@@ -106,7 +107,11 @@ def skipped_event(step: int, scale: float, skipped: int = 1) -> Event:
 
 
 def record_scaled_losses(
-    state: Any, step: tf.Variable, makers: Mapping[str, Callable[[], list]], scale: tf.Tensor
+    state: Any,
+    step: tf.Variable,
+    makers: Mapping[str, Callable[[], list]],
+    scale: tf.Tensor,
+    ctx: ExecutionContext,
 ) -> None:
     """A Recorder's loss tables for gradients scaled by `scale` (read before the apply).
 
@@ -115,7 +120,7 @@ def record_scaled_losses(
     event is, instead (CONFLICT cosines do not depend on the scale). Rules see
     the unscaled tables.
     """
-    now, record = state.now(step)
+    now, record = state.now(step, ctx)
     layout, rollup = state.layout.vlayout.layout, state.layout.rollup
 
     def write(found: list) -> tf.Tensor:
@@ -145,10 +150,11 @@ def record_scaled_losses(
         write,
         kernels=state.kernels,
         columns=state.grad_columns,
+        ctx=ctx,
     )[0]
     if state.checks is not None:
         grads = {t.name: unscaled(t.value, scale) for t in found if t.kind == Kind.GRAD_STATS}
-        state.pending_tables.setdefault(graph_key(), {}).update(grads)
+        state.pending_tables.setdefault(graph_key(ctx), {}).update(grads)
 
 
 def _write_skipped(emitter: Any, step: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:

@@ -16,10 +16,12 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope.record._context import ExecutionContext
 
-def build_outside_trace(optimizer: Any, variables: Sequence[Any]) -> None:
+
+def build_outside_trace(optimizer: Any, variables: Sequence[Any], ctx: ExecutionContext) -> None:
     """Builds an unbuilt Keras 3 optimizer for `variables` outside the current trace."""
-    if tf.executing_eagerly() or getattr(optimizer, "built", True) or not variables:
+    if ctx.eager or getattr(optimizer, "built", True) or not variables:
         return
     if not type(optimizer).__module__.startswith("keras.") or not hasattr(optimizer, "build"):
         return  # tf_keras and other optimizers build their state their own way

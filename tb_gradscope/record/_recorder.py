@@ -45,6 +45,7 @@ from tb_gradscope.record import _options as options
 from tb_gradscope.record import _targets as targets
 from tb_gradscope.record._block import Block
 from tb_gradscope.record._checks import RuleSteps, resolve_rules
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import Emitter, Stats
 from tb_gradscope.record._layout import LayoutResolver
 from tb_gradscope.record._optimizer_state import build_outside_trace
@@ -216,7 +217,8 @@ class Recorder(tf.Module):
         `jit_compile=True` returns the Stats to hand to `write` outside;
         otherwise writes and returns None.
         """
-        return self._r.given(losses_lib.check_given(grads_by_loss, losses), losses, tape)
+        given = losses_lib.check_given(grads_by_loss, losses)
+        return self._r.given(given, losses, tape, ExecutionContext.current())
 
     def tape(self) -> tf.GradientTape:
         """A persistent GradientTape for `gradients`."""
@@ -237,7 +239,7 @@ class Recorder(tf.Module):
         """
         variables = losses_lib.check_gradients_call(tape, losses, variables)
         grads = gradients_lib.total_gradients(tape, losses, variables)
-        self._r.per_loss(tape, losses, variables, grads)
+        self._r.per_loss(tape, losses, variables, grads, ExecutionContext.current())
         return list(zip(grads, variables))
 
     @_no_autograph
@@ -252,8 +254,10 @@ class Recorder(tf.Module):
         pairs = losses_lib.check_pairs("apply", grads_and_vars)
         if self._loss_scale is None:
             loss_scale_lib.warn_if_unscaled(optimizer, (id(self), "loss_scale"), self.name)
-        build_outside_trace(getattr(optimizer, "inner_optimizer", optimizer), [v for _, v in pairs])
-        return self._r.apply(optimizer, pairs)
+        ctx = ExecutionContext.current()
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        build_outside_trace(inner, [v for _, v in pairs], ctx)
+        return self._r.apply(optimizer, pairs, ctx)
 
     @contextlib.contextmanager
     def training_step(self) -> Iterator[None]:
@@ -286,14 +290,15 @@ class Recorder(tf.Module):
                 f"Recorder '{self.name}': training_step() blocks do not nest; "
                 "open one block per training step"
             )
-        block = Block.open()
+        ctx = ExecutionContext.current()  # the block's exit runs where its entry did
+        block = Block.open(ctx)
         self._s.block = block
         try:
-            self._r.enter_block(block)
+            self._r.enter_block(block, ctx)
             yield
         finally:
             self._s.block = None
-        self._r.end_block(block)
+        self._r.end_block(block, ctx)
 
     def function(self, fn: Callable[..., Any] | None = None, **tf_function_kwargs: Any) -> Any:
         """`tf.function(fn)` whose unrecorded steps run the plain step (recommended).
@@ -338,25 +343,25 @@ class Recorder(tf.Module):
         Traced after the user's own optimizer step, it is also where that step's
         graph is analyzed (as `apply` does).
         """
-        self._r.advance()
+        self._r.advance(ExecutionContext.current())
 
     @_no_autograph
     def record_drift(self) -> None:
         """Records the drift of `pairs` at `step`: call once per training step,
         after `apply` and after the target update (see the class docstring)."""
-        self._r.record_drift()
+        self._r.record_drift(ExecutionContext.current())
 
     # ----- XLA: compute inside, write outside ------------------------------
 
     @_no_autograph
     def stats(self) -> Stats:
         """All stats computed so far in this XLA-compiled trace, to return from it."""
-        return self._s.emitter.take_deferred(self.step.read_value())
+        return self._s.emitter.take_deferred(self.step.read_value(), ExecutionContext.current())
 
     @_no_autograph
     def write(self, *all_stats: Stats | None) -> None:
         """Writes Stats returned from a `jit_compile=True` step (outside XLA)."""
-        self._r.write(all_stats)
+        self._r.write(all_stats, ExecutionContext.current())
 
     # ----- static analysis -------------------------------------------------
 

@@ -22,9 +22,9 @@ from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _gradients as gradients_lib
 from tb_gradscope.record import _loss_scale as loss_scale_lib
 from tb_gradscope.record._block import Block
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._drift_monitor import Before
 from tb_gradscope.record._emit import Stats
-from tb_gradscope.record._reductions import in_xla
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import PLAIN, RECORDED
 from tb_gradscope.record._warn import warn_once
@@ -44,23 +44,32 @@ class Recording:
     # ----- gradients ---------------------------------------------------------
 
     def given(
-        self, pairs_by_loss: Mapping[str, list], losses: Mapping[str, Any] | None, tape: Any
+        self,
+        pairs_by_loss: Mapping[str, list],
+        losses: Mapping[str, Any] | None,
+        tape: Any,
+        ctx: ExecutionContext,
     ) -> Stats | None:
         """`record_gradients`: records gradients the user computed."""
         self.s.losses_seen = True
-        if self.s.disabled or self.s.variants.mode() is not None:
+        if self.s.disabled or self.s.variants.mode(ctx) is not None:
             return None
         with self.guard():
             seen = [v for pairs in pairs_by_loss.values() for _, v in pairs]
             if not self.s.layout.ensure(seen):
                 return None
             if distribute.is_first_replica():
-                self.s.stash_losses(losses or {}, tape)
-            return self._record_losses(gradients_lib.given(self.s.layout, pairs_by_loss))
+                self.s.stash_losses(losses or {}, tape, ctx)
+            return self._record_losses(gradients_lib.given(self.s.layout, pairs_by_loss), ctx)
         return None
 
     def per_loss(
-        self, tape: Any, losses: Mapping[str, Any], variables: Sequence[Any], grads: Sequence[Any]
+        self,
+        tape: Any,
+        losses: Mapping[str, Any],
+        variables: Sequence[Any],
+        grads: Sequence[Any],
+        ctx: ExecutionContext,
     ) -> None:
         """`gradients`: records each loss's gradients from the recorder's tape
         (and warns once when no variable got a gradient)."""
@@ -72,25 +81,27 @@ class Recording:
                 f"{sorted(losses)}; compute them inside `with rec.tape() as tape:` "
                 "(ops after the block are not recorded) from the variables passed",
             )
-        if self.s.disabled or self.s.variants.mode() is not None:
+        if self.s.disabled or self.s.variants.mode(ctx) is not None:
             return
         with self.guard():
             if self.s.layout.ensure(variables):
                 if distribute.is_first_replica():
-                    self.s.stash_losses(losses, tape)
+                    self.s.stash_losses(losses, tape, ctx)
                 self._record_losses(
-                    gradients_lib.per_loss(self.s.layout, tape, losses, variables, grads)
+                    gradients_lib.per_loss(self.s.layout, tape, losses, variables, grads), ctx
                 )
 
-    def _record_losses(self, makers: Mapping[str, Callable[[], list]]) -> Stats | None:
+    def _record_losses(
+        self, makers: Mapping[str, Callable[[], list]], ctx: ExecutionContext
+    ) -> Stats | None:
         """Records each loss's gradients; under tf.distribute, the global (summed)
         ones; with a loss scale, unscaled (read now, before the optimizer changes it)."""
         s, step = self.s, self.step
         if self.loss_scale is None:
 
             def record(given):
-                return s.record_losses(step, given)
-        elif in_xla():
+                return s.record_losses(step, given, ctx)
+        elif ctx.xla:
             raise ValueError(
                 f"Recorder '{self.name}' with loss_scale cannot record inside a "
                 "jit_compile=True step; compile the step without XLA"
@@ -99,53 +110,56 @@ class Recording:
             scale = loss_scale_lib.current_scale(self.loss_scale)
 
             def record(given):
-                return loss_scale_lib.record_scaled_losses(s, step, given, scale)
+                return loss_scale_lib.record_scaled_losses(s, step, given, scale, ctx)
 
         if distribute.replicas_in_sync() > 1:
             return distribute.record_global(
-                s.should_record(step),
+                s.should_record(step, ctx),
                 lambda: {name: make() for name, make in makers.items()},
                 record,
                 self.step_aside,
+                ctx,
             )
         return record(makers)
 
     # ----- the optimizer step and the step's close ---------------------------
 
-    def apply(self, optimizer: Any, pairs: list) -> Any:
+    def apply(self, optimizer: Any, pairs: list, ctx: ExecutionContext) -> Any:
         """`apply`: the optimizer step, observed, and the step's close."""
         s = self.s
         block = s.block if s.block is not None and s.block.inside() else None
-        if s.variants.mode() is not None:  # a step traced to run unrecorded
+        if s.variants.mode(ctx) is not None:  # a step traced to run unrecorded
             result = optimizer.apply_gradients(pairs)
             if block is None:
                 self.step.assign_add(1)
-                s.advanced()
+                s.advanced(ctx)
             return result
         before = None
         if not s.disabled:
             with self.guard():
                 if s.layout.ensure([v for _, v in pairs]) and block is None:
-                    before = s.snapshot(self.step, pairs)
+                    before = s.snapshot(self.step, pairs, ctx)
         # After this step's recording branches (see Emitter.take_recorded): an
         # ordering only, the values applied are the same.
-        recorded = [] if tf.distribute.has_strategy() else s.emitter.take_recorded()
+        recorded = [] if ctx.distributed else s.emitter.take_recorded(ctx)
         with tf.control_dependencies(recorded):
             result = optimizer.apply_gradients(pairs)
         if s.monitor is not None:
             s.monitor.note_optimizer_variables(v for g, v in pairs if g is not None)
-        s.note_optimizer(optimizer)
+        s.note_optimizer(optimizer, ctx)
         if block is not None:
-            if block.eager and not tf.executing_eagerly():
-                self._finish_traced_in_block(block)
-            if tf.executing_eagerly():
+            if block.eager and not ctx.eager:
+                self._finish_traced_in_block(block, ctx)
+            if ctx.eager:
                 self._warn_if_rules_have_no_loss()
             return result
         if before is not None and not s.disabled:
             with self.guard():
-                distribute.once(self._record_update, before, on_error=self.step_aside)
+                distribute.once(
+                    lambda b: self._record_update(b, ctx), before, on_error=self.step_aside
+                )
         self._warn_if_rules_have_no_loss()
-        self.advance()
+        self.advance(ctx)
         return result
 
     def _warn_if_rules_have_no_loss(self) -> None:
@@ -164,65 +178,67 @@ class Recording:
             "losses={'name': loss}, tape=tape) before rec.apply",
         )
 
-    def advance(self) -> None:
+    def advance(self, ctx: ExecutionContext) -> None:
         """`advance`: the step's close (if not `apply`'s), then the counter moves on."""
         s = self.s
-        if not s.disabled and s.layout.vlayout is not None and s.variants.mode() is None:
+        if not s.disabled and s.layout.vlayout is not None and s.variants.mode(ctx) is None:
             with self.guard():
-                distribute.once(self._finish_step, on_error=self.step_aside)
+                distribute.once(lambda: self._finish_step(ctx), on_error=self.step_aside)
         self.step.assign_add(1)
-        s.advanced()
+        s.advanced(ctx)
 
-    def enter_block(self, block: Block) -> None:
+    def enter_block(self, block: Block, ctx: ExecutionContext) -> None:
         """Entering `training_step()` eagerly: the copy for ||delta theta||."""
         if block.eager and not self.s.disabled:
             with self.guard():
-                block.before = self.s.eager_block_snapshot(self.step)
+                block.before = self.s.eager_block_snapshot(self.step, ctx)
 
-    def end_block(self, block: Block) -> None:
+    def end_block(self, block: Block, ctx: ExecutionContext) -> None:
         """Leaving `training_step()`: analysis, ||delta theta|| over the block,
         rules, then the step advances once."""
         s = self.s
         if not block.eager:  # traced whole: its losses were handed over in this trace
             self._warn_if_rules_have_no_loss()
-        if not s.disabled and s.layout.vlayout is not None and s.variants.mode() is None:
+        if not s.disabled and s.layout.vlayout is not None and s.variants.mode(ctx) is None:
             with self.guard():
-                distribute.once(self._close_block, block, on_error=self.step_aside)
+                distribute.once(
+                    lambda b: self._close_block(b, ctx), block, on_error=self.step_aside
+                )
         self.step.assign_add(1)
-        s.advanced()
+        s.advanced(ctx)
 
-    def _record_update(self, before: list[Any]) -> None:
+    def _record_update(self, before: list[Any], ctx: ExecutionContext) -> None:
         """After the optimizer: analyzes the traced step, records ||delta theta||."""
-        self.s.analyze_traced_step(self.step, self.name)
-        self.s.check_step(self.step, self._update_table(before))
+        self.s.analyze_traced_step(self.step, self.name, ctx)
+        self.s.check_step(self.step, self._update_table(before, ctx), ctx)
 
-    def _update_table(self, before: list[Any]) -> tf.Tensor | None:
+    def _update_table(self, before: list[Any], ctx: ExecutionContext) -> tf.Tensor | None:
         """Writes the UPDATE_STATS table from the values `before` the step;
         returns it when rules need it (else None)."""
         s = self.s
         variables, rollup = s.layout.vlayout.variables, s.layout.rollup
 
         def maker():
-            return s.kernels.update_table(before, variables, rollup)
+            return s.kernels.update_table(before, variables, rollup, ctx)
 
-        if s.checks is None or in_xla():
-            s.emit(self.step, Kind.UPDATE_STATS, {"": maker})
+        if s.checks is None or ctx.xla:
+            s.emit(self.step, Kind.UPDATE_STATS, {"": maker}, ctx)
             return None
-        return s.record_updates(self.step, maker)
+        return s.record_updates(self.step, maker, ctx)
 
-    def _close_block(self, block: Block) -> None:
+    def _close_block(self, block: Block, ctx: ExecutionContext) -> None:
         s = self.s
         if block.eager:
             if block.analyzed:
                 s.write_flowgraph_now(self.step)
-        elif s.analyze_traced_step(self.step, self.name) and not in_xla():
-            s.emitter.write_flowgraph(*s.now(self.step))
+        elif s.analyze_traced_step(self.step, self.name, ctx) and not ctx.xla:
+            s.emitter.write_flowgraph(*s.now(self.step, ctx))
         updates = None
         if block.before is not None:
-            updates = self._update_table(block.before)
-        s.check_step(self.step, updates)
+            updates = self._update_table(block.before, ctx)
+        s.check_step(self.step, updates, ctx)
 
-    def _finish_traced_in_block(self, block: Block) -> None:
+    def _finish_traced_in_block(self, block: Block, ctx: ExecutionContext) -> None:
         """A function traced inside an eager block: its graph's analysis (merged
         into the run's FlowGraph, written at the block's exit) and rules."""
         s = self.s
@@ -232,36 +248,41 @@ class Recording:
         with self.guard():
             block.analyzed |= bool(
                 distribute.once(
-                    lambda: s.analyze_traced_step(self.step, self.name, defer_write=True),
+                    lambda: s.analyze_traced_step(self.step, self.name, ctx, defer_write=True),
                     on_error=self.step_aside,
                 )
             )
-            distribute.once(s.check_step, self.step, None, on_error=self.step_aside)
+            distribute.once(
+                lambda step, updates: s.check_step(step, updates, ctx),
+                self.step,
+                None,
+                on_error=self.step_aside,
+            )
 
-    def _finish_step(self) -> None:
+    def _finish_step(self, ctx: ExecutionContext) -> None:
         """Before `step` advances: analysis (if `apply` did not run it) and rules."""
         s = self.s
-        if s.analyze_traced_step(self.step, self.name) and not in_xla():
-            s.emitter.write_flowgraph(*s.now(self.step))
-        s.check_step(self.step, None)
+        if s.analyze_traced_step(self.step, self.name, ctx) and not ctx.xla:
+            s.emitter.write_flowgraph(*s.now(self.step, ctx))
+        s.check_step(self.step, None, ctx)
 
     # ----- drift ---------------------------------------------------------------
 
-    def record_drift(self) -> None:
+    def record_drift(self, ctx: ExecutionContext) -> None:
         """`record_drift`: the pairs' drift, or nothing, by variant."""
         s = self.s
-        mode = s.variants.mode()
-        at_start = s.variants.before()
+        mode = s.variants.mode(ctx)
+        at_start = s.variants.before(ctx)
         s.variants.note_drift()
         if s.monitor is None or mode == PLAIN:
             return
-        if in_xla():
+        if ctx.xla:
             raise ValueError(
                 "Recorder.record_drift cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); call it after the compiled step"
             )
         # A variant runs at steps the host picked it for: record_drift sees those + advances.
-        seen = s.variants.drift_steps(s, RECORDED if s.variants.recorded() else mode)
+        seen = s.variants.drift_steps(s, RECORDED if s.variants.recorded(ctx) else mode, ctx)
         before = None
         if at_start is not None:  # the call's start: the step before if it advances once
             started, sides, advanced = at_start
@@ -274,9 +295,9 @@ class Recording:
 
     # ----- XLA: stats written outside ----------------------------------------
 
-    def write(self, all_stats: Sequence[Stats | None]) -> None:
+    def write(self, all_stats: Sequence[Stats | None], ctx: ExecutionContext) -> None:
         """`write`: Stats returned from a `jit_compile=True` step, and their rules."""
-        if in_xla():
+        if ctx.xla:
             raise ValueError(
                 "Recorder.write cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); return rec.stats() from the "
@@ -292,7 +313,7 @@ class Recording:
             if item is not None and not self.s.disabled:
                 with self.guard():
                     self.s.emitter.write(item)
-                    self.s.check_written(item)
+                    self.s.check_written(item, ctx)
 
     def flush(self) -> None:
         """`flush`: the sink's flush; warns once if XLA stats went unwritten."""

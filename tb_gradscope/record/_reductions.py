@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope import _tf_private as private
+from tb_gradscope.record._context import ExecutionContext
 
 # Tensors with at least this many elements are reduced one by one.
 BIG = 1 << 16
@@ -60,13 +60,6 @@ def stack(parts: Sequence[tf.Tensor], fan_in: int | None = None) -> tf.Tensor:
     )
 
 
-def in_xla() -> bool:
-    """True while tracing inside an XLA-compiled function (jit_compile=True)."""
-    if tf.executing_eagerly():
-        return False
-    return private.in_xla_context(tf.compat.v1.get_default_graph())
-
-
 class Segments:
     """Tensors as one flat vector, and for each element the index of its tensor.
 
@@ -100,7 +93,10 @@ class Segments:
         # faster than the unsorted ones on CPU, and bitwise the same sums
         # (XLA has no kernel for them). An empty or unknown-size tensor needs
         # the unsorted ones, which give every segment its row.
-        self._sorted = not in_xla() and None not in sizes and all(s > 0 for s in sizes)
+        # The kernel asks the graph it is built in (TF1, Keras and eager callers' own).
+        self._sorted = (
+            not ExecutionContext.current().xla and None not in sizes and all(s > 0 for s in sizes)
+        )
 
     def sum(self, values: tf.Tensor) -> tf.Tensor:
         """Per tensor: the sum of `values` (aligned with `flat`), in their dtype."""
@@ -231,7 +227,7 @@ def is_big(t: tf.Tensor) -> bool:
 
 def sum_of_squares(t: tf.Tensor) -> tf.Tensor:
     """sum(t**2) of one tensor in one pass: the fused euclidean-norm kernel, which XLA lacks."""
-    if in_xla():
+    if ExecutionContext.current().xla:  # the graph it is built in, as `Segments`
         return tf.reduce_sum(tf.square(t))
     return tf.square(tf.math.reduce_euclidean_norm(t))
 

@@ -27,9 +27,9 @@ from tb_gradscope.record import _stats as stats
 from tb_gradscope.record import _tables as tables_lib
 from tb_gradscope.record._block import Block
 from tb_gradscope.record._checks import RuleSteps
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record._layout import LayoutResolver
-from tb_gradscope.record._reductions import in_xla
 from tb_gradscope.record._step_function import Variants
 
 # Losses whose due step is kept (`RecorderState._due`); more keep the period alone.
@@ -82,7 +82,7 @@ class RecorderState:
                 tf.zeros([_MAX_DUE], tf.int64), trainable=False, name="due"
             )
 
-    def now(self, step: tf.Variable) -> tuple[tf.Tensor, tf.Tensor]:
+    def now(self, step: tf.Variable, ctx: ExecutionContext) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, is it a recorded step), read once per traced step.
 
         Inside a graph the pair is kept until `advance` (one read and one
@@ -90,39 +90,41 @@ class RecorderState:
         `Recorder.function`'s recorded variant the predicate is the constant
         True, so every gate on it folds away at trace time (`recorded_only`).
         """
-        if tf.executing_eagerly():  # one op: the predicate is host arithmetic
+        if ctx.eager:  # one op: the predicate is host arithmetic
             value = step.read_value()
             return value, tf.constant(int(value) % self.every == 0)
         graph = tf.compat.v1.get_default_graph()
         if graph not in self._now:
             value = step.read_value()
-            if self.variants.recorded():  # run by the host at recorded steps only
+            if self.variants.recorded(ctx):  # run by the host at recorded steps only
                 self._now[graph] = (value, tf.constant(True))
             else:
                 self._now[graph] = (value, tf.equal(tf.math.floormod(value, self.every), 0))
         return self._now[graph]
 
-    def advanced(self) -> None:
+    def advanced(self, ctx: ExecutionContext) -> None:
         """The step counter moves on: the next step reads it again (and a
         `Recorder.function` wrapper counting steps on the host reads it anew
         after an eager move)."""
         self.losses_seen = False
-        if tf.executing_eagerly():
+        if ctx.eager:
             self.host_step = None  # moved outside the wrappers: read it again
         else:
             self._now.pop(tf.compat.v1.get_default_graph(), None)
-            self.variants.note_advance()
+            self.variants.note_advance(ctx)
 
-    def should_record(self, step: tf.Variable) -> tf.Tensor:
-        return self.now(step)[1]
+    def should_record(self, step: tf.Variable, ctx: ExecutionContext) -> tf.Tensor:
+        return self.now(step, ctx)[1]
 
-    def emit(self, step: tf.Variable, kind: Kind, makers: Mapping[str, Callable]) -> Stats | None:
+    def emit(
+        self, step: tf.Variable, kind: Kind, makers: Mapping[str, Callable], ctx: ExecutionContext
+    ) -> Stats | None:
         scopes = self.layout.vlayout.layout.scopes
-        now, record = self.now(step)
-        return self.emitter.emit(kind, makers, scopes, now, record)
+        now, record = self.now(step, ctx)
+        return self.emitter.emit(kind, makers, scopes, now, record, ctx=ctx)
 
     def record_losses(
-        self, step: tf.Variable, makers: Mapping[str, Callable[[], list]]
+        self, step: tf.Variable, makers: Mapping[str, Callable[[], list]], ctx: ExecutionContext
     ) -> Stats | None:
         """Records each loss's gradients ({loss: () -> aligned gradients}), and
         the conflicts between them when asked for.
@@ -132,12 +134,12 @@ class RecorderState:
         optimizer step instead of two.
         """
         rollup = self.layout.rollup
-        now, record = self._due(step, list(makers))
-        makers = {name: self._marking(name, now, make) for name, make in makers.items()}
-        variables = self._snapshot_candidates()
-        self._mark_block_start()
+        now, record = self._due(step, list(makers), ctx)
+        makers = {name: self._marking(name, now, make, ctx) for name, make in makers.items()}
+        variables = self._snapshot_candidates(ctx)
+        self._mark_block_start(ctx)
         if self.checks is None and not (self.conflict and len(makers) > 1):
-            if in_xla():
+            if ctx.xla:
                 return self.emit(
                     step,
                     Kind.GRAD_STATS,
@@ -160,14 +162,16 @@ class RecorderState:
                     for n, f in makers.items()
                 ]
 
-            self._keep_snapshot(variables, self.emitter.write_when(record, now, tables, variables))
+            self._keep_snapshot(
+                variables, self.emitter.write_when(record, now, tables, ctx, variables), ctx
+            )
             return None
 
         def make_aligned():
             return {n: f() for n, f in makers.items()}
 
         layout = self.layout.vlayout.layout
-        if not in_xla():
+        if not ctx.xla:
 
             def write(found):
                 return self.emitter.write_due(
@@ -184,13 +188,14 @@ class RecorderState:
                 variables,
                 self.kernels,
                 self.grad_columns,
+                ctx=ctx,
             )
-            self._keep_snapshot(variables, copies)
-            if found and not tf.executing_eagerly():
-                self.emitter.note_recorded(found[0].value)
+            self._keep_snapshot(variables, copies, ctx)
+            if found and not ctx.eager:
+                self.emitter.note_recorded(found[0].value, ctx)
             if self.checks is not None:
                 grads = {t.name: t.value for t in found if t.kind == Kind.GRAD_STATS}
-                self.pending_tables.setdefault(graph_key(), {}).update(grads)
+                self.pending_tables.setdefault(graph_key(ctx), {}).update(grads)
             return None
         found = tables_lib.recorded_tables(
             record,
@@ -200,9 +205,12 @@ class RecorderState:
             self.conflict,
             kernels=self.kernels,
             columns=self.grad_columns,
+            ctx=ctx,
         )[0]
         written = [
-            self.emitter.emit(t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs)
+            self.emitter.emit(
+                t.kind, {t.name: lambda v=t.value: v}, t.scopes, now, record, t.attrs, ctx=ctx
+            )
             for t in found
         ]
         parts = [w for w in written if w is not None]
@@ -212,7 +220,9 @@ class RecorderState:
             parts[0].step, parts[0].record, {k: v for p in parts for k, v in p.tables.items()}
         )
 
-    def _due(self, step: tf.Variable, names: Sequence[str]) -> tuple[tf.Tensor, tf.Tensor]:
+    def _due(
+        self, step: tf.Variable, names: Sequence[str], ctx: ExecutionContext
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """(step value, whether a call handing over the losses `names` records):
         at recording steps, and at the first step at or after one where a loss
         is computed but was not recorded (a delayed update on other steps: TD3's
@@ -221,13 +231,13 @@ class RecorderState:
         then the step's (its update table and rules follow it). Not under XLA or
         tf.distribute, nor in a `Recorder.function` variant (picked by step on
         the host), which keep the period alone."""
-        now, record = self.now(step)
-        if in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+        now, record = self.now(step, ctx)
+        if ctx.xla or ctx.distributed or self.variants.recorded(ctx):
             return now, record
         slots = [i for i in (self._due_slot(name) for name in names) if i is not None]
         if not slots:
             return now, record
-        if tf.executing_eagerly():
+        if ctx.eager:
             due = self._due_steps.numpy()
             return now, tf.constant(bool(record) or any(int(now) >= int(due[i]) for i in slots))
         late = tf.reduce_any(now >= tf.gather(self._due_steps, slots))
@@ -248,11 +258,13 @@ class RecorderState:
             self._due_slots[name] = len(self._due_slots)
         return self._due_slots[name]
 
-    def _marking(self, name: str, now: tf.Tensor, make: Callable[[], list]) -> Callable[[], list]:
+    def _marking(
+        self, name: str, now: tf.Tensor, make: Callable[[], list], ctx: ExecutionContext
+    ) -> Callable[[], list]:
         """`make`, which records loss `name` at step `now`: it also moves the
         loss's due step to the next recording step (on the recorded branch only)."""
         slot = self._due_slots.get(name)
-        if slot is None or in_xla() or tf.distribute.has_strategy() or self.variants.recorded():
+        if slot is None or ctx.xla or ctx.distributed or self.variants.recorded(ctx):
             return make
 
         def made() -> list:
@@ -261,7 +273,9 @@ class RecorderState:
 
         return made
 
-    def snapshot(self, step: tf.Variable, pairs: Sequence[tuple[Any, Any]]) -> list[Any] | None:
+    def snapshot(
+        self, step: tf.Variable, pairs: Sequence[tuple[Any, Any]], ctx: ExecutionContext
+    ) -> list[Any] | None:
         """Layout-aligned copies of the variables handed to the optimizer, taken
         only at recorded steps (None for variables the step cannot write;
         None eagerly at an unrecorded step).
@@ -270,12 +284,10 @@ class RecorderState:
         can have written the handed variables since (no op but a read takes
         them); otherwise copies them now, in a branch of their own.
         """
-        if tf.executing_eagerly() and not bool(self.should_record(step)):
+        if ctx.eager and not bool(self.should_record(step, ctx)):
             return None  # nothing to copy, nor to record after the optimizer
         kept = (
-            self._snapshots.pop(tf.compat.v1.get_default_graph(), None)
-            if not tf.executing_eagerly()
-            else None
+            self._snapshots.pop(tf.compat.v1.get_default_graph(), None) if not ctx.eager else None
         )
         vlayout = self.layout.vlayout
         handed = sorted({i for _, v in pairs if (i := vlayout.index_of(v)) is not None})
@@ -284,22 +296,26 @@ class RecorderState:
             for i in handed:
                 before[i] = kept[0][i]
             return before
-        return gradients_lib.snapshot_if_recording(self.layout, pairs, self.should_record(step))
+        return gradients_lib.snapshot_if_recording(
+            self.layout, pairs, self.should_record(step, ctx), ctx
+        )
 
-    def _snapshot_candidates(self) -> list[Any]:
+    def _snapshot_candidates(self, ctx: ExecutionContext) -> list[Any]:
         """The variables the loss recording branch copies: all recorded ones, inside
         a graph (a copy of a variable the optimizer does not write costs nothing:
         it shares the buffer); none eagerly, under XLA or tf.distribute, nor
         inside a `training_step()` block whose values before the step are
         known (or taken at an eager block's entry): `apply` copies nothing there."""
-        if tf.executing_eagerly() or in_xla() or tf.distribute.has_strategy():
+        if ctx.eager or ctx.xla or ctx.distributed:
             return []
         block = self.block
         if block is not None and block.inside() and (block.eager or block.before is not None):
             return []
         return list(self.layout.vlayout.variables)
 
-    def _keep_snapshot(self, variables: Sequence[Any], copies: Sequence[tf.Tensor]) -> None:
+    def _keep_snapshot(
+        self, variables: Sequence[Any], copies: Sequence[tf.Tensor], ctx: ExecutionContext
+    ) -> None:
         if variables and copies:
             graph = tf.compat.v1.get_default_graph()
             self._snapshots[graph] = (list(copies), len(graph.get_operations()))
@@ -307,21 +323,21 @@ class RecorderState:
             if (
                 block is not None
                 and block.before is None
-                and block.holds_current_graph()
+                and block.holds_current_graph(ctx)
                 and _untouched_since(block.first_op, variables, self._branch_start)
             ):
                 block.before = list(copies)  # the values before the block's first optimizer step
 
-    def _mark_block_start(self) -> None:
+    def _mark_block_start(self, ctx: ExecutionContext) -> None:
         """Notes where a loss recording branch starts (for `_keep_snapshot`)."""
-        if not tf.executing_eagerly():
+        if not ctx.eager:
             self._branch_start = len(tf.compat.v1.get_default_graph().get_operations())
 
-    def eager_block_snapshot(self, step: tf.Variable) -> list[Any] | None:
+    def eager_block_snapshot(self, step: tf.Variable, ctx: ExecutionContext) -> list[Any] | None:
         """Eagerly, at a block's entry: copies of every recorded variable at a
         recorded step (None otherwise, or while the variables are unknown)."""
         vlayout = self.layout.vlayout
-        if vlayout is None or in_xla() or not bool(self.should_record(step)):
+        if vlayout is None or ctx.xla or not bool(self.should_record(step, ctx)):
             return None
         return stats.snapshot(vlayout.variables)
 
@@ -331,10 +347,12 @@ class RecorderState:
         with tf.init_scope():
             self.emitter.write_flowgraph(step.read_value(), tf.constant(True))
 
-    def record_updates(self, step: tf.Variable, maker: Callable[[], tf.Tensor]) -> tf.Tensor | None:
+    def record_updates(
+        self, step: tf.Variable, maker: Callable[[], tf.Tensor], ctx: ExecutionContext
+    ) -> tf.Tensor | None:
         """Writes the UPDATE_STATS table and returns it as a tensor (for rules);
         eagerly at an unrecorded step, writes nothing and returns None."""
-        now, record = self.now(step)
+        now, record = self.now(step, ctx)
         scopes = self.layout.vlayout.layout.scopes
 
         def work() -> tf.Tensor:
@@ -344,20 +362,29 @@ class RecorderState:
             ):
                 return tf.identity(table)
 
-        if tf.executing_eagerly():
+        if ctx.eager:
             return work() if bool(record) else None
         return recorded_only(record, work, lambda: tf.zeros([len(scopes), 2], tf.float32))
 
-    def check_step(self, step: tf.Variable, updates: tf.Tensor | None) -> None:
+    def check_step(
+        self, step: tf.Variable, updates: tf.Tensor | None, ctx: ExecutionContext
+    ) -> None:
         """Checks rules on this step's pending tables (before `step` advances)."""
-        if self.checks is None or in_xla():
+        if self.checks is None or ctx.xla:
             return
-        grads = self.pending_tables.pop(graph_key(), None)
+        grads = self.pending_tables.pop(graph_key(ctx), None)
         if grads:
             scopes = self.layout.vlayout.layout.scopes
-            self.checks.at_step(*self.now(step), grads, scopes, updates, defer=self.variants.defer)
+            self.checks.at_step(
+                *self.now(step, ctx),
+                grads,
+                scopes,
+                updates,
+                ctx,
+                defer=lambda callback, tensors: self.variants.defer(callback, tensors, ctx),
+            )
 
-    def check_written(self, item: Stats) -> None:
+    def check_written(self, item: Stats, ctx: ExecutionContext) -> None:
         """Checks rules on Stats returned from a jit_compile=True step."""
         if self.checks is None or self.layout.vlayout is None:
             return
@@ -369,29 +396,29 @@ class RecorderState:
             elif kind == Kind.UPDATE_STATS:
                 updates = table
         scopes = self.layout.vlayout.layout.scopes
-        self.checks.at_step(item.step, item.record, grads, scopes, updates)
+        self.checks.at_step(item.step, item.record, grads, scopes, updates, ctx)
 
-    def note_optimizer(self, optimizer: Any) -> None:
+    def note_optimizer(self, optimizer: Any, ctx: ExecutionContext) -> None:
         """`apply` traced `optimizer` in this graph (graph mode only): a
         function's losses are labelled by the optimizer objects it applies."""
-        if not tf.executing_eagerly():
-            found = self.pending_optimizers.setdefault(graph_key(), [])
+        if not ctx.eager:
+            found = self.pending_optimizers.setdefault(graph_key(ctx), [])
             if all(o is not optimizer for o in found):
                 found.append(optimizer)
 
-    def stash_losses(self, losses: Mapping[str, Any], tape: Any = None) -> None:
+    def stash_losses(self, losses: Mapping[str, Any], tape: Any, ctx: ExecutionContext) -> None:
         """Keeps a traced step's losses for its analysis (graph mode only), with
         the variables their tape watched (the tape boundary is a cut)."""
-        if not tf.executing_eagerly() and losses:
-            self.pending_losses.setdefault(graph_key(), {}).update(losses)
+        if not ctx.eager and losses:
+            self.pending_losses.setdefault(graph_key(ctx), {}).update(losses)
             if tape is not None:
                 watched = list(tape.watched_variables())
-                self.pending_watched.setdefault(graph_key(), {}).update(
+                self.pending_watched.setdefault(graph_key(ctx), {}).update(
                     {name: watched for name in losses}
                 )
 
     def analyze_traced_step(
-        self, step: tf.Variable, recorder: str, defer_write: bool = False
+        self, step: tf.Variable, recorder: str, ctx: ExecutionContext, defer_write: bool = False
     ) -> bool:
         """At trace time, after the optimizer: analyze this graph's losses, then
         check the rules on the run's FlowGraph.
@@ -404,10 +431,10 @@ class RecorderState:
 
         Returns True when this call found new losses' flow.
         """
-        if tf.executing_eagerly():
+        if ctx.eager:
             return False
-        graph_losses = self.pending_losses.pop(graph_key(), {})
-        watched = self.pending_watched.pop(graph_key(), {})
+        graph_losses = self.pending_losses.pop(graph_key(ctx), {})
+        watched = self.pending_watched.pop(graph_key(ctx), {})
         emitter = self.emitter
         known = emitter.flowgraph
         fresh = {
@@ -429,7 +456,7 @@ class RecorderState:
         if found is None:
             return False
         found = flow.relabel_optimizers(
-            found, known, self.pending_optimizers.pop(graph_key(), []), self.optimizer_labels
+            found, known, self.pending_optimizers.pop(graph_key(ctx), []), self.optimizer_labels
         )
         emitter.set_flowgraph(found if known is None else flow.merge(known, found), defer_write)
         if self.checks is not None:

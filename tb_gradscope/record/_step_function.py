@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._warn import warn_once
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class Variants:
             self._modes.pop(graph, None)
             self._trace = None
 
-    def note_advance(self) -> None:
+    def note_advance(self, ctx: ExecutionContext) -> None:
         """The step's counter advance is being traced (by `apply`, `advance` or
         a `training_step()` block's exit)."""
         trace = self._trace
@@ -137,7 +138,7 @@ class Variants:
             return
         trace.advances += 1
         graph = tf.compat.v1.get_default_graph()
-        if graph not in self._modes or tf.distribute.has_strategy():
+        if graph not in self._modes or ctx.distributed:
             trace.countable = False  # a branch, a nested function: not one advance per call
 
     def note_drift(self) -> int | None:
@@ -148,19 +149,21 @@ class Variants:
             return self._trace.advances
         return None
 
-    def defer(self, callback: Callable[..., None], tensors: Sequence[tf.Tensor]) -> bool:
+    def defer(
+        self, callback: Callable[..., None], tensors: Sequence[tf.Tensor], ctx: ExecutionContext
+    ) -> bool:
         """Hands `callback(*values of tensors)` to the host, to run after each
         call of the recorded variant being traced: only from the variant's own
         graph (not a branch, a nested function or under tf.distribute), whose
         outputs they can be. False where it cannot."""
         trace = self._trace
         graph = tf.compat.v1.get_default_graph()
-        if trace is None or self._modes.get(graph) != RECORDED or tf.distribute.has_strategy():
+        if trace is None or self._modes.get(graph) != RECORDED or ctx.distributed:
             return False
         trace.host.append((callback, list(tensors)))
         return True
 
-    def drift_steps(self, state: Any, mode: str) -> Steps | None:
+    def drift_steps(self, state: Any, mode: str, ctx: ExecutionContext) -> Steps | None:
         """The steps `record_drift`, being traced in a `mode` variant, sees at
         the calls that run it, as (period, residues): the host picks the variant
         by step, so they are known when traced. None when they are not: the
@@ -168,7 +171,7 @@ class Variants:
         DRIFT, which the host picks by the offset) when the host picked it
         before this offset was known."""
         trace = self._trace
-        if trace is None or not trace.countable or tf.distribute.has_strategy():
+        if trace is None or not trace.countable or ctx.distributed:
             return None
         offset = trace.advances
         if mode == RECORDED:
@@ -182,12 +185,12 @@ class Variants:
             (x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT
         )
 
-    def before(self) -> tuple[tf.Tensor, tf.Tensor, int] | None:
+    def before(self, ctx: ExecutionContext) -> tuple[tf.Tensor, tf.Tensor, int] | None:
         """(the step and the pairs' values at the start of the call, the
         advances traced since) for a `record_drift` traced in a variant that
         records (or a control-flow branch of it); None elsewhere."""
         trace = self._trace
-        if trace is None or trace.before is None or self._traced_as() in (None, PLAIN):
+        if trace is None or trace.before is None or self._traced_as(ctx) in (None, PLAIN):
             return None
         return trace.started, trace.before, trace.advances
 
@@ -197,22 +200,22 @@ class Variants:
         every traced variant agrees; None before any was traced."""
         return next(iter(self._offsets)) if len(self._offsets) == 1 else None
 
-    def mode(self) -> str | None:
+    def mode(self, ctx: ExecutionContext) -> str | None:
         """PLAIN or DRIFT inside such a variant's graph (or a
         control-flow branch of it); None everywhere else, where the recorder
         records."""
-        mode = self._traced_as()
+        mode = self._traced_as(ctx)
         return None if mode == RECORDED else mode
 
-    def recorded(self) -> bool:
+    def recorded(self, ctx: ExecutionContext) -> bool:
         """Whether the graph being traced is a `recorded` variant (or a
         control-flow branch of it), which the host runs only at recorded steps:
         its recording needs no in-graph gate. Not under tf.distribute, whose
         replicas keep the one-trace gating."""
-        return self._traced_as() == RECORDED and not tf.distribute.has_strategy()
+        return self._traced_as(ctx) == RECORDED and not ctx.distributed
 
-    def _traced_as(self) -> str | None:
-        if not self._modes or tf.executing_eagerly():
+    def _traced_as(self, ctx: ExecutionContext) -> str | None:
+        if not self._modes or ctx.eager:
             return None
         graph = tf.compat.v1.get_default_graph()
         while graph is not None:
@@ -301,7 +304,7 @@ class StepFunction:
             before = None if state.monitor is None else state.monitor.read_sides()
             with (
                 state.variants.tracing(mode, started, before) as trace,
-                state.emitter.sink.batched() as batch,
+                state.emitter.sink.batched(ExecutionContext.current()) as batch,  # per trace
             ):
                 out = fn(*args, **kwargs)
             self._learn(mode, trace)

@@ -23,6 +23,7 @@ import tensorflow as tf
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.record import _conflict as conflict_lib
 from tb_gradscope.record import _stats as stats
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._emit import recorded_only
 from tb_gradscope.scopes import ScopeLayout
 
@@ -48,6 +49,8 @@ def recorded_tables(
     snapshot: Sequence[Any] = (),
     kernels: EagerKernels | None = None,
     columns: Sequence[str] = OPTIONAL_GRAD_COLUMNS,
+    *,
+    ctx: ExecutionContext,
 ) -> tuple[list[StepTable], list[tf.Tensor]]:
     """GRAD_STATS per loss and (if `conflict`, with >= 2 losses) CONFLICT per pair,
     and the values of the `snapshot` variables read in the same branch.
@@ -57,7 +60,8 @@ def recorded_tables(
     `write(tables)` when given (the writes then share the branch). At
     unrecorded steps the snapshot values are empty tensors; eagerly, both
     lists are [] when `record` is false. `kernels`: the recorder's, for eager
-    callers. `columns`: the optional GRAD_STATS columns recorded.
+    callers. `columns`: the optional GRAD_STATS columns recorded. `ctx`: the
+    calling recorder call's.
     """
     shapes: dict[tuple[Kind, str], tuple[tuple[str, ...], dict]] = {}
 
@@ -74,7 +78,7 @@ def recorded_tables(
         out = (
             _tables(aligned, layout, rollup, conflict, columns)
             if kernels is None
-            else kernels.tables(aligned, layout, rollup, conflict, columns)
+            else kernels.tables(aligned, layout, rollup, conflict, columns, ctx)
         )
         if write is not None:
             write([_table(kind, name, out[(kind.value, name)]) for kind, name in shapes])
@@ -95,7 +99,7 @@ def recorded_tables(
                 empty[v.dtype] = tf.zeros([0], v.dtype)
         return tables, [empty[v.dtype] for v in snapshot]
 
-    if tf.executing_eagerly():
+    if ctx.eager:
         if not bool(record):
             return [], []
         values, copies = compute()
@@ -138,9 +142,10 @@ class EagerKernels:
         rollup: stats.RollUp,
         conflict: bool,
         columns: Sequence[str],
+        ctx: ExecutionContext,
     ) -> dict[tuple[str, str], tf.Tensor]:
         """`_tables`; eagerly, as one call of a traced function."""
-        if not tf.executing_eagerly():
+        if not ctx.eager:
             return _tables(aligned, layout, rollup, conflict, columns)
         key = (
             "tables",
@@ -156,10 +161,14 @@ class EagerKernels:
         return tables({loss: list(grads) for loss, grads in aligned.items()})
 
     def update_table(
-        self, before: Sequence[tf.Tensor | None], variables: Sequence[Any], rollup: stats.RollUp
+        self,
+        before: Sequence[tf.Tensor | None],
+        variables: Sequence[Any],
+        rollup: stats.RollUp,
+        ctx: ExecutionContext,
     ) -> tf.Tensor:
         """`stats.update_table`; eagerly, as one call of a traced function."""
-        if not tf.executing_eagerly():
+        if not ctx.eager:
             return stats.update_table(before, variables, rollup)
         key = ("update", id(rollup), tuple(id(v) for v in variables), _kinds(before))
         return self._traced_once(key, lambda old: stats.update_table(old, variables, rollup))(

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
 from tb_gradscope.record import _distribute as distribute
+from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._event_file import EventFile
 
 # The own writer flushes from the host callback only: every FLUSH_SECS, or when
@@ -176,10 +177,11 @@ class SummarySink:
         if not records:
             return tf.constant(True)
         held = self._held
+        # Asked here: `strategy.run` inside a held trace builds its replicas in the same graph.
         if (
             held is not None
             and held[0] is tf.compat.v1.get_default_graph()
-            and not tf.distribute.has_strategy()
+            and not ExecutionContext.current().distributed
         ):
             held[1].extend((*record, step) for record in records)
             with tf.control_dependencies([value for _, _, value, _ in records]):
@@ -205,7 +207,7 @@ class SummarySink:
         return tf.stack([first, last, tf.constant(queued, tf.int64)])
 
     @contextlib.contextmanager
-    def batched(self) -> Iterator[Batch]:
+    def batched(self, ctx: ExecutionContext) -> Iterator[Batch]:
         """Holds the `write_due` calls made in the graph being traced and
         writes them with one call at exit: one read and one update of the
         written-tags list and one write of a record written once (the
@@ -215,7 +217,7 @@ class SummarySink:
         `Recorder.function` variant): writes from control-flow branches,
         eagerly or under tf.distribute are not held."""
         batch = Batch()
-        if tf.executing_eagerly() or tf.distribute.has_strategy() or self._held is not None:
+        if ctx.eager or ctx.distributed or self._held is not None:
             yield batch
             return
         self._held = (tf.compat.v1.get_default_graph(), [])
@@ -245,7 +247,8 @@ class SummarySink:
             with tf.control_dependencies([value for _, _, value, _, _ in items]):
                 return tf.constant(True)
         items = _once_each(items)
-        if tf.executing_eagerly():
+        # Asked here: every producer writes through the sink, some under tf.init_scope.
+        if ExecutionContext.current().eager:
             return self._write_compiled(items)
         with self.as_default():
             token = _writer_token(private.default_writer())
@@ -377,7 +380,7 @@ def _compute_only(value: Any, record: tf.Tensor) -> tf.Tensor:
     """
     if not callable(value):
         return tf.constant(False)
-    if tf.executing_eagerly():
+    if ExecutionContext.current().eager:  # asked here: any producer's write, as above
         if bool(record):
             value()
         return tf.constant(False)

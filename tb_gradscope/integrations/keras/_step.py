@@ -42,7 +42,7 @@ from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _flow as flow
 from tb_gradscope.record import _loss_scale as loss_scale
 from tb_gradscope.record import _stats as stats
-from tb_gradscope.record._reductions import in_xla
+from tb_gradscope.record._context import ExecutionContext
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _N_GRAD = len(KIND_SPECS[Kind.GRAD_STATS].columns)
@@ -130,16 +130,19 @@ class StepProbe:
         @_no_autograph
         def instrumented_train_step(data: Any) -> Any:
             self.traces += 1
-            before = self._guarded(self._before)
+            ctx = ExecutionContext.current()  # once per trace of the step
+            before = self._guarded(lambda: self._before(ctx), ctx)
             observing = custom_lib.observe(self.model) if self.custom else contextlib.nullcontext()
             with capture.capture_losses(self.model) as captured, observing as seen:
                 with tf.GradientTape(persistent=True) as tape:
                     logs = train_step(data)
-            if not tf.executing_eagerly():
+            if not ctx.eager:
                 self._find_kernel_random()
             if before is not None:
                 taped = seen.named(logs) if seen is not None else {}
-                self._guarded(lambda: self._after(tape, captured, *before, taped=taped))
+                self._guarded(
+                    lambda: self._after(tape, captured, *before, taped=taped, ctx=ctx), ctx
+                )
             if self.batches is not None:
                 self.batches.assign_add(1)
             return logs
@@ -215,8 +218,8 @@ class StepProbe:
 
     # ----- in-graph --------------------------------------------------------
 
-    def _guarded(self, build: Callable[[], Any]) -> Any:
-        if tf.executing_eagerly():
+    def _guarded(self, build: Callable[[], Any], ctx: ExecutionContext) -> Any:
+        if ctx.eager:
             return None  # run_eagerly=True: nothing is traced, nothing recorded
         try:
             return build()
@@ -234,7 +237,9 @@ class StepProbe:
         except Exception as e:  # noqa: BLE001 - unsure: keep to the one function
             self.kernel_random = [f"<the step's graph could not be read: {type(e).__name__}>"]
 
-    def _before(self) -> tuple[tf.Tensor, tf.Tensor, list[Any], tf.Tensor | None]:
+    def _before(
+        self, ctx: ExecutionContext
+    ) -> tuple[tf.Tensor, tf.Tensor, list[Any], tf.Tensor | None]:
         # Read now, before the update: tf.cast of an int64 tf.Variable (tf_keras)
         # would return the variable itself, read again after the optimizer.
         optimizer = self.model.optimizer
@@ -249,7 +254,7 @@ class StepProbe:
             else None
         )
         variables = list(self.vlayout.variables)
-        if in_xla():  # XLA needs equal shapes on both branches
+        if ctx.xla:  # XLA needs equal shapes on both branches
 
             def empty():
                 return [tf.zeros_like(tf.convert_to_tensor(v)) for v in variables]
@@ -270,6 +275,7 @@ class StepProbe:
         before,
         scale,
         taped: dict[str, custom_lib.TapedLoss],
+        ctx: ExecutionContext,
     ) -> None:
         found = captured.losses or [capture.OutputLoss(name, None) for name in taped]
         if not self.losses and found:
@@ -319,7 +325,7 @@ class StepProbe:
             def local():
                 return {name: gradient(name, value) for name, value in losses.items()}
 
-            distribute.record_global(record, local, store, self._on_error)
+            distribute.record_global(record, local, store, self._on_error, ctx)
         else:
             store(
                 {
