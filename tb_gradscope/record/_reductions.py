@@ -65,8 +65,8 @@ class Segments:
 
     Flatten once, reduce per tensor by segment ops: each tensor adds its
     reshape (none for rank 1) and at most a cast, joined by `concat`; every
-    reduction is then one op however many tensors. The flat vector is float64 if any tensor is, else float32
-    (f16/bf16 sum in f32).
+    reduction is then one op however many tensors. The flat vector is float64
+    if any tensor is, else float32 (f16/bf16 sum in f32).
 
     Args:
       tensors: float tensors (or variables, read once here) of any shape.
@@ -151,9 +151,8 @@ class TensorGroup:
         parts = []
         if self.big:
             values = [one(self.tensors[i]) for i in self.big]
-            if (
-                len({v.dtype for v in values}) > 1
-            ):  # e.g. float32 and float64 sums, float and int counts
+            # e.g. float32 and float64 sums, float and int counts
+            if len({v.dtype for v in values}) > 1:
                 values = [tf.cast(v, tf.float64) for v in values]
             parts.append(tf.cast(stack(values), tf.float64))
         if self.small:
