@@ -1,29 +1,32 @@
 """DriftMonitor: records each pair's DRIFT table at recorded steps.
 
 Call `record()` once per training step, after the user's target update, eagerly
-or inside `tf.function`. A step s is recorded when s % every_n_steps == 0. A
-pair's declared `every=` / `tau=` say what to expect, not when to record: a
-copy every C steps is seen as one (tau 1, drift 0) at the records that fall on
-copy steps, and judged between records from how far the target moved.
+or inside `tf.function`. A step is recorded when it starts at a multiple of
+every_n_steps: `record()` sees that step plus `offset`, the advances of the
+step counter between the step's start and the call (1 after a Recorder's
+`apply`), so the pairs are recorded in the very step, and under
+`Recorder.function` in the very call, that records gradients. A pair's declared
+`every=` / `tau=` say what to expect, not when to record: a copy between two
+records is judged from how far the target moved between them, whichever step
+of the period it ran at.
 
 Transient state, for all pairs together: one snapshot of their target and
 online variables (2x the pairs' size, allocated once), written only at the
 step before a recorded step, plus the step it was taken at (a
 `Recorder.function` call reads the values at its own start instead: `Before`).
-So every recorded step s is compared with s - 1, which makes tau exact for an
-EMA and shows a hard copy as tau = 1 with drift exactly 0 at the copy step. A
-second copy, of the targets alone (1x their size), is kept at each record, so a
-record also says how far the target moved since the previous one
-(`target_moved`): a sync between two records is judged from that, whichever
-step of the period it ran at. The tables of all pairs come from one kernel
-(`drift.variable_sums` over all of them) and one write, split per pair.
+So every record at seen step t is compared with t - 1, which makes tau exact
+for an EMA and shows a hard copy made in that step as tau = 1 with drift
+exactly 0. A second copy, of the targets alone (1x their size), is kept at
+each record, so a record also says how far the target moved since the
+previous one (`target_moved`): a sync between two records is judged from
+that. The tables of all pairs come from one kernel (`drift.variable_sums` over
+all of them) and one write, split per pair.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,8 +50,6 @@ from tb_gradscope.record._writing import NoWriterError, SummarySink
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _NEVER = -(2**62)
-# (period, residues): the steps, mod period, at which a recording call runs.
-Steps = tuple[int, frozenset[int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +118,7 @@ class DriftMonitor(tf.Module):
         use None (one default writer) or `sink`: TensorBoard's Python loader
         reads a directory's event files one after another and misses records
         of two files written side by side.
-      every_n_steps: record steps that are multiples of it.
+      every_n_steps: record the steps that start at multiples of it.
       step: an int64 tf.Variable holding the current step (e.g. a Recorder's
         `step`); None keeps an own counter that `record()` advances.
       optimizers: optimizers (Keras 3) whose written variables are checked for
@@ -194,18 +195,21 @@ class DriftMonitor(tf.Module):
 
     @_no_autograph
     def record(
-        self, step: Any = None, seen: Steps | None = None, before: Before | None = None
+        self,
+        step: Any = None,
+        offset: int = 0,
+        due: bool = False,
+        before: Before | None = None,
     ) -> None:
-        """Records every pair due at `step` (default: the monitor's step).
+        """Records every pair due at `step` (default: the monitor's step), the
+        step counter `offset` advances past the start of the step it runs in.
 
         With an own counter and no `step`, advances the counter afterwards.
-        `seen`: (period, residues) when the host runs this code only at steps
-        whose residue mod period is one of `residues` (for a
-        `Recorder.function` variant picked by step): pairs due at every such
-        step are recorded without an in-graph gate, and not built where due at
-        none. `before`: the values at the start of the call this record
-        is traced in, compared with instead of a snapshot, so that no earlier
-        call has to take one.
+        `due`: the caller runs this call only in steps that record (a
+        `Recorder.function` variant picked by step), so no in-graph gate.
+        `before`: the values at the start of the call this record is traced
+        in, compared with instead of a snapshot, so that no earlier call has
+        to take one.
         """
         if not self._disabled:
             try:
@@ -213,13 +217,13 @@ class DriftMonitor(tf.Module):
                 current = tf.cast(
                     tf.convert_to_tensor(self.step if step is None else step), tf.int64
                 )
-                if seen is not None or before is not None:
-                    self._work(current, seen, before)
+                if due or before is not None:
+                    self._work(current, offset, due, before)
                 else:
                     recorded_only(
-                        self._any_due(current),
-                        lambda: self._work_fn(current),
-                        lambda: tf.constant(False),
+                        self._any_due(current - offset),
+                        lambda: self._work_fn(current, offset),
+                        _not_done,
                     )
             except NoWriterError:
                 raise
@@ -229,7 +233,7 @@ class DriftMonitor(tf.Module):
             self.step.assign_add(1)
 
     def due_at(self, step: int) -> bool:
-        """Whether the pairs are recorded at `step` (a host-side int)."""
+        """Whether the pairs are recorded in a step starting at `step` (a host-side int)."""
         return step >= 0 and step % self.every_n_steps == 0
 
     def _step_aside(self, error: Exception) -> None:
@@ -273,24 +277,27 @@ class DriftMonitor(tf.Module):
             recorded_step=distribute.local_variable(_NEVER, dtype=tf.int64, trainable=False),
         )
 
-    def _due(self, step: tf.Tensor) -> Callable[[], tf.Tensor]:
-        def due() -> tf.Tensor:
-            out = tf.equal(tf.math.floormod(step, self.every_n_steps), 0)
-            return tf.logical_and(out, step >= 0)
+    def _due(self, start: tf.Tensor) -> tf.Tensor:
+        """Whether a step starting at `start` is recorded (`due_at` in the graph)."""
+        out = tf.equal(tf.math.floormod(start, self.every_n_steps), 0)
+        return tf.logical_and(out, start >= 0)
 
-        return due
-
-    def _any_due(self, step: tf.Tensor) -> tf.Tensor:
-        """One predicate for the whole call, so unrecorded steps cost one cond."""
-        return tf.logical_or(self._due(step)(), self._due(step + 1)())
+    def _any_due(self, start: tf.Tensor) -> tf.Tensor:
+        """One predicate for the whole call (recorded, or the snapshot for the
+        next step), so unrecorded steps cost one cond."""
+        return tf.logical_or(self._due(start), self._due(start + 1))
 
     def _work(
-        self, step: tf.Tensor, seen: Steps | None = None, before: Before | None = None
+        self,
+        step: tf.Tensor,
+        offset: int = 0,
+        due: bool = False,
+        before: Before | None = None,
     ) -> tf.Tensor:
-        """All pairs are recorded together: one branch, one kernel and one
-        write for their tables, one branch for their snapshot (no branch when
-        `seen` says the step is always or never due; no snapshot with
-        `before`)."""
+        """All pairs are recorded together at `step` when the step that
+        started `offset` steps earlier is due: one branch (none when `due`),
+        one kernel and one write for their tables, one branch for their
+        snapshot (none with `before`)."""
         group = self._group
         previous = None if before is None else (before.sides, before.one_step)
 
@@ -301,25 +308,15 @@ class DriftMonitor(tf.Module):
             ]
             return self._sink.write_due(records, step)
 
-        done = self._when(self._due(step), write, seen, 0)
+        def snapshot() -> tf.Tensor:
+            return self._snapshot(group, step)
+
+        start = step - offset  # the step this call runs in began here
+        done = write() if due else recorded_only(self._due(start), write, _not_done)
         if before is None:
             with tf.control_dependencies([done]):
-                self._when(self._due(step + 1), lambda: self._snapshot(group, step), seen, 1)
+                recorded_only(self._due(start + 1), snapshot, _not_done)
         return tf.constant(True)
-
-    def _when(
-        self,
-        due: Callable[[], tf.Tensor],
-        work: Callable[[], tf.Tensor],
-        seen: Steps | None,
-        ahead: int,
-    ) -> tf.Tensor:
-        """`work()` when the pairs are due `ahead` steps after the step seen:
-        gated in the graph, or decided here when `seen` tells it for every step."""
-        always = None if seen is None else _always_due(self.every_n_steps, seen, ahead)
-        if always is None:
-            return recorded_only(due(), work, lambda: tf.constant(False))
-        return work() if always else tf.constant(False)
 
     def _tables(
         self, group: _Group, step: tf.Tensor, previous: tuple[tf.Tensor, tf.Tensor] | None = None
@@ -373,22 +370,5 @@ class DriftMonitor(tf.Module):
         return self._metadata[state.tag]
 
 
-# Beyond this many steps in one period of the schedules, `seen` is not used.
-_MAX_PERIOD = 100_000
-
-
-def _always_due(every: int, seen: Steps, ahead: int) -> bool | None:
-    """Whether the pairs are due `ahead` steps after every step x whose residue
-    mod period is in residues, for `seen` = (period, residues): True (at all
-    of them), False (at none) or None (at some; or the period is too long to
-    tell)."""
-    modulus, residues = seen
-    period = math.lcm(modulus, every)
-    if period // modulus > _MAX_PERIOD or not residues:
-        return None
-    found = {
-        (x + ahead) % every == 0
-        for residue in residues
-        for x in range(residue % modulus, period, modulus)
-    }
-    return found.pop() if len(found) == 1 else None
+def _not_done() -> tf.Tensor:
+    return tf.constant(False)

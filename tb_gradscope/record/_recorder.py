@@ -112,8 +112,11 @@ class Recorder(tf.Module):
 
     Drift is read by `rec.record_drift()`, once per training step, after
     `rec.apply` and after the user's target update (eagerly or in the same
-    tf.function). Pairs are compared with the step before a recorded step, so
-    call it every step, not only at recorded ones. DQN, hard copy every C::
+    tf.function). Pairs are recorded in the steps that record gradients, at
+    the step `record_drift` sees there (the next one after `apply`), each
+    compared with the step before: call it every step, not only at recorded
+    ones. A declared copy between two records is judged from how far the
+    target moved between them. DQN, hard copy every C::
 
       rec = Recorder("logs/dqn", models={"online": q, "target": q_target},
                      pairs=[pair_models(q_target, q, every=C)],
@@ -312,17 +315,17 @@ class Recorder(tf.Module):
               rec.apply(optimizer, rec.gradients(tape, losses, variables))
               rec.record_drift()
 
-        `fn` is traced up to three times: as a plain `tf.function` would be,
-        but knowing the step is recorded (run at recorded steps, which record
-        exactly as they do there, without the in-graph gates), with every
-        recorder call passing through (run at steps where nothing is due: no
-        recording op at all, `gradients` is `tape.gradient` of the losses' sum,
-        `apply` is `apply_gradients` and the step's advance), and that plain
-        step plus drift's record (which compares with the pairs' values read
-        at the start of the same call). The host picks by step, counted on the
-        host from the advances each variant's trace saw (`step` is read only before a
-        call that records something, or when the count may be wrong: see
-        `tb_gradscope.record._step_function`).
+        `fn` is traced twice: as a plain `tf.function` would be, but knowing
+        the step is recorded (run at recorded steps, which record exactly as
+        they do there, without the in-graph gates: gradient stats, the update
+        and the pairs' drift, compared with the pairs' values read at the
+        start of the same call, in one call per recording period), and with
+        every recorder call passing through (run at every other step: no
+        recording op at all, `gradients` is `tape.gradient` of the losses'
+        sum, `apply` is `apply_gradients` and the step's advance). The host
+        picks by step, counted on the host from the advances each variant's
+        trace saw (`step` is read only before a call that records, or when
+        the count may be wrong: see `tb_gradscope.record._step_function`).
         """
         if fn is None:
             return lambda f: StepFunction(self, f, tf_function_kwargs)
@@ -330,10 +333,8 @@ class Recorder(tf.Module):
 
     def due_at(self, step: int) -> str:
         """The variant a `Recorder.function` step starting at `step` runs:
-        "recorded" (gradient stats due), "drift" (a pair's drift due at the
-        step `record_drift` sees), or "plain" (nothing due). `record_drift`
-        sees `step + 1` after `apply`, `step` inside a `training_step()` block:
-        known once the step was traced; before, both are taken as due."""
+        "recorded" (gradient stats, the update and the pairs' drift are due:
+        `step` is a multiple of `every_n_steps`) or "plain" (nothing is)."""
         return variant_due(self._s, step)
 
     @_no_autograph

@@ -26,7 +26,7 @@ from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._drift_monitor import Before
 from tb_gradscope.record._emit import Stats
 from tb_gradscope.record._state import RecorderState
-from tb_gradscope.record._step_function import PLAIN, RECORDED
+from tb_gradscope.record._step_function import PLAIN
 from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import NoWriterError
 from tb_gradscope.rules.policy import FlowRuleViolation
@@ -51,7 +51,7 @@ class Recording:
         ctx: ExecutionContext,
     ) -> Stats | None:
         """`record_gradients`: records gradients the user computed."""
-        self.s.losses_seen = True
+        self.s.gradients_seen(ctx)
         if self.s.disabled or self.s.variants.mode(ctx) is not None:
             return None
         with self.guard():
@@ -73,7 +73,7 @@ class Recording:
     ) -> None:
         """`gradients`: records each loss's gradients from the recorder's tape
         (and warns once when no variable got a gradient)."""
-        self.s.losses_seen = True
+        self.s.gradients_seen(ctx)
         if all(g is None for g in grads):
             warn_once(
                 (id(self.s), "no_gradient", tuple(losses)),
@@ -271,18 +271,16 @@ class Recording:
     def record_drift(self, ctx: ExecutionContext) -> None:
         """`record_drift`: the pairs' drift, or nothing, by variant."""
         s = self.s
-        mode = s.variants.mode(ctx)
-        at_start = s.variants.before(ctx)
-        s.variants.note_drift()
-        if s.monitor is None or mode == PLAIN:
+        if s.monitor is None or s.variants.mode(ctx) == PLAIN:
             return
         if ctx.xla:
             raise ValueError(
                 "Recorder.record_drift cannot run inside a jit_compile=True function "
                 "(summaries are unsupported on XLA); call it after the compiled step"
             )
-        # A variant runs at steps the host picked it for: record_drift sees those + advances.
-        seen = s.variants.drift_steps(s, RECORDED if s.variants.recorded(ctx) else mode, ctx)
+        offset = s.drift_offset(ctx)
+        due = s.variants.recorded_every_call(ctx)  # the host runs it at recorded steps only
+        at_start = s.variants.before(ctx)
         before = None
         if at_start is not None:  # the call's start: the step before if it advances once
             started, sides, advanced = at_start
@@ -290,7 +288,8 @@ class Recording:
             # At the run's first step no path has the step before: tau reads NaN there too.
             before = Before(sides, one_step=tf.logical_and(once, started > 0))
         distribute.once(
-            lambda: s.monitor.record(seen=seen, before=before), on_error=self.step_aside
+            lambda: s.monitor.record(offset=offset, due=due, before=before),
+            on_error=self.step_aside,
         )
 
     # ----- XLA: stats written outside ----------------------------------------

@@ -56,6 +56,9 @@ class RecorderState:
         self.losses_seen = (
             False  # a loss was handed over since the step last advanced (rules warning)
         )
+        # Eager: the step's advances since the last gradients were handed over
+        # (None before any), how far `record_drift` is past its step's start.
+        self.eager_advances: int | None = None
         self.disabled = False
         self.checks: RuleSteps | None = None
         self.monitor: Any = None  # a DriftMonitor when there are pairs
@@ -109,9 +112,25 @@ class RecorderState:
         self.losses_seen = False
         if ctx.eager:
             self.host_step = None  # moved outside the wrappers: read it again
+            if self.eager_advances is not None:
+                self.eager_advances += 1
         else:
             self._now.pop(tf.compat.v1.get_default_graph(), None)
             self.variants.note_advance(ctx)
+
+    def gradients_seen(self, ctx: ExecutionContext) -> None:
+        """Gradients were handed over: in eager, where this step began."""
+        self.losses_seen = True
+        if ctx.eager:
+            self.eager_advances = 0
+
+    def drift_offset(self, ctx: ExecutionContext) -> int:
+        """How far the step `record_drift` sees now is past the start of the
+        step it runs in: the advances traced before it in a graph, eagerly
+        those since the step's gradients (0 without any)."""
+        if ctx.eager:
+            return self.eager_advances or 0
+        return self.variants.advances_traced()
 
     def should_record(self, step: tf.Variable, ctx: ExecutionContext) -> tf.Tensor:
         return self.now(step, ctx)[1]

@@ -3,29 +3,26 @@
 A step traced once (plain `tf.function`) decides in the graph, at every step,
 whether to record: a read of the step counter, a floormod and a branch op per
 recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step).
-`Recorder.function(fn)` traces `fn` up to three times instead:
+`Recorder.function(fn)` traces `fn` twice instead:
 
-- `recorded`: the one-trace graph, traced knowing that gradient stats are due
-  (no in-graph gate on them), run at recorded steps;
+- `recorded`: the one-trace graph, traced knowing that it records (no
+  in-graph gate on the gradient stats, the update or the pairs' drift), run at
+  recorded steps: one call per recording period does all of a period's work;
 - `plain`: every recorder call passes through (`rec.gradients` is
   `tape.gradient` of the losses' sum, `rec.apply` is `apply_gradients` and the
   step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
-  run at steps where nothing is due;
-- `drift`: `plain` whose `record_drift()` records, run where only a pair's
-  drift is due (after `apply`, `record_drift` sees the next step).
+  run at every other step.
 
-Drift compares a step with the one before: `drift` and `recorded` read the
-pairs' variables at the start of the call (`Trace.before`), so no call before
-a drift step has to copy them (a read that nothing uses is pruned).
-
-Since the host picks them by step, a variant's trace knows at which steps it
-runs: `record_drift` there gates a group of pairs in the graph only when the
-group is due at some of those steps and not at others (`Variants.drift_steps`).
+Drift compares the step `record_drift` sees with the one before: `recorded`
+reads the pairs' variables at the start of the call (`Trace.before`), so no
+earlier call has to copy them (a read that nothing uses is pruned), and the
+pairs are recorded in the call that records gradients, at the step
+`record_drift` sees there (the next one after `apply`).
 
 The host knows the step without reading the counter: it keeps a Python int
 (`RecorderState.host_step`), advanced after each call by the number of counter
-advances the variant's trace saw, and picks the variant from a table of one
-period of the schedules. A variant that records returns, beside what `fn`
+advances the variant's trace saw, and picks the variant by it (`step %
+every_n_steps`). A variant that records returns, beside what `fn`
 returns, the step it began at, which the host checks against its count after
 the call (reading the counter before a call costs more than a small step's
 recording: an eager op right after a function call, ~0.2 ms of CPU). It also
@@ -65,10 +62,9 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tensorflow as tf
 
@@ -76,10 +72,7 @@ from tb_gradscope import _tf_private as private
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._warn import warn_once
 
-if TYPE_CHECKING:
-    from tb_gradscope.record._drift_monitor import Steps
-
-PLAIN, DRIFT, RECORDED = "plain", "drift", "recorded"
+PLAIN, RECORDED = "plain", "recorded"
 
 
 @dataclasses.dataclass
@@ -90,7 +83,6 @@ class Trace:
 
     advances: int = 0
     countable: bool = True
-    offset_known: int | None = None  # `Variants.drift_offset()` when the trace began
     host: list = dataclasses.field(
         default_factory=list
     )  # (callback, tensors) to run after each call (`defer`)
@@ -106,9 +98,8 @@ class Variants:
     def __init__(self) -> None:
         self._modes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._trace: Trace | None = None  # the variant being traced
-        self._offsets: set[int] = (
-            set()
-        )  # advances traced before `record_drift`, over every variant's trace
+        # function graph being traced -> the step's advances traced in it so far
+        self._advances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.foreign = False  # a traced function that is not a variant advances the step
 
     @contextlib.contextmanager
@@ -120,9 +111,7 @@ class Variants:
         the step and the pairs' values read at the start of the call."""
         graph = tf.compat.v1.get_default_graph()
         self._modes[graph] = mode
-        self._trace = trace = Trace(
-            offset_known=self.drift_offset(), started=started, before=before
-        )
+        self._trace = trace = Trace(started=started, before=before)
         try:
             yield trace
         finally:
@@ -132,6 +121,8 @@ class Variants:
     def note_advance(self, ctx: ExecutionContext) -> None:
         """The step's counter advance is being traced (by `apply`, `advance` or
         a `training_step()` block's exit)."""
+        graph = _function_graph(tf.compat.v1.get_default_graph())
+        self._advances[graph] = self._advances.get(graph, 0) + 1
         trace = self._trace
         if trace is None:
             self.foreign = True
@@ -140,14 +131,6 @@ class Variants:
         graph = tf.compat.v1.get_default_graph()
         if graph not in self._modes or ctx.distributed:
             trace.countable = False  # a branch, a nested function: not one advance per call
-
-    def note_drift(self) -> int | None:
-        """`record_drift` is being traced: it sees the counter after this many
-        advances (returned; None outside a variant)."""
-        if self._trace is not None:
-            self._offsets.add(self._trace.advances)
-            return self._trace.advances
-        return None
 
     def defer(
         self, callback: Callable[..., None], tensors: Sequence[tf.Tensor], ctx: ExecutionContext
@@ -163,27 +146,18 @@ class Variants:
         trace.host.append((callback, list(tensors)))
         return True
 
-    def drift_steps(self, state: Any, mode: str, ctx: ExecutionContext) -> Steps | None:
-        """The steps `record_drift`, being traced in a `mode` variant, sees at
-        the calls that run it, as (period, residues): the host picks the variant
-        by step, so they are known when traced. None when they are not: the
-        advances before it cannot be counted, under tf.distribute, or (for
-        DRIFT, which the host picks by the offset) when the host picked it
-        before this offset was known."""
+    def recorded_every_call(self, ctx: ExecutionContext) -> bool:
+        """Whether the graph being traced runs only at steps that record: a
+        `recorded` variant's own graph whose advances the host counts, not
+        under tf.distribute (whose replicas keep the in-graph gate)."""
         trace = self._trace
-        if trace is None or not trace.countable or ctx.distributed:
-            return None
-        offset = trace.advances
-        if mode == RECORDED:
-            return state.every, frozenset({offset % state.every})
-        if mode != DRIFT or trace.offset_known != offset:
-            return None
-        table = schedule(state)
-        if not table:
-            return None
-        return len(table), frozenset(
-            (x + offset) % len(table) for x, due in enumerate(table) if due == DRIFT
-        )
+        return trace is not None and trace.countable and self.recorded(ctx)
+
+    def advances_traced(self) -> int:
+        """How far the step a recorder call traced now sees is past the step the
+        traced function began at: the advances traced before it in that
+        function (1 after `apply`, 0 inside a `training_step()` block)."""
+        return self._advances.get(_function_graph(tf.compat.v1.get_default_graph()), 0)
 
     def before(self, ctx: ExecutionContext) -> tuple[tf.Tensor, tf.Tensor, int] | None:
         """(the step and the pairs' values at the start of the call, the
@@ -194,16 +168,9 @@ class Variants:
             return None
         return trace.started, trace.before, trace.advances
 
-    def drift_offset(self) -> int | None:
-        """By how much the step `record_drift` sees exceeds the step a call
-        starts at (1 after `apply`, 0 inside a `training_step()` block), when
-        every traced variant agrees; None before any was traced."""
-        return next(iter(self._offsets)) if len(self._offsets) == 1 else None
-
     def mode(self, ctx: ExecutionContext) -> str | None:
-        """PLAIN or DRIFT inside such a variant's graph (or a
-        control-flow branch of it); None everywhere else, where the recorder
-        records."""
+        """PLAIN inside such a variant's graph (or a control-flow branch of
+        it); None everywhere else, where the recorder records."""
         mode = self._traced_as(ctx)
         return None if mode == RECORDED else mode
 
@@ -228,37 +195,17 @@ class Variants:
         return None
 
 
-# Longest period of the schedules the host tabulates (beyond it, `variant_due` per call).
-_MAX_SCHEDULE = 10_000
-
-
-def schedule_period(state: Any) -> int:
-    """The period of `variant_due` over steps >= 0: of the gradient schedule
-    and of the pairs' drift schedule."""
-    monitor = state.monitor
-    if monitor is None:
-        return state.every
-    return math.lcm(state.every, monitor.every_n_steps)
-
-
-def schedule(state: Any) -> list[str]:
-    """The variant of each step of one period of the schedules (`variant_due`
-    at 0, 1, ...); empty when the period is longer than _MAX_SCHEDULE."""
-    period = schedule_period(state)
-    return [variant_due(state, x) for x in range(period)] if period <= _MAX_SCHEDULE else []
+def _function_graph(graph: Any) -> Any:
+    """The function graph whose trace `graph` belongs to: itself, or the
+    graph a control-flow branch is nested in."""
+    while private.is_control_flow_graph(graph) and getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
 
 
 def variant_due(state: Any, step: int) -> str:
     """The variant a step starting at `step` runs (see `Recorder.due_at`)."""
-    monitor = state.monitor
-    if step % state.every == 0:
-        return RECORDED
-    if monitor is None:
-        return PLAIN
-    seen = state.variants.drift_offset()
-    if seen is not None:  # record_drift sees `step + seen` (learned when the step was traced)
-        return DRIFT if monitor.due_at(step + seen) else PLAIN
-    return DRIFT if monitor.due_at(step) or monitor.due_at(step + 1) else PLAIN
+    return RECORDED if step % state.every == 0 else PLAIN
 
 
 class StepFunction:
@@ -272,7 +219,7 @@ class StepFunction:
         self._fn = fn
         self._variants = {
             mode: tf.function(self._traced(mode), **tf_function_kwargs)
-            for mode in (PLAIN, DRIFT, RECORDED)
+            for mode in (PLAIN, RECORDED)
         }
         self._advances: dict[
             str, int
@@ -280,9 +227,6 @@ class StepFunction:
         self._countable = True  # whether every trace's advances can be counted on the host
         self._traced_first = False
         self._unread = 0  # calls run on the host's count since it was last checked
-        self._schedule: tuple[int | None, list[str]] | None = (
-            None  # (drift offset, variant per step mod period)
-        )
         self._host_calls: list[
             list[Callable[..., None]]
         ] = []  # per trace of a variant: its `Variants.defer` callbacks
@@ -339,14 +283,7 @@ class StepFunction:
             self._countable = False
 
     def _due(self, step: int) -> str:
-        """`Recorder.due_at(step)`, looked up in a table of one period of the
-        schedules (made again when the drift offset is learned)."""
-        state = self._recorder._s  # noqa: SLF001
-        offset = state.variants.drift_offset()
-        if self._schedule is None or self._schedule[0] != offset:
-            self._schedule = (offset, schedule(state))
-        table = self._schedule[1]
-        return table[step % len(table)] if table and step >= 0 else variant_due(state, step)
+        return variant_due(self._recorder._s, step)  # noqa: SLF001
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         recorder = self._recorder

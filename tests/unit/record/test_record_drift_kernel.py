@@ -8,7 +8,6 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope.record import _drift as drift
-from tb_gradscope.record._drift_monitor import _always_due
 
 SHAPES = [(0,), (1,), (31,), (32,), (33,), (4, 25), (3, 4, 5)]
 
@@ -67,22 +66,3 @@ def test_pad_puts_a_flat_side_where_sides_now_puts_it():
     np.testing.assert_array_equal(
         padded.numpy(), drift.sides_now(target, online, rows, tf.float32).numpy()[: rows.length]
     )
-
-
-@pytest.mark.parametrize(
-    "every, seen, ahead, due",
-    [
-        # a training_step() block's recorded step: drift due at every one ...
-        (10, (10, frozenset({0})), 0, True),
-        (10, (10, frozenset({0})), 1, False),  # ... and its snapshot at none
-        # record_drift after apply sees s + 1: never due at a recorded step
-        (10, (10, frozenset({1})), 0, False),
-        (10, (10, frozenset({9})), 1, True),  # the call before one: a snapshot at each
-        (10, (5, frozenset({0})), 0, None),  # recorded every 5, drift every 10: every other one
-        (4, (12, frozenset({0, 4, 8})), 0, True),  # a drift variant: run at steps the host picked
-        (4, (12, frozenset({0, 4, 8})), 1, False),
-        (4, (12, frozenset({0, 2})), 0, None),
-    ],
-)
-def test_drift_gate_is_decided_when_traced_where_the_schedule_tells(every, seen, ahead, due):
-    assert _always_due(every, seen, ahead) is due

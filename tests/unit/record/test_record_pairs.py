@@ -84,17 +84,18 @@ def test_hard_copy_drift_on_the_recorder_step_in_one_event_file(tmp_path, in_fun
     assert len(glob.glob(os.path.join(str(tmp_path), "*tfevents*"))) == 1
     records = only(read_records(str(tmp_path)))
     drift = records[(fmt.Kind.DRIFT, "target<-online")]
-    # Multiples of every_n_steps only: the declared copy period says what to
-    # expect, not when to record (the copy at step 6 is seen between records).
-    assert sorted(drift) == [4, 8, 12]
+    # In the steps that record gradients (0, 4, 8, 12), at the step record_drift
+    # sees there: the declared copy period says what to expect, not when to
+    # record (the copies at steps 6 and 12 are seen between records).
+    assert sorted(drift) == [1, 5, 9, 13]
     for step, table in drift.items():
         assert table.row("target")["distance"] == pytest.approx(seen[step], rel=1e-5, abs=1e-7)
-    assert drift[12].row("target")["distance"] == 0.0  # a copy step: synced, tau reads 1
-    assert drift[12].row("target")["tau"] == pytest.approx(1.0)
-    assert drift[8].row("target")["target_moved"] > 0  # the copy at step 6
-    assert drift[8].row("target")["tau"] == pytest.approx(0.0)  # no copy at step 8 itself
-    assert drift[4].row("target")["distance"] > 0
-    assert drift[4].row("target")["optimizer_vars"] == 0
+    assert drift[5].row("target")["target_moved"] == 0.0  # no copy in steps 2..5
+    assert drift[9].row("target")["target_moved"] > 0  # the copy at step 6
+    assert drift[13].row("target")["target_moved"] > 0  # the copy at step 12
+    assert drift[9].row("target")["tau"] == pytest.approx(0.0)  # no copy at step 9 itself
+    assert drift[5].row("target")["distance"] > 0
+    assert drift[5].row("target")["optimizer_vars"] == 0
     assert sorted(records[(fmt.Kind.GRAD_STATS, "td")]) == [0, 4, 8, 12]
     assert [p.name for p in rec.pairs] == ["target<-online"]
 
@@ -102,7 +103,9 @@ def test_hard_copy_drift_on_the_recorder_step_in_one_event_file(tmp_path, in_fun
 def test_ema_target_reads_its_tau(tmp_path):
     _, seen = _dqn(str(tmp_path), lambda o, t: [pair_models(t, o, tau=0.25)], tau=0.25, steps=9)
     drift = only(read_records(str(tmp_path)))[(fmt.Kind.DRIFT, "target<-online")]
-    assert sorted(drift) == [4, 8]
+    assert sorted(drift) == [1, 5, 9]
+    # The first record has no step before the run's first: tau reads NaN there.
+    assert np.isnan(drift.pop(1).row("target")["tau"])
     for step, table in drift.items():
         assert table.row("target")["tau"] == pytest.approx(0.25, rel=1e-3)
         assert table.row("target")["distance"] == pytest.approx(seen[step], rel=1e-5)
@@ -114,7 +117,7 @@ def test_auto_detects_the_pair_and_sees_the_optimizer_write_the_target(tmp_path)
     assert [p.name for p in rec.pairs] == ["target<-online"]
     drift = only(read_records(str(tmp_path)))[(fmt.Kind.DRIFT, "target<-online")]
     assert (
-        drift[4].row("target")["optimizer_vars"] == 4
+        drift[5].row("target")["optimizer_vars"] == 4
     )  # rec.apply handed over the target's variables
 
 

@@ -186,11 +186,9 @@ def test_unrecorded_steps_run_a_graph_without_recording_ops(tmp_path):
     assert plain.count("If") + plain.count("StatelessIf") == 1  # the user's own target copy
     assert "WriteSummary" in recorded  # the rules' check runs on the host, after a recorded call
     assert "EagerPyFunc" not in recorded
-    # Drift compares with the values read at the start of its own call: no
-    # variant copies the pairs one call ahead.
-    assert set(variants) == {"plain", "drift", "recorded"}
-    drift = _ops(variants["drift"].get_concrete_function(*_batches(1)[0]))
-    assert "WriteSummary" in drift and "Assign" not in drift
+    # Drift is recorded in the call that records, compared with the values
+    # read at its start: no variant of its own, none copies the pairs ahead.
+    assert set(variants) == {"plain", "recorded"}
 
 
 def test_host_picks_the_variant_by_step(tmp_path):
@@ -206,7 +204,7 @@ def test_host_picks_the_variant_by_step(tmp_path):
         1: "plain",
         7: "plain",
         8: "plain",
-        9: "drift",
+        9: "plain",  # record_drift rides in the recorded call (at 10 + 1)
         10: "recorded",
         23: "plain",
         24: "plain",  # the copy period (25) says what to expect, not when to record
@@ -214,36 +212,26 @@ def test_host_picks_the_variant_by_step(tmp_path):
     }
 
 
-def test_traced_step_tells_the_host_which_step_record_drift_sees(tmp_path):
+@pytest.mark.parametrize(
+    "shape, every, drift_steps",
+    [(_dqn, 4, [1, 5, 9]), (_ddpg, 5, [0, 5, 10])],
+    ids=["after_apply", "training_step_block"],
+)
+def test_drift_is_recorded_in_the_call_that_records_at_the_step_record_drift_sees(
+    tmp_path, shape, every, drift_steps
+):
     """After `apply`, record_drift sees the next step; inside a training_step()
-    block, the call's own: no variant runs for a drift that cannot be due."""
-    dqn, _, _ = _dqn(str(tmp_path / "dqn"), wrap=True, steps=3)  # every 4, hard copy every 6
-    assert {s: dqn.due_at(s) for s in range(1, 12)} == {
-        1: "plain",
-        2: "plain",
-        3: "drift",
-        4: "recorded",
-        5: "plain",
-        6: "plain",
-        7: "drift",
-        8: "recorded",
-        9: "plain",
-        10: "plain",
-        11: "drift",
+    block, the call's own: either way the pairs are recorded in the recorded
+    call, and every other step runs the plain variant."""
+    rec, _, _ = shape(str(tmp_path), wrap=True, steps=11)
+    assert {s: rec.due_at(s) for s in range(12)} == {
+        s: "recorded" if s % every == 0 else "plain" for s in range(12)
     }
-    ddpg, _, _ = _ddpg(str(tmp_path / "ddpg"), wrap=True, steps=3)  # every 5, Polyak pairs
-    assert {s: ddpg.due_at(s) for s in range(1, 11)} == {
-        1: "plain",
-        2: "plain",
-        3: "plain",
-        4: "plain",
-        5: "recorded",
-        6: "plain",
-        7: "plain",
-        8: "plain",
-        9: "plain",
-        10: "recorded",
-    }
+    tables = _tables(str(tmp_path))
+    grads = tables[next(k for k in tables if k[0].value == "grad_stats")]
+    drift = tables[next(k for k in tables if k[0].value == "drift")]
+    assert sorted(grads) == [s for s in range(11) if s % every == 0]
+    assert sorted(drift) == drift_steps
 
 
 def test_trace_time_rule_violation_raises_at_the_first_call(tmp_path):
@@ -347,26 +335,28 @@ def test_the_host_counts_a_variants_records_and_flushes_them_when_due(tmp_path, 
     try:
         tables = _tables(str(tmp_path))
         assert sorted(tables[next(k for k in tables if k[0].value == "grad_stats")]) == [0, 4, 8]
-        assert sorted(tables[next(k for k in tables if k[0].value == "drift")]) == [4, 8]
+        assert sorted(tables[next(k for k in tables if k[0].value == "drift")]) == [1, 5, 9]
         assert rec._s.emitter.sink._file.queued == 0  # noqa: SLF001  every record counted, then flushed
     finally:
         rec.close()
 
 
-def test_drift_variant_records_without_a_gate_where_every_step_it_runs_at_is_due(tmp_path):
-    """The README loop (every 4, hard copy every 6): the host runs the drift
-    variant only where record_drift sees a drift step, and never the step
-    before another: its write has no step test and its snapshot is not built
-    (the records are those of one trace, test above)."""
+def test_recorded_variant_records_drift_without_a_gate_or_a_snapshot(tmp_path):
+    """The README loop (every 4, hard copy every 6): the host runs the recorded
+    variant only at recorded steps, so its drift record has no step test, and
+    compares with the values read at the call's start, so no snapshot is
+    taken (the records are those of one trace, test above)."""
     rec, step, _ = _dqn(str(tmp_path), wrap=True, steps=6)
     args = [b for b in _batches(1)[0]]
-    drift = _ops(step._variants["drift"].get_concrete_function(*args))  # noqa: SLF001
+    concrete = step._variants["recorded"].get_concrete_function(*args)  # noqa: SLF001
+    recorded = _ops(concrete)
     plain = _ops(step._variants["plain"].get_concrete_function(*args))  # noqa: SLF001
-    assert drift.count("FloorMod") == plain.count("FloorMod")  # the loop's own copy test
-    assert drift.count("If") == plain.count(
-        "If"
-    )  # no gate at all: the host counts the records for the flush
-    assert drift.count("WriteSummary") == 1
+    assert recorded.count("FloorMod") == plain.count("FloorMod")  # the loop's own copy test
+    assert recorded.count("If") == plain.count("If") + 1  # the rules' gate test, none for drift
+    group = rec._s.monitor._group  # noqa: SLF001 - the snapshot variables
+    captured = {id(t) for t in concrete.captured_inputs}
+    assert id(group.recorded.handle) in captured  # the targets kept for `target_moved`
+    assert id(group.previous.handle) not in captured  # no snapshot is built
 
 
 def _reads_of(variable, monkeypatch) -> list:
