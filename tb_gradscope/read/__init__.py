@@ -3,7 +3,8 @@
 Loads a run (`reader`: through any TensorBoard data provider; `logdir`: a
 logdir through TensorBoard's ingestion, checked first by `eventfiles`), decodes
 it into Python objects (`runs`), and concludes: the flow state of a cell
-(`flowstate`), pair anomalies from drift series (`drift`, `anomalies`), rules
+(`flowstate`), pair anomalies from drift series (`drift`, `anomalies`, copy periods
+judged between records in `copy_schedule`), rules
 evaluated over the logs (`violations`, `tracks`), `doctor`'s findings
 (`findings` over `records`, `flow`, `targets`, `leaks`, `health`) and
 `report`'s data (`summary`). Imports only `format`, `scopes` and `rules` (and

@@ -38,7 +38,7 @@ from tb_gradscope.read.drift import (
     Mode,
     Series,
     Thresholds,
-    expected_copy_period,
+    copies_fit,
     pair_series,
     scope_modes,
     update_mode,
@@ -340,7 +340,7 @@ def _mismatch(p: _Pair) -> list[Event]:
         and mode.kind in ("ema", "hard")
     ):
         effective = mode.tau if mode.kind == "ema" else 1.0
-        if abs(effective - tau) > p.th.tau_tolerance * tau:
+        if effective is not None and abs(effective - tau) > p.th.tau_tolerance * tau:
             seen = (
                 f"effective tau {effective:.4g} (median of {mode.points} recorded steps)"
                 if mode.kind == "ema"
@@ -359,15 +359,20 @@ def _mismatch(p: _Pair) -> list[Event]:
             )
     every = _declared_every(p.attrs)
     if every is not None and mode.kind in ("ema", "hard"):
-        # Records every N steps see a copy every C as one every lcm(C, N).
-        seen_every = expected_copy_period(every, p.series.steps)
-        if mode.kind == "ema" or (mode.every and mode.every != seen_every):
+        # Judged per interval between records, whichever steps they fall on.
+        if mode.kind == "ema" or not copies_fit(s, every, p.th):
             events.append(
                 p.event(
                     EVERY_MISMATCH,
                     first,
                     f"pair '{p.name}': declared a hard copy every {every} steps but target "
-                    f"'{p.root}' follows online '{p.online}' as {mode.label}",
+                    f"'{p.root}' follows online '{p.online}' as {mode.label}"
+                    + (
+                        f" (the moves between its {len(s.steps)} records fit no copy "
+                        f"every {every} steps)"
+                        if mode.kind == "hard"
+                        else ""
+                    ),
                     declared_every=every,
                     mode=mode.label,
                 )

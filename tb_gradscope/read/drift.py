@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tb_gradscope.format.records import Table
+from tb_gradscope.read.copy_schedule import Intervals, intervals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Mode:
     @property
     def label(self) -> str:
         if self.kind == "ema":
-            return f"ema({self.tau:.4g})"
+            return f"ema({self.tau:.4g})" if self.tau is not None else "ema(?)"
         if self.kind == "hard":
             return f"hard({self.every})" if self.every else "hard(?)"
         return self.kind
@@ -125,6 +126,24 @@ class Series:
         still = ~(self.target_moved > th.moved * np.nan_to_num(self.online_norm))
         return np.where(known, still, ~self.moved(th)) & self.defined
 
+    def moved_since_previous(self, th: Thresholds) -> np.ndarray:
+        """Records whose target moved since the pair's previous record (False
+        where `target_moved` is unknown)."""
+        known = np.isfinite(self.target_moved)
+        return known & (
+            np.nan_to_num(self.target_moved) > th.moved * np.nan_to_num(self.online_norm)
+        )
+
+    def copy_intervals(self, th: Thresholds) -> Intervals:
+        """The step intervals these records judge, each with whether the target moved."""
+        return intervals(
+            self.steps,
+            self.moved_since_previous(th),
+            np.isfinite(self.target_moved),
+            self.moved(th),
+            self.defined,
+        )
+
     def online_moved(self, th: Thresholds) -> np.ndarray:
         return np.isfinite(self.online_step) & (
             self.online_step > th.moved * np.nan_to_num(self.online_norm)
@@ -153,9 +172,12 @@ def _residual(a2: np.ndarray, b2: np.ndarray, ab: np.ndarray) -> np.ndarray:
 def update_mode(series: Series, th: Thresholds | None = None) -> Mode:
     """The update mode a pooled series shows: ema(tau), hard(every), none or other.
 
-    ema: most moves are an exact fraction 0 < tau < 1 of the way to online;
-    hard: every move lands exactly on online (tau = 1), the period being the gcd
-    of the steps where drift is 0; none: the target never moves.
+    ema: most moves are an exact fraction 0 < tau < 1 of the way to online, or
+    the target moves only between records, by less than it stays away (tau
+    unknown: "ema(?)"); hard: every move seen in one step lands exactly on online
+    (tau = 1) and the moves seen only between records close most of the
+    distance, the period being the one those moves fit; none: the target never
+    moves.
     """
     th = th or Thresholds()
     moved = series.moved(th)
@@ -164,22 +186,36 @@ def update_mode(series: Series, th: Thresholds | None = None) -> Mode:
     ema = moved & (tau > 0) & (tau < 1 - 1e-3) & (residual < 0.1)
     # A copy made before the optimizer step of the same step lands near tau = 1.
     copy = moved & (np.abs(tau - 1) <= 0.05) & (residual < 0.1)
+    between = series.moved_since_previous(th) & ~moved  # moves no record saw in one step
     if n and ema.sum() >= 0.8 * n:
         return Mode("ema", tau=float(np.median(tau[ema])), points=int(ema.sum()))
-    if n and copy.sum() == n:
-        return Mode("hard", every=_period(series.steps[series.synced() | copy]), points=n)
+    points = n + int(between.sum())
+    if copy.sum() == n and points:
+        closes = series.target_moved[between] >= series.distance[between]
+        if n == 0 and not closes.all():
+            return Mode("ema", points=points)
+        return Mode("hard", every=_copy_period(series, th), points=points)
     if n == 0:
         defined = int(series.defined.sum())
         return Mode("none", points=defined) if defined else Mode("unknown")
     return Mode("other", points=n)
 
 
-def expected_copy_period(declared: int, steps: Sequence[int]) -> int:
-    """The copy period a pair declaring a hard copy every `declared` steps
-    shows in records at `steps`: copies are seen only at records that fall on
-    copy steps, so at lcm(declared, the records' spacing)."""
-    spacing = _period(np.asarray(steps, dtype=np.int64)) or 1
-    return math.lcm(declared, spacing)
+def copies_fit(series: Series, every: int, th: Thresholds | None = None) -> bool:
+    """Whether hard copies every `every` steps fit the records from the first
+    move to the last, whatever steps the records fall on."""
+    th = th or Thresholds()
+    if not np.isfinite(series.target_moved).any():  # records without `target_moved`
+        spacing = _period(series.steps) or 1
+        return _copy_period(series, th) == math.lcm(every, spacing)
+    return series.copy_intervals(th).while_copying().fits(every)
+
+
+def _copy_period(series: Series, th: Thresholds) -> int | None:
+    if not np.isfinite(series.target_moved).any():
+        # Only the records' own steps are known: copies land where drift is 0.
+        return _period(series.steps[series.synced() | series.moved(th)])
+    return series.copy_intervals(th).while_copying().period()
 
 
 def _period(steps: np.ndarray) -> int | None:
