@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import tensorflow as tf
 
@@ -74,8 +74,9 @@ def variable_names(variables: list) -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """What a candidate says it writes under `logdir`: each of `tags` at every
-    `every`-th of its steps (`steps_per_run` per run), once; `exact`: and no
-    other tag. `close` flushes its writer."""
+    `every`-th of its steps (`steps_per_run` per run), once, `offsets[tag]`
+    steps later (drift recorded after `rec.apply` sees the step after);
+    `exact`: and no other tag. `close` flushes its writer."""
 
     logdir: str
     tags: frozenset[str]
@@ -83,6 +84,7 @@ class Claim:
     every: int = 10
     exact: bool = True
     close: Callable[[], object] = lambda: None
+    offsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def written(logdir: str) -> dict[str, list[int]]:
@@ -108,9 +110,9 @@ def check(claims: dict[str, Claim], runs_done: int) -> None:
         assert not (claim.exact and extra), f"{label} wrote {extra[:3]}, which it does not claim"
         due = len(range(0, claim.steps_per_run * runs_done, claim.every))
         for tag in claim.tags:
-            steps = tags[tag]
+            steps, offset = tags[tag], claim.offsets.get(tag, 0)
             assert len(steps) == len(set(steps)) == due and all(
-                s % claim.every == 0 for s in steps
+                (s - offset) % claim.every == 0 for s in steps
             ), f"{label} wrote {tag} at {len(steps)} steps ({sorted(steps)[:4]} ...), {due} due"
 
 

@@ -74,8 +74,16 @@ def _loop(step: Callable, batch: tuple, steps: int) -> Run:
     return run
 
 
-def _ours(rec: Recorder, logdir: str, tags: list[str], steps: int, every: int = EVERY) -> Claim:
-    """What a Recorder writing to `logdir` claims: its `tags` (under gradscope/) at every `every`-th step."""
+def _ours(
+    rec: Recorder,
+    logdir: str,
+    tags: list[str],
+    steps: int,
+    every: int = EVERY,
+    offsets: dict[str, int] | None = None,
+) -> Claim:
+    """What a Recorder writing to `logdir` claims: its `tags` (under gradscope/)
+    at every `every`-th step, `offsets[tag]` steps later."""
     return Claim(
         logdir,
         frozenset(f"gradscope/{t}" for t in tags),
@@ -83,6 +91,7 @@ def _ours(rec: Recorder, logdir: str, tags: list[str], steps: int, every: int = 
         every,
         exact=False,
         close=rec.close,
+        offsets={f"gradscope/{t}": n for t, n in (offsets or {}).items()},
     )
 
 
@@ -192,8 +201,13 @@ def readme_loop(units: int, logdir: str, steps: int, labels: tuple[str, ...] = L
             step = _readme_step(rec, online, target, optimizer)
             step = tf.function(step) if label == "tf_function" else rec.function(step)
             drift = ["drift/target<-online"] if every == EVERY else []
-            claims[label] = _ours(
-                rec, where, ["grad_stats/td", "update_stats"] + drift, steps, every
+            claims[label] = _ours(  # record_drift after apply sees the step after
+                rec,
+                where,
+                ["grad_stats/td", "update_stats"] + drift,
+                steps,
+                every,
+                offsets=dict.fromkeys(drift, 1),
             )
         runs[label] = _loop(step, batch, steps)
     return runs, claims
