@@ -348,8 +348,9 @@ class Recorder(tf.Module):
 
     @_no_autograph
     def record_drift(self) -> None:
-        """Records the drift of `pairs` at `step`: call once per training step,
-        after `apply` and after the target update (see the class docstring)."""
+        """Records the drift of `pairs` at the step it sees (`step`, 1, 11, 21, ...
+        after `apply` at `every_n_steps=10`), in the steps that record gradients:
+        call once per training step, after the target update (class docstring)."""
         self._r.record_drift(ExecutionContext.current())
 
     # ----- XLA: compute inside, write outside ------------------------------
