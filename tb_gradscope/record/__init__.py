@@ -14,11 +14,10 @@ side; imported by
 """
 
 from tb_gradscope.record._drift_monitor import DriftMonitor
-from tb_gradscope.record._emit import Stats
 from tb_gradscope.record._losses import StartPoint
 from tb_gradscope.record._recorder import Recorder
 from tb_gradscope.record._warn import GradscopeWarning
-from tb_gradscope.record._writing import NoWriterError
+from tb_gradscope.record._writing import NoWriterError, Stats
 
 __all__ = [
     "DriftMonitor",

@@ -44,8 +44,8 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.record import _rule_gate as rule_gate
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._emit import Emitter, recorded_only
 from tb_gradscope.record._warn import warn_once
+from tb_gradscope.record._writing import Emitter, recorded_only
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
 from tb_gradscope.rules.policy import LOG, POLICIES, RAISE
 from tb_gradscope.rules.rulesfile import RuleSet, parse_rules_file

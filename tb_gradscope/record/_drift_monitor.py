@@ -43,10 +43,9 @@ from tb_gradscope.pairs import _naming as naming
 from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _drift as drift_lib
-from tb_gradscope.record._emit import recorded_only
 from tb_gradscope.record._stats import RollUp
 from tb_gradscope.record._warn import warn_once
-from tb_gradscope.record._writing import NoWriterError, SummarySink
+from tb_gradscope.record._writing import NoWriterError, SummarySink, recorded_only
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _NEVER = -(2**62)

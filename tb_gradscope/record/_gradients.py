@@ -20,9 +20,9 @@ from tb_gradscope import _tf_private as private
 from tb_gradscope.record import _losses as losses_lib
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._emit import recorded_only
 from tb_gradscope.record._layout import LayoutResolver
 from tb_gradscope.record._losses import StartPoint
+from tb_gradscope.record._writing import recorded_only
 
 
 def total_gradients(tape: Any, losses: Mapping[str, Any], variables: Sequence[Any]) -> list[Any]:

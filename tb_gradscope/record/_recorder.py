@@ -46,14 +46,13 @@ from tb_gradscope.record import _targets as targets
 from tb_gradscope.record._block import Block
 from tb_gradscope.record._checks import RuleSteps, resolve_rules
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._emit import Emitter, Stats
 from tb_gradscope.record._layout import LayoutResolver
 from tb_gradscope.record._optimizer_state import build_outside_trace
 from tb_gradscope.record._recording import Recording
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import StepFunction, variant_due
 from tb_gradscope.record._warn import warn_once
-from tb_gradscope.record._writing import SummarySink
+from tb_gradscope.record._writing import Emitter, Stats, SummarySink
 from tb_gradscope.scopes import ScopeSpec
 
 # Our code builds its own control flow (tf.cond); autograph must not rewrite it

@@ -24,11 +24,10 @@ from tb_gradscope.record import _loss_scale as loss_scale_lib
 from tb_gradscope.record._block import Block
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._drift_monitor import Before
-from tb_gradscope.record._emit import Stats
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import PLAIN
 from tb_gradscope.record._warn import warn_once
-from tb_gradscope.record._writing import NoWriterError
+from tb_gradscope.record._writing import NoWriterError, Stats
 from tb_gradscope.rules.policy import FlowRuleViolation
 
 

@@ -6,7 +6,7 @@ resumed run starts new snapshots and a new event file.
 
 The step counter is read, and the recorded-step predicate computed, once per
 traced step (`now`). A call's tables are computed and written inside one
-branch taken at recorded steps only (`emit.recorded_only`). When gradient
+branch taken at recorded steps only (`writing.recorded_only`). When gradient
 conflict or rules need the loss tables as tensors, all of a step's loss tables
 are computed together (`tables.recorded_tables`, still one branch) and the rules
 are checked on them before the step counter advances.
@@ -28,9 +28,9 @@ from tb_gradscope.record import _tables as tables_lib
 from tb_gradscope.record._block import Block
 from tb_gradscope.record._checks import RuleSteps
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._emit import Emitter, Stats, graph_key, recorded_only
 from tb_gradscope.record._layout import LayoutResolver
 from tb_gradscope.record._step_function import Variants
+from tb_gradscope.record._writing import Emitter, Stats, graph_key, recorded_only
 
 # Losses whose due step is kept (`RecorderState._due`); more keep the period alone.
 _MAX_DUE = 64

@@ -4,7 +4,7 @@ Used when something needs the tables as tensors rather than only written:
 gradient conflict (needs two losses' gradients at once) and rules checked at
 recorded steps (need the tables on the host). Everything is computed, and
 written when a writer is given, in one `tf.cond` on the recorded-step predicate
-(`emit.recorded_only`), so an unrecorded step costs one branch op that returns
+(`writing.recorded_only`), so an unrecorded step costs one branch op that returns
 zeros; eagerly, nothing runs at unrecorded steps.
 
 Which scopes a conflict table has depends on which gradients are None, known
@@ -24,7 +24,7 @@ from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.record import _conflict as conflict_lib
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._emit import recorded_only
+from tb_gradscope.record._writing import recorded_only
 from tb_gradscope.scopes import ScopeLayout
 
 
