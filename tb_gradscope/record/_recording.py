@@ -154,9 +154,7 @@ class Recording:
             return result
         if before is not None and not s.disabled:
             with self.guard():
-                distribute.once(
-                    lambda b: self._record_update(b, ctx), before, on_error=self.step_aside
-                )
+                self._once(ctx, lambda b: self._record_update(b, ctx), before)
         self._warn_if_rules_have_no_loss()
         self.advance(ctx)
         return result
@@ -182,7 +180,7 @@ class Recording:
         s = self.s
         if not s.disabled and s.layout.vlayout is not None and s.variants.mode(ctx) is None:
             with self.guard():
-                distribute.once(lambda: self._finish_step(ctx), on_error=self.step_aside)
+                self._once(ctx, lambda: self._finish_step(ctx))
         self.step.assign_add(1)
         s.advanced(ctx)
 
@@ -200,9 +198,7 @@ class Recording:
             self._warn_if_rules_have_no_loss()
         if not s.disabled and s.layout.vlayout is not None and s.variants.mode(ctx) is None:
             with self.guard():
-                distribute.once(
-                    lambda b: self._close_block(b, ctx), block, on_error=self.step_aside
-                )
+                self._once(ctx, lambda b: self._close_block(b, ctx), block)
         self.step.assign_add(1)
         s.advanced(ctx)
 
@@ -246,17 +242,11 @@ class Recording:
             return
         with self.guard():
             block.analyzed |= bool(
-                distribute.once(
-                    lambda: s.analyze_traced_step(self.step, self.name, ctx, defer_write=True),
-                    on_error=self.step_aside,
+                self._once(
+                    ctx, lambda: s.analyze_traced_step(self.step, self.name, ctx, defer_write=True)
                 )
             )
-            distribute.once(
-                lambda step, updates: s.check_step(step, updates, ctx),
-                self.step,
-                None,
-                on_error=self.step_aside,
-            )
+            self._once(ctx, lambda step, updates: s.check_step(step, updates, ctx), self.step, None)
 
     def _finish_step(self, ctx: ExecutionContext) -> None:
         """Before `step` advances: analysis (if `apply` did not run it) and rules."""
@@ -286,10 +276,7 @@ class Recording:
             once = advanced + (s.block is not None) == 1
             # At the run's first step no path has the step before: tau reads NaN there too.
             before = Before(sides, one_step=tf.logical_and(once, started > 0))
-        distribute.once(
-            lambda: s.monitor.record(offset=offset, due=due, before=before),
-            on_error=self.step_aside,
-        )
+        self._once(ctx, lambda: s.monitor.record(offset=offset, due=due, before=before))
 
     # ----- XLA: stats written outside ----------------------------------------
 
@@ -324,6 +311,14 @@ class Recording:
                 "call rec.write(result) after it",
             )
         emitter.sink.flush()
+
+    def _once(self, ctx: ExecutionContext, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` once per step. Under a tf.distribute strategy through
+        `distribute.once` (a merge_call, failures to `step_aside`); otherwise
+        called directly, so a single-device record crosses no extra module."""
+        if not ctx.distributed:
+            return fn(*args)
+        return distribute.once(fn, *args, on_error=self.step_aside)
 
     # ----- failures ------------------------------------------------------------
 
