@@ -44,6 +44,7 @@ import tensorflow as tf
 from tb_gradscope import format as fmt
 from tb_gradscope.record import _rule_gate as rule_gate
 from tb_gradscope.record._context import ExecutionContext
+from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import Emitter, recorded_only
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
@@ -120,6 +121,7 @@ class RuleSteps:
 
     # ----- recorded steps --------------------------------------------------
 
+    @kernel("rules")
     def at_step(
         self,
         step: tf.Tensor,

@@ -37,6 +37,7 @@ import tensorflow as tf
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format.metadata import DRIFT_COLUMNS
 from tb_gradscope.pairs._pairs import Pair
+from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._reductions import concat
 from tb_gradscope.record._stats import RollUp
 
@@ -88,6 +89,7 @@ def flat_dtype(variables: Sequence[Any]) -> tf.DType:
     return dtypes.pop() if len(dtypes) == 1 else tf.float64
 
 
+@kernel("drift")
 def flatten(variables: Sequence[Any]) -> tf.Tensor:
     """All values of a side as one flat vector (a concat, not one op chain per variable)."""
     dtype = flat_dtype(variables)
@@ -135,6 +137,7 @@ class RowLayout:
                 parts.append(tf.zeros([int(rows * CHUNK - size)], dtype))
         return parts
 
+    @kernel("drift")
     def pad(self, flat: tf.Tensor) -> tf.Tensor:
         """A flat side as `flatten` gives it -> the padded side: one gather from
         `flat` and a trailing zero (not a split with one output per variable)."""
@@ -150,6 +153,7 @@ class RowLayout:
 CHUNK = 32
 
 
+@kernel("drift")
 def sides_now(
     targets: Sequence[Any], onlines: Sequence[Any], layout: RowLayout, dtype: tf.DType
 ) -> tf.Tensor:
@@ -159,6 +163,7 @@ def sides_now(
     return concat(layout.padded(values[:n], dtype) + layout.padded(values[n:], dtype))
 
 
+@kernel("drift")
 def variable_sums(
     now: tf.Tensor, previous: tf.Tensor, layout: RowLayout, recorded: tf.Tensor | None = None
 ) -> tf.Tensor:
@@ -198,6 +203,7 @@ _NEED_PREVIOUS = {"target_step", "tau", "online_step", "gap", "tau_reverse", "ga
 _COMPUTED = (*_ROOTS, *_RATIOS, "optimizer_vars", "target_moved")
 
 
+@kernel("drift")
 def drift_table(
     sums: tf.Tensor,
     have_previous: tf.Tensor,
@@ -234,6 +240,7 @@ def optimizer_var_counts(layout: scopes_lib.ScopeLayout, written: Sequence[bool]
     return np.asarray([flags[list(m)].sum() for m in layout.members], dtype=np.float64)
 
 
+@kernel("drift")
 def pair_table(
     pair: Pair,
     rollup: RollUp,

@@ -43,11 +43,11 @@ from tb_gradscope.pairs import _naming as naming
 from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _drift as drift_lib
+from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._stats import RollUp
 from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import NoWriterError, SummarySink, recorded_only
 
-_no_autograph = tf.autograph.experimental.do_not_convert
 _NEVER = -(2**62)
 
 
@@ -186,13 +186,14 @@ class DriftMonitor(tf.Module):
         """Declares variables an optimizer writes (the recorder calls this)."""
         self._written |= {naming.variable_key(v) for v in variables}
 
+    @kernel("drift")
     def read_sides(self) -> tf.Tensor:
         """[target; online] of every pair now, for `Before` (a read at the start
         of a traced call that records nothing is pruned from its graph)."""
         g = self._group
         return drift_lib.sides_now(g.targets, g.onlines, g.rows, g.dtype)
 
-    @_no_autograph
+    @kernel("drift")
     def record(
         self,
         step: Any = None,

@@ -30,12 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
+from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._reductions import BIG, Segments, TensorGroup, concat, is_big, stack
 from tb_gradscope.scopes import ScopeLayout
-
-# These functions build their own control flow; autograph converting them when
-# a user's tf.function calls them would only cost trace time.
-_no_autograph = tf.autograph.experimental.do_not_convert
 
 GRAD_COLUMNS = KIND_SPECS[Kind.GRAD_STATS].columns
 UPDATE_COLUMNS = KIND_SPECS[Kind.UPDATE_STATS].columns
@@ -136,7 +133,7 @@ def _dense_values(
     return values, size if size is not None else tf.size(values, out_type=tf.int64)
 
 
-@_no_autograph
+@kernel("grad_stats")
 def variable_grad_stats(
     grads: Sequence[Any], columns: Collection[str] = OPTIONAL_GRAD_COLUMNS
 ) -> tf.Tensor:
@@ -193,7 +190,7 @@ def variable_grad_stats(
     return tf.scatter_nd(positions, rows, [len(grads), _N_VAR_GRAD])
 
 
-@_no_autograph
+@kernel("grad_stats")
 def grad_table(
     grads: Sequence[Any], rollup: RollUp, columns: Collection[str] = OPTIONAL_GRAD_COLUMNS
 ) -> tf.Tensor:
@@ -229,7 +226,7 @@ def grad_table(
     return tf.cast(table, tf.float32)
 
 
-@_no_autograph
+@kernel("update_stats")
 def snapshot(variables: Sequence[Any]) -> list[tf.Tensor]:
     """Values of variables, read now (a transient copy for ||delta theta||).
 
@@ -241,7 +238,7 @@ def snapshot(variables: Sequence[Any]) -> list[tf.Tensor]:
     return [tf.convert_to_tensor(v) for v in variables]
 
 
-@_no_autograph
+@kernel("update_stats")
 def update_table(
     before: Sequence[tf.Tensor | None], variables: Sequence[Any], rollup: RollUp
 ) -> tf.Tensor:
@@ -282,6 +279,7 @@ def _small_update_table(
     return update_table_of(update_sums(group.segments, group.flat - concat(olds), handed), rollup)
 
 
+@kernel("update_stats")
 def update_sums(
     segments: Segments, change: tf.Tensor, handed: np.ndarray | None = None
 ) -> tf.Tensor:
@@ -300,6 +298,7 @@ def update_sums(
     return tf.stack([step, weight], axis=1)
 
 
+@kernel("update_stats")
 def changed_counts(segments: Segments, before: tf.Tensor) -> tf.Tensor:
     """Per tensor, float64 [n]: how many elements of `segments.flat` differ
     from `before` (aligned with it); NaN counts as changed."""
@@ -307,6 +306,7 @@ def changed_counts(segments: Segments, before: tf.Tensor) -> tf.Tensor:
     return tf.cast(segments.sum(differ), tf.float64)
 
 
+@kernel("update_stats")
 def update_table_of(per_var: tf.Tensor, rollup: RollUp) -> tf.Tensor:
     """The UPDATE_STATS table [n_scopes, 2] (float32) from `update_sums`."""
     return tf.cast(tf.sqrt(rollup.sum(per_var)), tf.float32)

@@ -69,6 +69,7 @@ from typing import Any
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
+from tb_gradscope.record import _op_scope as op_scope
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._warn import warn_once
 
@@ -244,7 +245,8 @@ class StepFunction:
                 return out
             # A variant that records writes its records with one write at its
             # end, and tells the host the step it began at and what to count.
-            started = tf.cast(recorder.step.read_value(), tf.int64)
+            with op_scope.part("step"):
+                started = tf.cast(recorder.step.read_value(), tf.int64)
             before = None if state.monitor is None else state.monitor.read_sides()
             with (
                 state.variants.tracing(mode, started, before) as trace,
@@ -255,15 +257,16 @@ class StepFunction:
             records, first, last = batch.tick or (0, started, started)
             traced = len(self._host_calls)
             self._host_calls.append([callback for callback, _ in trace.host])
-            told = tf.stack(
-                [
-                    started,
-                    first,
-                    last,
-                    tf.constant(records, tf.int64),
-                    tf.constant(traced, tf.int64),
-                ]
-            )
+            with op_scope.part("step"):
+                told = tf.stack(
+                    [
+                        started,
+                        first,
+                        last,
+                        tf.constant(records, tf.int64),
+                        tf.constant(traced, tf.int64),
+                    ]
+                )
             return out, told, [tensors for _, tensors in trace.host]
 
         # fn's signature, so the graph's inputs keep the user's argument names

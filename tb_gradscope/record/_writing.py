@@ -59,6 +59,7 @@ from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._event_file import EventFile
+from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._reductions import BIG
 
 # The own writer flushes from the host callback only: every FLUSH_SECS, or when
@@ -155,6 +156,7 @@ class SummarySink:
             )
         yield
 
+    @kernel("write")
     def write(
         self,
         tag: str,
@@ -258,6 +260,7 @@ class SummarySink:
         if records and self._file is not None:
             self._host_tick(None, records, first, step)
 
+    @kernel("write")
     def _write_records(
         self, items: Sequence[tuple[str, bytes, Any, bool, tf.Tensor]], batch: Batch | None = None
     ) -> tf.Tensor:
