@@ -7,14 +7,18 @@ README custom loop (16 units; pair with a hard copy every 50, a rule,
 Polyak pairs), each variant's op count (its own graph plus the bodies of the
 functions and control-flow branches it calls, constants counted apart) is
 printed beside the same step written without tb_gradscope, as a plain
-`tf.function` (`bench.user_steps`' unrecorded steps). No timing: the counts
-are exact and the same on every machine with the same TensorFlow.
+`tf.function` (`bench.user_steps`' unrecorded steps), and split by the part
+of the recorder that adds them: the recorder builds its ops under
+`tb_gradscope/<part>/` (`record/_op_scope.py`); `outside` is what the step's
+own ops differ by (a per-loss gradient, say). No timing: the counts are exact
+and the same on every machine with the same TensorFlow.
 
     python -m bench.bench_ops
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import tempfile
@@ -28,15 +32,32 @@ from bench import user_steps  # noqa: E402
 from bench.harness import parse_args, report  # noqa: E402
 from tb_gradscope.pairs import pair_models  # noqa: E402
 from tb_gradscope.record import Recorder  # noqa: E402
+from tb_gradscope.record._op_scope import OP_SCOPE  # noqa: E402
+from tb_gradscope.record._step_function import RECORDED  # noqa: E402
+
+PARTS = ("grad_stats", "update_stats", "drift", "rules", "write", "step")
+OUTSIDE = "outside"
 
 
-def op_counts(concrete) -> tuple[int, int]:
-    """(all ops, constants) of a concrete function and every function it calls."""
+def _part(name: str) -> str:
+    """The recorder part an op (or a branch function, by its name) belongs to."""
+    for separator in ("/", "_"):  # a branch function's name is its scope with "_"
+        prefix = OP_SCOPE + separator
+        if name.startswith(prefix):
+            rest = name[len(prefix) :]
+            return next((p for p in PARTS if rest.startswith(p)), OUTSIDE)
+    return OUTSIDE
+
+
+def op_counts(concrete) -> tuple[collections.Counter, collections.Counter]:
+    """({part: ops}, {part: constants}) of a concrete function and every function it calls."""
     graph_def = concrete.graph.as_graph_def()
-    nodes = list(graph_def.node)
+    named = [(_part(n.name), n) for n in graph_def.node]
     for function in graph_def.library.function:
-        nodes.extend(function.node_def)
-    return len(nodes), sum(n.op == "Const" for n in nodes)
+        named.extend((_part(function.signature.name), n) for n in function.node_def)
+    ops = collections.Counter(part for part, _ in named)
+    consts = collections.Counter(part for part, n in named if n.op == "Const")
+    return ops, consts
 
 
 def _readme(logdir: str):
@@ -76,13 +97,18 @@ def main() -> None:
         for group, build in (("readme16", _readme), ("ddpg", _ddpg)):
             rec, plain, step, batch = build(os.path.join(logdir, group))
             plain_ops, plain_consts = op_counts(tf.function(plain).get_concrete_function(*batch))
-            report(f"ops_{group}_plain_tf_function", plain_ops)
+            report(f"ops_{group}_plain_tf_function", plain_ops.total())
             wrapped = rec.function(step)
             wrapped(*batch)  # traces the recorded variant, as a first call does
             for mode, variant in wrapped._variants.items():  # noqa: SLF001 - what each variant runs
                 ops, consts = op_counts(variant.get_concrete_function(*batch))
-                report(f"ops_{group}_{mode}_added", ops - plain_ops)
-                report(f"ops_{group}_{mode}_added_constants", consts - plain_consts)
+                report(f"ops_{group}_{mode}_added", ops.total() - plain_ops.total())
+                report(f"ops_{group}_{mode}_added_constants", consts.total() - plain_consts.total())
+                if mode == RECORDED:
+                    for part in (*PARTS, OUTSIDE):
+                        added = ops[part] - plain_ops[part], consts[part] - plain_consts[part]
+                        report(f"ops_{group}_{mode}_added_{part}", added[0])
+                        report(f"ops_{group}_{mode}_added_{part}_constants", added[1])
             rec.close()
 
 
