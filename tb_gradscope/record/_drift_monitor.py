@@ -43,7 +43,7 @@ from tb_gradscope.pairs import _naming as naming
 from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _drift as drift_lib
-from tb_gradscope.record._op_scope import kernel
+from tb_gradscope.record import _op_scope as op_scope
 from tb_gradscope.record._stats import RollUp
 from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import NoWriterError, SummarySink, recorded_only
@@ -186,14 +186,13 @@ class DriftMonitor(tf.Module):
         """Declares variables an optimizer writes (the recorder calls this)."""
         self._written |= {naming.variable_key(v) for v in variables}
 
-    @kernel("drift")
+    @op_scope.kernel("drift")
     def read_sides(self) -> tf.Tensor:
         """[target; online] of every pair now, for `Before` (a read at the start
         of a traced call that records nothing is pruned from its graph)."""
         g = self._group
         return drift_lib.sides_now(g.targets, g.onlines, g.rows, g.dtype)
 
-    @kernel("drift")
     def record(
         self,
         step: Any = None,
@@ -211,26 +210,27 @@ class DriftMonitor(tf.Module):
         in, compared with instead of a snapshot, so that no earlier call has
         to take one.
         """
-        if not self._disabled:
-            try:
-                # Read now (a cast of an int64 variable is the variable, read where used).
-                current = tf.cast(
-                    tf.convert_to_tensor(self.step if step is None else step), tf.int64
-                )
-                if due or before is not None:
-                    self._work(current, offset, due, before)
-                else:
-                    recorded_only(
-                        self._any_due(current - offset),
-                        lambda: self._work_fn(current, offset),
-                        _not_done,
+        with op_scope.part("drift"):
+            if not self._disabled:
+                try:
+                    # Read now (a cast of an int64 variable is the variable, read where used).
+                    current = tf.cast(
+                        tf.convert_to_tensor(self.step if step is None else step), tf.int64
                     )
-            except NoWriterError:
-                raise
-            except Exception as e:  # monitoring must never break the training loop
-                self._step_aside(e)
-        if self._own_step and step is None:
-            self.step.assign_add(1)
+                    if due or before is not None:
+                        self._work(current, offset, due, before)
+                    else:
+                        recorded_only(
+                            self._any_due(current - offset),
+                            lambda: self._work_fn(current, offset),
+                            _not_done,
+                        )
+                except NoWriterError:
+                    raise
+                except Exception as e:  # monitoring must never break the training loop
+                    self._step_aside(e)
+            if self._own_step and step is None:
+                self.step.assign_add(1)
 
     def due_at(self, step: int) -> bool:
         """Whether the pairs are recorded in a step starting at `step` (a host-side int)."""

@@ -5,7 +5,10 @@ Every kernel builds its ops under `tb_gradscope/<part>/` (`grad_stats`,
 shows the recorder's share of a step as one node apart from the user's model,
 and `bench.bench_ops` counts what each part adds. A kernel called from inside
 another one (or from the TF1 integration's own `tb_gradscope/...` scopes)
-keeps the scope it is in. Names only: no op is added or changed.
+keeps the scope it is in. Names only: no op is added or changed. The
+functions a record passes on its way to the event file (the drift monitor's
+`record`, the sink's writes) open `part` in their body instead of taking the
+`kernel` decorator, so that no wrapper of this module sits on the write path.
 """
 
 from __future__ import annotations

@@ -56,10 +56,10 @@ from tb_gradscope.format.metadata import (
 )
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import _distribute as distribute
+from tb_gradscope.record import _op_scope as op_scope
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._event_file import EventFile
-from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._reductions import BIG
 
 # The own writer flushes from the host callback only: every FLUSH_SECS, or when
@@ -156,7 +156,6 @@ class SummarySink:
             )
         yield
 
-    @kernel("write")
     def write(
         self,
         tag: str,
@@ -172,21 +171,22 @@ class SummarySink:
         With `once`, the tag is written only if it never was through this sink.
         Returns a bool tensor: written or not.
         """
-        if not self.chief:
-            return _compute_only(value, record)
-        with self.as_default():
-            # Per writer: a user who switches default writers starts a new file.
-            key = f"{_writer_token(private.default_writer())}:{tag}"
-            first = tf.logical_not(tf.reduce_any(tf.equal(self._written, key)))
-            condition = tf.logical_and(record, first) if once else record
-            with tf.summary.record_if(condition):
-                meta = tf.where(first, tf.constant(metadata), tf.constant(b""))
-                written = tf.summary.write(tag, value, step=step, metadata=meta)
-            mark = tf.logical_and(written, first)
-            done = tf.cond(mark, lambda: self._mark(key), lambda: written)
-            if self._writer is None:
-                return done
-            return tf.cond(done, lambda: self._tick(1, step), lambda: done)
+        with op_scope.part("write"):
+            if not self.chief:
+                return _compute_only(value, record)
+            with self.as_default():
+                # Per writer: a user who switches default writers starts a new file.
+                key = f"{_writer_token(private.default_writer())}:{tag}"
+                first = tf.logical_not(tf.reduce_any(tf.equal(self._written, key)))
+                condition = tf.logical_and(record, first) if once else record
+                with tf.summary.record_if(condition):
+                    meta = tf.where(first, tf.constant(metadata), tf.constant(b""))
+                    written = tf.summary.write(tag, value, step=step, metadata=meta)
+                mark = tf.logical_and(written, first)
+                done = tf.cond(mark, lambda: self._mark(key), lambda: written)
+                if self._writer is None:
+                    return done
+                return tf.cond(done, lambda: self._tick(1, step), lambda: done)
 
     def write_due(
         self, records: Sequence[tuple[str, bytes, Any, bool]], step: tf.Tensor
@@ -260,48 +260,50 @@ class SummarySink:
         if records and self._file is not None:
             self._host_tick(None, records, first, step)
 
-    @kernel("write")
     def _write_records(
         self, items: Sequence[tuple[str, bytes, Any, bool, tf.Tensor]], batch: Batch | None = None
     ) -> tf.Tensor:
         """Writes (tag, metadata, value, once, step) items in order; a record
         written once appears once. Returns True. With `batch`, the records are
         left to the host to count (`Batch.tick`) instead of an in-graph gate."""
-        if not items:
-            return tf.constant(True)
-        if not self.chief:  # computes what the chief writes (see `_compute_only`)
-            with tf.control_dependencies([value for _, _, value, _, _ in items]):
+        with op_scope.part("write"):
+            if not items:
                 return tf.constant(True)
-        items = _once_each(items)
-        # Asked here: every producer writes through the sink, some under tf.init_scope.
-        if ExecutionContext.current().eager:
-            return self._write_compiled(items)
-        with self.as_default():
-            token = _writer_token(private.default_writer())
-            keys = tf.constant([f"{token}:{tag}" for tag, *_ in items])
-            seen = self._written.read_value()
-            # Every record's test at once (a handful of ops, not four per record):
-            # a record is written (with metadata) or, written once, skipped.
-            first = tf.logical_not(tf.reduce_any(tf.equal(tf.reshape(seen, [-1, 1]), keys), axis=0))
-            metas = tf.unstack(
-                tf.where(first, tf.constant([item[1] for item in items]), tf.constant(b""))
-            )
-            firsts = tf.unstack(first) if any(item[3] for item in items) else None
-            for i, (tag, _, value, once, step) in enumerate(items):
-                with tf.summary.record_if(firsts[i] if once else True):
-                    tf.summary.write(tag, value, step=step, metadata=metas[i])
-            # The keys written first now: a gather at `where` (boolean_mask is 12 ops).
-            new = tf.gather(keys, tf.reshape(tf.where(first), [-1]))
-            self._written.assign(tf.concat([seen, new], 0))
-            if self._writer is not None and batch is not None:
-                batch.tick = (
-                    len(items),
-                    tf.cast(items[0][4], tf.int64),
-                    tf.cast(items[-1][4], tf.int64),
+            if not self.chief:  # computes what the chief writes (see `_compute_only`)
+                with tf.control_dependencies([value for _, _, value, _, _ in items]):
+                    return tf.constant(True)
+            items = _once_each(items)
+            # Asked here: every producer writes through the sink, some under tf.init_scope.
+            if ExecutionContext.current().eager:
+                return self._write_compiled(items)
+            with self.as_default():
+                token = _writer_token(private.default_writer())
+                keys = tf.constant([f"{token}:{tag}" for tag, *_ in items])
+                seen = self._written.read_value()
+                # Every record's test at once (a handful of ops, not four per record):
+                # a record is written (with metadata) or, written once, skipped.
+                first = tf.logical_not(
+                    tf.reduce_any(tf.equal(tf.reshape(seen, [-1, 1]), keys), axis=0)
                 )
-            elif self._writer is not None:
-                self._tick(len(items), items[-1][4], first=items[0][4])
-        return tf.constant(True)
+                metas = tf.unstack(
+                    tf.where(first, tf.constant([item[1] for item in items]), tf.constant(b""))
+                )
+                firsts = tf.unstack(first) if any(item[3] for item in items) else None
+                for i, (tag, _, value, once, step) in enumerate(items):
+                    with tf.summary.record_if(firsts[i] if once else True):
+                        tf.summary.write(tag, value, step=step, metadata=metas[i])
+                # The keys written first now: a gather at `where` (boolean_mask is 12 ops).
+                new = tf.gather(keys, tf.reshape(tf.where(first), [-1]))
+                self._written.assign(tf.concat([seen, new], 0))
+                if self._writer is not None and batch is not None:
+                    batch.tick = (
+                        len(items),
+                        tf.cast(items[0][4], tf.int64),
+                        tf.cast(items[-1][4], tf.int64),
+                    )
+                elif self._writer is not None:
+                    self._tick(len(items), items[-1][4], first=items[0][4])
+            return tf.constant(True)
 
     def _write_compiled(self, items: Sequence[tuple[str, bytes, Any, bool, Any]]) -> tf.Tensor:
         """An eager write as one call of a function traced once per writer and
