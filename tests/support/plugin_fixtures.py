@@ -202,8 +202,25 @@ def write_run(logdir: str, run: str, spec: RunSpec, writer=None, first: set | No
                 tf.summary.scalar(spec.scalar_tag, float(step % 17), step=step)
     if own:
         writer.close()
+        _name_in_write_order(pathlib.Path(logdir, run))
     else:
         writer.flush()
+
+
+# TensorFlow names an event file `...tfevents.<seconds>.<host>.<pid>.<n>.v2`, n
+# a per-process count of writers. TensorBoard reads a run's files in name order
+# and skips a file that sorts before one it has read, so a second file written
+# in the same second as n passes 99 -> 100 would be lost (a flaky test, not a
+# bug of the reader). Zero-padding n keeps the fixture's files in write order.
+_EVENT_FILE = re.compile(r"(events\.out\.tfevents\..+\.)(\d+)(\.v2)")
+
+
+def _name_in_write_order(run_dir: pathlib.Path) -> None:
+    for path in run_dir.iterdir():
+        match = _EVENT_FILE.fullmatch(path.name)
+        if match:
+            head, count, tail = match.groups()
+            path.rename(run_dir / f"{head}{int(count):08d}{tail}")
 
 
 def write_bulk(
