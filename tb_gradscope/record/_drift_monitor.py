@@ -193,6 +193,7 @@ class DriftMonitor(tf.Module):
         g = self._group
         return drift_lib.sides_now(g.targets, g.onlines, g.rows, g.dtype)
 
+    @tf.autograph.experimental.do_not_convert
     def record(
         self,
         step: Any = None,

@@ -8,7 +8,8 @@ another one (or from the TF1 integration's own `tb_gradscope/...` scopes)
 keeps the scope it is in. Names only: no op is added or changed. The
 functions a record passes on its way to the event file (the drift monitor's
 `record`, the sink's writes) open `part` in their body instead of taking the
-`kernel` decorator, so that no wrapper of this module sits on the write path.
+`kernel` decorator, so that no wrapper of this module sits on the write path
+(the drift monitor's `record` still opts out of autograph by TF's own decorator).
 """
 
 from __future__ import annotations
