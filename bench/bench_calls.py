@@ -10,7 +10,10 @@ of the ratio of that round's two runs):
   - `rec_function_idle`: a recorder with nothing due after its first step
     (every_n_steps=10**12): what an unrecorded step costs (target <= 1.01);
   - `rec_function_rare`: every_n_steps=1000 (target <= 1.01);
-  - `rec_function`: the default every_n_steps=10.
+  - `rec_function`: the default every_n_steps=10;
+  - `plain_again`: a second plain step, built and timed like the first: an
+    A/A control whose distance from 1 is this run's resolution (a candidate
+    within it of 1 is not told apart from the plain step).
 
 Each run is 1,000 steps, so every candidate records the same share of its
 steps in every run. After timing, each recorder's event file is checked to
@@ -44,7 +47,7 @@ from bench.tf_steps import single_thread  # noqa: E402
 from tb_gradscope import Recorder  # noqa: E402
 
 STEPS = 1000
-CANDIDATES = ("rec_function_idle", "rec_function_rare", "rec_function")
+CANDIDATES = ("rec_function_idle", "rec_function_rare", "rec_function", "plain_again")
 
 
 def host_us_per_call(logdir: str, reps: int, calls: int = 20_000) -> float:

@@ -44,7 +44,9 @@ Keras a `train_step` override writing it in a `tf.cond`; on TF1
 `tf.compat.v1.summary.scalar` ops fetched every 10th step. The README loop and
 the DDPG step also run at every_n_steps=1000 (`rec_function_rare`). After
 timing, every candidate's event files are checked against what it claims to
-write (`peers.check`; the run fails otherwise).
+write (`peers.check`; the run fails otherwise). The README loops and the DDPG step
+also run a second plain step (`plain_again`): an A/A control whose distance
+from 1 (`user_<group>_plain_again_cpu_ratio`) is that run's resolution.
 
 Headline (last lines): overhead_rare_worst (README and DDPG at every 1000),
 overhead_every_step_ratio (dqn, every step), overhead_default_ratio: the worst

@@ -45,7 +45,8 @@ TAU = 0.005
 EVERY = 10  # the recorders' default frequency
 RARE = 1000  # the README configuration recording rarely
 IDLE = 10**12  # a recorder with nothing due after its first step
-LABELS = ("plain", "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS
+PLAINS = ("plain", "plain_again")  # the step without tb_gradscope; twice, for an A/A control
+LABELS = (*PLAINS, "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS
 EVERY_OF = {"rec_function_rare": RARE, "rec_function_idle": IDLE}  # else EVERY
 OURS = {
     "readme": "rec_function",
@@ -177,13 +178,13 @@ def readme_loop(units: int, logdir: str, steps: int, labels: tuple[str, ...] = L
     for label in labels:
         online, target, optimizer = _dqn_nets(units)
         where = os.path.join(logdir, f"readme{units}_{label}")
-        if label == "plain" or label in peers.HAND_LOGGERS:
+        if label in PLAINS or label in peers.HAND_LOGGERS:
             counter = tf.Variable(0, dtype=tf.int64, trainable=False)
 
             def make(log, o=online, t=target, opt=optimizer, c=counter):
                 return _dqn_step(o, t, opt, c, log)
 
-            if label == "plain":
+            if label in PLAINS:
                 step = tf.function(make(None))
             else:
                 hand = HandLogger(label, where, online.trainable_variables, counter)
@@ -257,7 +258,7 @@ def ddpg(units: int, logdir: str, steps: int, labels: tuple[str, ...] = LABELS) 
         nets = _ddpg_nets(units)
         actor, critic, actor_t, critic_t = nets[:4]
         where = os.path.join(logdir, f"ddpg_{label}")
-        if label == "plain":
+        if label in PLAINS:
             step = tf.function(_ddpg_step(nets, None))
         elif label in peers.HAND_LOGGERS:
             counter = tf.Variable(0, dtype=tf.int64, trainable=False)
