@@ -87,7 +87,8 @@ test-compat: $(VENV_COMPAT)/.installed
 soak: setup
 	GRADSCOPE_SOAK_SECONDS=600 $(PY) -m pytest tests/e2e/reliability/test_soak.py -m slow -s
 
-# Full-mode benchmarks (figures for docs/PERFORMANCE.md); bench-quick: < 60 s each.
+# Full-mode benchmarks (figures for docs/PERFORMANCE.md); bench-quick: < 60 s each but
+# bench_calls and bench_overhead (about 2 min each).
 bench: setup
 	$(PY) -m bench.run_all
 
