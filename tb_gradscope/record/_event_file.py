@@ -10,7 +10,8 @@ flushes them once the fault heals. Held records are bounded
 (MAX_HELD_RECORDS): beyond that, and when the file itself is gone (a deleted
 logdir), the queued steps are dropped, writing goes on in a new event file,
 and an EVENTS record (`dropped`) there says which steps are missing and why.
-No event file is left empty.
+No event file is left empty, and a new file always sorts after the one it
+follows (`_wait_past`), so TensorBoard, which follows a run's last file, reads it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class EventFile:
         before = set(_event_files(logdir))
         self.writer = _create_writer(logdir, name)
         self._file = _newest(set(_event_files(logdir)) - before)
+        self._latest = self._file  # the last file opened in the logdir
         self._size = _size(self._file)
         self.queued = 0  # records in the writer's queue since the last flush
         self._last_flush = time.monotonic()
@@ -203,6 +205,7 @@ class EventFile:
         before = set(_event_files(self.logdir)) if logdir_ok else set()
         opened = False
         if logdir_ok:
+            _wait_past(self._latest)
             with contextlib.suppress(tf.errors.OpError):
                 _open_file(self.writer, self.logdir)
                 opened = True
@@ -214,6 +217,7 @@ class EventFile:
             shutil.rmtree(scratch, ignore_errors=True)
         self._forget_tags()  # metadata again in the new file
         self._file = _newest(set(_event_files(self.logdir)) - before) if opened else None
+        self._latest = self._file or self._latest
         self._size = _size(self._file) or 0
         if abandoned and abandoned != self._file and _size(abandoned) == 0:
             with contextlib.suppress(OSError):
@@ -263,6 +267,18 @@ class EventFile:
 
 def _event_files(logdir: str) -> list[str]:
     return glob.glob(os.path.join(glob.escape(logdir), "*tfevents*"))
+
+
+def _wait_past(path: str | None) -> None:
+    """Sleeps until the wall clock leaves the second stamped in `path`'s name
+    (at most a second, and only when a file is reopened within the second it
+    was opened in). TF names a file `events.out.tfevents.<seconds>.<host>.<pid>.<n>`
+    with `n` counted per process, so in the same second file 10 sorts before
+    file 9, and TensorBoard, which moves on only to names after the file it
+    reads, would never read the new one."""
+    stamp = re.search(r"tfevents\.(\d+)\.", os.path.basename(path or ""))
+    if stamp is not None:
+        time.sleep(min(1.0, max(0.0, int(stamp.group(1)) + 1 - time.time())))
 
 
 def _newest(paths: set[str]) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import time
 
 import keras
 import numpy as np
@@ -156,6 +157,41 @@ def test_deleted_event_file_is_reported_on_flush(tmp_path, model):
         GradscopeWarning, match=r"no event file left in .*records written since are lost"
     ):
         rec.flush()
+
+
+def _writer_number(scratch) -> int:
+    """The number TF gives the next event file of this process (`...<pid>.<n>.v2`)."""
+    before = set(glob.glob(os.path.join(scratch, "*tfevents*")))
+    tf.summary.create_file_writer(str(scratch)).close()
+    (path,) = set(glob.glob(os.path.join(scratch, "*tfevents*"))) - before
+    return int(path.split(".")[-2]) + 1
+
+
+def test_reopened_event_file_sorts_after_the_file_it_follows(tmp_path, model):
+    # TF numbers event files per process, so a file reopened in the second the
+    # last one was opened in, numbered 10 after 9, sorted before it: TensorBoard
+    # follows a run's last file by name and would never have read the new one.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    number = _writer_number(scratch)
+    while len(str(number + 1)) == len(str(number)):  # the recorder's file: 9, 99, ...
+        number = _writer_number(scratch)
+    logdir = str(tmp_path / "run")
+    grads, variables = _grads(model)
+    time.sleep(1 - time.time() % 1)  # what follows, to the reopening, fits in one second
+    rec = Recorder(logdir=logdir, every_n_steps=1, models=[model])
+    rec.record_gradients({"a": list(zip(grads, variables))})
+    rec.flush()
+    (first,) = glob.glob(os.path.join(logdir, "*tfevents*"))
+    os.remove(first)
+    with pytest.warns(GradscopeWarning, match="no event file left"):
+        rec.flush()
+    rec.record_gradients({"a": list(zip(grads, variables))})
+    rec.close()
+    (reopened,) = glob.glob(os.path.join(logdir, "*tfevents*"))
+    assert int(reopened.split(".")[-2]) == int(first.split(".")[-2]) + 1  # the crossing
+    assert os.path.basename(reopened) > os.path.basename(first)
+    assert list(only(read_records(logdir))[(fmt.Kind.GRAD_STATS, "a")]) == [0]  # the second
 
 
 def test_start_point_that_is_not_a_tensor_names_the_fix(tmp_path, model):
