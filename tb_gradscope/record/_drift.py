@@ -179,28 +179,63 @@ def variable_sums(
     sides = [now, previous] + ([tf.cast(recorded, now.dtype)] if recorded is not None else [])
     parts = 4 if recorded is None else 5  # [t; o] now, [t; o] before, t at the previous record
     x = tf.reshape(tf.cast(tf.concat(sides, 0), tf.float64), [parts, rows, CHUNK])
-    t, o, tp, op = tf.unstack(x[:4])
+    t, o, tp, op, *at_record = tf.unstack(x)  # one op for every part, no slice each
     d, a, b, c, e = t - o, t - tp, o - tp, o - op, t - op
     products = (d * d, o * o, a * a, a * b, b * b, c * c, c * e, e * e)
-    if recorded is not None:
-        f = t - x[4]
+    if at_record:
+        f = t - at_record[0]
         products += (f * f,)
     per_row = tf.stack([tf.reduce_sum(p, axis=1) for p in products], axis=1)
     return tf.math.segment_sum(per_row, tf.constant(layout.row_ids()))
 
 
-# The table's columns computed together: square roots of sums, ratios, a constant.
-_ROOTS = {
+# How each column is computed, from the sums' square roots (`_ROOTS`), the
+# sums themselves and two constants (the optimizer counts and ones):
+# numerator / denominator, NaN where the denominator is not > 0 or the
+# column's inputs are missing.
+_ROOTS = (_DIST2, _ON2, _A2, _C2, _B2, _E2, _F2)
+_ROOT_OF = {
     "distance": _DIST2,
     "online_norm": _ON2,
     "target_step": _A2,
     "online_step": _C2,
     "gap": _B2,
     "gap_reverse": _E2,
+    "target_moved": _F2,
 }
-_RATIOS = ("drift", "tau", "tau_reverse")  # distance / online_norm, AB / B2, CE / E2
+_RATIO_OF = {  # drift = distance / online_norm (of the roots); tau, tau_reverse of the sums
+    "drift": (("root", _DIST2), ("root", _ON2)),
+    "tau": (("sum", _AB), ("sum", _B2)),
+    "tau_reverse": (("sum", _CE), ("sum", _E2)),
+}
 _NEED_PREVIOUS = {"target_step", "tau", "online_step", "gap", "tau_reverse", "gap_reverse"}
-_COMPUTED = (*_ROOTS, *_RATIOS, "optimizer_vars", "target_moved")
+
+
+def _operand_indices(sum_columns: int) -> tuple[list[int], list[int]]:
+    """Per DRIFT column, the operands' (numerator, denominator) indices in
+    [roots, sums, optimizer counts, ones] (`drift_table`'s operand matrix)."""
+    roots = [r for r in _ROOTS if r < sum_columns]
+    counts, ones = len(roots) + sum_columns, len(roots) + sum_columns + 1
+
+    def index(kind: str, column: int) -> int:
+        return roots.index(column) if kind == "root" else len(roots) + column
+
+    numerators, denominators = [], []
+    for name in DRIFT_COLUMNS:
+        if name in _RATIO_OF:
+            (num_kind, num), (den_kind, den) = _RATIO_OF[name]
+            numerators.append(index(num_kind, num))
+            denominators.append(index(den_kind, den))
+        elif name == "optimizer_vars":
+            numerators.append(counts)
+            denominators.append(ones)
+        elif _ROOT_OF[name] < sum_columns:
+            numerators.append(index("root", _ROOT_OF[name]))
+            denominators.append(ones)
+        else:  # target_moved without the sums since the previous record: NaN
+            numerators.append(ones)
+            denominators.append(ones)
+    return numerators, denominators
 
 
 @kernel("drift")
@@ -214,24 +249,27 @@ def drift_table(
 
     With a 9th column of sums (since the previous record) and `have_recorded`
     (whether there was one), `target_moved` is filled; otherwise it is NaN.
-    Column-wise ops on blocks of columns (a dozen ops, not a dozen per column).
+    Every column is one numerator over one denominator (1 for a root or a
+    count) gathered from one operand matrix: a fixed two dozen ops whatever
+    the number of columns, each value as its own square root or ratio gives it.
     """
+    sum_columns = int(sums.shape[1])
+    roots = tf.sqrt(tf.gather(sums, [r for r in _ROOTS if r < sum_columns], axis=1))
+    constants = np.stack(
+        [np.asarray(optimizer_vars, np.float64), np.ones(len(optimizer_vars))], axis=1
+    )
+    operands = tf.concat([roots, sums, tf.constant(constants)], axis=1)
+    numerators, denominators = _operand_indices(sum_columns)
+    nums = tf.gather(operands, numerators, axis=1)
+    dens = tf.gather(operands, denominators, axis=1)
+    moved_kept = have_recorded if have_recorded is not None else tf.constant(False)
+    inputs_there = tf.logical_and(
+        tf.logical_or(have_previous, np.asarray([c not in _NEED_PREVIOUS for c in DRIFT_COLUMNS])),
+        tf.logical_or(moved_kept, np.asarray([c != "target_moved" for c in DRIFT_COLUMNS])),
+    )
+    valid = tf.logical_and(inputs_there, dens > 0)
     nan = tf.constant(np.nan, tf.float64)
-    if have_recorded is not None:
-        moved = tf.where(have_recorded, tf.sqrt(sums[:, _F2 : _F2 + 1]), nan)
-    else:
-        moved = tf.fill([tf.shape(sums)[0], 1], nan)
-    roots = tf.sqrt(tf.gather(sums, list(_ROOTS.values()), axis=1))
-    distance, online_norm = roots[:, :1], roots[:, 1:2]
-    nums = tf.concat([distance, tf.gather(sums, [_AB, _CE], axis=1)], axis=1)
-    dens = tf.concat([online_norm, tf.gather(sums, [_B2, _E2], axis=1)], axis=1)
-    ratios = tf.where(dens > 0, nums / tf.where(dens > 0, dens, 1.0), nan)
-    counts = tf.constant(np.asarray(optimizer_vars, np.float64)[:, None])
-    computed = tf.concat([roots, ratios, counts, moved], axis=1)
-    always = np.asarray([c not in _NEED_PREVIOUS for c in _COMPUTED])
-    computed = tf.where(tf.logical_or(have_previous, always), computed, nan)
-    order = [_COMPUTED.index(c) for c in DRIFT_COLUMNS]
-    return tf.cast(tf.gather(computed, order, axis=1), tf.float32)
+    return tf.cast(tf.where(valid, tf.math.divide_no_nan(nums, dens), nan), tf.float32)
 
 
 def optimizer_var_counts(layout: scopes_lib.ScopeLayout, written: Sequence[bool]) -> np.ndarray:
