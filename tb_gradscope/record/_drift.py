@@ -250,8 +250,8 @@ def drift_table(
     With a 9th column of sums (since the previous record) and `have_recorded`
     (whether there was one), `target_moved` is filled; otherwise it is NaN.
     Every column is one numerator over one denominator (1 for a root or a
-    count) gathered from one operand matrix: a fixed two dozen ops whatever
-    the number of columns, each value as its own square root or ratio gives it.
+    count) gathered from one operand matrix: about two dozen ops whatever the
+    number of columns, and each value bitwise the root or ratio it stands for.
     """
     sum_columns = int(sums.shape[1])
     roots = tf.sqrt(tf.gather(sums, [r for r in _ROOTS if r < sum_columns], axis=1))
