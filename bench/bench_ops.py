@@ -60,8 +60,9 @@ def op_counts(concrete) -> tuple[collections.Counter, collections.Counter]:
     return ops, consts
 
 
-def _readme(logdir: str):
-    online, target, optimizer = user_steps._dqn_nets(16)
+def _readme(logdir: str, units: int = 16):
+    """The README step: (recorder, plain python step, recorded step, batch)."""
+    online, target, optimizer = user_steps._dqn_nets(units)
     counter = tf.Variable(0, dtype=tf.int64, trainable=False)
     plain = user_steps._dqn_step(online, target, optimizer, counter, None)
     rec = Recorder(

@@ -91,6 +91,36 @@ def test_bench_plugin_names_sizes_as_its_runs_and_lines_do():
     assert set(bench_plugin.QUICK_SIZES) <= set(bench_plugin.FULL_SIZES)
 
 
+def test_bench_parts_counts_an_op_towards_the_part_its_scope_names():
+    from bench import bench_parts
+
+    assert bench_parts.part_of("tb_gradscope/drift/concat:ConcatV2") == "drift"
+    assert bench_parts.part_of("tb_gradscope/write/PartitionedCall/x/Sum:Sum") == "write"
+    assert bench_parts.part_of("online_1/l1_1/Relu:_MklNativeFusedMatMul") is None
+    assert bench_parts.part_of("KernelAndDeviceFunc::Run") is None  # not an op
+    assert bench_parts.part_of("tb_gradscope/drift") is None  # a scope, no op type
+
+
+def test_bench_parts_reads_each_op_of_a_profiled_function():
+    import tensorflow as tf
+
+    from bench import bench_parts
+
+    x = tf.Variable(tf.ones([64]))
+
+    @tf.function
+    def step(x):
+        with tf.name_scope("tb_gradscope/drift"):
+            return tf.reduce_sum(tf.square(x.read_value()))
+
+    step(x)
+    spent = bench_parts.profile(step, (x,), calls=5)
+    drift = {e for e in spent if bench_parts.part_of(e) == "drift"}
+    assert any(e.endswith(":Square") for e in drift), sorted(spent)[:20]
+    assert all(spent[e] > 0 for e in drift)
+    assert spent[bench_parts.FUNCTION_RUN] > 0
+
+
 def test_bench_list_includes_the_overhead_scaling_and_memory_benches():
     assert {"bench_overhead", "bench_scaling", "bench_memory"} <= set(BENCHES)
 
