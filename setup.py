@@ -19,14 +19,21 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["tb_gradscope", "tb_gradscope.*"]),
     package_data={"tb_gradscope.plugin": ["static/*"]},
+    # The read side (the tab, the CLI) needs neither framework: a recorder
+    # imports its own when used, and says which extra to install if it is absent.
     install_requires=[
-        "tensorflow>=2.16",
         "tensorboard>=2.16",
         "numpy",
         'tomli; python_version < "3.11"',
     ],
     extras_require={
+        "tensorflow": ["tensorflow>=2.16"],
+        "torch": ["torch>=2.4"],
         "test": [
+            # Both recorders are tested in one venv (tests/conftest.py orders
+            # their imports: torch._dynamo before tensorflow).
+            "tensorflow>=2.16",
+            "torch>=2.4",
             "pytest",
             "pytest-timeout",
             "pytest-xdist~=3.8",  # `make test` runs two workers (tests/conftest.py)

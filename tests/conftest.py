@@ -10,7 +10,15 @@ when the session started.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+
+# A process that has imported tensorflow segfaults the first time torch loads
+# triton (an optimizer's constructor imports torch._dynamo): every worker runs
+# TF and torch tests, so torch._dynamo comes first, before any test module.
+if importlib.util.find_spec("torch") is not None:
+    import torch._dynamo  # noqa: F401
 
 # The browser tests' helpers assert; rewritten before any test module imports them.
 pytest.register_assert_rewrite(
