@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import tb_gradscope
 from tb_gradscope.format.flowgraph import SourceLine
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(tb_gradscope.__file__)) + os.sep
+# tb_gradscope's own folder, found from this file's place in it (importing the
+# root package here would close a circle: the root lazily imports `record`).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # The demos play the user's part: their lines are the ones to show.
 _DEMOS_DIR = _PACKAGE_DIR + "demos" + os.sep
 _LIBRARY_PARTS = (

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     err = err or sys.stderr
     from tb_gradscope.read import finding as F
     from tb_gradscope.read import logdir
-    from tb_gradscope.read.findings import partial_warning
+    from tb_gradscope.read.findings import diagnose, partial_warning
 
     try:
         runs = logdir.load_logdir(args.logdir, args.run_name)
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return UNREADABLE
     per_run, partial = {}, {}
     for logs in runs:
-        per_run[logs.run] = logs.findings
+        per_run[logs.run] = diagnose(logs)
         partial[logs.run] = partial_warning(logs)
     for logs in runs:
         for warning in logs.warnings + ([partial[logs.run]] if partial[logs.run] else []):

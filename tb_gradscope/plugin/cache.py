@@ -1,8 +1,9 @@
 """Per-run cache of decoded gradscope series.
 
 The data provider has no "read step S": it returns whole series. The cache
-keeps each run's decoded tables and blobs, and the `read.runs.RunLogs` the
-routes read them through (decoded once per change), and asks the provider for the run's
+keeps each run's decoded tables and blobs, the `read.runs.RunLogs` the
+routes read them through (decoded once per change) and what the findings and
+violations routes conclude from it (computed once per change), and asks the provider for the run's
 listing (at most once per `refresh_seconds`); a record whose listing changed
 (newer max step or wall time, a new tag, a new metadata content) is read again,
 the others are reused. So "the matrix at step S" costs at most one listing, not
@@ -27,8 +28,10 @@ import threading
 import time
 
 from tb_gradscope import format as fmt
+from tb_gradscope.read.findings import Finding, diagnose
 from tb_gradscope.read.reader import BlobStep, Reader, Record, RunListing, TableSeries
 from tb_gradscope.read.runs import RunLogs, decode_run
+from tb_gradscope.read.violations import RunCheck, check_run
 
 # Runs whose decoded data stay in memory (least recently used dropped first).
 DEFAULT_MAX_RUNS = 16
@@ -41,8 +44,9 @@ DEFAULT_REFRESH_SECONDS = 1.0
 class RunData:
     """One run's records as of one data-provider listing: what a refresh
     compares and reuses (the listing, the series and documents read, the
-    read warnings), and the run decoded from them (`logs`). A listing that
-    says anything new makes a new RunData, so `logs` is never stale.
+    read warnings), the run decoded from them (`logs`) and what is
+    concluded from it (`findings`, `checked`). A listing that says anything
+    new makes a new RunData, so none of them is ever stale.
     """
 
     listing: RunListing
@@ -55,6 +59,16 @@ class RunData:
     def logs(self) -> RunLogs:
         """The run decoded as `tb-gradscope` decodes it (`read.runs.decode_run`)."""
         return decode_run(self.listing, self.tables, self.blobs, self.read_warnings)
+
+    @functools.cached_property
+    def findings(self) -> list[Finding]:
+        """What `tb-gradscope doctor` finds in the run (`read.findings.diagnose`)."""
+        return diagnose(self.logs)
+
+    @functools.cached_property
+    def checked(self) -> RunCheck:
+        """The run's violations with no rules file (`read.violations.check_run`)."""
+        return check_run(self.logs)
 
 
 class RunCache:

@@ -21,7 +21,7 @@ from werkzeug import wrappers
 
 from tb_gradscope import format as fmt
 from tb_gradscope.plugin import export, timeseries, views
-from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache
+from tb_gradscope.plugin.cache import DEFAULT_REFRESH_SECONDS, RunCache, RunData
 from tb_gradscope.plugin.encoding import dumps, jsonable
 from tb_gradscope.plugin.static import STATIC_DIR, StaticFiles
 from tb_gradscope.read.reader import DEFAULT_SAMPLES, Reader
@@ -137,14 +137,14 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
     def findings_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
         """What `tb-gradscope doctor` finds in the run (the tab's Findings panel)."""
-        found = self._logs(ctx, experiment, run).findings
+        found = self._data(ctx, experiment, run).findings
         return {"run": run, "findings": [jsonable(f.to_json()) for f in found]}
 
     def violations_impl(self, ctx, experiment: str, run: str) -> dict[str, Any]:
         """What `tb-gradscope check` reports for the run with no rules file
         (the tab's Violations panel): recorded violations and its recorded
         rules evaluated over its kept steps."""
-        checked = self._logs(ctx, experiment, run).checked
+        checked = self._data(ctx, experiment, run).checked
         return {
             "run": run,
             "rules": [str(r) for r in checked.rules],
@@ -154,12 +154,16 @@ class GradscopePlugin(base_plugin.TBPlugin):
 
     def _logs(self, ctx, experiment: str, run: str) -> RunLogs:
         """The run as the cache decoded it, which `tb-gradscope` decodes the same way."""
+        return self._data(ctx, experiment, run).logs
+
+    def _data(self, ctx, experiment: str, run: str) -> RunData:
+        """The run's cache entry: its decoded logs and what is concluded from them."""
         data = self._cache.get(ctx, experiment, run)
         if data is None:
             raise errors.NotFoundError(
                 f"run {run!r} has no gradscope data; the runs route lists those that do"
             )
-        return data.logs
+        return data
 
     # --- routes ---------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The diagnosis: what in a run is probably a bug, found without rules or declared pairs.
 
-    found = diagnose(run)   # run: a read.runs.RunLogs (`run.findings` keeps it)
+    found = diagnose(run)   # run: a read.runs.RunLogs; the caller keeps the answer
 
 Runs every detector over what the run recorded (FlowGraph, gradient tables,
 drift, conflict, events) and returns each finding once, most specific first:

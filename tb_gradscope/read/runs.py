@@ -7,10 +7,15 @@ name, FlowGraphs, events, the rules the run was trained with, and the table
 series by record name for the tab's array views. Everything else is an
 indexed accessor or a cached property of it: the FlowGraph in force at a step
 (`flowgraph_in_force`, the one rule), the rows the diagnosis reads, a cell's
-flow state, the derived anomalies, the findings (`read.findings`) and the
-violations (`read.violations`). `read.logdir.load_logdir` (the command line)
+flow state, the derived anomalies. `read.logdir.load_logdir` (the command line)
 and the plugin's cache both build it, so `tb-gradscope` and the tab conclude
-from the same object. Never imports tensorflow.
+from the same object.
+
+A RunLogs is data: it imports no detector. The findings
+(`read.findings.diagnose(run)`) and the violations
+(`read.violations.check_run(run)`) are functions of it, kept by whoever asks
+(the plugin's cache, each command), so the detectors import this module and
+never the other way round. Never imports tensorflow.
 """
 
 from __future__ import annotations
@@ -27,11 +32,9 @@ from tb_gradscope.format.flowgraph import NODE_SCOPE
 from tb_gradscope.format.metadata import recorded_stat
 from tb_gradscope.read.anomalies import derived_anomalies
 from tb_gradscope.read.evidence import blocked_cuts
-from tb_gradscope.read.findings import Finding, diagnose
 from tb_gradscope.read.flowstate import cell_state
 from tb_gradscope.read.online_path import online_moves
 from tb_gradscope.read.reader import BlobStep, RunListing, TableSeries
-from tb_gradscope.read.violations import RunCheck, check_run
 
 # Key of the FLOWGRAPH (and an eager run's GRAD_STATS) record attrs listing the
 # rules a run was trained with (compact strings, e.g. "never(td, target/*)").
@@ -301,16 +304,6 @@ class RunLogs:
         return (
             self.listing_warnings + self.read_warnings + self.document_warnings + self.anomalies[1]
         )
-
-    @functools.cached_property
-    def findings(self) -> list[Finding]:
-        """What `tb-gradscope doctor` finds (`read.findings.diagnose`)."""
-        return diagnose(self)
-
-    @functools.cached_property
-    def checked(self) -> RunCheck:
-        """The run's violations with no rules file (`read.violations.check_run`)."""
-        return check_run(self)
 
     # --- the rows the diagnosis reads ---------------------------------------
 

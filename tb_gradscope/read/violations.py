@@ -8,7 +8,7 @@ Each is checked against every FlowGraph the run wrote (trace time), every
 recorded step's gradient tables (run time) and its drift series (tracks
 rules). An evaluated violation that the run already recorded at the same step
 is not repeated. `tb-gradscope check` and `report` and the plugin's violations
-route (through `RunLogs.checked`) all call `check_run` on the same
+route (through the plugin cache's `RunData.checked`) all call `check_run` on the same
 `read.runs.RunLogs`, so the tab's Violations panel and `check` list the same
 violations in the same words. Never imports tensorflow.
 """

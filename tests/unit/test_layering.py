@@ -1,5 +1,6 @@
 """The readers' side never pulls in tensorflow (TensorBoard must start fast), and
-imports run one way: no cycle between packages; format <- read <- plugin, commands."""
+imports run one way: no cycle between packages, none between the modules of
+one package; format <- read <- plugin, commands."""
 
 from __future__ import annotations
 
@@ -127,6 +128,60 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def _module_name(path: Path) -> str:
+    """`.../tb_gradscope/read/runs.py` -> `tb_gradscope.read.runs`; a package's
+    `__init__.py` -> the package's own name."""
+    parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("tb_gradscope", *parts))
+
+
+def _module_targets(path: Path, modules: set[str]) -> set[str]:
+    """The tb_gradscope modules a file imports, each as the module Python runs:
+    `from pkg import sub` names the submodule `pkg.sub`, `from pkg import name`
+    the package `pkg` (its `__init__`). Imports at the top or inside a function
+    count, and so do lazy ones: a dict literal's values naming a module (`_LAZY`,
+    the command tables) and `importlib.import_module("...")`'s argument. A
+    logger's name is not an import."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    named: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                named.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Dict):
+            named.update(
+                v.value
+                for v in node.values
+                if isinstance(v, ast.Constant) and isinstance(v.value, str)
+            )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            named.add(str(node.args[0].value))
+    return {m for m in named if m in modules}
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Module -> the other tb_gradscope modules it imports (`_module_targets`)."""
+    paths = {_module_name(path): path for path in PACKAGE_DIR.rglob("*.py")}
+    modules = set(paths)
+    edges: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = _module_targets(path, modules) - {name}
+        if targets:
+            edges[name] = targets
+    return edges
+
+
 def test_the_import_graph_finds_a_planted_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
@@ -135,6 +190,26 @@ def test_the_import_graph_sees_lazy_and_function_level_imports():
     edges = _package_imports()
     assert "pairs" in edges["record"]  # record/targets.py resolves pairs
     assert "record" in edges["integrations"]
+
+
+def test_the_module_graph_sees_submodules_lazy_tables_and_function_level_imports():
+    edges = _module_imports()
+    assert "tb_gradscope.read.reader" in edges["tb_gradscope.plugin.cache"]
+    assert "tb_gradscope.record" in edges["tb_gradscope"]  # the root's lazy table
+    assert "tb_gradscope.commands.doctor" in edges["tb_gradscope.commands"]
+    assert "tb_gradscope.read.logdir" in edges["tb_gradscope.commands.doctor"]  # inside run()
+    # a logger named after its package is not an import of the package
+    assert "tb_gradscope.rules" not in edges.get("tb_gradscope.rules.policy", set())
+
+
+def test_no_import_cycle_between_modules_anywhere():
+    """Not between packages, not between the modules of one package (a circle
+    inside a package is a knot all the same: none of its files can be read,
+    tested or moved alone)."""
+    cycles = _cycles(_module_imports())
+    assert cycles == [], "import cycles between modules: " + "; ".join(
+        " -> ".join(c) for c in cycles
+    )
 
 
 def test_no_import_cycle_between_top_level_packages():
