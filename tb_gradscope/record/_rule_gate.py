@@ -13,6 +13,10 @@ loss and row, does a table where only that row received a gradient break a
 rule? A `blocked` rule can also break with no gradient at all (a cut the
 FlowGraph does not show is reported at every recorded step), so a step with
 one makes the host check every recorded step, as before.
+
+A `rec.function` recorded variant returns the test and the tables and the host
+checks them after the call (`_step_function.Variants.defer`), so no host
+callback runs inside the step.
 """
 
 from __future__ import annotations

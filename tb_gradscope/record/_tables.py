@@ -10,6 +10,9 @@ zeros; eagerly, nothing runs at unrecorded steps.
 Which scopes a conflict table has depends on which gradients are None, known
 only once the recorded branch is traced; the unrecorded branch (traced after
 it, as `tf.cond` does) returns zeros of the same shapes.
+
+Eager callers get each kernel traced once per kind of input (`EagerKernels`)
+instead of hundreds of eager ops per recorded step.
 """
 
 from __future__ import annotations
