@@ -66,6 +66,27 @@ def test_cache_rereads_only_when_tensorboard_has_newer_data(tmp_path):
     assert plugin.matrix_impl(CTX, "", "live", None)["step"] == 14
 
 
+def test_findings_and_violations_are_concluded_once_per_change_of_the_run(tmp_path):
+    """The cache, not the decoded run, keeps what the findings and violations
+    routes conclude (`RunLogs` is data and imports no detector)."""
+    logdir = str(tmp_path)
+    pf.write_run(logdir, "live", pf.RunSpec(steps=range(0, 4), flowgraph=True, events=True))
+    multiplexer = _loaded_multiplexer(logdir)
+    plugin = _plugin(mux_provider.MultiplexerDataProvider(multiplexer, logdir), 0)
+    first = plugin._cache.get(CTX, "", "live")
+    found, checked = first.findings, first.checked
+    assert plugin.findings_impl(CTX, "", "live")["run"] == "live"
+    assert plugin.violations_impl(CTX, "", "live")["run"] == "live"
+    again = plugin._cache.get(CTX, "", "live")
+    assert again is first and again.findings is found and again.checked is checked
+
+    pf.write_run(logdir, "live", pf.RunSpec(steps=range(4, 6), flowgraph=False, events=False))
+    multiplexer.Reload()
+    changed = plugin._cache.get(CTX, "", "live")
+    assert changed is not first and changed.checked is not checked
+    assert changed.logs.steps[-1] == 5
+
+
 def test_listing_is_asked_at_most_once_per_refresh_interval(tmp_path):
     logdir = str(tmp_path)
     pf.write_run(logdir, "r", pf.RunSpec(steps=range(0, 3), events=False))
