@@ -4,13 +4,15 @@ One step, four cells of every kind: the online network updates, a network
 read behind `.detach()` is blocked, one that gets the gradient but is in no
 optimizer is ignored, one the loss never reads is independent. And the oracle
 looks without touching: parameters, buffers, `.grad`, the optimizer's state,
-its step hooks and the RNG are as they were.
+its step hooks and the RNG are as they were, and a TorchFunctionMode (a
+recorder's capture) sees none of its torch calls.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from tests.support.torch_corpus import kit, oracle
 from tests.support.torch_corpus.spec import LossProbe, StepProbe
@@ -62,7 +64,13 @@ def test_oracle_leaves_the_step_as_it_found_it():
     adam = {(id(p), k): v.clone() for p, st in opt.state.items() for k, v in st.items()}
     rng = torch.get_rng_state()
 
-    oracle.torch_truth(probe)
+    class Capture(TorchFunctionMode):  # what a recorder capturing the step's dataflow sees
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Capture():
+        oracle.torch_truth(probe)
 
     after = {k: v for m in nets.values() for k, v in m.state_dict().items()}
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -70,4 +78,4 @@ def test_oracle_leaves_the_step_as_it_found_it():
     assert all(torch.equal(p.grad, g) for p, g in grads if g is not None)
     assert all(torch.equal(adam[id(p), k], v) for p, st in opt.state.items() for k, v in st.items())
     assert torch.equal(torch.get_rng_state(), rng)
-    assert calls == [], "the oracle's optimizer step ran the optimizer's hooks"
+    assert calls == [], "a hook or a TorchFunctionMode saw the oracle's own torch calls"

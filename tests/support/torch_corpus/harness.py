@@ -64,12 +64,13 @@ class OracleObserver:
         if probe is None or not probe.pairs:
             return
         values = {}
-        for pair in probe.pairs:
-            self.pairs[pair.name] = pair
-            values[pair.name] = (
-                [_numpy(t) for t in pair.target.values()],
-                [_numpy(o) for o in pair.online],
-            )
+        with oracle.unobserved():
+            for pair in probe.pairs:
+                self.pairs[pair.name] = pair
+                values[pair.name] = (
+                    [_numpy(t) for t in pair.target.values()],
+                    [_numpy(o) for o in pair.online],
+                )
         self.pair_values[drift_step] = values
 
     def drift_truths(self) -> dict[int, dict[str, truth_lib.DriftTruth]]:

@@ -18,7 +18,8 @@ State: gradient -> `updates` if it moved, else `ignored`; no gradient ->
 `blocked` if dependent, else `independent`; scopes and roll-ups as the TF
 oracle (`tests.support.corpus.oracle.roll_up`: the most flowing child wins).
 Parameters, buffers, `.grad`, the optimizers and the RNG are left bit for bit
-as they were. Per-path cuts (`except_via`) silence the excepted scopes as the
+as they were, and the oracle's own torch calls run `unobserved()`: a
+recorder capturing the step's dataflow (a TorchFunctionMode) never sees them. Per-path cuts (`except_via`) silence the excepted scopes as the
 TF oracle does: weight matrices to zero, biases to fixed noise.
 """
 
@@ -58,8 +59,21 @@ def named_parameters(models: Mapping[str, Any]) -> dict[str, torch.nn.Parameter]
     return out
 
 
+def unobserved() -> contextlib.AbstractContextManager:
+    """Torch calls inside run past every active TorchFunctionMode (the
+    recorder's capture of the step's dataflow is one): the oracle looks at the
+    step without being part of it. `torch._C.DisableTorchFunction` is the one
+    switch torch has for that; a test-only use of a private symbol."""
+    return torch._C.DisableTorchFunction()
+
+
 def torch_truth(probe: StepProbe) -> StepTruth:
     """The three questions on every loss of the probe; restores everything."""
+    with unobserved():
+        return _truth(probe)
+
+
+def _truth(probe: StepProbe) -> StepTruth:
     named = named_parameters(probe.models)
     names, params = list(named), list(named.values())
     facts: dict[str, dict[str, VariableFacts]] = {}
@@ -108,6 +122,11 @@ def silenced_truth(probe: StepProbe, pattern: str) -> StepTruth:
         raise AssertionError(
             f"except_via={pattern}: no weight matrix to silence in {sorted(named)}"
         )
+    with unobserved():
+        return _silenced(silenced, probe)
+
+
+def _silenced(silenced: Sequence[torch.Tensor], probe: StepProbe) -> StepTruth:
     saved = [p.detach().clone() for p in silenced]
     generator = torch.Generator().manual_seed(0)
     try:
@@ -119,7 +138,7 @@ def silenced_truth(probe: StepProbe, pattern: str) -> StepTruth:
                     else torch.randn(p.shape, generator=generator, dtype=p.dtype)
                 )
                 p.copy_(quiet)
-        return torch_truth(probe)
+        return _truth(probe)
     finally:
         with torch.no_grad():
             for p, value in zip(silenced, saved):

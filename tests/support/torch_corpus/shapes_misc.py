@@ -14,6 +14,9 @@
   between an encoder and a decoder.
 - item_constant: the critic's value read with `.item()` re-enters the actor's
   loss as a Python number.
+- autograd_grad: gradients of two micro-batches from `torch.autograd.grad`,
+  summed, handed to `rec.record_gradients` and to `.grad`; the TD target's
+  next value `.detach()`ed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from torch import nn
 
 from tb_gradscope.torch import Recorder
 from tests.support.torch_corpus import kit
-from tests.support.torch_corpus.spec import FROZEN, ITEM, LossProbe, Shape, StepProbe
+from tests.support.torch_corpus.spec import DETACH, FROZEN, ITEM, LossProbe, Shape, StepProbe
 
 OBS = kit.OBS
 
@@ -282,6 +285,47 @@ def _item_constant():
     return train
 
 
+# ----- gradients the user computed with torch.autograd.grad ------------------------------
+
+GRAD_RULES = ("never(td, target/*)", "blocked(td, target/*)", "only(td, [online])")
+
+
+def _autograd_grad():
+    def train(logdir, observer):
+        kit.seed(20)
+        online, target = kit.mlp([4, kit.ACTIONS]), kit.mlp([4, kit.ACTIONS])
+        kit.copy_weights(target, online)
+        opt = torch.optim.SGD(online.parameters(), lr=0.1)
+        models = {"online": online, "target": target}
+        rec = Recorder(
+            logdir, every_n_steps=1, models=models, optimizers=[opt], rules=list(GRAD_RULES)
+        )
+        params = list(online.parameters())
+
+        def td_loss(b):
+            y = b["r"] + 0.9 * target(b["s2"]).max(1).values.detach()
+            return F.mse_loss(online(b["s"]).gather(1, b["a"][:, None]).squeeze(1), y)
+
+        for step in range(4):
+            micro = kit.batch(2 * step), kit.batch(2 * step + 1)
+            observer.before(
+                step,
+                StepProbe(
+                    [LossProbe("td", lambda: td_loss(micro[0]) + td_loss(micro[1]), [opt])], models
+                ),
+            )
+            grads = [torch.autograd.grad(td_loss(b), params) for b in micro]
+            summed = [g1 + g2 for g1, g2 in zip(*grads)]
+            rec.record_gradients({"td": dict(zip(params, summed))})
+            for p, g in zip(params, summed):
+                p.grad = g
+            opt.step()
+            observer.after(step)
+        rec.close()
+
+    return train
+
+
 SHAPES = [
     Shape(
         "multihead",
@@ -344,5 +388,13 @@ SHAPES = [
         ITEM_RULES,
         causes=(ITEM,),
         note="the critic's value read with .item() re-enters the actor's loss as a number",
+    ),
+    Shape(
+        "autograd_grad",
+        _autograd_grad(),
+        GRAD_RULES,
+        causes=(DETACH,),
+        note="gradients of two micro-batches from torch.autograd.grad, summed, handed to "
+        "rec.record_gradients",
     ),
 ]
