@@ -39,18 +39,20 @@ def all_shapes() -> list[Shape]:
 
 class OracleObserver:
     """The harness side of `spec.Observer`: the torch oracle at recorded steps,
-    the pairs' values after every step for the drift recomputation."""
+    the pairs' values before and after every step for the drift recomputation."""
 
     def __init__(self, shape: Shape):
         self._recorded = set(shape.recorded_steps)
         self._silence = truth_lib.except_via_patterns(shape.rules)
         self._probe: StepProbe | None = None
         self.truths: dict[int, truth_lib.StepTruth] = {}
-        self.pair_values: dict[int, dict[str, tuple[list, list]]] = {}
+        self.pair_values: dict[int, dict[str, tuple[list, list]]] = {}  # after each step
+        self.pair_start: dict[int, dict[str, tuple[list, list]]] = {}  # before each step
         self.pairs: dict[str, PairProbe] = {}
 
     def before(self, step: int, probe: StepProbe) -> None:
         self._probe = probe
+        self.pair_start[step] = self._pair_values(probe)
         if step not in self._recorded or step in self.truths:
             return
         truth = oracle.torch_truth(probe)
@@ -63,6 +65,9 @@ class OracleObserver:
         probe = self._probe
         if probe is None or not probe.pairs:
             return
+        self.pair_values[drift_step] = self._pair_values(probe)
+
+    def _pair_values(self, probe: StepProbe) -> dict[str, tuple[list, list]]:
         values = {}
         with oracle.unobserved():
             for pair in probe.pairs:
@@ -71,13 +76,15 @@ class OracleObserver:
                     [_numpy(t) for t in pair.target.values()],
                     [_numpy(o) for o in pair.online],
                 )
-        self.pair_values[drift_step] = values
+        return values
 
     def drift_truths(self) -> dict[int, dict[str, truth_lib.DriftTruth]]:
+        """Drift and tau at each step, tau from the target before that step
+        (the state the step started from, known at step 0 too)."""
         out: dict[int, dict[str, truth_lib.DriftTruth]] = {}
         for step, per_pair in self.pair_values.items():
             for name, (t, o) in per_pair.items():
-                before = self.pair_values.get(step - 1, {}).get(name)
+                before = self.pair_start.get(step, {}).get(name)
                 out.setdefault(step, {})[name] = truth_lib.drift_truth(
                     self.pairs[name], t, o, before[0] if before else None
                 )
