@@ -38,6 +38,10 @@ UNFINDABLE = {
         "loss1's, the flow of seed 01's own var_lists (both take in layer1 by design); only "
         "never(loss2, Agent/layer1) says this one must not"
     ),
+    "frozen_leaky": (
+        "a forgotten requires_grad_(False) leaves a net trained whole by its one loss and one "
+        "optimizer, the flow of any plain fine-tuning run; only never(fit, net/l1) says l1 must not"
+    ),
 }
 
 SHAPES = harness.all_shapes()
@@ -45,16 +49,17 @@ BY_NAME = {s.name: s for s in SHAPES}
 CORRECT = [s for s in SHAPES if s.mutant_of is None]
 MUTANTS = [s for s in SHAPES if s.mutant_of is not None]
 FINDABLE = [s for s in MUTANTS if s.name not in UNFINDABLE]
+MUTANT_TEST = "test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak"
 
 
-def _mutant_params():
+def _params(test: str, shapes) -> list:
+    """One param per shape; a strict xfail where the shape says `test` breaks
+    on a product bug, or where the mutant is UNFINDABLE."""
     out = []
-    for s in MUTANTS:
-        marks = (
-            [pytest.mark.xfail(strict=True, reason=UNFINDABLE[s.name])]
-            if s.name in UNFINDABLE
-            else []
-        )
+    for s in shapes:
+        reason = UNFINDABLE.get(s.name) if test == MUTANT_TEST else None
+        reason = reason or (s.xfail if test in s.xfail_tests else None)
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         out.append(pytest.param(s, id=s.name, marks=marks))
     return out
 
@@ -79,7 +84,7 @@ def test_unfindable_mutants_are_mutants_of_the_corpus():
     assert set(UNFINDABLE) <= {s.name for s in MUTANTS}
 
 
-@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in CORRECT])
+@pytest.mark.parametrize("shape", _params("test_correct_shape_has_no_finding", CORRECT))
 def test_correct_shape_has_no_finding(shape: Shape, diagnosed):
     _, code, found = diagnosed(shape)
     assert found == [] and code == 0, [(f["kind"], f["loss"], f["scope"], f["what"]) for f in found]
@@ -105,7 +110,7 @@ def _doctor_strict(trained):
     return args.run(args, out, err), out.getvalue(), err.getvalue()
 
 
-@pytest.mark.parametrize("shape", _mutant_params())
+@pytest.mark.parametrize("shape", _params(MUTANT_TEST, MUTANTS))
 def test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak(shape: Shape, diagnosed):
     trained, code, found = diagnosed(shape)
     broken = [
@@ -126,7 +131,9 @@ def test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak(shape: Shape
         assert strict == 1, "--strict fails on hazards"
 
 
-@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in FINDABLE])
+@pytest.mark.parametrize(
+    "shape", _params("test_every_rule_a_finding_proposes_is_false_in_the_oracle", FINDABLE)
+)
 def test_every_rule_a_finding_proposes_is_false_in_the_oracle(shape: Shape, diagnosed):
     trained, _, found = diagnosed(shape)
     for f in found:
@@ -138,7 +145,9 @@ def test_every_rule_a_finding_proposes_is_false_in_the_oracle(shape: Shape, diag
         )
 
 
-@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in FINDABLE])
+@pytest.mark.parametrize(
+    "shape", _params("test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin", FINDABLE)
+)
 def test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin(
     shape: Shape, diagnosed, tmp_path
 ):

@@ -359,6 +359,10 @@ SHAPES = [
         _multitask(True),
         MULTITASK_RULES,
         mutant_of="multitask",
+        xfail="doctor proposes blocked(task_b, mt/head_a/*), which fails check on the fixed twin: "
+        "there task_b does not read head_a at all (independent, not blocked); never(task_b, "
+        "mt/head_a) would hold on both",
+        xfail_tests=("test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin",),
         note="head b's output adds head a's, not detached",
     ),
     Shape(
@@ -380,6 +384,10 @@ SHAPES = [
         _custom_function(),
         CUSTOM_RULES,
         causes=(("custom_gradient_none", "RoundNoGrad"),),
+        xfail="recorder bug: the blocked edge of a custom autograd.Function returning None has no "
+        "source line (_flow._cut_of builds its Cut with source None); every other cut names the "
+        "user's file:line",
+        xfail_tests=("test_blocked_edges_name_the_pytorch_call_and_the_users_line",),
         note="a custom autograd.Function whose backward returns None",
     ),
     Shape(
@@ -394,6 +402,17 @@ SHAPES = [
         _autograd_grad(),
         GRAD_RULES,
         causes=(DETACH,),
+        xfail="recorder bug: rec.record_gradients outside a rec.step() block closes its step at "
+        "once, so the opt.step() after it is not seen (product: td ignored on online, oracle: "
+        "updates); and with gradients but no loss tensor the forward's dependence on the detached "
+        "target is not known (product: target independent, oracle: blocked; no blocked edge)",
+        xfail_tests=(
+            "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
+            "test_report_json_states_equal_the_oracle_at_every_recorded_step",
+            "test_check_passes_exactly_when_the_oracle_says_the_rules_hold",
+            "test_blocked_edges_name_every_producer_scope_the_cut_separates",
+            "test_blocked_edges_name_the_pytorch_call_and_the_users_line",
+        ),
         note="gradients of two micro-batches from torch.autograd.grad, summed, handed to "
         "rec.record_gradients",
     ),
