@@ -55,8 +55,7 @@ def test_detach_blocks_the_target_and_names_its_line(tmp_path, nets):
     x = torch.randn(5, 3)
 
     def forward():
-        y = nets["target"](x).detach()
-        line = _line()  # noqa: E702
+        y, line = nets["target"](x).detach(), _line()
         return {"td": (nets["online"](x) - y).pow(2).mean()}, line
 
     line = forward()[1]
@@ -72,8 +71,7 @@ def test_data_blocks_the_target(tmp_path, nets):
     x = torch.randn(5, 3)
 
     def forward():
-        y = nets["target"](x).data
-        line = _line()  # noqa: E702
+        y, line = nets["target"](x).data, _line()
         return {"td": (nets["online"](x) - y).pow(2).mean()}, line
 
     line = forward()[1]
@@ -86,8 +84,7 @@ def test_no_grad_and_inference_mode_block(tmp_path, nets):
 
     def forward():
         with torch.inference_mode():
-            y = nets["target"](x)
-            line = _line()  # noqa: E702
+            y, line = nets["target"](x), _line()
         return {"td": (nets["online"](x) - y.clone()).pow(2).mean()}, line
 
     line = forward()[1]
@@ -101,10 +98,8 @@ def test_argmax_is_non_differentiable_and_an_integer_cast_is_integer(tmp_path):
     x = torch.randn(6, 3)
 
     def forward():
-        picked = models["policy"](x).argmax(1).float()
-        argmax_line = _line()  # noqa: E702
-        rounded = models["critic"](x).long().float()
-        cast_line = _line()  # noqa: E702
+        picked, argmax_line = models["policy"](x).argmax(1).float(), _line()
+        rounded, cast_line = models["critic"](x).long().float(), _line()
         out = models["online"](x).squeeze(1)
         return {"a": (out * picked).mean() + (out * rounded).mean()}, argmax_line, cast_line
 
@@ -128,8 +123,7 @@ def test_an_item_value_reentering_as_a_constant_is_non_differentiable(tmp_path, 
     x = torch.randn(5, 3)
 
     def forward():
-        scale = nets["target"](x).mean().item()
-        line = _line()  # noqa: E702
+        scale, line = nets["target"](x).mean().item(), _line()
         return {"td": nets["online"](x).mean() * scale}, line
 
     line = forward()[1]
