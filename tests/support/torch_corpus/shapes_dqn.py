@@ -3,6 +3,8 @@
 - dqn: the TD target's next value `.detach()`ed, a hard copy every 2 steps;
   mutant: no `.detach()` (the target network gets the TD error's gradient).
 - dqn_no_grad: the next value computed under `torch.no_grad()`.
+- dqn_every_3: dqn recorded every 3 steps, its target copied every 2: drift
+  and tau at steps the copy does not line up with.
 - dqn_data: the next value read through `.data`.
 - double_dqn: the online network picks the next action (argmax, no
   gradient), the target evaluates it, detached; mutant: not detached and the
@@ -29,8 +31,8 @@ A = kit.ACTIONS
 RULES = ("never(td, target/*)", "only(td, [online])", "blocked(td, target/*)")
 
 
-def _dqn(cut: str):
-    """cut: "detach", "no_grad", "data", or "" (the leaky mutant)."""
+def _dqn(cut: str, every: int = 1, steps: int = 4):
+    """cut: "detach", "no_grad", "data", or "" (the leaky mutant); recorded every `every` steps."""
 
     def train(logdir, observer):
         kit.seed(1)
@@ -41,7 +43,7 @@ def _dqn(cut: str):
         pair = pair_models(target, online, every=COPY_EVERY)
         rec = Recorder(
             logdir,
-            every_n_steps=1,
+            every_n_steps=every,
             models=models,
             optimizers=[opt],
             pairs=[pair],
@@ -64,7 +66,7 @@ def _dqn(cut: str):
             y = b["r"] + GAMMA * (1.0 - b["done"]) * next_value(b)
             return F.mse_loss(q, y)
 
-        for step in range(4):
+        for step in range(steps):
             b = kit.batch(step)
             observer.before(
                 step,
@@ -268,6 +270,15 @@ SHAPES = [
         RULES,
         causes=(NO_GRAD,),
         note="DQN, the next value computed under torch.no_grad()",
+    ),
+    Shape(
+        "dqn_every_3",
+        _dqn("detach", every=3, steps=7),
+        RULES,
+        causes=(DETACH,),
+        steps=7,
+        every_n_steps=3,
+        note="DQN recorded every 3 steps (0, 3, 6) beside a hard copy every 2",
     ),
     Shape(
         "dqn_data",
