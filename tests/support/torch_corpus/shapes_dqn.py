@@ -3,6 +3,7 @@
 - dqn: the TD target's next value `.detach()`ed, a hard copy every 2 steps;
   mutant: no `.detach()` (the target network gets the TD error's gradient).
 - dqn_no_grad: the next value computed under `torch.no_grad()`.
+- dqn_inference_mode: under `torch.inference_mode()`, cloned out of it.
 - dqn_every_3: dqn recorded every 3 steps, its target copied every 2: drift
   and tau at steps the copy does not line up with.
 - dqn_data: the next value read through `.data`.
@@ -32,7 +33,7 @@ RULES = ("never(td, target/*)", "only(td, [online])", "blocked(td, target/*)")
 
 
 def _dqn(cut: str, every: int = 1, steps: int = 4):
-    """cut: "detach", "no_grad", "data", or "" (the leaky mutant); recorded every `every` steps."""
+    """cut: "detach", "no_grad", "inference_mode", "data", or "" (the leaky mutant); recorded every `every` steps."""
 
     def train(logdir, observer):
         kit.seed(1)
@@ -54,6 +55,10 @@ def _dqn(cut: str, every: int = 1, steps: int = 4):
             if cut == "no_grad":
                 with torch.no_grad():
                     return target(b["s2"]).max(1).values
+            if cut == "inference_mode":
+                with torch.inference_mode():
+                    q2 = target(b["s2"]).max(1).values
+                return q2.clone()  # an inference tensor cannot enter autograd itself
             q2 = target(b["s2"]).max(1).values
             if cut == "detach":
                 return q2.detach()
@@ -270,6 +275,13 @@ SHAPES = [
         RULES,
         causes=(NO_GRAD,),
         note="DQN, the next value computed under torch.no_grad()",
+    ),
+    Shape(
+        "dqn_inference_mode",
+        _dqn("inference_mode"),
+        RULES,
+        causes=(("stop_gradient", "inference_mode"),),
+        note="DQN, the next value computed under torch.inference_mode(), cloned out of it",
     ),
     Shape(
         "dqn_every_3",
