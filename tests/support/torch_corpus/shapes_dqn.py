@@ -4,6 +4,7 @@
   mutant: no `.detach()` (the target network gets the TD error's gradient).
 - dqn_no_grad: the next value computed under `torch.no_grad()`.
 - dqn_inference_mode: under `torch.inference_mode()`, cloned out of it.
+- dqn_compiled: the online network `torch.compile`d (eager backend).
 - dqn_every_3: dqn recorded every 3 steps, its target copied every 2: drift
   and tau at steps the copy does not line up with.
 - dqn_data: the next value read through `.data`.
@@ -32,13 +33,16 @@ A = kit.ACTIONS
 RULES = ("never(td, target/*)", "only(td, [online])", "blocked(td, target/*)")
 
 
-def _dqn(cut: str, every: int = 1, steps: int = 4):
+def _dqn(cut: str, every: int = 1, steps: int = 4, compiled: bool = False):
     """cut: "detach", "no_grad", "inference_mode", "data", or "" (the leaky mutant); recorded every `every` steps."""
 
     def train(logdir, observer):
         kit.seed(1)
         online, target = kit.mlp([4, A]), kit.mlp([4, A])
         kit.copy_weights(target, online)
+        raw = online
+        if compiled:  # parameters `_orig_mod.l1.weight`, scopes `online/l1`
+            online = torch.compile(raw, backend="eager")
         opt = torch.optim.SGD(online.parameters(), lr=0.1)
         models = {"online": online, "target": target}
         pair = pair_models(target, online, every=COPY_EVERY)
@@ -86,7 +90,7 @@ def _dqn(cut: str, every: int = 1, steps: int = 4):
             rec.backward({"td": loss})
             opt.step()
             if step % COPY_EVERY == 0:
-                target.load_state_dict(online.state_dict())
+                target.load_state_dict(raw.state_dict())
             observer.after(step)
         rec.close()
 
@@ -282,6 +286,13 @@ SHAPES = [
         RULES,
         causes=(("stop_gradient", "inference_mode"),),
         note="DQN, the next value computed under torch.inference_mode(), cloned out of it",
+    ),
+    Shape(
+        "dqn_compiled",
+        _dqn("detach", compiled=True),
+        RULES,
+        causes=(DETACH,),
+        note="DQN, the online network torch.compile'd (its _orig_mod. wrapper is no scope)",
     ),
     Shape(
         "dqn_every_3",
