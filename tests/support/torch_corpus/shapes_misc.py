@@ -402,10 +402,12 @@ SHAPES = [
         _autograd_grad(),
         GRAD_RULES,
         causes=(DETACH,),
-        xfail="recorder bug: rec.record_gradients outside a rec.step() block closes its step at "
-        "once, so the opt.step() after it is not seen (product: td ignored on online, oracle: "
-        "updates); and with gradients but no loss tensor the forward's dependence on the detached "
-        "target is not known (product: target independent, oracle: blocked; no blocked edge)",
+        xfail="recorder bug: rec.record_gradients never links its losses to the optimizer steps "
+        "that follow (_recording.record_given adds nothing to work.since, which "
+        "before_optimizer_step reads; the same inside a rec.step() block): product td ignored on "
+        "online, oracle updates; and with gradients but no loss tensor the forward's dependence on "
+        "the detached target is not known (product: target independent, oracle: blocked; no "
+        "blocked edge)",
         xfail_tests=(
             "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
             "test_report_json_states_equal_the_oracle_at_every_recorded_step",
