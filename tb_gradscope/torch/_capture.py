@@ -21,6 +21,7 @@ of a parameter under `no_grad` is the optimizer's or a target copy's).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections import Counter
@@ -75,6 +76,10 @@ class _Tracked:
     origins: frozenset[str]
 
 
+# How many recorders are computing their own statistics now: no capture
+# observes a recorder's ops, its own or another recorder's in the process.
+_RECORDERS_AT_WORK = [0]
+
 # Prune the entries of dead tensors every this many new entries (a long
 # rollout before the first backward must not grow the map without bound).
 _PRUNE_EVERY = 4096
@@ -95,13 +100,12 @@ class Capture(torch.overrides.TorchFunctionMode):
         self._tracked: dict[int, _Tracked] = {}
         self.edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
-        self.paused = False  # the recorder's own ops are not the step's
         self._added = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.error is None and not self.paused:
+        if self.error is None and not _RECORDERS_AT_WORK[0]:
             try:
                 self._observe(func, args, kwargs, out)
             except Exception as e:  # noqa: BLE001 - observing must never break the step
@@ -117,6 +121,11 @@ class Capture(torch.overrides.TorchFunctionMode):
         if entry is None or entry.value() is not value:
             return None
         return entry.deps, entry.origins
+
+    @staticmethod
+    def paused() -> contextlib.AbstractContextManager:
+        """While a recorder computes its statistics: no capture observes its ops."""
+        return _paused()
 
     def clear(self) -> None:
         """Forgets the step (releases the tensors held for it)."""
@@ -180,6 +189,15 @@ class Capture(torch.overrides.TorchFunctionMode):
         self._added += 1
         if self._added % _PRUNE_EVERY == 0:
             self._tracked = {k: e for k, e in self._tracked.items() if e.value() is not None}
+
+
+@contextlib.contextmanager
+def _paused() -> Iterator[None]:
+    _RECORDERS_AT_WORK[0] += 1
+    try:
+        yield
+    finally:
+        _RECORDERS_AT_WORK[0] -= 1
 
 
 def _cut_open(deps: Deps, cut: PathCut) -> Deps:
