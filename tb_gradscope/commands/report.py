@@ -73,6 +73,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return OK
 
 
+# How the text names the framework of a FlowGraph `source` it knows by another word.
+_FRAMEWORK_NAMES = {"torch": "PyTorch"}
+
+
+def _framework(source: str) -> str:
+    """What traced the run, in the words its users know (`torch` -> PyTorch)."""
+    return _FRAMEWORK_NAMES.get(source) or safe(source or "a step")
+
+
 def render_run(report: dict[str, Any]) -> str:
     """One run's report as text."""
     rec = report["recorded_steps"]
@@ -82,7 +91,7 @@ def render_run(report: dict[str, Any]) -> str:
     else:
         head += " (no recorded steps)"
     if report["flowgraph"]:
-        head += f"; FlowGraph traced from {safe(report['flowgraph']['source'] or 'a step')}"
+        head += f"; FlowGraph traced from {_framework(report['flowgraph']['source'])}"
     lines = [head]
     loss_steps = report.get("loss_steps") or {}
     if any(s != report["step"] for s in loss_steps.values()):
