@@ -102,7 +102,8 @@ def render_run(report: dict[str, Any]) -> str:
     lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
     lines += ["", "blocked edges:"]
-    lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
+    source = report["flowgraph"]["source"] if report["flowgraph"] else ""
+    lines += [_blocked_line(e, source) for e in report["blocked_edges"]] or ["  none"]
     lines += ["", "drift (per pair, at the step shown or the latest before it):"]
     lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
     lines += ["", "gradient conflict (cosine per shared scope, most opposed first):"]
@@ -159,9 +160,9 @@ def _cell(cell: dict[str, Any]) -> str:
     return f"{cell['state']} {number(cell['l2'])}"
 
 
-def _blocked_line(edge: dict[str, Any]) -> str:
+def _blocked_line(edge: dict[str, Any], source: str) -> str:
     """The edge and what to do about it, in the words the tab shows (`read.evidence`)."""
-    return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge)}"
+    return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge, source)}"
 
 
 def _drift_line(drift: dict[str, Any]) -> str:
