@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # torch.utils.tensorboard imports tensorflow
@@ -52,7 +53,7 @@ EVERY = 10
 IDLE_EVERY = 10**9
 # (rounds, steps per run) by mode and model; steps per run a multiple of EVERY.
 PLAN = {
-    "quick": {"dqn32": (15, 20), "dqn256": (15, 20), "ddpg": (15, 20), "mlp1m": (5, 10)},
+    "quick": {"dqn32": (11, 20), "dqn256": (11, 20), "ddpg": (11, 20), "mlp1m": (3, 10)},
     "full": {"dqn32": (41, 50), "dqn256": (41, 50), "ddpg": (41, 50), "mlp1m": (21, 20)},
 }
 
@@ -65,23 +66,23 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def variants(name: str, device: str, logdir: str) -> dict[str, tuple]:
-    """{label: (model, variant)}: a fresh model per variant, from the same weights."""
-    out = {}
+def variants(name: str, logdir: str) -> dict[str, Callable]:
+    """{label: make(model) -> variant}, in timing order."""
 
-    def add(label: str, make_variant) -> None:
-        model = torch_steps.make(name, device)
-        out[label] = (model, make_variant(model, os.path.join(logdir, f"{name}_{label}")))
+    def at(label: str) -> str:
+        return os.path.join(logdir, f"{name}_{label}")
 
-    add("plain", lambda m, d: torch_steps.Plain())
-    add("plain_again", lambda m, d: torch_steps.Plain())
-    add("hand10", lambda m, d: torch_steps.HandScalars(d, EVERY))
-    add("hist10", lambda m, d: torch_steps.HandHistograms(d, EVERY))
-    add("ours10", lambda m, d: torch_steps.Ours(d, EVERY, m))
-    add("idle", lambda m, d: torch_steps.Ours(d, IDLE_EVERY, m))
+    out = {
+        "plain": lambda m: torch_steps.Plain(),
+        "plain_again": lambda m: torch_steps.Plain(),
+        "hand10": lambda m: torch_steps.HandScalars(at("hand10"), EVERY),
+        "hist10": lambda m: torch_steps.HandHistograms(at("hist10"), EVERY),
+        "ours10": lambda m: torch_steps.Ours(at("ours10"), EVERY, m),
+        "idle": lambda m: torch_steps.Ours(at("idle"), IDLE_EVERY, m),
+    }
     if name != "mlp1m":  # every step: the small models users log every step
-        add("hand1", lambda m, d: torch_steps.HandScalars(d, 1))
-        add("ours1", lambda m, d: torch_steps.Ours(d, 1, m))
+        out["hand1"] = lambda m: torch_steps.HandScalars(at("hand1"), 1)
+        out["ours1"] = lambda m: torch_steps.Ours(at("ours1"), 1, m)
     return out
 
 
@@ -99,12 +100,19 @@ def run_of(model, variant, steps: int, device: str):
 
 
 def measure(name: str, device: str, rounds: int, steps: int, logdir: str) -> dict[str, float]:
-    """Reports one model's figures; returns its ratios by label."""
-    built = variants(name, device, logdir)
-    runs = {label: run_of(m, v, steps, device) for label, (m, v) in built.items()}
-    for label, run in runs.items():
+    """Reports one model's figures; returns its ratios by label.
+
+    Each variant is built and warmed up (its first run: ours records and
+    analyses step 0) before the next is built: a recorder watches the torch
+    calls of the whole process from its construction to its first backward.
+    """
+    built, runs = {}, {}
+    for label, make_variant in variants(name, logdir).items():
+        model = torch_steps.make(name, device)
+        built[label] = (model, make_variant(model))
+        runs[label] = run_of(model, built[label][1], steps, device)
         start = time.perf_counter()
-        run()  # warm up; ours records and analyses step 0 here
+        runs[label]()
         report(f"torch_{name}_{label}_warmup_s", time.perf_counter() - start)
     wall, cpu = rotated_samples(runs, rounds)
     for _, variant in built.values():

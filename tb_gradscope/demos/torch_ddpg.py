@@ -2,18 +2,20 @@
 
 A deterministic actor mu(s) and a critic Q(s, a) learn to steer a point on a
 plane to the origin (s2 = s + 0.1 a, reward -|s2|^2), from batches of random
-transitions. Each step holds two optimizers, so it is one `with rec.step():`
-around two `rec.backward` calls: the critic's TD loss (its target from the
-target actor and critic under `torch.no_grad()`), then the actor's loss
--Q(s, mu(s)). The actor's gradient passes through the critic to reach the
-actor; in the clean twin the critic's optimizer does not step after it, so the
-`actor` cells on `critic/*` are `ignored`. The leaky twin builds the actor's
-optimizer over the critic's parameters too (`Adam(agent.parameters())`), so
-the actor loss also steps the critic, pushing Q(s, mu(s)) up: `updates`.
+transitions. Each step holds two optimizers, so it is one `with rec.step():`.
+The clean twin takes the critic's TD loss (its target from the target actor
+and critic under `torch.no_grad()`) through the critic's optimizer, then the
+actor's loss -Q(s, mu(s)) through the actor's. The actor's gradient passes
+through the critic to reach the actor, but the critic's optimizer does not
+step after it: the `actor` cells on `critic` are `ignored`. The leaky twin
+saves a backward: one `rec.backward` of both losses, then both optimizers'
+steps. The critic's `.grad` now holds the actor's gradient too, which pushes
+Q(s, mu(s)) up, and the critic's optimizer applies it: `updates`.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 
 import numpy as np
@@ -26,7 +28,7 @@ from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
 
 STATE = 2
 ACTION = 2
-HIDDEN = (32,)
+HIDDEN = 32
 GAMMA = 0.9
 TAU = 0.05
 BATCH = 64
@@ -39,26 +41,28 @@ RULES = (
 )
 
 
-class Actor(nn.Module):
-    """s -> a in [-1, 1]^ACTION."""
-
-    def __init__(self):
-        super().__init__()
-        self.net = torch_common.mlp(STATE, HIDDEN, ACTION, output_name="mu")
-
-    def forward(self, s: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(s))
+def build_actor() -> nn.Module:
+    """s -> a in [-1, 1]^ACTION (scopes `actor/l1`, `actor/mu`)."""
+    return nn.Sequential(
+        collections.OrderedDict(
+            l1=nn.Linear(STATE, HIDDEN),
+            relu=nn.ReLU(),
+            mu=nn.Linear(HIDDEN, ACTION),
+            tanh=nn.Tanh(),
+        )
+    )
 
 
 class Critic(nn.Module):
-    """(s, a) -> Q(s, a)."""
+    """(s, a) -> Q(s, a) (scopes `critic/l1`, `critic/q`)."""
 
     def __init__(self):
         super().__init__()
-        self.net = torch_common.mlp(STATE + ACTION, HIDDEN, 1)
+        self.l1 = nn.Linear(STATE + ACTION, HIDDEN)
+        self.q = nn.Linear(HIDDEN, 1)
 
     def forward(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([s, a], dim=1)).squeeze(1)
+        return self.q(torch.relu(self.l1(torch.cat([s, a], dim=1)))).squeeze(1)
 
 
 def transitions(rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
@@ -77,21 +81,19 @@ def train(spec: RunSpec) -> RunResult:
     from tb_gradscope.torch import pair_models
 
     torch_common.seed_everything(spec.seed)
-    actor, critic = Actor(), Critic()
+    actor, critic = build_actor(), Critic()
     actor_target, critic_target = copy.deepcopy(actor), copy.deepcopy(critic)
-    actor_params = list(actor.parameters())
-    if spec.twin == LEAKY:
-        actor_params += list(critic.parameters())
-    actor_opt = torch.optim.Adam(actor_params, 1e-3)
+    actor_opt = torch.optim.Adam(actor.parameters(), 1e-3)
     critic_opt = torch.optim.Adam(critic.parameters(), 1e-3)
+    models = {
+        "actor": actor,
+        "critic": critic,
+        "actor_target": actor_target,
+        "critic_target": critic_target,
+    }
     rec = torch_common.recorder(
         spec,
-        {
-            "actor": actor,
-            "critic": critic,
-            "actor_target": actor_target,
-            "critic_target": critic_target,
-        },
+        models,
         [actor_opt, critic_opt],
         RULES,
         [pair_models(actor_target, actor, tau=TAU), pair_models(critic_target, critic, tau=TAU)],
@@ -104,13 +106,21 @@ def train(spec: RunSpec) -> RunResult:
             with torch.no_grad():
                 y = r + GAMMA * critic_target(s2, actor_target(s2))
             critic_loss = F.mse_loss(critic(s, a), y)
-            critic_opt.zero_grad()
-            rec.backward({"critic": critic_loss})
-            critic_opt.step()
-            actor_loss = -critic(s, actor(s)).mean()
-            actor_opt.zero_grad()
-            rec.backward({"actor": actor_loss})
-            actor_opt.step()
+            if spec.twin == LEAKY:  # one backward for both losses, then both steps
+                actor_loss = -critic(s, actor(s)).mean()
+                critic_opt.zero_grad()
+                actor_opt.zero_grad()
+                rec.backward({"critic": critic_loss, "actor": actor_loss})
+                critic_opt.step()
+                actor_opt.step()
+            else:
+                critic_opt.zero_grad()
+                rec.backward({"critic": critic_loss})
+                critic_opt.step()
+                actor_loss = -critic(s, actor(s)).mean()
+                actor_opt.zero_grad()
+                rec.backward({"actor": actor_loss})
+                actor_opt.step()
         torch_common.polyak(actor, actor_target, TAU)
         torch_common.polyak(critic, critic_target, TAU)
         spec.on_step(step + 1)
@@ -121,7 +131,7 @@ def train(spec: RunSpec) -> RunResult:
 DEMO = Demo(
     name="torch_ddpg",
     title="PyTorch DDPG: actor and critic with Polyak targets, two optimizers in rec.step()",
-    leak="the actor's optimizer also holds the critic's parameters, so the actor loss steps the critic",
+    leak="one backward of both losses before both optimizers step, so the actor loss steps the critic",
     rules=RULES,
     train=train,
     default_steps=300,
