@@ -37,5 +37,15 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] not in ("tensorflow", "keras"):
+                raise
+            raise ImportError(
+                f"tb_gradscope.{name} records TensorFlow training and needs TensorFlow: "
+                "install tensorflow (pip install 'tb-gradscope[tensorflow]'); for PyTorch "
+                "use tb_gradscope.torch"
+            ) from e
+        return getattr(module, name)
     raise AttributeError(f"module 'tb_gradscope' has no attribute '{name}'")

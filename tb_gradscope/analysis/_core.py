@@ -31,28 +31,20 @@ from tb_gradscope.analysis._inputs import (
 )
 from tb_gradscope.analysis._scopegraph import ScopeGraph
 from tb_gradscope.analysis._source import user_source
+from tb_gradscope.core import cells as cells_lib
 from tb_gradscope.format.flowgraph import (
     BLOCKED,
     CAUSE_TAPE_BOUNDARY,
-    IGNORED,
     INDEPENDENT,
-    MIXED,
     NODE_INPUT,
     NODE_LOSS,
     NODE_SCOPE,
-    NOT_TRAINABLE,
-    TRAINABLE,
-    UPDATES,
     BlockedEdge,
     FlowGraph,
     GraphEdge,
     GraphNode,
     LossInfo,
 )
-
-# Higher is "more flowing"; a roll-up scope takes the maximum of its children.
-_RANK = {INDEPENDENT: 0, BLOCKED: 1, IGNORED: 2, UPDATES: 3}
-_BY_RANK = {v: k for k, v in _RANK.items()}
 
 
 def analyze_graph(
@@ -144,8 +136,10 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
         for node, indices in var_nodes.items():
             for i in indices:
                 reached = gradient[node] and i not in unwatched
-                state = _state(forward[node], reached, applied_here, i)
-                if _RANK[state] > _RANK[states[i]]:  # a replicated variable: any replica
+                state = cells_lib.cell_state(forward[node], reached, applied_here, i)
+                if (
+                    cells_lib.RANK[state] > cells_lib.RANK[states[i]]
+                ):  # a replicated variable: any replica
                     states[i] = state
         outside_tape[spec.name] = {
             i
@@ -153,7 +147,7 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
             for i in indices
             if i in unwatched and forward[node]
         }
-        cells[spec.name] = _roll_up(states, leaves, scope_list)
+        cells[spec.name] = cells_lib.roll_up(states, leaves, scope_list)
 
     scope_graph, nodes, loss_ids = _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss)
     blocked = _blocked_edges(flat, scope_graph, loss_ids, per_loss)
@@ -195,12 +189,7 @@ def _trainability(graph, variable_scopes, scope_list) -> dict[str, str] | None:
     flags = [collected.get(id(v), _attribute(v)) for v, _ in variable_scopes]
     if any(f is None for f in flags):
         return None
-    seen: dict[str, set[bool]] = {}
-    for flag, (_, leaf) in zip(flags, variable_scopes):
-        for scope in scopes_lib.ancestors(leaf):
-            seen.setdefault(scope, set()).add(flag)
-    words = {frozenset({True}): TRAINABLE, frozenset({False}): NOT_TRAINABLE}
-    return {s: words.get(frozenset(seen[s]), MIXED) for s in scope_list if s in seen}
+    return cells_lib.trainability(flags, [leaf for _, leaf in variable_scopes], scope_list)
 
 
 def _attribute(variable) -> bool | None:
@@ -253,24 +242,6 @@ def _tape_boundary_edges(
                 )
             )
     return edges
-
-
-def _state(forward: int, gradient: int, applied: set[int] | None, index: int) -> str:
-    if gradient:
-        return UPDATES if applied is None or index in applied else IGNORED
-    return BLOCKED if forward else INDEPENDENT
-
-
-def _roll_up(
-    states: Sequence[str], leaves: Sequence[str], scope_list: Sequence[str]
-) -> dict[str, str]:
-    best: dict[str, int] = {s: 0 for s in scope_list}
-    for state, leaf in zip(states, leaves):
-        rank = _RANK[state]
-        for scope in scopes_lib.ancestors(leaf):
-            if scope in best and rank > best[scope]:
-                best[scope] = rank
-    return {s: _BY_RANK[r] for s, r in best.items()}
 
 
 def _optimizer_groups(steps_by_loss: Mapping[str, set[int]]) -> dict[str, str]:

@@ -9,32 +9,10 @@ logs do not leak home directories.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import tb_gradscope
+from tb_gradscope.core.source import is_library_frame, relative_path
 from tb_gradscope.format.flowgraph import SourceLine
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(tb_gradscope.__file__)) + os.sep
-# The demos play the user's part: their lines are the ones to show.
-_DEMOS_DIR = _PACKAGE_DIR + "demos" + os.sep
-_LIBRARY_PARTS = (
-    f"{os.sep}site-packages{os.sep}",
-    f"{os.sep}dist-packages{os.sep}",
-    f"{os.sep}tensorflow{os.sep}",
-    f"{os.sep}keras{os.sep}",
-    f"{os.sep}tf_keras{os.sep}",
-)
-
-
-def is_library_frame(filename: str) -> bool:
-    """True for frames the user did not write (TF, Keras, us, installed packages)."""
-    if filename.startswith("<"):
-        return True
-    path = os.path.abspath(filename)
-    if path.startswith(_DEMOS_DIR):
-        return False
-    return path.startswith(_PACKAGE_DIR) or any(part in path for part in _LIBRARY_PARTS)
 
 
 def user_source(op: Any, cwd: str | None = None) -> SourceLine | None:
@@ -51,13 +29,4 @@ def user_source(op: Any, cwd: str | None = None) -> SourceLine | None:
     return None
 
 
-def relative_path(filename: str, cwd: str | None = None) -> str:
-    """`filename` relative to `cwd` (default: the working directory) when under
-    it; our demos' files as `tb_gradscope/demos/...` wherever they are installed."""
-    base = os.path.abspath(cwd or os.getcwd())
-    path = os.path.abspath(filename)
-    if path == base or path.startswith(base.rstrip(os.sep) + os.sep):
-        return os.path.relpath(path, base)
-    if path.startswith(_DEMOS_DIR):
-        return os.path.relpath(path, os.path.dirname(_PACKAGE_DIR.rstrip(os.sep)))
-    return path
+__all__ = ["is_library_frame", "relative_path", "user_source"]

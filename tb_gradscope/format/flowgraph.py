@@ -141,7 +141,7 @@ class FlowGraph:
     edges: list[GraphEdge] = dataclasses.field(default_factory=list)
     applied: list[str] | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
-    source: str = ""  # "tf2", "tf1" or "keras": what was traced
+    source: str = ""  # "tf2", "tf1", "keras" or "torch": what was traced
     trainable: dict[str, str] | None = None
     path_cuts: bool = False
 

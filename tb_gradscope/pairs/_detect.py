@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.core.pairs import Pair, common_root, make_pair
 from tb_gradscope.pairs import _naming as naming
-from tb_gradscope.pairs._pairs import EMA_ROOT, Pair, _common_root, _make_pair
+from tb_gradscope.pairs._pairs import EMA_ROOT
 
 SEP = scopes_lib.SEPARATOR
 EMA_SUFFIX = "ExponentialMovingAverage"
@@ -71,7 +72,7 @@ def _structure_pairs(named: Sequence[tuple[Any, str]]) -> list[Pair]:
                 if any(_within(o_scope, t) for t in taken):
                     continue
                 try:
-                    pair = _make_pair(
+                    pair = make_pair(
                         f"{t_scope}<-{o_scope}",
                         kids[t_seg],
                         kids[o_seg],
@@ -115,6 +116,6 @@ def _shadow_pair(
             o_items.append((source, source_name))
     if not t_items:
         return None
-    online_root = _common_root([n for _, n in o_items])
+    online_root = common_root([n for _, n in o_items])
     label = f"{EMA_ROOT}<-{online_root}" if online_root else EMA_ROOT
-    return _make_pair(label, t_items, o_items, EMA_ROOT, online_root, None, None, by_order=True)
+    return make_pair(label, t_items, o_items, EMA_ROOT, online_root, None, None, by_order=True)

@@ -13,10 +13,10 @@ side; imported by
 `integrations`, `demos` and users (through the root).
 """
 
+from tb_gradscope.core.warn import GradscopeWarning
 from tb_gradscope.record._drift_monitor import DriftMonitor
 from tb_gradscope.record._losses import StartPoint
 from tb_gradscope.record._recorder import Recorder
-from tb_gradscope.record._warn import GradscopeWarning
 from tb_gradscope.record._writing import NoWriterError, Stats
 
 __all__ = [

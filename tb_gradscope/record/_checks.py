@@ -34,7 +34,6 @@ itself warns once and checking stops; training goes on.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,49 +41,14 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope import format as fmt
+from tb_gradscope.core.rules import STEP_EVENTS, TRACE_EVENTS
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.record import _rule_gate as rule_gate
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._op_scope import kernel
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import Emitter, recorded_only
-from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy, parse_rule
-from tb_gradscope.rules.policy import LOG, POLICIES, RAISE
-from tb_gradscope.rules.rulesfile import RuleSet, parse_rules_file
-
-# EVENTS record names: trace-time violations are written at the step the trace
-# happened, which is usually also a recorded step; apart, neither hides the other.
-TRACE_EVENTS, STEP_EVENTS = "trace", "step"
-
-
-def resolve_rules(rules: Any, on_violation: str | None) -> tuple[list[Rule], str]:
-    """(rules, policy) from Rule objects / compact strings, a rules-file path, or a RuleSet.
-
-    `on_violation=None` takes the rules file's policy ("log" otherwise).
-    """
-    file_policy = LOG
-    if isinstance(rules, (str, os.PathLike)):
-        text = os.fspath(rules)
-        if os.path.exists(text) or text.endswith(".toml"):
-            rules = parse_rules_file(text)
-        else:
-            try:
-                rules = [parse_rule(text)]
-            except ValueError as e:
-                raise ValueError(
-                    f"rules={text!r} is neither a rules file nor a rule ({e}); pass a "
-                    "TOML rules file path or a list such as ['never(td, target/*)']"
-                ) from None
-    if isinstance(rules, RuleSet):
-        file_policy, rules = rules.on_violation, list(rules.rules)
-    policy = file_policy if on_violation is None else on_violation
-    if policy not in POLICIES:
-        raise ValueError(f"on_violation is {policy!r}; use one of {', '.join(POLICIES)}")
-    parsed = [parse_rule(r) if isinstance(r, str) else r for r in rules]
-    if not all(isinstance(r, Rule) for r in parsed):
-        raise ValueError(
-            "rules must be tb_gradscope.rules objects or strings such as 'never(td, target/*)'"
-        )
-    return parsed, policy
+from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy
+from tb_gradscope.rules.policy import LOG, RAISE
 
 
 class RuleSteps:

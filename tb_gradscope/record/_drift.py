@@ -34,53 +34,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.core.pairs import Pair
 from tb_gradscope.format.metadata import DRIFT_COLUMNS
-from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record._op_scope import kernel
 from tb_gradscope.record._reductions import concat
 from tb_gradscope.record._stats import RollUp
 
 # Columns of the per-variable sums (_F2: since the previous record, when kept).
 _DIST2, _ON2, _A2, _AB, _B2, _C2, _CE, _E2, _F2 = range(9)
-
-
-def pair_layout(pair: Pair) -> scopes_lib.ScopeLayout:
-    """The target scope tree; each state variable is a scope of its own.
-
-    `target/bn/moving_mean` gets its own row (under `target/bn`), so the drift of
-    BatchNorm statistics is seen apart from the trainable weights beside it.
-    """
-    state = set(pair.state_names)
-
-    def leaf(name: str) -> str:
-        return name if name in state else scopes_lib.leaf_scope(name)
-
-    return scopes_lib.build_layout(pair.target_names, scopes_lib.ScopeSpec(mapping=leaf))
-
-
-def online_scopes(pair: Pair, layout: scopes_lib.ScopeLayout) -> list[str]:
-    """For each target scope, the online scope its variables come from ("" if mixed)."""
-    state = set(pair.state_names)
-    leaves = [
-        on if tn in state else scopes_lib.leaf_scope(on)
-        for tn, on in zip(pair.target_names, pair.online_names)
-    ]
-    out = []
-    for members in layout.members:
-        parts = [leaves[i].split(scopes_lib.SEPARATOR) for i in members]
-        common = []
-        for segs in zip(*parts):
-            if len(set(segs)) != 1:
-                break
-            common.append(segs[0])
-        out.append(scopes_lib.SEPARATOR.join(common))
-    return out
-
-
-def state_scopes(pair: Pair) -> list[str]:
-    """Target scopes holding non-trainable state only (one per state variable)."""
-    return list(pair.state_names)
 
 
 def flat_dtype(variables: Sequence[Any]) -> tf.DType:
@@ -270,12 +231,6 @@ def drift_table(
     valid = tf.logical_and(inputs_there, dens > 0)
     nan = tf.constant(np.nan, tf.float64)
     return tf.cast(tf.where(valid, tf.math.divide_no_nan(nums, dens), nan), tf.float32)
-
-
-def optimizer_var_counts(layout: scopes_lib.ScopeLayout, written: Sequence[bool]) -> np.ndarray:
-    """Per scope, how many of its target variables an optimizer writes."""
-    flags = np.asarray(written, dtype=np.float64)
-    return np.asarray([flags[list(m)].sum() for m in layout.members], dtype=np.float64)
 
 
 @kernel("drift")

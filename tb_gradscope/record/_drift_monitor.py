@@ -32,20 +32,20 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tb_gradscope.core import pairs as core_pairs
+from tb_gradscope.core.pairs import Pair
+from tb_gradscope.core.tables import drift_info
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.metadata import (
-    DRIFT_COLUMNS,
     Kind,
     create_summary_metadata,
-    make_info,
     tag_for,
 )
 from tb_gradscope.pairs import _naming as naming
-from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _drift as drift_lib
 from tb_gradscope.record import _op_scope as op_scope
 from tb_gradscope.record._stats import RollUp
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import NoWriterError, SummarySink, recorded_only
 
 _NEVER = -(2**62)
@@ -254,7 +254,7 @@ class DriftMonitor(tf.Module):
 
     def _make_state(self, pair: Pair) -> _PairState:
         return _PairState(
-            pair=pair, layout=drift_lib.pair_layout(pair), tag=tag_for(Kind.DRIFT, pair.name)
+            pair=pair, layout=core_pairs.pair_layout(pair), tag=tag_for(Kind.DRIFT, pair.name)
         )
 
     @staticmethod
@@ -328,7 +328,7 @@ class DriftMonitor(tf.Module):
         written = self._written_set()
         counts = np.concatenate(
             [
-                drift_lib.optimizer_var_counts(
+                core_pairs.optimizer_var_counts(
                     s.layout, [naming.variable_key(v) in written for v in s.pair.target]
                 )
                 for s in group.states
@@ -361,12 +361,7 @@ class DriftMonitor(tf.Module):
 
     def _metadata_for(self, state: _PairState) -> bytes:
         if state.tag not in self._metadata:
-            pair = state.pair
-            attrs = pair.declared()
-            attrs["state_scopes"] = drift_lib.state_scopes(pair)
-            attrs["online_scopes"] = drift_lib.online_scopes(pair, state.layout)
-            info = make_info(Kind.DRIFT, pair.name, state.layout.scopes, attrs)
-            info = dataclasses.replace(info, columns=DRIFT_COLUMNS)
+            info = drift_info(state.pair, state.layout)
             self._metadata[state.tag] = create_summary_metadata(info).SerializeToString()
         return self._metadata[state.tag]
 

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
 from tb_gradscope import format as fmt
-from tb_gradscope.record._warn import warn_once
+from tb_gradscope.core.warn import warn_once
 
 # Records held in memory while the event file cannot take them; beyond this
 # the held steps are dropped (and the drop recorded once writing works again).

@@ -14,8 +14,8 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.flowgraph import FlowGraph, GraphEdge
-from tb_gradscope.record._warn import warn_once
 
 
 def find_analyzer() -> Callable[..., Any] | None:

@@ -14,8 +14,8 @@ from typing import Any
 import tensorflow as tf
 
 from tb_gradscope import _naming as naming
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.record import _stats as stats
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.scopes import ScopeSpec
 
 

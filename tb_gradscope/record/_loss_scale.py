@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.events import SKIPPED, Event
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import _tables as tables_lib
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import graph_key
 
 OVERFLOW = "loss_scale_overflow"  # the SKIPPED event's name

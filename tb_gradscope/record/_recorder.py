@@ -36,6 +36,8 @@ from typing import Any
 import tensorflow as tf
 
 from tb_gradscope import _naming as naming
+from tb_gradscope.core.rules import resolve_rules
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.record import _gradients as gradients_lib
@@ -44,14 +46,13 @@ from tb_gradscope.record import _losses as losses_lib
 from tb_gradscope.record import _options as options
 from tb_gradscope.record import _targets as targets
 from tb_gradscope.record._block import Block
-from tb_gradscope.record._checks import RuleSteps, resolve_rules
+from tb_gradscope.record._checks import RuleSteps
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._layout import LayoutResolver
 from tb_gradscope.record._optimizer_state import build_outside_trace
 from tb_gradscope.record._recording import Recording
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import StepFunction, variant_due
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import Emitter, Stats, SummarySink
 from tb_gradscope.scopes import ScopeSpec
 

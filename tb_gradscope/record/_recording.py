@@ -17,6 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.metadata import Kind
 from tb_gradscope.record import _distribute as distribute
 from tb_gradscope.record import _gradients as gradients_lib
@@ -26,7 +27,6 @@ from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._drift_monitor import Before
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import PLAIN
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import NoWriterError, Stats
 from tb_gradscope.rules.policy import FlowRuleViolation
 

@@ -69,9 +69,9 @@ from typing import Any
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.record import _op_scope as op_scope
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.record._warn import warn_once
 
 PLAIN, RECORDED = "plain", "recorded"
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tb_gradscope import _naming as naming
+from tb_gradscope.core.pairs import Pair
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.pairs._detect import detect_pairs
-from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record._drift_monitor import DriftMonitor
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import SummarySink
 
 AUTO = "auto"

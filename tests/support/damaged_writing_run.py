@@ -41,8 +41,8 @@ def main(logdir: str, kind: str, steps: int, fault_at: int, heal_at: int) -> Non
     import keras
     import tensorflow as tf
 
+    from tb_gradscope.core.warn import GradscopeWarning
     from tb_gradscope.record import Recorder
-    from tb_gradscope.record._warn import GradscopeWarning
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="l1")], name="net")

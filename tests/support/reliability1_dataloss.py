@@ -27,9 +27,9 @@ def main(logdir: str, fault: str, steps: int, fault_at: int, heal_at: int) -> No
     import keras
     import tensorflow as tf
 
+    from tb_gradscope.core.warn import GradscopeWarning
     from tb_gradscope.record import Recorder
     from tb_gradscope.record import _writing as writing
-    from tb_gradscope.record._warn import GradscopeWarning
 
     writing.FLUSH_SECS = 0.0  # check at every record: the test sees each step's fate
     keras.utils.set_random_seed(0)

@@ -19,9 +19,18 @@ READ_PACKAGE = sorted(
     if path.stem != "__init__"
 )
 
+# Every module of the framework-neutral core, shared by the TF and PyTorch recorders.
+CORE_PACKAGE = sorted(
+    "tb_gradscope.core." + path.stem
+    for path in (PACKAGE_DIR / "core").glob("*.py")
+    if path.stem != "__init__"
+)
+
 READ_SIDE = [
     "tb_gradscope",
     "tb_gradscope.format",
+    "tb_gradscope.core",
+    *CORE_PACKAGE,
     "tb_gradscope.scopes",
     "tb_gradscope.rules",
     "tb_gradscope.read",
@@ -53,13 +62,39 @@ def test_read_side_does_not_import_tensorflow():
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in READ_SIDE)
-        + "bad = sorted(m for m in sys.modules if m == 'tensorflow' or m.startswith('tensorflow.') or m == 'keras')\n"
+        + "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'torch'))\n"
         + "print(','.join(bad))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "", f"imported: {result.stdout.strip()}"
+
+
+def test_the_core_holds_what_both_recorders_share():
+    for module in ("writer", "rules", "pairs", "tables", "drift", "cells", "source", "warn"):
+        assert f"tb_gradscope.core.{module}" in CORE_PACKAGE
+
+
+def test_the_torch_recorder_never_imports_tensorflow():
+    code = (
+        "import sys\n"
+        "import tb_gradscope.torch\n"
+        "from tb_gradscope.torch import Recorder, pair_models\n"
+        "import tb_gradscope.torch._recording\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "", f"imported: {result.stdout.strip()}"
+
+
+def test_the_core_and_the_torch_recorder_import_no_tf_side_package():
+    edges = _package_imports()
+    assert edges["core"] <= {"format", "scopes", "rules"}, edges["core"]
+    assert edges["torch"] <= {"core", "format", "scopes", "rules"}, edges["torch"]
+    assert "core" in edges["record"] and "core" in edges["integrations"]
 
 
 def _top_level(module: str) -> str | None:

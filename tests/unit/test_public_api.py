@@ -34,6 +34,7 @@ PUBLIC_PACKAGES = {
     },
     "tb_gradscope.integrations.keras": {"GradscopeCallback", "LegacyGradscopeCallback"},
     "tb_gradscope.integrations.tf1": {"GraphRecorder", "StartPoint", "pair_scopes"},
+    "tb_gradscope.torch": {"GradscopeWarning", "Recorder", "StartPoint", "pair_models"},
 }
 
 # The root's own modules: the entry points and the scope tree are public.

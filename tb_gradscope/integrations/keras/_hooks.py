@@ -14,15 +14,15 @@ from typing import Any
 
 from tb_gradscope import _naming as naming
 from tb_gradscope import _tf_private as private
+from tb_gradscope.core.pairs import Pair
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.keras._custom import overrides_train_step
 from tb_gradscope.integrations.keras._functions import TrainFunctions
 from tb_gradscope.integrations.keras._records import KerasRecords
 from tb_gradscope.integrations.keras._step import StepProbe
-from tb_gradscope.pairs._pairs import Pair
 from tb_gradscope.record import _options as options
 from tb_gradscope.record._drift_monitor import DriftMonitor
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.record._writing import SummarySink
 from tb_gradscope.rules import FlowRuleViolation, Rule, RuleChecker, apply_policy
 from tb_gradscope.rules.policy import LOG

@@ -19,11 +19,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.format import DRIFT_COLUMNS, Kind, RecordInfo, make_info
+from tb_gradscope.core import pairs as core_pairs
+from tb_gradscope.core.pairs import Pair
+from tb_gradscope.core.tables import drift_info
+from tb_gradscope.format import RecordInfo
 from tb_gradscope.integrations.tf1._graph import scoped_variables, written_variables
 from tb_gradscope.integrations.tf1._ops import NAME_SCOPE, SNAPSHOT_COLLECTION
 from tb_gradscope.pairs._detect import detect_pairs
-from tb_gradscope.pairs._pairs import Pair, pair_prefixes
+from tb_gradscope.pairs._pairs import pair_prefixes
 from tb_gradscope.record import _drift as drift_lib
 from tb_gradscope.record._stats import RollUp
 from tb_gradscope.record._targets import AUTO
@@ -200,15 +203,10 @@ class PairRecorder:
     def _build(
         self, graph: tf.Graph, index: int, pair: Pair, train_ops: Sequence[tf.Operation]
     ) -> _PairOps:
-        layout = drift_lib.pair_layout(pair)
+        layout = core_pairs.pair_layout(pair)
         written = {v.op for op in train_ops for v in written_variables(op, pair.target)}
-        counts = drift_lib.optimizer_var_counts(layout, [v.op in written for v in pair.target])
-        attrs = pair.declared()
-        attrs["state_scopes"] = drift_lib.state_scopes(pair)
-        attrs["online_scopes"] = drift_lib.online_scopes(pair, layout)
-        info = dataclasses.replace(
-            make_info(Kind.DRIFT, pair.name, layout.scopes, attrs), columns=DRIFT_COLUMNS
-        )
+        counts = core_pairs.optimizer_var_counts(layout, [v.op in written for v in pair.target])
+        info = drift_info(pair, layout)
         with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/pair_{index}"):
             prev = [
                 self._copy(side, f"prev_{which}")

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from tb_gradscope.core.rules import STEP_EVENTS, TRACE_EVENTS, HostRuleSteps
+from tb_gradscope.core.warn import warn_once
+from tb_gradscope.core.writer import RecordWriter
 from tb_gradscope.format import Event, Kind, make_info
 from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1 import _args as args
@@ -34,13 +37,10 @@ from tb_gradscope.integrations.tf1._pairs import (
     paired_variables,
     resolve_pairs,
 )
-from tb_gradscope.integrations.tf1._rules import STEP_EVENTS, TRACE_EVENTS, GraphRuleSteps
 from tb_gradscope.integrations.tf1._static import static_flowgraph
 from tb_gradscope.integrations.tf1._steps import CallPlan, Close, StepClock
-from tb_gradscope.integrations.tf1._writer import RecordWriter
 from tb_gradscope.record import _options as options
 from tb_gradscope.record._stats import RollUp
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.scopes import ScopeSpec, build_layout, variable_name
 
 if TYPE_CHECKING:
@@ -168,7 +168,9 @@ class GraphRecorder:
             if analyze
             else None
         )
-        self._rules = GraphRuleSteps(rules or [], on_violation, self.layout.scopes, str(logdir))
+        self._rules = HostRuleSteps(
+            rules or [], on_violation, self.layout.scopes, f"GraphRecorder '{logdir}'"
+        )
         self._rules.at_build(self._flowgraph)
         self._unsettled: list[Event] = []  # written, policy not applied yet
         rollup = RollUp.from_layout(self.layout)
@@ -189,7 +191,10 @@ class GraphRecorder:
             name: make_info(Kind.GRAD_STATS, name, self.layout.scopes) for name in self._starts
         }
         self._update_info = make_info(Kind.UPDATE_STATS, "", self.layout.scopes)
-        self._writer = RecordWriter(os.fspath(logdir))
+        # TF's own framing: the same bytes as TensorBoard's, CRCs in C++.
+        self._writer = RecordWriter(
+            os.fspath(logdir), "tb_gradscope.integrations.tf1", open_records=tf.io.TFRecordWriter
+        )
         self.logdir = os.fspath(logdir)
         self.disabled = False
         self._serial = next(_SERIALS)

@@ -12,9 +12,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format import FlowGraph
 from tb_gradscope.record._losses import StartPoint
-from tb_gradscope.record._warn import warn_once
 from tb_gradscope.scopes import ScopeLayout
 
 

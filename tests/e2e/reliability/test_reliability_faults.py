@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tb_gradscope.core.warn import GradscopeWarning
 from tb_gradscope.integrations.keras import GradscopeCallback
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.record import Recorder
-from tb_gradscope.record._warn import GradscopeWarning
 from tb_gradscope.scopes import ScopeSpec
 
 pytestmark = pytest.mark.slow  # each case trains a model

@@ -13,11 +13,11 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_file_loader
 
 from tb_gradscope import format as fmt
+from tb_gradscope.core.warn import GradscopeWarning
 from tb_gradscope.format import DRIFT_COLUMNS
 from tb_gradscope.pairs import Pair, pair_prefixes
 from tb_gradscope.read import anomalies
 from tb_gradscope.record import DriftMonitor
-from tb_gradscope.record._warn import GradscopeWarning
 from tb_gradscope.record._writing import NoWriterError, SummarySink
 from tests.support import pairs_support as ps
 

@@ -20,10 +20,10 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope import format as fmt
+from tb_gradscope.core.warn import GradscopeWarning
 from tb_gradscope.read.anomalies import TARGET_FROZEN, find_anomalies
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.record import Recorder
-from tb_gradscope.record._warn import GradscopeWarning
 from tests.support.corpus import kit
 from tests.support.corpus.shapes_wp import td3_odd
 

@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from tensorboard.util import tensor_util
 
+from tb_gradscope.core.writer import table_proto
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1._writer import table_proto
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._reductions import Segments
 from tests.support.tf1_support import multihead_feed, multihead_seed, read_records

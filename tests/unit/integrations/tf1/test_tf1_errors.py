@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from tb_gradscope.core.warn import GradscopeWarning
 from tb_gradscope.integrations.tf1 import GraphRecorder, StartPoint
-from tb_gradscope.record._warn import GradscopeWarning
 from tests.support.tf1_support import multihead_feed, multihead_seed
 
 

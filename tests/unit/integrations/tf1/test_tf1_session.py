@@ -7,9 +7,9 @@ import warnings
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from tb_gradscope.core.warn import GradscopeWarning
 from tb_gradscope.integrations.tf1 import GraphRecorder
 from tb_gradscope.integrations.tf1._ops import SNAPSHOT_COLLECTION
-from tb_gradscope.record._warn import GradscopeWarning
 from tests.support.tf1_support import dqn_seed, multihead_feed, multihead_seed, read_records
 
 

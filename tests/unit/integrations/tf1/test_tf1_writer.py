@@ -12,9 +12,9 @@ import tensorflow.compat.v1 as tf
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter as TensorBoardRecords
 
+from tb_gradscope.core.writer import RecordWriter
 from tb_gradscope.format import Kind, make_info
 from tb_gradscope.integrations.tf1 import GraphRecorder
-from tb_gradscope.integrations.tf1._writer import RecordWriter
 from tests.support.tf1_support import multihead_feed, multihead_seed, read_records
 
 

@@ -1,15 +1,17 @@
 """Writes gradscope records from numpy values into a TensorBoard event file.
 
-The TF1 integration computes its stats in the user's graph and fetches them with
-the user's `Session.run`; writing the fetched tables from Python keeps the
-user's graph free of summary ops. Each tag carries its full SummaryMetadata on
-its first event in the file (TensorBoard keeps the first metadata it sees).
+Used by every recorder that computes its tables outside a summary op: the TF1
+`GraphRecorder` (tables fetched with the user's `Session.run`) and the PyTorch
+`Recorder`. Each tag carries its full SummaryMetadata on its first event in
+the file (TensorBoard keeps the first metadata it sees).
 
-An event file is a TFRecord file of serialized `Event` protos, so
-`tf.io.TFRecordWriter` writes it: the same framing and CRCs as TensorBoard's
-`EventFileWriter`, computed in C++ (TensorBoard's writer computes its CRCs in
-pure Python, ~25 us per record) and without a writer thread. Records reach the
-disk at `flush` (the recorder flushes when a recorded step is complete).
+An event file is a TFRecord file of serialized `Event` protos. The default
+framing is TensorBoard's own `RecordWriter` over a plain file (no TensorFlow;
+its CRCs are pure Python, ~25 us a record, a few records per recorded step).
+A caller may pass its own record file (`open_records`): TF1 passes
+`tf.io.TFRecordWriter`, the same bytes with the CRCs in C++. No writer thread:
+records reach the disk at `flush` (the recorder flushes when a recorded step
+is complete).
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import itertools
 import os
 import socket
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import numpy as np
-import tensorflow as tf
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter as _FramedRecords
 from tensorboard.util import tensor_util
 
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format import (
     RecordInfo,
     create_summary_metadata,
@@ -33,31 +36,54 @@ from tb_gradscope.format import (
     encode_table,
     tag_for,
 )
-from tb_gradscope.record._warn import warn_once
 
 FILE_SUFFIX = ".gradscope"
 _FILE_NUMBERS = itertools.count()  # two writers in one second get two files
 
 
+class RecordFile(Protocol):
+    """Where framed records go: `write(bytes)` one record, `flush()`, `close()`."""
+
+    def write(self, record: bytes) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def tensorboard_records(path: str) -> RecordFile:
+    """TensorBoard's framing (length, masked CRC32C) over a new file at `path`."""
+    return _FramedRecords(open(path, "wb"))  # noqa: SIM115 - closed by close()
+
+
 class RecordWriter:
     """One event file of gradscope records in `logdir` (created if needed).
+
+    Args:
+      logdir: the run directory.
+      writer: the `source_metadata.writer` of the file (who wrote it).
+      open_records: path -> RecordFile (default: TensorBoard's framing).
 
     A deleted or moved logdir makes the file writer lose data without an
     error, so every write checks that the file is still there and warns once
     when it is not.
     """
 
-    def __init__(self, logdir: str):
-        tf.io.gfile.makedirs(logdir)
+    def __init__(
+        self,
+        logdir: str,
+        writer: str = "tb_gradscope",
+        open_records: Callable[[str], RecordFile] = tensorboard_records,
+    ):
+        os.makedirs(logdir, exist_ok=True)
         self._logdir = logdir
         self._path = _new_path(logdir)
-        self._file = tf.io.TFRecordWriter(self._path)
+        self._file = open_records(self._path)
         self._tags_with_metadata: set[str] = set()
+        self._layouts: dict[tuple[str, str], list[tuple[str, ...]]] = {}
         self._unflushed = False
         first = event_pb2.Event(
             wall_time=time.time(),
             file_version="brain.Event:2",
-            source_metadata=event_pb2.SourceMetadata(writer="tb_gradscope.integrations.tf1"),
+            source_metadata=event_pb2.SourceMetadata(writer=writer),
         )
         self._file.write(first.SerializeToString())
         self._file.flush()
@@ -99,9 +125,9 @@ class RecordWriter:
                 f"tb_gradscope: the event file '{self._path}' is gone (logdir "
                 f"'{self._logdir}' deleted or moved?); records from step {step} on "
                 "are lost. Keep the logdir in place while training, or create a new "
-                "GraphRecorder to start a new event file.",
+                "recorder to start a new event file.",
             )
-        tag = tag_for(info.kind, info.name)
+        tag = tag_for(info.kind, info.name, self._layout(info))
         value = summary_pb2.Summary.Value(tag=tag, tensor=tensor(array))
         if tag not in self._tags_with_metadata:
             value.metadata.CopyFrom(create_summary_metadata(info))
@@ -114,18 +140,28 @@ class RecordWriter:
         self._file.write(event.SerializeToString())
         self._unflushed = True
 
+    def _layout(self, info: RecordInfo) -> int:
+        """The tag layout of a table whose rows differ from the first ones
+        written under its (kind, name): 0 for the first rows, then 1, 2, ..."""
+        if not info.scopes:
+            return 0
+        seen = self._layouts.setdefault((info.kind.value, info.name), [])
+        if info.scopes not in seen:
+            seen.append(info.scopes)
+        return seen.index(info.scopes)
+
 
 def _new_path(logdir: str) -> str:
     """`events.out.tfevents.<seconds>.<host>.<pid>.<n>.gradscope`, TensorBoard's
     `EventFileWriter` naming, with `n` counted in this process and skipping
-    names already taken (TFRecordWriter would truncate an existing file)."""
+    names already taken (a record file would truncate an existing file)."""
     stamp, host, pid = int(time.time()), socket.gethostname(), os.getpid()
     while True:
         path = os.path.join(
             logdir,
             f"events.out.tfevents.{stamp:010d}.{host}.{pid}.{next(_FILE_NUMBERS)}{FILE_SUFFIX}",
         )
-        if not tf.io.gfile.exists(path):
+        if not os.path.exists(path):
             return path
 
 

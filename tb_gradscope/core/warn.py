@@ -14,7 +14,8 @@ import sys
 import warnings
 from collections.abc import Hashable
 
-logger = logging.getLogger("tb_gradscope.record")
+# Every recorder logs under one name, the TF ones' since 0.1.
+logger = logging.getLogger(".".join(("tb_gradscope", "record")))
 
 _said: set[Hashable] = set()
 
@@ -35,7 +36,7 @@ def warn_once(key: Hashable, message: str) -> bool:
 
 def _user_stacklevel() -> int:
     """The stacklevel of the first caller outside tb_gradscope and tensorflow."""
-    inside = (os.sep + "tb_gradscope" + os.sep, os.sep + "tensorflow" + os.sep)
+    inside = tuple(os.sep + part + os.sep for part in ("tb_gradscope", "tensorflow", "torch"))
     frame, level = sys._getframe(1), 1
     while frame is not None and any(p in frame.f_code.co_filename for p in inside):
         frame, level = frame.f_back, level + 1

@@ -1,15 +1,16 @@
-"""Flow rules for the TF1 GraphRecorder: when to check, what to write, when to raise.
+"""Flow rules for recorders whose tables reach the host as numpy: the arguments,
+when to check, what to write, when to raise.
 
-The checking is `tb_gradscope.rules.RuleChecker`'s and the argument parsing
-`record.checks.resolve_rules`'s, as for the TF2 Recorder; this module only fits
-them to a TF1 run:
+The checking is `tb_gradscope.rules.RuleChecker`'s; `resolve_rules` reads the
+`rules=` / `on_violation=` arguments of every recorder (the TF2 one too);
+`HostRuleSteps` fits the checks to a recorder that has its tables on the host
+(the TF1 `GraphRecorder`, the PyTorch `Recorder`):
 
-- build time: the FlowGraph is known when the recorder is built, so it is
-  checked then (`violations` holds the result at once); the violations are
-  written as the EVENTS record "trace" at the step of the first train call,
-  with the FlowGraph, and the policy applies there, before that call runs;
-- recorded steps: a step's gradient tables arrive in one or several run calls
-  (one per train op); they are checked together when the step's update window
+- analysis time: the FlowGraph is checked when it is known (`violations` holds
+  the result at once); the violations are written as the EVENTS record
+  "trace" with the FlowGraph, and the policy applies there;
+- recorded steps: a step's gradient tables may arrive in several parts (TF1:
+  one run call per train op); they are checked together when the step
   closes, with its UPDATE_STATS table, and written as the EVENTS record "step".
 
 Violations are written (and flushed) before the policy applies, so "raise"
@@ -19,28 +20,64 @@ checking off; training goes on.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tb_gradscope import format as fmt
-from tb_gradscope.record._checks import STEP_EVENTS, TRACE_EVENTS, resolve_rules
-from tb_gradscope.record._warn import warn_once
-from tb_gradscope.rules import RuleChecker, apply_policy
-from tb_gradscope.rules.policy import LOG
+from tb_gradscope.core.warn import warn_once
+from tb_gradscope.rules import Rule, RuleChecker, apply_policy, parse_rule
+from tb_gradscope.rules.policy import LOG, POLICIES
+from tb_gradscope.rules.rulesfile import RuleSet, parse_rules_file
+
+# EVENTS record names: trace-time violations are written at the step the trace
+# happened, which is usually also a recorded step; apart, neither hides the other.
+TRACE_EVENTS, STEP_EVENTS = "trace", "step"
 
 WriteBlobs = Callable[[fmt.RecordInfo, Sequence[Any], int], None]
 
 
-class GraphRuleSteps:
-    """A GraphRecorder's rules: checked at build time and at recorded steps.
+def resolve_rules(rules: Any, on_violation: str | None) -> tuple[list[Rule], str]:
+    """(rules, policy) from Rule objects / compact strings, a rules-file path, or a RuleSet.
+
+    `on_violation=None` takes the rules file's policy ("log" otherwise).
+    """
+    file_policy = LOG
+    if isinstance(rules, (str, os.PathLike)):
+        text = os.fspath(rules)
+        if os.path.exists(text) or text.endswith(".toml"):
+            rules = parse_rules_file(text)
+        else:
+            try:
+                rules = [parse_rule(text)]
+            except ValueError as e:
+                raise ValueError(
+                    f"rules={text!r} is neither a rules file nor a rule ({e}); pass a "
+                    "TOML rules file path or a list such as ['never(td, target/*)']"
+                ) from None
+    if isinstance(rules, RuleSet):
+        file_policy, rules = rules.on_violation, list(rules.rules)
+    policy = file_policy if on_violation is None else on_violation
+    if policy not in POLICIES:
+        raise ValueError(f"on_violation is {policy!r}; use one of {', '.join(POLICIES)}")
+    parsed = [parse_rule(r) if isinstance(r, str) else r for r in rules]
+    if not all(isinstance(r, Rule) for r in parsed):
+        raise ValueError(
+            "rules must be tb_gradscope.rules objects or strings such as 'never(td, target/*)'"
+        )
+    return parsed, policy
+
+
+class HostRuleSteps:
+    """A recorder's rules, checked on the host: at analysis time and at recorded steps.
 
     Args:
       rules: Rule objects, compact strings, a TOML rules file path or a RuleSet.
       on_violation: "log", "warn", "raise", or None (the rules file's policy).
       scopes: the row labels of every table.
-      label: names the recorder in the warning if checking fails.
+      label: names the recorder in the warning if checking fails ("GraphRecorder 'logs/x'").
     """
 
     def __init__(self, rules: Any, on_violation: str | None, scopes: Sequence[str], label: str):
@@ -68,6 +105,13 @@ class GraphRuleSteps:
         if flowgraph is None or not self.checker.rules:
             return
         self._trace_events = self._safely(lambda: self.checker.at_trace(flowgraph, 0))
+
+    def at_analysis(self, flowgraph: fmt.FlowGraph, step: int) -> list[fmt.Event]:
+        """Checks a FlowGraph found at `step` now (a recorder that analyses again
+        when the step changes); returns its violations, kept in `violations`."""
+        if not self.checker.rules:
+            return []
+        return self._safely(lambda: self.checker.at_trace(flowgraph, step))
 
     def trace_events_at(self, step: int) -> list[fmt.Event]:
         """The build-time violations, stamped with the first train call's step."""
@@ -121,8 +165,8 @@ class GraphRuleSteps:
             self._disabled = True
             self._grads.clear()
             warn_once(
-                ("tf1_rules_failed", self._label),
-                f"tb_gradscope: GraphRecorder '{self._label}' stopped checking rules after "
+                ("host_rules_failed", self._label),
+                f"tb_gradscope: {self._label} stopped checking rules after "
                 f"an error ({type(e).__name__}: {e}); training continues unaffected",
             )
             return []
@@ -134,4 +178,4 @@ def _at_step(event: fmt.Event, step: int) -> fmt.Event:
     return fmt.Event(**{**event.to_json(), "step": int(step)})
 
 
-__all__ = ["GraphRuleSteps", "STEP_EVENTS", "TRACE_EVENTS"]
+__all__ = ["HostRuleSteps", "STEP_EVENTS", "TRACE_EVENTS", "resolve_rules"]

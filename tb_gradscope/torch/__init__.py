@@ -1,0 +1,32 @@
+"""Record a plain PyTorch training loop: which scopes each loss updates.
+
+    from tb_gradscope.torch import Recorder, pair_models
+    rec = Recorder("logs/dqn", models={"online": q, "target": q_target}, optimizers=[opt],
+                   pairs=[pair_models(q_target, q, every=500)], rules=["never(td, target/*)"])
+    ...
+    rec.backward({"td": loss})      # in place of loss.backward()
+
+This module's names are the package's public API; the modules beside it are
+its private parts, underscored: `_recorder` (`Recorder`), `_recording` (the
+work behind each call), `_losses` (`StartPoint`, the user's backward and each
+loss's gradient), `_names` (parameters -> scopes), `_capture` (forward
+dependence at a step that analyses), `_reach` (the autograd graph), `_flow`
+(the FlowGraph), `_stats` and `_drift` (the device kernels), `_pairs`
+(`pair_models`, "auto") and `_torch_private` (every private torch symbol).
+What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
+never tensorflow.
+"""
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as e:  # pragma: no cover - tested in a subprocess without torch
+    raise ImportError(
+        "tb_gradscope.torch needs PyTorch: install torch (pip install 'tb-gradscope[torch]')"
+    ) from e
+
+from tb_gradscope.core.warn import GradscopeWarning
+from tb_gradscope.torch._losses import StartPoint
+from tb_gradscope.torch._pairs import pair_models
+from tb_gradscope.torch._recorder import Recorder
+
+__all__ = ["GradscopeWarning", "Recorder", "StartPoint", "pair_models"]

@@ -1,0 +1,211 @@
+"""Forward dependence at a step that analyses: which parameters each tensor derives from, and where that is cut.
+
+A `torch.overrides.TorchFunctionMode` sees every torch function and Tensor
+method called while it is on (the recorder turns it on for one step, only
+when the step analyses). For each result it keeps, per parameter the result
+derives from, whether a gradient path is still open or where it was cut:
+
+- `.detach()`, the `.data` getter and ops run under `torch.no_grad()` /
+  `inference_mode()` -> `stop_gradient`;
+- argmax, comparisons, `.item()` (whose number may re-enter as a constant)
+  -> `non_differentiable`; results of an integer or bool dtype -> `integer`;
+- a parameter with `requires_grad=False` -> `tape_boundary` (autograd does not
+  watch it, as a tape does not watch an unwatched TF variable).
+
+Each cut keeps the op and the user's `file:line`. It also keeps which scopes
+feed which (the scope graph): a result made with a parameter of scope S
+comes out of S. Parameters are never tracked as results (an in-place update
+of a parameter under `no_grad` is the optimizer's or a target copy's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.overrides
+
+from tb_gradscope.core.source import caller_source
+from tb_gradscope.format.flowgraph import (
+    CAUSE_INTEGER,
+    CAUSE_NON_DIFFERENTIABLE,
+    CAUSE_STOP_GRADIENT,
+    CAUSE_TAPE_BOUNDARY,
+    SourceLine,
+)
+
+_DETACH = {"Tensor.detach", "Tensor.detach_", "torch.detach"}
+_NON_DIFFERENTIABLE = {
+    *(f"{p}.{n}" for p in ("torch", "Tensor") for n in ("argmax", "argmin", "argsort", "argwhere")),
+    *(
+        f"{p}.{n}"
+        for p in ("torch", "Tensor")
+        for n in ("eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "isclose", "nonzero")
+    ),
+    *(f"Tensor.__{n}__" for n in ("eq", "ne", "lt", "le", "gt", "ge")),
+}
+_TO_NUMBER = {"Tensor.item", "Tensor.tolist", "Tensor.__float__", "Tensor.__int__"}
+_DATA_GETTER = "Tensor.data.__get__"
+
+
+@dataclasses.dataclass(frozen=True)
+class PathCut:
+    """Where a gradient path was cut: the cause, the op and the user's line."""
+
+    cause: str
+    op: str
+    source: SourceLine | None
+
+
+# Per parameter index: None (a gradient path is open) or the first PathCut on every path.
+Deps = dict[int, "PathCut | None"]
+
+
+@dataclasses.dataclass
+class _Tracked:
+    value: Any  # the tensor or number, held for the step so its id stays its own
+    deps: Deps
+    origins: frozenset[str]
+
+
+class Capture(torch.overrides.TorchFunctionMode):
+    """The dataflow of one step, from parameters to every result derived from them.
+
+    Args:
+      param_index: id(parameter) -> its index in the recorder's parameters.
+      param_scopes: the leaf scope of each parameter.
+    """
+
+    def __init__(self, param_index: Mapping[int, int], param_scopes: Sequence[str]):
+        super().__init__()
+        self._param_index = param_index
+        self._param_scopes = param_scopes
+        self._tracked: dict[int, _Tracked] = {}
+        self.edges: Counter[tuple[str, str]] = Counter()
+        self.error: Exception | None = None
+        self.paused = False  # the recorder's own ops are not the step's
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.error is None and not self.paused:
+            try:
+                self._observe(func, args, kwargs, out)
+            except Exception as e:  # noqa: BLE001 - observing must never break the step
+                self.error = e
+        return out
+
+    def deps_of(self, value: Any) -> tuple[Deps, frozenset[str]] | None:
+        """(deps, origin scopes) of a tensor seen in the step; None if never seen."""
+        index = self._param_index.get(id(value))
+        if index is not None:
+            return {index: None}, frozenset({self._param_scopes[index]})
+        entry = self._tracked.get(id(value))
+        if entry is None or entry.value is not value:
+            return None
+        return entry.deps, entry.origins
+
+    def clear(self) -> None:
+        """Forgets the step (releases the tensors held for it)."""
+        self._tracked.clear()
+        self.edges.clear()
+
+    # ----- internals -------------------------------------------------------
+
+    def _observe(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        deps: Deps = {}
+        origins: set[str] = set()
+        used: set[str] = set()
+        name = _name(func)
+        for value in _leaves((args, kwargs)):
+            index = self._param_index.get(id(value))
+            if index is not None and isinstance(value, torch.Tensor):
+                used.add(self._param_scopes[index])
+                if value.requires_grad:
+                    deps[index] = None
+                elif index not in deps:
+                    deps[index] = PathCut(
+                        CAUSE_TAPE_BOUNDARY, "requires_grad=False", caller_source()
+                    )
+                continue
+            entry = self._tracked.get(id(value))
+            if entry is None or entry.value is not value:
+                continue
+            origins |= entry.origins
+            for i, cut in entry.deps.items():
+                if i not in deps or cut is None:  # an open path wins over a cut
+                    deps[i] = cut
+        if not deps:
+            return
+        for src in origins:
+            for dst in used:
+                if src != dst:
+                    self.edges[(src, dst)] += 1
+        out_origins = frozenset(used or origins)
+        if name in _TO_NUMBER:
+            cut = PathCut(CAUSE_NON_DIFFERENTIABLE, name, caller_source())
+            for value in _leaves(out):
+                if isinstance(value, (float, int)) and not isinstance(value, bool):
+                    self._keep(value, _cut_open(deps, cut), out_origins)
+            return
+        for value in _leaves(out):
+            if not isinstance(value, torch.Tensor) or id(value) in self._param_index:
+                continue
+            cut = None if value.requires_grad else _cut_for(name, value)
+            self._keep(value, deps if cut is None else _cut_open(deps, cut), out_origins)
+
+    def _keep(self, value: Any, deps: Deps, origins: frozenset[str]) -> None:
+        entry = self._tracked.get(id(value))
+        if entry is not None and entry.value is value:  # in place: paths add up
+            merged = dict(entry.deps)
+            for i, cut in deps.items():
+                merged[i] = None if cut is None or merged.get(i, cut) is None else merged[i]
+            entry.deps, entry.origins = merged, entry.origins | origins
+            return
+        self._tracked[id(value)] = _Tracked(value, deps, origins)
+
+
+def _cut_open(deps: Deps, cut: PathCut) -> Deps:
+    """Every open path of `deps` cut by `cut`; paths already cut keep their first cut."""
+    return {i: cut if old is None else old for i, old in deps.items()}
+
+
+def _cut_for(name: str, value: torch.Tensor) -> PathCut:
+    """Why a result that derives from parameters has no gradient path."""
+    if name in _DETACH or name == _DATA_GETTER:
+        cause, op = CAUSE_STOP_GRADIENT, "Tensor.data" if name == _DATA_GETTER else name
+    elif torch.is_inference_mode_enabled():
+        cause, op = CAUSE_STOP_GRADIENT, f"inference_mode: {name}"
+    elif not torch.is_grad_enabled():
+        cause, op = CAUSE_STOP_GRADIENT, f"no_grad: {name}"
+    elif name in _NON_DIFFERENTIABLE:
+        cause, op = CAUSE_NON_DIFFERENTIABLE, name
+    elif not (value.is_floating_point() or value.is_complex()):
+        cause, op = CAUSE_INTEGER, name
+    else:
+        cause, op = CAUSE_NON_DIFFERENTIABLE, name
+    return PathCut(cause, op, caller_source())
+
+
+def _name(func: Any) -> str:
+    """`Tensor.detach`, `torch.argmax`, `torch.nn.functional.linear`: the name users write."""
+    try:
+        name = torch.overrides.resolve_name(func) or getattr(func, "__name__", str(func))
+    except Exception:  # noqa: BLE001 - a name is only for the report
+        name = getattr(func, "__name__", str(func))
+    return name.removeprefix("torch.") if name.startswith("torch.Tensor.") else name
+
+
+def _leaves(tree: Any) -> Iterator[Any]:
+    """The non-container values of nested tuples, lists and dicts."""
+    if isinstance(tree, (tuple, list)):
+        for item in tree:
+            yield from _leaves(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _leaves(item)
+    else:
+        yield tree

@@ -1,0 +1,175 @@
+"""A step's FlowGraph from PyTorch's structures: reach, capture, param groups.
+
+Per loss and parameter: the capture (`_capture.Capture`) says whether the
+loss depends on it in the forward pass and where each path was cut; the
+autograd graph (`_reach`) says whether its gradient reaches it; the
+optimizers fed by the loss say whether it is applied. `core.cells` turns that
+into cells; each blocked leaf scope gives a blocked edge naming the cut's
+cause, op and the user's line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.core import cells as cells_lib
+from tb_gradscope.format.flowgraph import (
+    BLOCKED,
+    CAUSE_CUSTOM_GRADIENT_NONE,
+    CAUSE_UNKNOWN,
+    NODE_LOSS,
+    NODE_SCOPE,
+    BlockedEdge,
+    FlowGraph,
+    GraphEdge,
+    GraphNode,
+    LossInfo,
+)
+from tb_gradscope.torch._capture import PathCut
+from tb_gradscope.torch._names import NamedParameters
+
+SOURCE = "torch"
+
+
+@dataclasses.dataclass
+class LossFacts:
+    """What the step showed of one loss.
+
+    Attributes:
+      kind: "loss" or "start_point".
+      reach: indices of the parameters its autograd graph reaches.
+      none_grads: reached, but their gradient is None (a custom Function).
+      custom: names of custom Functions on its graph.
+      applied: indices of the parameters an optimizer fed by it steps (None:
+        no optimizer known).
+      optimizer: the label of the optimizer its gradient feeds ("" unknown).
+      captured: (deps, origins) of its tensor from the capture, None if unseen.
+    """
+
+    kind: str
+    reach: set[int]
+    none_grads: set[int]
+    custom: list[str]
+    applied: set[int] | None
+    optimizer: str = ""
+    captured: tuple[dict[int, PathCut | None], frozenset[str]] | None = None
+
+
+def flowgraph(
+    names: NamedParameters,
+    losses: Mapping[str, LossFacts],
+    capture_edges: Mapping[tuple[str, str], int],
+    capture_error: Exception | None,
+    applied_all: set[int] | None,
+    requires_grad: Sequence[bool],
+) -> FlowGraph:
+    """The FlowGraph of one analysed step."""
+    layout = names.layout
+    leaves = list(layout.variable_leaf)
+    scope_list = list(layout.scopes)
+    cells: dict[str, dict[str, str]] = {}
+    blocked: list[BlockedEdge] = []
+    warnings: list[str] = []
+    loss_edges: dict[tuple[str, str], int] = {}
+    for loss, facts in losses.items():
+        deps, origins = facts.captured if facts.captured is not None else ({}, frozenset())
+        if facts.captured is None:
+            warnings.append(
+                f"the forward pass of loss '{loss}' was not seen (computed before the step "
+                "began?): its cells tell reached from not reached only, never blocked"
+            )
+        states = []
+        for i in range(len(names.params)):
+            gradient = i in facts.reach and i not in facts.none_grads
+            forward = i in deps or i in facts.reach
+            states.append(cells_lib.cell_state(forward, gradient, facts.applied, i))
+        cells[loss] = cells_lib.roll_up(states, leaves, scope_list)
+        node = f"loss:{loss}"
+        for src in origins:
+            loss_edges[(src, node)] = loss_edges.get((src, node), 0) + 1
+        blocked += _blocked_edges(loss, names, states, cells[loss], deps, facts)
+    if capture_error is not None:
+        warnings.append(
+            f"the capture of the step stopped at an error ({type(capture_error).__name__}: "
+            f"{capture_error}); cells after it may read independent"
+        )
+    edges = dict(capture_edges)
+    edges.update(loss_edges)
+    for edge in blocked:
+        edges.setdefault((edge.producer_scope, edge.consumer_scope), 1)
+    applied = None
+    if applied_all is not None:
+        hit = {a for i in applied_all for a in scopes_lib.ancestors(leaves[i])}
+        applied = [s for s in scope_list if s in hit]
+    return FlowGraph(
+        losses=[LossInfo(n, f.kind, "", f.optimizer) for n, f in losses.items()],
+        scopes=scope_list,
+        cells=cells,
+        blocked_edges=blocked,
+        nodes=_nodes(edges, losses),
+        edges=[
+            GraphEdge(
+                src,
+                dst,
+                count,
+                tuple(
+                    e.loss for e in blocked if (e.producer_scope, e.consumer_scope) == (src, dst)
+                ),
+            )
+            for (src, dst), count in sorted(edges.items())
+        ],
+        applied=applied,
+        warnings=warnings,
+        source=SOURCE,
+        trainable=cells_lib.trainability(list(requires_grad), leaves, scope_list),
+    )
+
+
+def _blocked_edges(
+    loss: str,
+    names: NamedParameters,
+    states: Sequence[str],
+    row: Mapping[str, str],
+    deps: Mapping[int, PathCut | None],
+    facts: LossFacts,
+) -> list[BlockedEdge]:
+    """One edge per (blocked leaf scope, cut): every parameter of the leaf blocked."""
+    seen: dict[tuple[str, PathCut], str] = {}
+    for i, state in enumerate(states):
+        leaf = names.scope_of(i)
+        if state != BLOCKED or row.get(leaf) != BLOCKED:
+            continue
+        seen.setdefault((leaf, _cut_of(i, deps, facts)), names.names[i])
+    return [
+        BlockedEdge(
+            loss=loss,
+            producer=producer,
+            consumer=cut.op,
+            op_name=cut.op,
+            op_type=cut.op.split(": ")[0],
+            cause=cut.cause,
+            producer_scope=leaf,
+            consumer_scope=f"loss:{loss}",
+            source=cut.source,
+        )
+        for (leaf, cut), producer in seen.items()
+    ]
+
+
+def _cut_of(i: int, deps: Mapping[int, PathCut | None], facts: LossFacts) -> PathCut:
+    if i in facts.none_grads:
+        op = facts.custom[0] if facts.custom else "autograd.Function"
+        return PathCut(CAUSE_CUSTOM_GRADIENT_NONE, op, None)
+    cut = deps.get(i)
+    return cut if cut is not None else PathCut(CAUSE_UNKNOWN, "unknown", None)
+
+
+def _nodes(
+    edges: Mapping[tuple[str, str], int], losses: Mapping[str, LossFacts]
+) -> list[GraphNode]:
+    ids = sorted({n for edge in edges for n in edge if not n.startswith("loss:")})
+    return [GraphNode(s, NODE_SCOPE, s) for s in ids] + [
+        GraphNode(f"loss:{n}", NODE_LOSS, n) for n in losses
+    ]

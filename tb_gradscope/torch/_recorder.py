@@ -1,0 +1,291 @@
+"""`Recorder`: records a plain PyTorch training loop into the gradscope records.
+
+The public API and its argument checks; the work is `_recording.TorchRecording`'s.
+Every call into the work goes through `_safely`: a failure inside the
+recorder warns once (`GradscopeWarning`) and the recorder steps aside, while
+the user's own backward always runs and training goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from tb_gradscope.core.pairs import Pair
+from tb_gradscope.core.rules import HostRuleSteps
+from tb_gradscope.core.tables import TableInfos
+from tb_gradscope.core.warn import warn_once
+from tb_gradscope.core.writer import RecordWriter
+from tb_gradscope.rules import FlowRuleViolation
+from tb_gradscope.scopes import ScopeSpec
+from tb_gradscope.torch import _pairs as pairs_lib
+from tb_gradscope.torch._drift import PairDrift
+from tb_gradscope.torch._losses import check_losses, user_backward
+from tb_gradscope.torch._names import name_parameters
+from tb_gradscope.torch._recording import TorchRecording
+
+RECORDER_NAME = "torch"
+_SERIALS = itertools.count()  # warn_once keys: id() of a dead recorder may be reused
+
+
+class Recorder:
+    """Records which scopes each loss updates in a PyTorch training loop.
+
+    Example:
+
+        rec = Recorder("logs/dqn", models={"online": q, "target": q_target},
+                       optimizers=[opt], pairs=[pair_models(q_target, q, every=500)],
+                       rules=["never(td, target/*)"])
+        for step in range(steps):
+            loss = ...
+            opt.zero_grad()
+            rec.backward({"td": loss})   # in place of loss.backward()
+            opt.step()
+        rec.close()
+
+    Args:
+      logdir: the run directory (created if needed); the records go to one
+        event file there, readable by TensorBoard's Gradscope tab and
+        `tb-gradscope report / check / doctor`.
+      every_n_steps: record steps s with s % every_n_steps == 0.
+      models: {root name: nn.Module}; parameter `l1.weight` of model `online`
+        is in scope `online/l1` (`module.` and `_orig_mod.` wrappers dropped).
+      optimizers: the optimizers that train the models; their step hooks show
+        which loss feeds which optimizer, and their `param_groups` which
+        parameters are applied (a reached parameter in no group is `ignored`).
+      pairs: `pair_models(target, online, tau=|every=)` results, or "auto".
+      rules: rule strings ("never(td, target/*)"), Rule objects, a TOML rules
+        file or a RuleSet; checked at each analysis and at recorded steps.
+      on_violation: "log", "warn" or "raise" (FlowRuleViolation, after the
+        violations are written); None: the rules file's policy, else "log".
+      conflict: record the gradient cosine between losses on shared scopes.
+      scopes: a `ScopeSpec` (include / exclude / max_depth) over scope names.
+
+    Several optimizers in one training step (DDPG, SAC, GANs, BYOL): put the
+    step's body in `with rec.step():`, so it counts as one step whatever the
+    number of `rec.backward` and `opt.step()` calls. Otherwise each
+    `rec.backward` call is one step.
+    """
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike,
+        every_n_steps: int = 10,
+        models: Mapping[str, torch.nn.Module] | None = None,
+        optimizers: Sequence[torch.optim.Optimizer] = (),
+        pairs: Sequence[Any] | str = (),
+        rules: Any = (),
+        on_violation: str | None = None,
+        conflict: bool = True,
+        scopes: ScopeSpec | None = None,
+    ):
+        if (
+            isinstance(every_n_steps, bool)
+            or not isinstance(every_n_steps, int)
+            or every_n_steps < 1
+        ):
+            raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
+        models = dict(models or {})
+        optimizers = list(optimizers)
+        for i, opt in enumerate(optimizers):
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise TypeError(
+                    f"optimizers[{i}] is a {type(opt).__name__}, not a torch.optim.Optimizer"
+                )
+        if scopes is not None and not isinstance(scopes, ScopeSpec):
+            raise TypeError(
+                "scopes must be a tb_gradscope.ScopeSpec (include=, exclude=, max_depth=)"
+            )
+        self.logdir = os.fspath(logdir)
+        self.every_n_steps = every_n_steps
+        self.disabled = False
+        self._serial = next(_SERIALS)
+        names = name_parameters(models, optimizers, scopes)
+        self.layout = names.layout
+        rule_steps = HostRuleSteps(
+            rules or [], on_violation, names.layout.scopes, f"Recorder '{self.logdir}'"
+        )
+        stepped = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
+        self.pairs = [
+            p if isinstance(p, Pair) else pairs_lib.resolve(p, models)
+            for p in _declared(pairs, models, optimizers)
+        ]
+        attrs = {"every_n_steps": every_n_steps, "recorder": RECORDER_NAME}
+        drifts = [PairDrift(p, stepped, attrs) for p in self.pairs]
+        infos = TableInfos(names.layout.scopes, attrs, rule_steps.checker.rule_texts)
+        writer = RecordWriter(self.logdir, "tb_gradscope.torch")
+        self._work = TorchRecording(
+            writer, names, optimizers, drifts, rule_steps, infos, every_n_steps, conflict
+        )
+        self._hooks = [
+            opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
+        ]
+        self._closed = False
+        self._safely(self._work.start_capture)  # step 0 analyses; its forward comes first
+
+    # ----- the training loop's calls ---------------------------------------
+
+    def backward(self, losses: Mapping[str, Any], *, inputs: Any = None) -> None:
+        """The backward of the sum of `losses` ({name: scalar loss or StartPoint}),
+        bitwise what `sum(losses.values()).backward()` gives; at a recorded step
+        each loss's own gradient per scope is recorded too."""
+        losses = check_losses(losses)
+        if not self.disabled:
+            self._safely(self._before_backward, losses)
+        user_backward(losses, inputs)
+        if not self.disabled:
+            self._safely(self._work.after_backward)
+
+    def record_gradients(
+        self, grads: Mapping[str, Sequence[torch.Tensor | None] | Mapping[torch.Tensor, Any]]
+    ) -> None:
+        """Records gradients the user computed with `torch.autograd.grad`, as one
+        step (or as part of a `rec.step()` block): {loss: {parameter: gradient}}
+        or {loss: gradients index-aligned with `rec.parameters`}; None: no gradient."""
+        if self.disabled:
+            return
+        self._safely(self._record_given, grads)
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[Recorder]:
+        """One training step of several backwards and optimizer steps (DDPG, SAC, BYOL)."""
+        if self._work.in_block:
+            raise RuntimeError("rec.step() blocks do not nest; close the first before the next")
+        if not self.disabled:
+            self._safely(self._enter_block)
+        try:
+            yield self
+        finally:
+            if not self.disabled:
+                self._safely(self._exit_block)
+            self._work.in_block = False
+
+    @property
+    def step_count(self) -> int:
+        """The current step number (0-based): the step in progress, else the next."""
+        return self._work.step
+
+    global_step = step_count
+
+    @property
+    def parameters(self) -> tuple[torch.Tensor, ...]:
+        """The recorded parameters, in layout order (for `record_gradients`)."""
+        return self._work.params
+
+    @property
+    def violations(self) -> list:
+        """Every rule violation seen so far (also written as EVENTS records)."""
+        return list(self._work.rules.violations)
+
+    def close(self) -> None:
+        """Ends the step in progress, writes what it recorded and closes the event file."""
+        if self._closed:
+            return
+        self._closed = True
+        for hook in self._hooks:
+            hook.remove()
+        if not self.disabled and self._work.open:
+            self._safely(self._work.end_step)
+        self._work.stop_capture()
+        try:
+            self._work.writer.close()
+        except Exception as e:  # noqa: BLE001 - closing must never break the loop
+            self._step_aside(e)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ----- internals --------------------------------------------------------
+
+    def _before_backward(self, losses: Mapping[str, Any]) -> None:
+        if not self._work.in_block:
+            self._work.begin_step()
+        self._work.before_backward(losses)
+
+    def _record_given(self, grads: Mapping[str, Any]) -> None:
+        params = self._work.params
+        index = self._work.index
+        aligned: dict[str, list[torch.Tensor | None]] = {}
+        reach: dict[str, set[int]] = {}
+        for name, given in grads.items():
+            if isinstance(given, Mapping):
+                column: list[torch.Tensor | None] = [None] * len(params)
+                for p, g in given.items():
+                    if id(p) in index:
+                        column[index[id(p)]] = g
+            else:
+                column = list(given)
+                if len(column) != len(params):
+                    raise ValueError(
+                        f"record_gradients: loss '{name}' has {len(column)} gradients for "
+                        f"{len(params)} recorded parameters; pass {{parameter: gradient}}"
+                    )
+            aligned[name] = column
+            reach[name] = {i for i, g in enumerate(column) if g is not None}
+        if not self._work.in_block:
+            self._work.stop_capture()
+            self._work.begin_step()
+        self._work.record_given(aligned, reach)
+        if not self._work.in_block:
+            self._work.backwards_done()
+
+    def _enter_block(self) -> None:
+        self._work.begin_step()
+        self._work.in_block = True
+
+    def _exit_block(self) -> None:
+        self._work.in_block = False
+        self._work.stop_capture()
+        self._work.backwards_done()
+
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
+        work = self._work.work
+        if self.disabled or work is None or not work.analysed:
+            return
+        self._safely(self._work.before_optimizer_step, optimizer)
+
+    def _safely(self, action: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return action(*args)
+        except FlowRuleViolation:
+            raise
+        except Exception as e:  # noqa: BLE001 - the recorder must never kill the loop
+            self._step_aside(e)
+            return None
+
+    def _step_aside(self, error: Exception) -> None:
+        self.disabled = True
+        self._work.stop_capture()
+        for hook in self._hooks:
+            hook.remove()
+        warn_once(
+            ("torch_recorder_failed", self._serial),
+            f"tb_gradscope: Recorder '{self.logdir}' stopped recording after an error "
+            f"({type(error).__name__}: {error}); training continues unaffected",
+        )
+
+
+def _declared(
+    pairs: Sequence[Any] | str,
+    models: Mapping[str, torch.nn.Module],
+    optimizers: Sequence[torch.optim.Optimizer],
+) -> list[Any]:
+    if isinstance(pairs, str):
+        if pairs != "auto":
+            raise ValueError(f"pairs={pairs!r}: pass 'auto' or a list of pair_models(...) results")
+        return pairs_lib.detect(models, optimizers)
+    out = list(pairs)
+    for i, p in enumerate(out):
+        if not isinstance(p, (pairs_lib.ModelPair, Pair)):
+            raise TypeError(
+                f"pairs[{i}] is a {type(p).__name__}; pass pair_models(target, online, tau=|every=)"
+            )
+    return out

@@ -1,0 +1,391 @@
+"""The work behind a PyTorch Recorder's calls: what a step records, analyses and writes.
+
+A step begins at `rec.backward` (or at a `rec.step()` block's entry) and ends
+when the next begins or at `close()`: then its parameters hold the whole
+step's result (optimizer steps, Polyak and hard copies). At a recorded step:
+
+- at its beginning, a flat copy of the parameters and both sides of every
+  pair (for ||delta theta|| and drift);
+- at each backward, each loss's gradient per scope (`_losses`, `_stats`),
+  kept on the device, and the conflict cosines' dot products;
+- at its end, UPDATE_STATS and DRIFT, then every table of the step moves to
+  the host in one transfer and is written, and the rules are checked.
+
+At a step that analyses (step 0, and the step after a recorded step whose
+reached parameters changed), the capture (`_capture`) is on from the end of
+the step before, and the FlowGraph is written at the step's end. A step with
+nothing due costs a counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from tb_gradscope import format as fmt
+from tb_gradscope.core.drift import drift_table
+from tb_gradscope.core.rules import STEP_EVENTS, TRACE_EVENTS, HostRuleSteps
+from tb_gradscope.core.tables import TableInfos
+from tb_gradscope.core.writer import RecordWriter
+from tb_gradscope.torch import _reach as reach_lib
+from tb_gradscope.torch import _stats as stats
+from tb_gradscope.torch import _torch_private as private
+from tb_gradscope.torch._capture import Capture
+from tb_gradscope.torch._drift import PairDrift
+from tb_gradscope.torch._flow import LossFacts, flowgraph
+from tb_gradscope.torch._losses import StartPoint, per_loss_gradients, tensor_of
+from tb_gradscope.torch._names import NamedParameters
+
+
+@dataclasses.dataclass
+class _StepWork:
+    """What a recorded or analysed step keeps until it ends."""
+
+    step: int
+    recorded: bool
+    analysed: bool
+    before: torch.Tensor | None = None
+    grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    grams: list[tuple[list[str], list[set[int]], torch.Tensor]] = dataclasses.field(
+        default_factory=list
+    )
+    facts: dict[str, LossFacts] = dataclasses.field(default_factory=dict)
+    since: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    edges: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    capture_error: Exception | None = None
+    optimizer_stepped: bool = False
+    reach: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
+
+
+class TorchRecording:
+    """The recorder's state and work; `Recorder` holds one and checks arguments."""
+
+    def __init__(
+        self,
+        writer: RecordWriter,
+        names: NamedParameters,
+        optimizers: Sequence[torch.optim.Optimizer],
+        drifts: Sequence[PairDrift],
+        rules: HostRuleSteps,
+        infos: TableInfos,
+        every_n_steps: int,
+        conflict: bool,
+    ):
+        self.writer = writer
+        self.names = names
+        self.params = names.params
+        self.index = names.index
+        self.optimizers = list(optimizers)
+        self.drifts = list(drifts)
+        self.rules = rules
+        self.infos = infos
+        self.every = every_n_steps
+        self.conflict = conflict
+        self.sizes = [p.numel() for p in self.params]
+        self.rollup = stats.ScopeRollUp(names.layout, self.params[0].device)
+        self.stepped = {
+            id(p): k
+            for k, opt in enumerate(self.optimizers)
+            for g in opt.param_groups
+            for p in g["params"]
+        }
+        self.step = 0
+        self.open = False
+        self.in_block = False
+        self.work: _StepWork | None = None
+        self.fingerprint: frozenset | None = None
+        self.analyse_next = True
+        self.capture: Capture | None = None
+
+    # ----- step boundaries -------------------------------------------------
+
+    def begin_step(self) -> None:
+        """Ends the step in progress, if any, and begins the next."""
+        if self.open:
+            self.end_step()
+            self.step += 1
+        self.open = True
+        recorded = self.step % self.every == 0
+        analysed = self.analyse_next
+        self.analyse_next = False
+        if not (recorded or analysed):
+            self.work = None
+            return
+        self.work = _StepWork(self.step, recorded, analysed)
+        if recorded:
+            self.work.before = stats.flat(self.params, torch.float64)
+            for drift in self.drifts:
+                drift.snapshot()
+
+    def end_step(self) -> None:
+        """Writes what the step in progress recorded and analysed."""
+        work, self.work = self.work, None
+        if work is None:
+            return
+        tensors: list[torch.Tensor] = []
+        names = list(work.grads)
+        tensors += [work.grads[n] for n in names]
+        tensors += [gram for _, _, gram in work.grams]
+        update = None
+        drift_sums: list[tuple[PairDrift, bool]] = []
+        if work.recorded and work.before is not None:
+            with torch.no_grad():
+                after = stats.flat(self.params, torch.float64)
+                update = stats.update_table(work.before, after, self.sizes, self.rollup)
+                tensors.append(update)
+                for drift in self.drifts:
+                    sums, had = drift.sums()
+                    tensors.append(sums)
+                    drift_sums.append((drift, had))
+        host = iter(stats.pack(tensors))
+        grad_tables = {n: next(host).astype(np.float32) for n in names}
+        grams = [(losses, reach, next(host)) for losses, reach, _ in work.grams]
+        update_table = next(host).astype(np.float32) if update is not None else None
+        step = work.step
+        if work.analysed and work.facts:
+            self._write_flowgraph(step, work)
+        if work.recorded:
+            for name, table in grad_tables.items():
+                self.writer.write_table(self.infos.grad_stats(name), table, step)
+                self.rules.add_grads(step, name, table)
+            for losses, reach_sets, gram in grams:
+                self._write_conflict(step, losses, reach_sets, gram)
+            if update_table is not None:
+                self.writer.write_table(self.infos.update_stats(), update_table, step)
+            for drift, had in drift_sums:
+                table = drift_table(next(host), True, drift.optimizer_vars, had)
+                self.writer.write_table(drift.info, table, step)
+            events = self.rules.at_step(step, update_table)
+            self.writer.flush()
+            written = self.rules.write(self.writer.write_blobs, events, STEP_EVENTS)
+            if written:
+                self.writer.flush()
+            self.rules.apply_policy(written)
+        self.writer.flush()
+
+    # ----- the capture ----------------------------------------------------
+
+    def start_capture(self) -> None:
+        """Turns the capture on for the step that begins next (it analyses)."""
+        if self.capture is None:
+            self.capture = Capture(self.index, self.names.layout.variable_leaf)
+            self.capture.__enter__()
+
+    def stop_capture(self) -> None:
+        """Turns the capture off; an analysed step keeps its scope-graph edges."""
+        capture, self.capture = self.capture, None
+        if capture is None:
+            return
+        if private.function_mode_on_top(capture):
+            capture.__exit__(None, None, None)
+        work = self.work
+        if work is not None and work.analysed:
+            for edge, count in capture.edges.items():
+                work.edges[edge] = work.edges.get(edge, 0) + count
+            work.capture_error = work.capture_error or capture.error
+        capture.clear()
+
+    def after_backward(self) -> None:
+        """After the user's backward outside a block: the step's backwards are done."""
+        if not self.in_block:
+            self.backwards_done()
+
+    def backwards_done(self) -> None:
+        """The step's last backward ran (a backward outside a block, a block's
+        exit): whether the next step analyses is known, and if so the capture
+        goes on now (the next forward runs before its backward). A recorded
+        step whose losses reach other parameters than at the last analysis
+        makes the next step analyse."""
+        work = self.work
+        if work is not None and work.reach:
+            fingerprint = frozenset(work.reach.items())
+            if work.analysed:
+                self.fingerprint = fingerprint
+            elif fingerprint != self.fingerprint:
+                self.analyse_next = True
+        if self.analyse_next:
+            self.start_capture()
+
+    # ----- a backward -----------------------------------------------------
+
+    def before_backward(self, losses: Mapping[str, Any]) -> None:
+        """At a recorded or analysed step: each loss's reach, gradients and facts."""
+        capture = self.capture
+        work = self.work
+        if work is None:
+            return
+        with _paused(capture), torch.no_grad():
+            reach = {}
+            custom = {}
+            for name, loss in losses.items():
+                reach[name], custom[name] = reach_lib.reached(tensor_of(loss), self.index)
+            work.reach.update({n: frozenset(r) for n, r in reach.items()})
+            if work.recorded:
+                self._record_gradients(work, losses, reach)
+            if work.analysed:
+                for k in range(len(self.optimizers)):
+                    work.since.setdefault(k, []).extend(losses)
+                for name, loss in losses.items():
+                    work.facts[name] = self._facts(name, loss, reach, custom, capture)
+        if not self.in_block:
+            self.stop_capture()
+
+    def record_given(
+        self, grads: Mapping[str, Sequence[torch.Tensor | None]], reach: Mapping[str, set[int]]
+    ) -> None:
+        """A step's gradients computed by the user ({loss: per-parameter grads})."""
+        work = self.work
+        if work is None:
+            return
+        if work.recorded:
+            names = list(grads)
+            stacked = []
+            for v, p in enumerate(self.params):
+                column = [grads[n][v] for n in names]
+                stacked.append(
+                    None
+                    if all(g is None for g in column)
+                    else torch.stack([torch.zeros_like(p) if g is None else g for g in column])
+                )
+            self._tables(work, names, stacked, reach)
+        work.reach.update({n: frozenset(r) for n, r in reach.items()})
+        if work.analysed:
+            for name in grads:
+                work.facts[name] = LossFacts("loss", set(reach[name]), set(), [], None)
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Which losses' gradients an optimizer step consumes (at an analysed step)."""
+        work = self.work
+        if work is None or not work.analysed:
+            return
+        k = next((i for i, opt in enumerate(self.optimizers) if opt is optimizer), None)
+        if k is None:
+            return
+        work.optimizer_stepped = True
+        for loss in work.since.pop(k, []):
+            facts = work.facts.get(loss)
+            if facts is not None:
+                facts.optimizer = facts.optimizer or f"opt{k}"
+                fed = self._applied(k)
+                facts.applied = fed if facts.applied is None else facts.applied | fed
+
+    # ----- internals --------------------------------------------------------
+
+    def _record_gradients(self, work: _StepWork, losses: Mapping[str, Any], reach) -> None:
+        union = sorted(set().union(*reach.values()))
+        inputs = [self.params[i] for i in union if self.params[i].requires_grad]
+        positions = [i for i in union if self.params[i].requires_grad]
+        with torch.enable_grad():
+            per_input = per_loss_gradients(losses, inputs)
+        grads: list[torch.Tensor | None] = [None] * len(self.params)
+        for i, g in zip(positions, per_input):
+            grads[i] = g
+        self._tables(work, list(losses), grads, reach)
+
+    def _tables(self, work: _StepWork, names: list[str], grads, reach) -> None:
+        reached = torch.zeros(len(names), len(self.params), dtype=torch.float64)
+        for k, n in enumerate(names):
+            reached[k, sorted(i for i in reach[n] if grads[i] is not None)] = 1.0
+        reached = reached.to(self.params[0].device)
+        table, flat_grads = stats.grad_tables(grads, reached, self.rollup, len(names))
+        for k, n in enumerate(names):
+            work.grads[n] = table[k]
+        if self.conflict and len(names) > 1 and flat_grads is not None:
+            present = [v for v, g in enumerate(grads) if g is not None]
+            per_present = stats.gram(flat_grads, [self.sizes[v] for v in present])
+            full = torch.zeros(len(names), len(names), len(self.params), dtype=torch.float64)
+            full = full.to(per_present.device)
+            full[:, :, torch.as_tensor(present, device=full.device)] = per_present
+            rolled = self.rollup.sum(full.reshape(-1, len(self.params), 1)).reshape(
+                len(names), len(names), -1
+            )
+            work.grams.append((names, [set(reach[n]) for n in names], rolled))
+
+    def _write_conflict(self, step, losses, reach_sets, gram) -> None:
+        members = self.names.layout.members
+        scopes = self.names.layout.scopes
+        for a, b in itertools.combinations(range(len(losses)), 2):
+            rows = [
+                s
+                for s, m in enumerate(members)
+                if reach_sets[a] & set(m) and reach_sets[b] & set(m)
+            ]
+            if not rows:
+                continue
+            num = gram[a, b, rows]
+            den = np.sqrt(gram[a, a, rows] * gram[b, b, rows])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cos = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+            info = self.infos.conflict(losses[a], losses[b], [scopes[s] for s in rows])
+            self.writer.write_table(info, cos.reshape(-1, 1).astype(np.float32), step)
+
+    def _facts(self, name, loss, reach, custom, capture) -> LossFacts:
+        root = tensor_of(loss)
+        grad = loss.grad if isinstance(loss, StartPoint) else None
+        reached = sorted(i for i in reach[name] if self.params[i].requires_grad)
+        with torch.enable_grad():
+            none = (
+                reach_lib.none_gradients(root, grad, self.params, reached)
+                if custom[name]
+                else set()
+            )
+        captured = capture.deps_of(root) if capture is not None else None
+        return LossFacts(
+            kind="start_point" if grad is not None else "loss",
+            reach=set(reach[name]),
+            none_grads=none,
+            custom=custom[name],
+            applied=None,
+            captured=captured,
+        )
+
+    def _applied(self, k: int | None) -> set[int]:
+        """Parameters optimizer k (None: any optimizer) steps."""
+        return {
+            i
+            for i, p in enumerate(self.params)
+            if id(p) in self.stepped and (k is None or self.stepped[id(p)] == k)
+        }
+
+    def _write_flowgraph(self, step: int, work: _StepWork) -> None:
+        applied_all = self._applied(None) if self.optimizers else None
+        for facts in work.facts.values():
+            if facts.applied is None and self.optimizers:
+                # No optimizer step consumed this loss's gradient; with no step
+                # seen at all, which consumes what is not known: any may.
+                facts.applied = set() if work.optimizer_stepped else applied_all
+        graph = flowgraph(
+            self.names,
+            work.facts,
+            work.edges,
+            work.capture_error,
+            applied_all,
+            [p.requires_grad for p in self.params],
+        )
+        info = fmt.make_info(fmt.Kind.FLOWGRAPH, attrs=self.rules.flowgraph_attrs)
+        self.writer.write_blobs(info, [graph.to_json()], step)
+        events = self.rules.at_analysis(graph, step)
+        if events:
+            self.rules.write(self.writer.write_blobs, {step: events}, TRACE_EVENTS)
+        self.writer.flush()
+        self.rules.apply_policy(events)
+
+
+class _paused:
+    """The capture does not observe the recorder's own ops."""
+
+    def __init__(self, capture: Capture | None):
+        self.capture = capture
+
+    def __enter__(self):
+        if self.capture is not None:
+            self.capture.paused = True
+
+    def __exit__(self, *exc):
+        if self.capture is not None:
+            self.capture.paused = False

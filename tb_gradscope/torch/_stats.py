@@ -1,0 +1,156 @@
+"""The PyTorch statistics kernels: gradients and values -> per-scope tables, on the device.
+
+Per (loss, parameter) reductions are grouped kernels (`torch._foreach_norm`
+over views of one flat copy: one launch per reduction for all parameters and
+losses together), rolled up to every scope by one matmul with the layout's
+membership matrix (sums) or one masked max. Signed sums (dot products for
+conflict and drift) are segment sums by a float64 cumulative sum. Nothing
+leaves the device here and nothing is read per parameter: the recorder moves
+a recorded step's tables to the host once (`pack` / `unpack`).
+
+GRAD_STATS columns as docs/FORMAT.md: grad_vars (parameters the loss's graph
+reaches), l2 (NaN/Inf propagate), max_abs over finite elements, nonfinite,
+zero_frac (exact zeros over the reached elements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from tb_gradscope.scopes import ScopeLayout
+from tb_gradscope.torch import _torch_private as private
+
+
+class ScopeRollUp:
+    """Which parameters each scope holds, as device tensors for roll-ups."""
+
+    def __init__(self, layout: ScopeLayout, device: torch.device):
+        n_vars, n_scopes = len(layout.variable_names), len(layout.scopes)
+        member = np.zeros((n_vars, n_scopes), np.float64)
+        for s, members in enumerate(layout.members):
+            member[list(members), s] = 1.0
+        self.n_scopes = n_scopes
+        self.matrix = torch.from_numpy(member).to(device)
+        self.mask = self.matrix > 0
+
+    def sum(self, per_var: torch.Tensor) -> torch.Tensor:
+        """[..., n_vars, k] -> [..., n_scopes, k] (float64)."""
+        return torch.einsum("...vk,vs->...sk", per_var.double(), self.matrix)
+
+    def max(self, per_var: torch.Tensor) -> torch.Tensor:
+        """[..., n_vars] (>= 0) -> [..., n_scopes]: the max over each scope's parameters."""
+        spread = torch.where(self.mask, per_var.double().unsqueeze(-1), 0.0)
+        return spread.amax(dim=-2)
+
+
+def flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """Every tensor's values, detached, as one flat vector of `dtype` (one copy)."""
+    return torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
+
+
+def segment_sums(rows: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """[k, T] -> [k, len(sizes)]: sums over consecutive segments of `sizes`
+    elements, by a float64 cumulative sum (deterministic on every device)."""
+    ends = torch.as_tensor(np.cumsum(sizes) - 1, device=rows.device)
+    total = torch.cumsum(rows.double(), dim=1).index_select(1, ends)
+    return torch.diff(total, dim=1, prepend=torch.zeros_like(total[:, :1]))
+
+
+def grad_tables(
+    grads: Sequence[torch.Tensor | None],
+    reached: torch.Tensor,
+    rollup: ScopeRollUp,
+    n_losses: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(GRAD_STATS [L, n_scopes, 5] float64, the flat gradients [L, T] or None).
+
+    `grads[v]` is [L, *shape] (every loss's gradient of parameter v, batched)
+    or None when no loss reaches it; `reached` [L, n_vars] is 1.0 where loss l's
+    graph reaches parameter v."""
+    n_vars = len(grads)
+    present = [v for v, g in enumerate(grads) if g is not None]
+    stats = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=reached.device)
+    flat_grads = None
+    if present:
+        dtype = _float_dtype([grads[v] for v in present])
+        flat_grads = torch.cat([grads[v].reshape(n_losses, -1).to(dtype) for v in present], 1)
+        sizes = [grads[v][0].numel() for v in present]
+        finite = torch.isfinite(flat_grads)
+        clean = torch.where(finite, flat_grads, torch.zeros((), dtype=dtype, device=finite.device))
+        bad = (~finite).to(dtype)
+        views = _views(flat_grads, sizes)
+        per = torch.stack(
+            [
+                torch.stack(private.foreach_norm(views, 2)).double().square(),
+                torch.stack(private.foreach_norm(_views(clean, sizes), float("inf"))).double(),
+                torch.stack(private.foreach_norm(_views(bad, sizes), 1)).double(),
+                torch.stack(private.foreach_norm(views, 0)).double(),
+            ],
+            dim=1,
+        ).reshape(n_losses, len(present), 4)
+        counts = torch.as_tensor(sizes, dtype=torch.float64, device=per.device)
+        index = torch.as_tensor(present, device=per.device)
+        stats[:, index, 0] = per[..., 0]  # sum of squares
+        stats[:, index, 1] = per[..., 1]  # max |g| over finite elements
+        stats[:, index, 2] = per[..., 2]  # non-finite elements
+        stats[:, index, 3] = counts - per[..., 3]  # exact zeros
+        stats[:, index, 4] = counts  # elements
+    stats = stats * reached.unsqueeze(-1)
+    sums = rollup.sum(torch.cat([reached.unsqueeze(-1), stats], dim=-1))
+    zero_frac = torch.where(sums[..., 5] > 0, sums[..., 4] / sums[..., 5].clamp(min=1), 0.0)
+    table = torch.stack(
+        [sums[..., 0], sums[..., 1].sqrt(), rollup.max(stats[..., 1]), sums[..., 3], zero_frac],
+        dim=-1,
+    )
+    return table, flat_grads
+
+
+def gram(flat_grads: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """[L, T] -> [L, L, n_vars]: per parameter, the dot products of every two losses' gradients."""
+    n = flat_grads.shape[0]
+    rows = (flat_grads.unsqueeze(1) * flat_grads.unsqueeze(0)).reshape(n * n, -1)
+    return segment_sums(rows, sizes).reshape(n, n, len(sizes))
+
+
+def update_table(
+    before: torch.Tensor, after: torch.Tensor, sizes: Sequence[int], rollup: ScopeRollUp
+) -> torch.Tensor:
+    """UPDATE_STATS [n_scopes, 2]: ||after - before||, ||after|| (flat vectors of one layout)."""
+    per = torch.stack(
+        [
+            torch.stack(private.foreach_norm(_views1(after - before, sizes), 2)),
+            torch.stack(private.foreach_norm(_views1(after, sizes), 2)),
+        ],
+        dim=1,
+    ).double()
+    return rollup.sum(per.square()).sqrt()
+
+
+def _views(rows: torch.Tensor, sizes: Sequence[int]) -> list[torch.Tensor]:
+    """Views of [L, T] as L * len(sizes) pieces, loss-major (no copy)."""
+    pieces = [torch.split(row, list(sizes)) for row in rows]
+    return [piece for row in pieces for piece in row]
+
+
+def _views1(flat_values: torch.Tensor, sizes: Sequence[int]) -> list[torch.Tensor]:
+    return list(torch.split(flat_values, list(sizes)))
+
+
+def _float_dtype(tensors: Sequence[torch.Tensor]) -> torch.dtype:
+    """float64 if any tensor is, else float32 (half types summed in float32)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def pack(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """Many device tensors -> numpy arrays of the same shapes, in one host transfer."""
+    if not tensors:
+        return []
+    flat_all = torch.cat([t.detach().reshape(-1).double() for t in tensors]).cpu().numpy()
+    out, at = [], 0
+    for t in tensors:
+        out.append(flat_all[at : at + t.numel()].reshape(tuple(t.shape)))
+        at += t.numel()
+    return out
