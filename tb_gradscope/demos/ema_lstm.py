@@ -16,17 +16,19 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.demos import common, recording
-from tb_gradscope.demos.ema_lstm_task import (
-    BATCH,
-    DECAY,
-    GAMMA,
-    RULES,
-    UNITS,
-    WINDOW,
-    sample_windows,
-)
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
 from tb_gradscope.pairs import pair_models
+
+GAMMA = 0.9
+DECAY = 0.99
+WINDOW = 8
+UNITS = 16
+BATCH = 32
+
+RULES = (
+    "never(td, target/*)",
+    f"tracks(target, online, tau={1.0 - DECAY:g})",
+)
 
 
 def build_value_lstm(name: str) -> keras.Model:
@@ -35,6 +37,16 @@ def build_value_lstm(name: str) -> keras.Model:
     h = keras.layers.LSTM(UNITS, name="lstm")(x)
     v = keras.layers.Dense(1, name="v")(h)
     return keras.Model(x, v, name=name)
+
+
+def sample_windows(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, ...]:
+    """Windows s and s2 (s shifted by one) of noisy sines, and the reward between them."""
+    t = np.arange(WINDOW + 1, dtype=np.float32)
+    freq = rng.uniform(0.2, 0.6, size=(batch, 1))
+    phase = rng.uniform(0, 2 * np.pi, size=(batch, 1))
+    x = np.sin(freq * t + phase) + 0.05 * rng.normal(size=(batch, WINDOW + 1))
+    x = x.astype(np.float32)[..., None]
+    return x[:, :WINDOW], x[:, WINDOW, 0], x[:, 1:]
 
 
 def train(spec: RunSpec) -> RunResult:

@@ -1,4 +1,9 @@
-"""Seed 03's task, shared by the TF and PyTorch `ema_lstm` demos: sizes, rules, data."""
+"""Seed 03's task for the PyTorch `torch_ema_lstm` demo: sizes, rules, data.
+
+The same task as the TF `ema_lstm` demo, which keeps its own copy: its
+committed logs cite its source lines, so its text does not move
+(tests/unit/demos/test_demos_parts.py holds the two copies equal).
+"""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ def recorder(
         optimizers=list(optimizers),
         pairs=list(pairs),
         rules=list(rules),
-        on_violation="warn",
+        on_violation="log",
     )
 
 

@@ -5,7 +5,8 @@ DQN 3.0 computes the clipped TD error outside autodiff and backpropagates
 PyTorch that is `q_all.backward(gradient=-targets)`, here
 `rec.backward({"td": StartPoint(q_all, -targets / BATCH)})`. The target
 network is never touched by the backward. The leaky twin is the port its
-author first writes: the squared TD error's `.backward()`, through the TD
+author first writes: DQN's clipped error as a loss (`smooth_l1_loss`, whose
+gradient is the clipped TD error) and its `.backward()`, through the TD
 computation and the target network, with RMSprop over every parameter.
 """
 
@@ -43,14 +44,17 @@ def _update(agent: Agent):
         q2_max = target(s2).max(dim=1).values
         q_all = online(s)
         q = q_all.gather(1, a[:, None]).squeeze(1)
-        delta = (r + GAMMA * (1.0 - term) * q2_max - q).clamp(-CLIP_DELTA, CLIP_DELTA)
-        td = 0.5 * delta.square().mean()
+        y = r + GAMMA * (1.0 - term) * q2_max
         optimizer.zero_grad()
         if agent.leaky:
+            # DQN's clipped error as a loss (Huber), differentiated through the target network.
+            td = F.smooth_l1_loss(q, y, beta=CLIP_DELTA)
             rec.backward({"td": td})
         else:
+            delta = (y - q).clamp(-CLIP_DELTA, CLIP_DELTA).detach()
+            td = 0.5 * delta.square().mean()
             # targets[i][a_i] = delta_i; descent on -delta * dQ/dw.
-            targets = F.one_hot(a, agent.num_actions) * delta.detach()[:, None]
+            targets = F.one_hot(a, agent.num_actions) * delta[:, None]
             rec.backward({"td": StartPoint(q_all, -targets / BATCH)})
         optimizer.step()
         return td.detach()
@@ -61,8 +65,7 @@ def _update(agent: Agent):
 DEMO = Demo(
     name="torch_dqn3_grad_start",
     title="PyTorch DQN 3.0 update: q_all.backward(gradient=...) with the TD error",
-    leak="the squared TD error's backward through the target network, "
-    "optimizer over every parameter",
+    leak="the Huber TD loss's backward through the target network, optimizer over every parameter",
     rules=RULES,
     train=train,
     default_steps=300,
