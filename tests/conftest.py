@@ -86,6 +86,7 @@ SHARED_UNITS = [
             "names",
             "numbers",
             "theme",
+            "torch",
         )
     ),
 ]
