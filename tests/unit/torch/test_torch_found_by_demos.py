@@ -65,3 +65,26 @@ def test_a_parameter_in_two_optimizers_is_updated_by_either(tmp_path):
     rec.close()
     (logs,) = load_logdir(str(tmp_path))
     assert logs.flowgraphs[-1][1].cells["actor"]["critic"] == fmt.UPDATES
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_recording.TorchRecording.record_given records the losses' facts but never "
+    "adds them to `since`, so the optimizer step that follows consumes none of them: "
+    "gradients given through rec.record_gradients read 'ignored' where opt.step() "
+    "applies them (docs/TORCH.md's autograd.grad block)",
+)
+def test_gradients_given_by_record_gradients_feed_the_optimizer_step_that_follows(tmp_path):
+    net = nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), 0.1)
+    rec = Recorder(str(tmp_path), every_n_steps=1, models={"net": net}, optimizers=[opt])
+    params = list(net.parameters())
+    with rec.step():
+        grads = torch.autograd.grad(net(torch.ones(3, 2)).square().mean(), params)
+        rec.record_gradients({"mse": dict(zip(params, grads))})
+        for p, g in zip(params, grads):
+            p.grad = g
+        opt.step()
+    rec.close()
+    (logs,) = load_logdir(str(tmp_path))
+    assert logs.flowgraphs[-1][1].cells["mse"]["net"] == fmt.UPDATES
