@@ -99,3 +99,27 @@ def test_steps_per_run_hold_whole_recording_periods():
     for plan in bench_torch.PLAN.values():
         assert all(steps % bench_torch.EVERY == 0 for _, steps in plan.values())
         assert set(plan) == set(torch_steps.BUILDERS)
+
+
+@pytest.mark.parametrize("name", ["dqn32", "ddpg"])
+def test_ours_trains_bitwise_like_the_plain_step_and_records_its_pairs(tmp_path, name):
+    from tb_gradscope.read.logdir import load_logdir
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        plain, ours = torch_steps.make(name, "cpu"), torch_steps.make(name, "cpu")
+        rec = torch_steps.Ours(str(tmp_path), every=10, model=ours)
+        for _ in range(11):
+            ours.train_step(rec)
+            plain.train_step(torch_steps.Plain())
+        rec.close()
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    for root in plain.models:
+        for p, q in zip(plain.models[root].parameters(), ours.models[root].parameters()):
+            assert torch.equal(p, q), (name, root)
+    (run,) = load_logdir(str(tmp_path))
+    assert run.steps == [0, 10]
+    assert len(run.drift) == len(ours.pairs) >= 1
+    assert run.recorded_rules == ours.rules
