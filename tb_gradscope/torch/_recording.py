@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,16 @@ class _StepWork:
     capture_error: Exception | None = None
     optimizer_stepped: bool = False
     reach: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
+    # A single loss's gradients, seen by hooks during the user's own backward.
+    hooked: _Hooked | None = None
+
+
+@dataclasses.dataclass
+class _Hooked:
+    names: list[str]
+    reach: dict[str, set[int]]
+    handles: list[Any]
+    grads: dict[int, torch.Tensor]
 
 
 class TorchRecording:
@@ -88,6 +98,9 @@ class TorchRecording:
         self.conflict = conflict
         self.sizes = [p.numel() for p in self.params]
         self.rollup = stats.ScopeRollUp(names.layout, self.params[0].device)
+        dtypes = {p.dtype for p in self.params}
+        # One flat snapshot: the parameters' own dtype when they share one.
+        self._flat_dtype = None if len(dtypes) == 1 else torch.float64
         self.stepped = {
             id(p): k
             for k, opt in enumerate(self.optimizers)
@@ -106,8 +119,12 @@ class TorchRecording:
 
     def begin_step(self) -> None:
         """Ends the step in progress, if any, and begins the next."""
+        with Capture.paused():
+            self._begin_step()
+
+    def _begin_step(self) -> None:
         if self.open:
-            self.end_step()
+            self._end_step()
             self.step += 1
         self.open = True
         recorded = self.step % self.every == 0
@@ -118,12 +135,16 @@ class TorchRecording:
             return
         self.work = _StepWork(self.step, recorded, analysed)
         if recorded:
-            self.work.before = stats.flat(self.params, torch.float64)
+            self.work.before = stats.flat(self.params, self._flat_dtype)
             for drift in self.drifts:
                 drift.snapshot()
 
     def end_step(self) -> None:
         """Writes what the step in progress recorded and analysed."""
+        with Capture.paused():
+            self._end_step()
+
+    def _end_step(self) -> None:
         work, self.work = self.work, None
         if work is None:
             return
@@ -135,7 +156,7 @@ class TorchRecording:
         drift_sums: list[tuple[PairDrift, bool]] = []
         if work.recorded and work.before is not None:
             with torch.no_grad():
-                after = stats.flat(self.params, torch.float64)
+                after = stats.flat(self.params, self._flat_dtype)
                 update = stats.update_table(work.before, after, self.sizes, self.rollup)
                 tensors.append(update)
                 for drift in self.drifts:
@@ -181,8 +202,7 @@ class TorchRecording:
         capture, self.capture = self.capture, None
         if capture is None:
             return
-        if private.function_mode_on_top(capture):
-            capture.__exit__(None, None, None)
+        private.leave_function_mode(capture)
         work = self.work
         if work is not None and work.analysed:
             for edge, count in capture.edges.items():
@@ -191,9 +211,26 @@ class TorchRecording:
         capture.clear()
 
     def after_backward(self) -> None:
-        """After the user's backward outside a block: the step's backwards are done."""
+        """After the user's backward: the hooked gradients become tables; outside
+        a block, the step's backwards are done."""
+        work = self.work
+        if work is not None and work.hooked is not None:
+            hooked, work.hooked = work.hooked, None
+            drop_hooks(hooked)
+            grads: list[torch.Tensor | None] = [None] * len(self.params)
+            for i, g in hooked.grads.items():
+                grads[i] = g.unsqueeze(0)
+            with Capture.paused(), torch.no_grad():
+                self._tables(work, hooked.names, grads, hooked.reach)
         if not self.in_block:
             self.backwards_done()
+
+    def drop_hooks(self) -> None:
+        """Removes the gradient hooks of a backward that raised."""
+        work = self.work
+        if work is not None and work.hooked is not None:
+            drop_hooks(work.hooked)
+            work.hooked = None
 
     def backwards_done(self) -> None:
         """The step's last backward ran (a backward outside a block, a block's
@@ -213,19 +250,25 @@ class TorchRecording:
 
     # ----- a backward -----------------------------------------------------
 
-    def before_backward(self, losses: Mapping[str, Any]) -> None:
-        """At a recorded or analysed step: each loss's reach, gradients and facts."""
+    def before_backward(self, losses: Mapping[str, Any], hooks_allowed: bool = True) -> None:
+        """At a recorded or analysed step: each loss's reach, gradients and facts.
+
+        A single loss's gradient is the user's backward's own: hooks on the
+        parameters it reaches see it go by (no second backward); several
+        losses' come from one batched `autograd.grad` before it."""
         capture = self.capture
         work = self.work
         if work is None:
             return
-        with _paused(capture), torch.no_grad():
+        with Capture.paused(), torch.no_grad():
             reach = {}
             custom = {}
             for name, loss in losses.items():
                 reach[name], custom[name] = reach_lib.reached(tensor_of(loss), self.index)
             work.reach.update({n: frozenset(r) for n, r in reach.items()})
-            if work.recorded:
+            if work.recorded and hooks_allowed and len(losses) == 1:
+                self._hook_gradients(work, reach)
+            elif work.recorded:
                 self._record_gradients(work, losses, reach)
             if work.analysed:
                 for k in range(len(self.optimizers)):
@@ -275,6 +318,26 @@ class TorchRecording:
                 facts.applied = fed if facts.applied is None else facts.applied | fed
 
     # ----- internals --------------------------------------------------------
+
+    def _hook_gradients(self, work: _StepWork, reach: Mapping[str, set[int]]) -> None:
+        """Hooks on the parameters a single loss reaches: each sees its gradient
+        as the user's backward accumulates it (returning None, they change nothing)."""
+        got: dict[int, torch.Tensor] = {}
+
+        def keep(i: int) -> Callable[[torch.Tensor], None]:
+            def hook(grad: torch.Tensor | None) -> None:
+                if grad is not None:  # None: a custom Function's backward gave none
+                    got[i] = grad
+
+            return hook
+
+        (name,) = reach
+        handles = [
+            self.params[i].register_hook(keep(i))
+            for i in sorted(reach[name])
+            if self.params[i].requires_grad
+        ]
+        work.hooked = _Hooked([name], {n: set(r) for n, r in reach.items()}, handles, got)
 
     def _record_gradients(self, work: _StepWork, losses: Mapping[str, Any], reach) -> None:
         union = sorted(set().union(*reach.values()))
@@ -376,16 +439,6 @@ class TorchRecording:
         self.rules.apply_policy(events)
 
 
-class _paused:
-    """The capture does not observe the recorder's own ops."""
-
-    def __init__(self, capture: Capture | None):
-        self.capture = capture
-
-    def __enter__(self):
-        if self.capture is not None:
-            self.capture.paused = True
-
-    def __exit__(self, *exc):
-        if self.capture is not None:
-            self.capture.paused = False
+def drop_hooks(hooked: _Hooked) -> None:
+    for handle in hooked.handles:
+        handle.remove()

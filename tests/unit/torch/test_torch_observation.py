@@ -72,3 +72,52 @@ def test_a_step_with_nothing_due_leaves_no_work_behind(tmp_path):
     assert rec.step_count == 2
     assert rec._work.work is None and rec._work.capture is None
     rec.close()
+
+
+def test_the_capture_keeps_no_tensor_alive_during_a_rollout_before_training(tmp_path):
+    import gc
+    import weakref
+
+    net = torch_loops.mlp(2, 3)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
+    with torch.no_grad():
+        out = net(torch.ones(4, 2))  # e.g. acting in the environment before learning starts
+    seen = weakref.ref(out)
+    del out
+    gc.collect()
+    assert seen() is None
+    rec.backward({"l": net(torch.ones(1, 2)).sum()})
+    rec.close()
+    assert torch.overrides._get_current_function_mode_stack() == []
+
+
+def test_two_recorders_in_one_process_each_see_their_own_step(tmp_path):
+    from tb_gradscope import format as fmt
+
+    a_net, b_net = torch_loops.mlp(2, 1), torch_loops.mlp(2, 1)
+    rec_a = Recorder(tmp_path / "a", every_n_steps=1, models={"a": a_net})
+    rec_b = Recorder(tmp_path / "b", every_n_steps=1, models={"b": b_net})
+    for _ in range(2):
+        rec_a.backward({"la": a_net(torch.ones(1, 2)).sum()})
+        rec_b.backward({"lb": b_net(torch.ones(1, 2)).detach().sum() + b_net[0].bias.sum()})
+    rec_a.close()
+    rec_b.close()
+    assert torch.overrides._get_current_function_mode_stack() == []
+    (run_a,) = load_logdir(str(tmp_path / "a"))
+    (run_b,) = load_logdir(str(tmp_path / "b"))
+    assert run_a.flowgraph.cells["la"]["a/0"] == fmt.UPDATES
+    assert run_b.flowgraph.cells["lb"]["b/0"] == fmt.UPDATES  # the bias keeps a path open
+    assert run_a.grad_steps == run_b.grad_steps == [0, 1]
+
+
+def test_a_backward_that_raises_leaves_no_gradient_hook_behind(tmp_path):
+    net = torch_loops.mlp(2, 1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
+    loss = net(torch.ones(1, 2)).sum()
+    rec.backward({"l": loss})
+    with pytest.raises(RuntimeError, match="second time"):
+        rec.backward({"l": loss})  # the graph was freed by the first backward
+    assert all(not p._backward_hooks for p in net.parameters())
+    rec.backward({"l": net(torch.ones(1, 2)).sum()})
+    rec.close()
+    assert not rec.disabled
