@@ -1,7 +1,7 @@
 """Recorder bugs the PyTorch demos and bench_torch ran into, each pinned by a
-test of what should hold. Marked xfail(strict=True) until tb_gradscope.torch
-fixes them: a fix turns the test into an unexpected pass, which fails the suite
-until the marker goes."""
+test of what should hold. Those still open are marked xfail(strict=True): a fix
+turns the test into an unexpected pass, which fails the suite until the marker
+goes. Fixed ones stay as plain tests."""
 
 from __future__ import annotations
 
@@ -19,14 +19,9 @@ def _capture_depth() -> int:
     return len(torch.overrides._get_current_function_mode_stack())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Recorder pushes its capture mode at construction and pops the top of the "
-    "stack at its first backward: with two recorders built before either steps, the "
-    "first pops the second's mode and one stays on for good, watching (and slowing "
-    "about 4x) every torch call of the process (bench_torch measured it)",
-)
 def test_two_recorders_built_before_their_first_steps_leave_no_capture_on(tmp_path):
+    # bench_torch built every variant's recorder before any stepped, and one
+    # capture stayed on, slowing every torch call of the process about 4x.
     depth = _capture_depth()
     nets = {"a": nn.Linear(2, 1), "b": nn.Linear(2, 1)}
     recs = {k: Recorder(str(tmp_path / k), models={k: net}) for k, net in nets.items()}
