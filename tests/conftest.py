@@ -66,6 +66,31 @@ def trained_shapes(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def trained_torch_shapes(tmp_path_factory):
+    """PyTorch corpus shape -> (TrainedShape, ProductView), each shape trained
+    once per session for every test module that judges it
+    (tests/e2e/torch_corpus/test_torch_corpus.py, test_torch_doctor_corpus.py)."""
+    from tests.support.corpus.harness import ProductView
+    from tests.support.torch_corpus import harness
+
+    cache: dict[str, object] = {}
+    root = str(tmp_path_factory.mktemp("torch_corpus"))
+
+    def get(shape):
+        if shape.name not in cache:
+            try:
+                trained = harness.train(shape, root)
+                cache[shape.name] = (trained, ProductView(trained))
+            except Exception as e:  # train once: every test of the shape reports the same failure
+                cache[shape.name] = e
+        if isinstance(cache[shape.name], Exception):
+            raise cache[shape.name]
+        return cache[shape.name]
+
+    return get
+
+
 # With pytest-xdist, `pytest tests -n 2 --dist loadgroup --no-loadscope-reorder`
 # runs two workers. A work unit is a test file (its module fixtures are built
 # once, its tests run in file order: some check counts the file's earlier tests
@@ -74,6 +99,10 @@ def trained_shapes(tmp_path_factory):
 # against the fixtures the tests really use (`_check_units`).
 SHARED_UNITS = [
     ("tests/e2e/corpus/test_corpus.py", "tests/e2e/corpus/test_doctor_corpus.py"),  # trained_shapes
+    (
+        "tests/e2e/torch_corpus/test_torch_corpus.py",
+        "tests/e2e/torch_corpus/test_torch_doctor_corpus.py",
+    ),  # trained_torch_shapes
     tuple(
         f"tests/e2e/frontend/test_frontend_{name}.py"
         for name in (  # the session's TensorBoard

@@ -6,10 +6,11 @@ Used by every recorder that computes its tables outside a summary op: the TF1
 the file (TensorBoard keeps the first metadata it sees).
 
 An event file is a TFRecord file of serialized `Event` protos. The default
-framing is TensorBoard's own `RecordWriter` over a plain file (no TensorFlow;
-its CRCs are pure Python, ~25 us a record, a few records per recorded step).
-A caller may pass its own record file (`open_records`): TF1 passes
-`tf.io.TFRecordWriter`, the same bytes with the CRCs in C++. No writer thread:
+framing is TensorBoard's (`crc.FramedRecords`: the bytes of TensorBoard's
+`RecordWriter`, its pure-Python CRC ~3x faster; no TensorFlow). A caller may
+pass its own record file (`open_records`): TF1 passes `tf.io.TFRecordWriter`,
+the same bytes with the CRCs in C++ (~22 us a 10-scope GRAD_STATS record
+against ~90 us for TensorBoard's Python framing, measured here). No writer thread:
 records reach the disk at `flush` (the recorder flushes when a recorded step
 is complete).
 """
@@ -25,9 +26,9 @@ from typing import Any, Protocol
 
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter as _FramedRecords
 from tensorboard.util import tensor_util
 
+from tb_gradscope.core.crc import FramedRecords
 from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format import (
     RecordInfo,
@@ -50,8 +51,9 @@ class RecordFile(Protocol):
 
 
 def tensorboard_records(path: str) -> RecordFile:
-    """TensorBoard's framing (length, masked CRC32C) over a new file at `path`."""
-    return _FramedRecords(open(path, "wb"))  # noqa: SIM115 - closed by close()
+    """TensorBoard's framing (length, masked CRC32C) over a new file at `path`,
+    its CRCs computed by `crc.FramedRecords` (the same bytes, ~3x faster)."""
+    return FramedRecords(path)
 
 
 class RecordWriter:

@@ -12,8 +12,9 @@ derives from, whether a gradient path is still open or where it was cut:
 - a parameter with `requires_grad=False` -> `tape_boundary` (autograd does not
   watch it, as a tape does not watch an unwatched TF variable).
 
-Each cut keeps the op and the user's `file:line`. It also keeps which scopes
-feed which (the scope graph): a result made with a parameter of scope S
+Each cut keeps the op and the user's `file:line`. Tensors are held by weak
+reference (numbers from `.item()` as themselves): the capture keeps nothing
+alive. It also keeps which scopes feed which (the scope graph): a result made with a parameter of scope S
 comes out of S. Parameters are never tracked as results (an in-place update
 of a parameter under `no_grad` is the optimizer's or a target copy's).
 """
@@ -21,8 +22,9 @@ of a parameter under `no_grad` is the optimizer's or a target copy's).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -66,9 +68,16 @@ Deps = dict[int, "PathCut | None"]
 
 @dataclasses.dataclass
 class _Tracked:
-    value: Any  # the tensor or number, held for the step so its id stays its own
+    # A weak reference to the tensor (the capture never keeps a tensor alive),
+    # or the number itself; either way `value()` is the object whose id keys it.
+    value: Callable[[], Any]
     deps: Deps
     origins: frozenset[str]
+
+
+# Prune the entries of dead tensors every this many new entries (a long
+# rollout before the first backward must not grow the map without bound).
+_PRUNE_EVERY = 4096
 
 
 class Capture(torch.overrides.TorchFunctionMode):
@@ -87,6 +96,7 @@ class Capture(torch.overrides.TorchFunctionMode):
         self.edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
         self.paused = False  # the recorder's own ops are not the step's
+        self._added = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -104,7 +114,7 @@ class Capture(torch.overrides.TorchFunctionMode):
         if index is not None:
             return {index: None}, frozenset({self._param_scopes[index]})
         entry = self._tracked.get(id(value))
-        if entry is None or entry.value is not value:
+        if entry is None or entry.value() is not value:
             return None
         return entry.deps, entry.origins
 
@@ -132,7 +142,7 @@ class Capture(torch.overrides.TorchFunctionMode):
                     )
                 continue
             entry = self._tracked.get(id(value))
-            if entry is None or entry.value is not value:
+            if entry is None or entry.value() is not value:
                 continue
             origins |= entry.origins
             for i, cut in entry.deps.items():
@@ -159,13 +169,17 @@ class Capture(torch.overrides.TorchFunctionMode):
 
     def _keep(self, value: Any, deps: Deps, origins: frozenset[str]) -> None:
         entry = self._tracked.get(id(value))
-        if entry is not None and entry.value is value:  # in place: paths add up
+        if entry is not None and entry.value() is value:  # in place: paths add up
             merged = dict(entry.deps)
             for i, cut in deps.items():
                 merged[i] = None if cut is None or merged.get(i, cut) is None else merged[i]
             entry.deps, entry.origins = merged, entry.origins | origins
             return
-        self._tracked[id(value)] = _Tracked(value, deps, origins)
+        ref = weakref.ref(value) if isinstance(value, torch.Tensor) else (lambda v=value: v)
+        self._tracked[id(value)] = _Tracked(ref, deps, origins)
+        self._added += 1
+        if self._added % _PRUNE_EVERY == 0:
+            self._tracked = {k: e for k, e in self._tracked.items() if e.value() is not None}
 
 
 def _cut_open(deps: Deps, cut: PathCut) -> Deps:

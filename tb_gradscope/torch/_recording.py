@@ -88,6 +88,9 @@ class TorchRecording:
         self.conflict = conflict
         self.sizes = [p.numel() for p in self.params]
         self.rollup = stats.ScopeRollUp(names.layout, self.params[0].device)
+        dtypes = {p.dtype for p in self.params}
+        # One flat snapshot: the parameters' own dtype when they share one.
+        self._flat_dtype = None if len(dtypes) == 1 else torch.float64
         self.stepped = {
             id(p): k
             for k, opt in enumerate(self.optimizers)
@@ -118,7 +121,7 @@ class TorchRecording:
             return
         self.work = _StepWork(self.step, recorded, analysed)
         if recorded:
-            self.work.before = stats.flat(self.params, torch.float64)
+            self.work.before = stats.flat(self.params, self._flat_dtype)
             for drift in self.drifts:
                 drift.snapshot()
 
@@ -135,7 +138,7 @@ class TorchRecording:
         drift_sums: list[tuple[PairDrift, bool]] = []
         if work.recorded and work.before is not None:
             with torch.no_grad():
-                after = stats.flat(self.params, torch.float64)
+                after = stats.flat(self.params, self._flat_dtype)
                 update = stats.update_table(work.before, after, self.sizes, self.rollup)
                 tensors.append(update)
                 for drift in self.drifts:
@@ -181,8 +184,7 @@ class TorchRecording:
         capture, self.capture = self.capture, None
         if capture is None:
             return
-        if private.function_mode_on_top(capture):
-            capture.__exit__(None, None, None)
+        private.leave_function_mode(capture)
         work = self.work
         if work is not None and work.analysed:
             for edge, count in capture.edges.items():

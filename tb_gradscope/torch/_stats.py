@@ -46,9 +46,14 @@ class ScopeRollUp:
         return spread.amax(dim=-2)
 
 
-def flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """Every tensor's values, detached, as one flat vector of `dtype` (one copy)."""
-    return torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
+def flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Every tensor's values, detached, as one flat vector (one copy), cast to
+    `dtype` when given (once, after the copy, when the tensors share a dtype)."""
+    parts = [t.detach().reshape(-1) for t in tensors]
+    if dtype is None or len({p.dtype for p in parts}) == 1:
+        joined = torch.cat(parts)
+        return joined if dtype is None else joined.to(dtype)
+    return torch.cat([p.to(dtype) for p in parts])
 
 
 def segment_sums(rows: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
@@ -118,7 +123,8 @@ def gram(flat_grads: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
 def update_table(
     before: torch.Tensor, after: torch.Tensor, sizes: Sequence[int], rollup: ScopeRollUp
 ) -> torch.Tensor:
-    """UPDATE_STATS [n_scopes, 2]: ||after - before||, ||after|| (flat vectors of one layout)."""
+    """UPDATE_STATS [n_scopes, 2]: ||after - before||, ||after|| (flat vectors of one
+    layout, in the parameters' own dtype: a difference of close values is exact)."""
     per = torch.stack(
         [
             torch.stack(private.foreach_norm(_views1(after - before, sizes), 2)),

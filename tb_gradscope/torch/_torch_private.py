@@ -13,17 +13,27 @@ from typing import Any
 import torch
 import torch.overrides
 
-__all__ = ["foreach_norm", "function_mode_on_top"]
+__all__ = ["foreach_norm", "leave_function_mode"]
 
 
-def function_mode_on_top(mode: Any) -> bool:
-    """Whether `mode` is the innermost active TorchFunctionMode
-    (`torch.overrides._get_current_function_mode_stack`). Leaving a mode pops
-    the top of the stack whatever it is; the recorder leaves its capture mode
-    only when it is its own, so a mode the user entered since stays on. No
-    public API lists the active modes."""
-    stack = torch.overrides._get_current_function_mode_stack()
-    return bool(stack) and stack[-1] is mode
+def leave_function_mode(mode: Any) -> bool:
+    """Takes `mode` off the TorchFunctionMode stack wherever it is, the modes
+    entered after it kept in order (`torch.overrides._get_current_function_mode_stack`,
+    `_pop_mode`, `_push_mode`). `mode.__exit__` pops the top of the stack
+    whatever it is: with another recorder's capture or a user's mode entered
+    since, it would remove theirs and leave ours on, observing every later op.
+    No public API removes a mode that is not on top. True if it was there."""
+    if not any(m is mode for m in torch.overrides._get_current_function_mode_stack()):
+        return False
+    above = []
+    while True:
+        top = torch.overrides._pop_mode()
+        if top is mode:
+            break
+        above.append(top)
+    for other in reversed(above):
+        torch.overrides._push_mode(other)
+    return True
 
 
 def foreach_norm(tensors: Sequence[torch.Tensor], ord: float) -> tuple[torch.Tensor, ...]:

@@ -22,7 +22,7 @@ def _write(writer: RecordWriter) -> None:
     writer.flush()
 
 
-def test_a_callers_record_file_writes_the_same_bytes_as_tensorboards_framing(tmp_path, monkeypatch):
+def test_a_callers_record_file_writes_the_same_bytes_as_the_default_framing(tmp_path, monkeypatch):
     import tensorflow as tf
 
     monkeypatch.setattr("time.time", lambda: 1700000000.0)
@@ -66,3 +66,14 @@ def test_drift_columns_from_sums_equal_tfs_in_graph_kernel(have_previous, have_r
     assert ours.shape == (4, len(DRIFT_COLUMNS)) and ours.dtype == np.float32
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, equal_nan=True)
+
+
+def test_the_fast_crc_is_tensorboards_masked_crc32c():
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as theirs
+
+    from tb_gradscope.core.crc import masked_crc32c
+
+    rng = np.random.default_rng(5)
+    for size in [*range(0, 40), 255, 1000]:
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        assert masked_crc32c(data) == theirs(data), size

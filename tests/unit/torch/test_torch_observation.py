@@ -72,3 +72,20 @@ def test_a_step_with_nothing_due_leaves_no_work_behind(tmp_path):
     assert rec.step_count == 2
     assert rec._work.work is None and rec._work.capture is None
     rec.close()
+
+
+def test_the_capture_keeps_no_tensor_alive_during_a_rollout_before_training(tmp_path):
+    import gc
+    import weakref
+
+    net = torch_loops.mlp(2, 3)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
+    with torch.no_grad():
+        out = net(torch.ones(4, 2))  # e.g. acting in the environment before learning starts
+    seen = weakref.ref(out)
+    del out
+    gc.collect()
+    assert seen() is None
+    rec.backward({"l": net(torch.ones(1, 2)).sum()})
+    rec.close()
+    assert torch.overrides._get_current_function_mode_stack() == []

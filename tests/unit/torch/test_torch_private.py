@@ -15,15 +15,15 @@ from torch.overrides import TorchFunctionMode
 from tb_gradscope.torch import _torch_private as private
 
 
-def test_function_mode_on_top():
-    outer, inner = TorchFunctionMode(), TorchFunctionMode()
-    assert not private.function_mode_on_top(outer)
-    with outer:
-        assert private.function_mode_on_top(outer)
-        with inner:
-            assert not private.function_mode_on_top(outer)
-            assert private.function_mode_on_top(inner)
-    assert not private.function_mode_on_top(outer)
+def test_leave_function_mode():
+    first, second, third = TorchFunctionMode(), TorchFunctionMode(), TorchFunctionMode()
+    stack = torch.overrides._get_current_function_mode_stack
+    first.__enter__()
+    with second, third:
+        assert private.leave_function_mode(first)
+        assert stack() == [second, third]  # the modes entered later stay, in order
+        assert not private.leave_function_mode(first)
+    assert stack() == []
 
 
 def test_foreach_norm():

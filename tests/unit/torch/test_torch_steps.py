@@ -119,3 +119,15 @@ def test_conflict_is_the_cosine_of_two_losses_gradients_on_shared_scopes(tmp_pat
     assert step == 0 and set(cosine) == {"trunk", "trunk/0"}
     assert cosine["trunk"] == pytest.approx(dot / (norms[0] * norms[1]), rel=1e-5)
     assert not np.isnan(cosine["trunk/0"])
+
+
+def test_pairs_auto_finds_a_target_by_its_name_and_the_optimizer_that_skips_it(tmp_path):
+    import copy
+
+    torch.manual_seed(5)
+    q = torch_loops.mlp(3, 4, 2)
+    models = {"q": q, "q_target": copy.deepcopy(q), "other": torch_loops.mlp(3, 2)}
+    opt = torch.optim.SGD([*q.parameters(), *models["other"].parameters()], 0.1)
+    rec = Recorder(tmp_path, models=models, optimizers=[opt], pairs="auto")
+    assert [p.name for p in rec.pairs] == ["q_target<-q"]
+    rec.close()
