@@ -189,13 +189,15 @@ class Recorder:
         self._closed = True
         for hook in self._hooks:
             hook.remove()
-        if not self.disabled and self._work.open:
-            self._safely(self._work.end_step)
-        self._work.stop_capture()
         try:
-            self._work.writer.close()
-        except Exception as e:  # noqa: BLE001 - closing must never break the loop
-            self._step_aside(e)
+            if not self.disabled and self._work.open:
+                self._safely(self._work.end_step)  # may raise FlowRuleViolation
+        finally:
+            self._work.stop_capture()
+            try:
+                self._work.writer.close()
+            except Exception as e:  # noqa: BLE001 - closing must never break the loop
+                self._step_aside(e)
 
     def __enter__(self) -> Recorder:
         return self

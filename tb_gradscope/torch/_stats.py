@@ -74,40 +74,43 @@ def grad_tables(
 
     `grads[v]` is [L, *shape] (every loss's gradient of parameter v, batched)
     or None when no loss reaches it; `reached` [L, n_vars] is 1.0 where loss l's
-    graph reaches parameter v."""
+    graph reaches parameter v. Four grouped norms over views of one flat copy
+    and of its finite part (NaN/Inf zeroed) give every per-parameter number:
+    the sum of squares (L2), the largest finite |g| (inf-norm of the finite
+    part), the non-finite count (non-zeros of all minus non-zeros of the
+    finite part) and the zeros (elements minus non-zeros)."""
     n_vars = len(grads)
     present = [v for v, g in enumerate(grads) if g is not None]
-    stats = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=reached.device)
+    device = reached.device
+    per_var = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=device)
     flat_grads = None
     if present:
         dtype = _float_dtype([grads[v] for v in present])
-        flat_grads = torch.cat([grads[v].reshape(n_losses, -1).to(dtype) for v in present], 1)
+        flat_grads = torch.cat([grads[v].reshape(n_losses, -1) for v in present], 1).to(dtype)
         sizes = [grads[v][0].numel() for v in present]
-        finite = torch.isfinite(flat_grads)
-        clean = torch.where(finite, flat_grads, torch.zeros((), dtype=dtype, device=finite.device))
-        bad = (~finite).to(dtype)
-        views = _views(flat_grads, sizes)
-        per = torch.stack(
-            [
-                torch.stack(private.foreach_norm(views, 2)).double().square(),
-                torch.stack(private.foreach_norm(_views(clean, sizes), float("inf"))).double(),
-                torch.stack(private.foreach_norm(_views(bad, sizes), 1)).double(),
-                torch.stack(private.foreach_norm(views, 0)).double(),
-            ],
-            dim=1,
-        ).reshape(n_losses, len(present), 4)
-        counts = torch.as_tensor(sizes, dtype=torch.float64, device=per.device)
-        index = torch.as_tensor(present, device=per.device)
-        stats[:, index, 0] = per[..., 0]  # sum of squares
-        stats[:, index, 1] = per[..., 1]  # max |g| over finite elements
-        stats[:, index, 2] = per[..., 2]  # non-finite elements
-        stats[:, index, 3] = counts - per[..., 3]  # exact zeros
-        stats[:, index, 4] = counts  # elements
-    stats = stats * reached.unsqueeze(-1)
-    sums = rollup.sum(torch.cat([reached.unsqueeze(-1), stats], dim=-1))
+        finite = torch.nan_to_num(flat_grads, nan=0.0, posinf=0.0, neginf=0.0)
+        views, finite_views = _views(flat_grads, sizes), _views(finite, sizes)
+        norms = torch.stack(
+            private.foreach_norm(views, 2)
+            + private.foreach_norm(finite_views, float("inf"))
+            + private.foreach_norm(views, 0)
+            + private.foreach_norm(finite_views, 0)
+        ).double()
+        l2, max_abs, nonzero, finite_nonzero = norms.reshape(4, n_losses, len(present)).unbind(0)
+        counts = torch.as_tensor(sizes, dtype=torch.float64, device=device).expand_as(l2)
+        columns = torch.stack(
+            [l2.square(), max_abs, nonzero - finite_nonzero, counts - nonzero, counts], dim=-1
+        )
+        if len(present) == n_vars:
+            per_var = columns
+        else:
+            per_var[:, torch.as_tensor(present, device=device)] = columns
+    per_var = per_var * reached.unsqueeze(-1)
+    # Columns rolled up: reached, sum of squares, (max), non-finite, zeros, elements.
+    sums = rollup.sum(torch.cat([reached.unsqueeze(-1), per_var], dim=-1))
     zero_frac = torch.where(sums[..., 5] > 0, sums[..., 4] / sums[..., 5].clamp(min=1), 0.0)
     table = torch.stack(
-        [sums[..., 0], sums[..., 1].sqrt(), rollup.max(stats[..., 1]), sums[..., 3], zero_frac],
+        [sums[..., 0], sums[..., 1].sqrt(), rollup.max(per_var[..., 1]), sums[..., 3], zero_frac],
         dim=-1,
     )
     return table, flat_grads
@@ -125,13 +128,8 @@ def update_table(
 ) -> torch.Tensor:
     """UPDATE_STATS [n_scopes, 2]: ||after - before||, ||after|| (flat vectors of one
     layout, in the parameters' own dtype: a difference of close values is exact)."""
-    per = torch.stack(
-        [
-            torch.stack(private.foreach_norm(_views1(after - before, sizes), 2)),
-            torch.stack(private.foreach_norm(_views1(after, sizes), 2)),
-        ],
-        dim=1,
-    ).double()
+    norms = private.foreach_norm(_views1(after - before, sizes) + _views1(after, sizes), 2)
+    per = torch.stack(norms).double().reshape(2, len(sizes)).T
     return rollup.sum(per.square()).sqrt()
 
 

@@ -222,7 +222,7 @@ def test_gradients_from_autograd_grad_are_recorded_as_a_step(tmp_path, nets):
 
 def test_models_with_the_same_layer_names_never_merge_and_wrappers_leave_no_trace(tmp_path):
     torch.manual_seed(3)
-    a, b = mlp(3, 1), nn.DataParallel(mlp(3, 1))
-    rec = Recorder(tmp_path, every_n_steps=1, models={"a": a, "b": b})
-    assert list(rec.layout.scopes) == ["a", "a/0", "b", "b/0"]
+    a, b, c = mlp(3, 1), nn.DataParallel(mlp(3, 1)), torch.compile(mlp(3, 1))
+    rec = Recorder(tmp_path, every_n_steps=1, models={"a": a, "b": b, "c": c})
+    assert list(rec.layout.scopes) == ["a", "a/0", "b", "b/0", "c", "c/0"]
     rec.close()
