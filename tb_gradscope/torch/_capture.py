@@ -17,6 +17,10 @@ reference (numbers from `.item()` as themselves): the capture keeps nothing
 alive. It also keeps which scopes feed which (the scope graph): a result made with a parameter of scope S
 comes out of S. Parameters are never tracked as results (an in-place update
 of a parameter under `no_grad` is the optimizer's or a target copy's).
+The outputs differentiated by `torch.autograd.grad` stand for the losses of
+gradients handed to `record_gradients` (`given_deps`), and the first op
+that consumes a custom `autograd.Function`'s output names the user's line
+that applied it (`custom_sources`).
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class Capture(torch.overrides.TorchFunctionMode):
         self.edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
         self.paused = False  # the recorder's own ops are not the step's
+        self.custom_sources: dict[str, SourceLine | None] = {}
+        self._given: tuple[Deps, frozenset[str]] | None = None
         self._added = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -103,6 +109,9 @@ class Capture(torch.overrides.TorchFunctionMode):
         out = func(*args, **kwargs)
         if self.error is None and not self.paused:
             try:
+                if func is torch.autograd.grad:
+                    self._differentiated(args[0] if args else kwargs.get("outputs"))
+                    return out
                 self._observe(func, args, kwargs, out)
             except Exception as e:  # noqa: BLE001 - observing must never break the step
                 self.error = e
@@ -118,10 +127,31 @@ class Capture(torch.overrides.TorchFunctionMode):
             return None
         return entry.deps, entry.origins
 
+    def given_deps(self) -> tuple[Deps, frozenset[str]] | None:
+        """(deps, origins) of every output `torch.autograd.grad` differentiated
+        since the last call; None if it saw none."""
+        given, self._given = self._given, None
+        return given
+
     def clear(self) -> None:
         """Forgets the step (releases the tensors held for it)."""
         self._tracked.clear()
         self.edges.clear()
+        self.custom_sources.clear()
+        self._given = None
+
+    def _differentiated(self, outputs: Any) -> None:
+        deps, origins = self._given or ({}, frozenset())
+        deps = dict(deps)
+        for value in _leaves(outputs):
+            seen = self.deps_of(value) if isinstance(value, torch.Tensor) else None
+            if seen is None:
+                continue
+            for i, cut in seen[0].items():
+                if i not in deps or cut is None:  # an open path wins over a cut
+                    deps[i] = cut
+            origins |= seen[1]
+        self._given = deps, origins
 
     # ----- internals -------------------------------------------------------
 
@@ -131,6 +161,9 @@ class Capture(torch.overrides.TorchFunctionMode):
         used: set[str] = set()
         name = _name(func)
         for value in _leaves((args, kwargs)):
+            node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
+            if isinstance(node, torch.autograd.function.BackwardCFunction):
+                self.custom_sources.setdefault(type(node).__name__, caller_source())
             index = self._param_index.get(id(value))
             if index is not None and isinstance(value, torch.Tensor):
                 used.add(self._param_scopes[index])

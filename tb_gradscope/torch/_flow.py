@@ -26,6 +26,7 @@ from tb_gradscope.format.flowgraph import (
     GraphEdge,
     GraphNode,
     LossInfo,
+    SourceLine,
 )
 from tb_gradscope.torch._capture import PathCut
 from tb_gradscope.torch._names import NamedParameters
@@ -46,6 +47,7 @@ class LossFacts:
         no optimizer known).
       optimizer: the label of the optimizer its gradient feeds ("" unknown).
       captured: (deps, origins) of its tensor from the capture, None if unseen.
+      custom_sources: custom Function name -> the user's line that applied it.
     """
 
     kind: str
@@ -55,6 +57,7 @@ class LossFacts:
     applied: set[int] | None
     optimizer: str = ""
     captured: tuple[dict[int, PathCut | None], frozenset[str]] | None = None
+    custom_sources: dict[str, SourceLine | None] = dataclasses.field(default_factory=dict)
 
 
 def flowgraph(
@@ -161,7 +164,7 @@ def _blocked_edges(
 def _cut_of(i: int, deps: Mapping[int, PathCut | None], facts: LossFacts) -> PathCut:
     if i in facts.none_grads:
         op = facts.custom[0] if facts.custom else "autograd.Function"
-        return PathCut(CAUSE_CUSTOM_GRADIENT_NONE, op, None)
+        return PathCut(CAUSE_CUSTOM_GRADIENT_NONE, op, facts.custom_sources.get(op))
     cut = deps.get(i)
     return cut if cut is not None else PathCut(CAUSE_UNKNOWN, "unknown", None)
 
