@@ -20,7 +20,12 @@ of a parameter under `no_grad` is the optimizer's or a target copy's).
 The outputs differentiated by `torch.autograd.grad` stand for the losses of
 gradients handed to `record_gradients` (`given_deps`), and the first op
 that consumes a custom `autograd.Function`'s output names the user's line
-that applied it (`custom_sources`).
+that applied it (`custom_sources`). For per-path cuts each result also keeps
+the scopes it comes out of by a gradient path (`open_origins`, and the
+scope edges such paths take, `open_edges`), and every stop-gradient cut of
+an open path on its way, with the scope the cut value came out of
+(`path_cuts`): SimSiam's `.detach()` of an encoder output the loss also
+reads through the predictor.
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ class _Tracked:
     value: Callable[[], Any]
     deps: Deps
     origins: frozenset[str]
+    open_origins: frozenset[str] = frozenset()
+    path_cuts: frozenset[tuple[PathCut, str]] = frozenset()
 
 
 # Prune the entries of dead tensors every this many new entries (a long
@@ -98,6 +105,7 @@ class Capture(torch.overrides.TorchFunctionMode):
         self._param_scopes = param_scopes
         self._tracked: dict[int, _Tracked] = {}
         self.edges: Counter[tuple[str, str]] = Counter()
+        self.open_edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
         self.paused = False  # the recorder's own ops are not the step's
         self.custom_sources: dict[str, SourceLine | None] = {}
@@ -127,6 +135,16 @@ class Capture(torch.overrides.TorchFunctionMode):
             return None
         return entry.deps, entry.origins
 
+    def paths_of(self, value: Any) -> tuple[frozenset[str], frozenset[tuple[PathCut, str]]]:
+        """(open origins, per-path cut candidates) of a tensor seen in the step."""
+        index = self._param_index.get(id(value))
+        if index is not None:
+            return frozenset({self._param_scopes[index]}), frozenset()
+        entry = self._tracked.get(id(value))
+        if entry is None or entry.value() is not value:
+            return frozenset(), frozenset()
+        return entry.open_origins, entry.path_cuts
+
     def given_deps(self) -> tuple[Deps, frozenset[str]] | None:
         """(deps, origins) of every output `torch.autograd.grad` differentiated
         since the last call; None if it saw none."""
@@ -137,6 +155,7 @@ class Capture(torch.overrides.TorchFunctionMode):
         """Forgets the step (releases the tensors held for it)."""
         self._tracked.clear()
         self.edges.clear()
+        self.open_edges.clear()
         self.custom_sources.clear()
         self._given = None
 
@@ -159,6 +178,8 @@ class Capture(torch.overrides.TorchFunctionMode):
         deps: Deps = {}
         origins: set[str] = set()
         used: set[str] = set()
+        open_in: set[str] = set()
+        cuts_in: set[tuple[PathCut, str]] = set()
         name = _name(func)
         for value in _leaves((args, kwargs)):
             node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
@@ -178,6 +199,8 @@ class Capture(torch.overrides.TorchFunctionMode):
             if entry is None or entry.value() is not value:
                 continue
             origins |= entry.origins
+            open_in |= entry.open_origins
+            cuts_in |= entry.path_cuts
             for i, cut in entry.deps.items():
                 if i not in deps or cut is None:  # an open path wins over a cut
                     deps[i] = cut
@@ -187,7 +210,11 @@ class Capture(torch.overrides.TorchFunctionMode):
             for dst in used:
                 if src != dst:
                     self.edges[(src, dst)] += 1
+                    if src in open_in:
+                        self.open_edges[(src, dst)] += 1
         out_origins = frozenset(used or origins)
+        path_cuts = frozenset(cuts_in)
+        out_open = frozenset(used or open_in)
         if name in _TO_NUMBER:
             cut = PathCut(CAUSE_NON_DIFFERENTIABLE, name, caller_source())
             for value in _leaves(out):
@@ -197,19 +224,34 @@ class Capture(torch.overrides.TorchFunctionMode):
         for value in _leaves(out):
             if not isinstance(value, torch.Tensor) or id(value) in self._param_index:
                 continue
-            cut = None if value.requires_grad else _cut_for(name, value)
-            self._keep(value, deps if cut is None else _cut_open(deps, cut), out_origins)
+            if value.requires_grad:  # open: out of the op's own scope, else of its open inputs
+                self._keep(value, deps, out_origins, out_open, path_cuts)
+                continue
+            cut = _cut_for(name, value)
+            cuts = path_cuts
+            if cut.cause == CAUSE_STOP_GRADIENT and open_in:
+                cuts = path_cuts | {(cut, src) for src in open_in}
+            self._keep(value, _cut_open(deps, cut), out_origins, frozenset(), cuts)
 
-    def _keep(self, value: Any, deps: Deps, origins: frozenset[str]) -> None:
+    def _keep(
+        self,
+        value: Any,
+        deps: Deps,
+        origins: frozenset[str],
+        open_origins: frozenset[str] = frozenset(),
+        path_cuts: frozenset[tuple[PathCut, str]] = frozenset(),
+    ) -> None:
         entry = self._tracked.get(id(value))
         if entry is not None and entry.value() is value:  # in place: paths add up
             merged = dict(entry.deps)
             for i, cut in deps.items():
                 merged[i] = None if cut is None or merged.get(i, cut) is None else merged[i]
             entry.deps, entry.origins = merged, entry.origins | origins
+            entry.open_origins |= open_origins
+            entry.path_cuts |= path_cuts
             return
         ref = weakref.ref(value) if isinstance(value, torch.Tensor) else (lambda v=value: v)
-        self._tracked[id(value)] = _Tracked(ref, deps, origins)
+        self._tracked[id(value)] = _Tracked(ref, deps, origins, open_origins, path_cuts)
         self._added += 1
         if self._added % _PRUNE_EVERY == 0:
             self._tracked = {k: e for k, e in self._tracked.items() if e.value() is not None}

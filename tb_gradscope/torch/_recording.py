@@ -65,6 +65,7 @@ class _StepWork:
     applied: dict[str, set[int]] = dataclasses.field(default_factory=dict)
     last_reach: dict[str, set[int]] = dataclasses.field(default_factory=dict)
     edges: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    open_edges: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     capture_error: Exception | None = None
     optimizer_stepped: bool = False
     reach: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
@@ -122,6 +123,7 @@ class TorchRecording:
         # FlowGraph holds every loss analysed so far.
         self.loss_facts: dict[str, LossFacts] = {}
         self.graph_edges: dict[tuple[str, str], int] = {}
+        self.graph_open_edges: dict[tuple[str, str], int] = {}
         self.capture: Capture | None = None
 
     # ----- step boundaries -------------------------------------------------
@@ -207,6 +209,8 @@ class TorchRecording:
         if work is not None:
             for edge, count in capture.edges.items():
                 work.edges[edge] = work.edges.get(edge, 0) + count
+            for edge, count in capture.open_edges.items():
+                work.open_edges[edge] = work.open_edges.get(edge, 0) + count
             work.capture_error = work.capture_error or capture.error
         capture.clear()
 
@@ -230,16 +234,16 @@ class TorchRecording:
         work = self.work
         if work is not None and work.reach:
             key = frozenset(work.reach)
-            fingerprint = frozenset(work.reach.items())
-            waiting = key in self.pending
-            if self.analysed.get(key) != fingerprint or (waiting and work.captured):
+            if self._changed(work) or (key in self.pending and work.captured):
                 work.analysed = True
-                self.analysed[key] = fingerprint
+                self.analysed[key] = frozenset(work.reach.items())
                 complete = True
                 for name, facts in work.facts.items():
                     last = self.loss_facts.get(name)
                     if facts.captured is None:
                         facts.captured = last.captured if last is not None else None
+                        if last is not None:
+                            facts.open_origins, facts.path_cuts = last.open_origins, last.path_cuts
                         complete = complete and last is not None and last.reach == facts.reach
                 if work.captured or (complete and all(f.captured for f in work.facts.values())):
                     self.pending.pop(key, None)
@@ -267,8 +271,9 @@ class TorchRecording:
             work.ledger.before_backward(set().union(*reach.values()))
             if work.recorded:
                 self._record_gradients(work, losses, reach)
-            for name, loss in losses.items():
-                work.facts[name] = self._facts(name, loss, reach, custom, capture)
+            if self.in_block or work.captured or self._changed(work):
+                for name, loss in losses.items():
+                    work.facts[name] = self._facts(name, loss, reach, custom, capture)
         if not self.in_block:
             self.stop_capture()
 
@@ -314,6 +319,11 @@ class TorchRecording:
                 facts.optimizer = facts.optimizer or f"opt{k}"
 
     # ----- internals --------------------------------------------------------
+
+    def _changed(self, work: _StepWork) -> bool:
+        """Whether the step's losses were never analysed together, or reach other
+        parameters than at their last analysis."""
+        return self.analysed.get(frozenset(work.reach)) != frozenset(work.reach.items())
 
     def _record_gradients(self, work: _StepWork, losses: Mapping[str, Any], reach) -> None:
         union = sorted(set().union(*reach.values()))
@@ -374,6 +384,9 @@ class TorchRecording:
                 else set()
             )
         captured = capture.deps_of(root) if capture is not None else None
+        open_origins, path_cuts = (
+            capture.paths_of(root) if capture is not None else (frozenset(), frozenset())
+        )
         return LossFacts(
             kind="start_point" if grad is not None else "loss",
             reach=set(reach[name]),
@@ -382,6 +395,8 @@ class TorchRecording:
             applied=None,
             captured=captured,
             custom_sources=dict(capture.custom_sources) if capture is not None else {},
+            open_origins=open_origins,
+            path_cuts=path_cuts,
         )
 
     def _write_flowgraph(self, step: int, work: _StepWork) -> None:
@@ -395,6 +410,7 @@ class TorchRecording:
                 )
         self.loss_facts.update(work.facts)
         self.graph_edges.update(work.edges)
+        self.graph_open_edges.update(work.open_edges)
         graph = flowgraph(
             self.names,
             self.loss_facts,
@@ -402,6 +418,7 @@ class TorchRecording:
             work.capture_error,
             applied_all,
             [p.requires_grad for p in self.params],
+            self.graph_open_edges,
         )
         info = fmt.make_info(fmt.Kind.FLOWGRAPH, attrs=self.rules.flowgraph_attrs)
         self.writer.write_blobs(info, [graph.to_json()], step)

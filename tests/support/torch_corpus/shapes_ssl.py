@@ -143,12 +143,6 @@ def _mean_teacher(leaky: bool):
 
 # ----- SimSiam -----------------------------------------------------------------------
 
-NO_PATH_CUTS = (
-    "recorder gap: the PyTorch FlowGraph holds no per-path cuts (blocked edges with open_path), "
-    "so check cannot judge blocked(simsiam, encoder/*, except_via=predictor) and fails the correct "
-    "run ('written before tb-gradscope recorded per-path cuts'), the detach beside the predictor "
-    "path is no blocked edge, and the mutant's violation says 'unchecked', not the fix"
-)
 SIMSIAM_RULES = (
     "blocked(simsiam, encoder/*, except_via=predictor)",
     "only(simsiam, [encoder, predictor])",
@@ -314,12 +308,6 @@ SHAPES = [
         _simsiam(False),
         SIMSIAM_RULES,
         causes=(DETACH,),
-        xfail=NO_PATH_CUTS,
-        xfail_tests=(
-            "test_check_passes_exactly_when_the_oracle_says_the_rules_hold",
-            "test_blocked_edges_name_the_pytorch_call_and_the_users_line",
-            "test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them",
-        ),
         note="SimSiam: symmetric loss, each view's embedding detached, the encoder learns through "
         "the predictor only",
     ),
@@ -329,7 +317,8 @@ SHAPES = [
         SIMSIAM_RULES,
         mutant_of="simsiam",
         advice=("detach",),
-        xfail=NO_PATH_CUTS,
+        xfail="check's advice on a PyTorch run names TensorFlow's fix: 'wrap the tensor leaving "
+        "encoder/l2 in tf.stop_gradient', not .detach()",
         xfail_tests=("test_mutant_violation_advice_names_the_right_fix",),
         note="no .detach(): the encoder also learns by the direct path",
     ),
