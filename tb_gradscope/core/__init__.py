@@ -1,7 +1,7 @@
 """What every recorder shares, importing no framework (neither tensorflow nor torch).
 
 `writer` (records from numpy tables into an event file, through TensorBoard's
-framing or a caller's), `tables` (the RecordInfo of each table a recorder
+framing, `crc`, or a caller's), `tables` (the RecordInfo of each table a recorder
 writes), `rules` (rules arguments and the host-side rule checks of a recorded
 step), `pairs` (target/online pairs as plain data and their scope layout),
 `drift` (DRIFT columns from per-scope sums), `source` (the user's source line)

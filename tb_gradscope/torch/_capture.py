@@ -30,6 +30,7 @@ reads through the predictor.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections import Counter
@@ -86,6 +87,10 @@ class _Tracked:
     path_cuts: frozenset[tuple[PathCut, str]] = frozenset()
 
 
+# How many recorders are computing their own statistics now: no capture
+# observes a recorder's ops, its own or another recorder's in the process.
+_RECORDERS_AT_WORK = [0]
+
 # Prune the entries of dead tensors every this many new entries (a long
 # rollout before the first backward must not grow the map without bound).
 _PRUNE_EVERY = 4096
@@ -107,7 +112,6 @@ class Capture(torch.overrides.TorchFunctionMode):
         self.edges: Counter[tuple[str, str]] = Counter()
         self.open_edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
-        self.paused = False  # the recorder's own ops are not the step's
         self.custom_sources: dict[str, SourceLine | None] = {}
         self._given: tuple[Deps, frozenset[str]] | None = None
         self._added = 0
@@ -115,7 +119,7 @@ class Capture(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.error is None and not self.paused:
+        if self.error is None and not _RECORDERS_AT_WORK[0]:
             try:
                 if func is torch.autograd.grad:
                     self._differentiated(args[0] if args else kwargs.get("outputs"))
@@ -150,6 +154,11 @@ class Capture(torch.overrides.TorchFunctionMode):
         since the last call; None if it saw none."""
         given, self._given = self._given, None
         return given
+
+    @staticmethod
+    def paused() -> contextlib.AbstractContextManager:
+        """While a recorder computes its statistics: no capture observes its ops."""
+        return _paused()
 
     def clear(self) -> None:
         """Forgets the step (releases the tensors held for it)."""
@@ -255,6 +264,15 @@ class Capture(torch.overrides.TorchFunctionMode):
         self._added += 1
         if self._added % _PRUNE_EVERY == 0:
             self._tracked = {k: e for k, e in self._tracked.items() if e.value() is not None}
+
+
+@contextlib.contextmanager
+def _paused() -> Iterator[None]:
+    _RECORDERS_AT_WORK[0] += 1
+    try:
+        yield
+    finally:
+        _RECORDERS_AT_WORK[0] -= 1
 
 
 def _cut_open(deps: Deps, cut: PathCut) -> Deps:

@@ -2,8 +2,8 @@
 
 A loss is a scalar tensor, or a `StartPoint(tensor, grad)`: a gradient
 started inside the model with explicit output gradients (DQN 3.0's
-`q_all.backward(gradient=targets)`). The user's backward is exactly
-`sum(losses).backward()` (with start points, one `torch.autograd.backward`
+`q_all.backward(gradient=targets)`). The user's backward is
+`sum(losses).backward()`, bitwise (with start points, one `torch.autograd.backward`
 over the sum and the start points), so `.grad` is bitwise what the user's own
 call gives. Per-loss gradients come from `torch.autograd.grad` with
 `retain_graph=True`, before the user's backward and without touching `.grad`:
@@ -81,11 +81,20 @@ def user_backward(losses: Mapping[str, Any], inputs: Any = None) -> None:
     scalars = [v for v in losses.values() if not isinstance(v, StartPoint)]
     starts = [v for v in losses.values() if isinstance(v, StartPoint)]
     if not starts:
-        sum(scalars).backward(inputs=inputs)
+        _total(scalars).backward(inputs=inputs)
         return
-    tensors = ([sum(scalars)] if scalars else []) + [s.tensor for s in starts]
+    tensors = ([_total(scalars)] if scalars else []) + [s.tensor for s in starts]
     grads = ([None] if scalars else []) + [s.grad for s in starts]
     torch.autograd.backward(tensors, grads, inputs=inputs)
+
+
+def _total(scalars: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`sum(scalars)` without its leading `0 +` (one autograd node less): the
+    same value and, the gradient of an add being exactly 1, the same `.grad`."""
+    total = scalars[0]
+    for loss in scalars[1:]:
+        total = total + loss
+    return total
 
 
 def per_loss_gradients(

@@ -130,8 +130,12 @@ class TorchRecording:
 
     def begin_step(self) -> None:
         """Ends the step in progress, if any, and begins the next."""
+        with Capture.paused():
+            self._begin_step()
+
+    def _begin_step(self) -> None:
         if self.open:
-            self.end_step()
+            self._end_step()
             self.step += 1
         self.open = True
         recorded = self.step % self.every == 0
@@ -147,6 +151,10 @@ class TorchRecording:
 
     def end_step(self) -> None:
         """Writes what the step in progress recorded and analysed."""
+        with Capture.paused():
+            self._end_step()
+
+    def _end_step(self) -> None:
         work, self.work = self.work, None
         if work is None:
             return
@@ -261,7 +269,7 @@ class TorchRecording:
         work = self.work
         if work is None:
             return
-        with _paused(capture), torch.no_grad():
+        with Capture.paused(), torch.no_grad():
             reach = {}
             custom = {}
             for name, loss in losses.items():
@@ -312,7 +320,9 @@ class TorchRecording:
         if k is None:
             return
         work.optimizer_stepped = True
-        for loss, indices in work.ledger.consumed(self.members[k]).items():
+        with Capture.paused():
+            consumed = work.ledger.consumed(self.members[k])
+        for loss, indices in consumed.items():
             work.applied.setdefault(loss, set()).update(indices)
             facts = work.facts.get(loss)
             if facts is not None:
@@ -431,18 +441,3 @@ class TorchRecording:
             self.rules.write(self.writer.write_blobs, {step: events}, TRACE_EVENTS)
         self.writer.flush()
         self.rules.apply_policy(events)
-
-
-class _paused:
-    """The capture does not observe the recorder's own ops."""
-
-    def __init__(self, capture: Capture | None):
-        self.capture = capture
-
-    def __enter__(self):
-        if self.capture is not None:
-            self.capture.paused = True
-
-    def __exit__(self, *exc):
-        if self.capture is not None:
-            self.capture.paused = False

@@ -89,3 +89,22 @@ def test_the_capture_keeps_no_tensor_alive_during_a_rollout_before_training(tmp_
     rec.backward({"l": net(torch.ones(1, 2)).sum()})
     rec.close()
     assert torch.overrides._get_current_function_mode_stack() == []
+
+
+def test_two_recorders_in_one_process_each_see_their_own_step(tmp_path):
+    from tb_gradscope import format as fmt
+
+    a_net, b_net = torch_loops.mlp(2, 1), torch_loops.mlp(2, 1)
+    rec_a = Recorder(tmp_path / "a", every_n_steps=1, models={"a": a_net})
+    rec_b = Recorder(tmp_path / "b", every_n_steps=1, models={"b": b_net})
+    for _ in range(2):
+        rec_a.backward({"la": a_net(torch.ones(1, 2)).sum()})
+        rec_b.backward({"lb": b_net(torch.ones(1, 2)).detach().sum() + b_net[0].bias.sum()})
+    rec_a.close()
+    rec_b.close()
+    assert torch.overrides._get_current_function_mode_stack() == []
+    (run_a,) = load_logdir(str(tmp_path / "a"))
+    (run_b,) = load_logdir(str(tmp_path / "b"))
+    assert run_a.flowgraph.cells["la"]["a/0"] == fmt.UPDATES
+    assert run_b.flowgraph.cells["lb"]["b/0"] == fmt.UPDATES  # the bias keeps a path open
+    assert run_a.grad_steps == run_b.grad_steps == [0, 1]
