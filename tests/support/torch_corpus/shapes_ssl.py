@@ -317,9 +317,6 @@ SHAPES = [
         SIMSIAM_RULES,
         mutant_of="simsiam",
         advice=("detach",),
-        xfail="check's advice on a PyTorch run names TensorFlow's fix: 'wrap the tensor leaving "
-        "encoder/l2 in tf.stop_gradient', not .detach()",
-        xfail_tests=("test_mutant_violation_advice_names_the_right_fix",),
         note="no .detach(): the encoder also learns by the direct path",
     ),
     Shape(
