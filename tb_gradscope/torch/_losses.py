@@ -5,10 +5,12 @@ started inside the model with explicit output gradients (DQN 3.0's
 `q_all.backward(gradient=targets)`). The user's backward is
 `sum(losses).backward()`, bitwise (with start points, one `torch.autograd.backward`
 over the sum and the start points), so `.grad` is bitwise what the user's own
-call gives. Per-loss gradients come from `torch.autograd.grad` with
+call gives. Several losses' own gradients come from `torch.autograd.grad` with
 `retain_graph=True`, before the user's backward and without touching `.grad`:
 every scalar loss in one batched (vmapped) backward, falling back to one
-backward per loss where vmap cannot handle an op.
+backward per loss where vmap cannot handle an op. A single loss's gradient is
+the user's backward's own, seen by parameter hooks (`_recording`): no second
+backward.
 """
 
 from __future__ import annotations
@@ -39,9 +41,6 @@ class StartPoint:
                 f"StartPoint: grad has shape {tuple(self.grad.shape)} but the tensor has "
                 f"{tuple(self.tensor.shape)}; pass one output gradient per element"
             )
-
-
-Loss = "torch.Tensor | StartPoint"
 
 
 def check_losses(losses: Any) -> dict[str, Any]:

@@ -136,8 +136,12 @@ class Recorder:
         each loss's own gradient per scope is recorded too."""
         losses = check_losses(losses)
         if not self.disabled:
-            self._safely(self._before_backward, losses)
-        user_backward(losses, inputs)
+            self._safely(self._before_backward, losses, inputs is None)
+        try:
+            user_backward(losses, inputs)
+        except BaseException:
+            self._work.drop_hooks()
+            raise
         if not self.disabled:
             self._safely(self._work.after_backward)
 
@@ -207,10 +211,10 @@ class Recorder:
 
     # ----- internals --------------------------------------------------------
 
-    def _before_backward(self, losses: Mapping[str, Any]) -> None:
+    def _before_backward(self, losses: Mapping[str, Any], hooks_allowed: bool) -> None:
         if not self._work.in_block:
             self._work.begin_step()
-        self._work.before_backward(losses)
+        self._work.before_backward(losses, hooks_allowed)
 
     def _record_given(self, grads: Mapping[str, Any]) -> None:
         params = self._work.params
@@ -265,6 +269,7 @@ class Recorder:
 
     def _step_aside(self, error: Exception) -> None:
         self.disabled = True
+        self._work.drop_hooks()
         self._work.stop_capture()
         for hook in self._hooks:
             hook.remove()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,16 @@ class _StepWork:
     capture_error: Exception | None = None
     optimizer_stepped: bool = False
     reach: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
+    # A single loss's gradients, seen by hooks during the user's own backward.
+    hooked: _Hooked | None = None
+
+
+@dataclasses.dataclass
+class _Hooked:
+    names: list[str]
+    reach: dict[str, set[int]]
+    handles: list[Any]
+    grads: dict[int, torch.Tensor]
 
 
 class TorchRecording:
@@ -223,14 +233,29 @@ class TorchRecording:
         capture.clear()
 
     def after_backward(self) -> None:
-        """After the user's backward: its losses are in `.grad`; outside a
-        block, the step's backwards are done."""
+        """After the user's backward: its losses are in `.grad`, the hooked
+        gradients become tables; outside a block, the step's backwards are done."""
         work = self.work
         if work is not None and work.last_reach:
             work.ledger.after_backward(work.last_reach)
             work.last_reach = {}
+        if work is not None and work.hooked is not None:
+            hooked, work.hooked = work.hooked, None
+            drop_hooks(hooked)
+            grads: list[torch.Tensor | None] = [None] * len(self.params)
+            for i, g in hooked.grads.items():
+                grads[i] = g.unsqueeze(0)
+            with Capture.paused(), torch.no_grad():
+                self._tables(work, hooked.names, grads, hooked.reach)
         if not self.in_block:
             self.backwards_done()
+
+    def drop_hooks(self) -> None:
+        """Removes the gradient hooks of a backward that raised."""
+        work = self.work
+        if work is not None and work.hooked is not None:
+            drop_hooks(work.hooked)
+            work.hooked = None
 
     def backwards_done(self) -> None:
         """The step's last backward ran (a backward outside a block, a block's
@@ -263,8 +288,12 @@ class TorchRecording:
 
     # ----- a backward -----------------------------------------------------
 
-    def before_backward(self, losses: Mapping[str, Any]) -> None:
-        """At a recorded or analysed step: each loss's reach, gradients and facts."""
+    def before_backward(self, losses: Mapping[str, Any], hooks_allowed: bool = True) -> None:
+        """At a recorded or analysed step: each loss's reach, gradients and facts.
+
+        A single loss's gradient is the user's backward's own: hooks on the
+        parameters it reaches see it go by (no second backward); several
+        losses' come from one batched `autograd.grad` before it."""
         capture = self.capture
         work = self.work
         if work is None:
@@ -277,7 +306,9 @@ class TorchRecording:
             work.reach.update({n: frozenset(r) for n, r in reach.items()})
             work.last_reach = reach
             work.ledger.before_backward(set().union(*reach.values()))
-            if work.recorded:
+            if work.recorded and hooks_allowed and len(losses) == 1:
+                self._hook_gradients(work, reach)
+            elif work.recorded:
                 self._record_gradients(work, losses, reach)
             if self.in_block or work.captured or self._changed(work):
                 for name, loss in losses.items():
@@ -334,6 +365,26 @@ class TorchRecording:
         """Whether the step's losses were never analysed together, or reach other
         parameters than at their last analysis."""
         return self.analysed.get(frozenset(work.reach)) != frozenset(work.reach.items())
+
+    def _hook_gradients(self, work: _StepWork, reach: Mapping[str, set[int]]) -> None:
+        """Hooks on the parameters a single loss reaches: each sees its gradient
+        as the user's backward accumulates it (returning None, they change nothing)."""
+        got: dict[int, torch.Tensor] = {}
+
+        def keep(i: int) -> Callable[[torch.Tensor], None]:
+            def hook(grad: torch.Tensor | None) -> None:
+                if grad is not None:  # None: a custom Function's backward gave none
+                    got[i] = grad
+
+            return hook
+
+        (name,) = reach
+        handles = [
+            self.params[i].register_hook(keep(i))
+            for i in sorted(reach[name])
+            if self.params[i].requires_grad
+        ]
+        work.hooked = _Hooked([name], {n: set(r) for n, r in reach.items()}, handles, got)
 
     def _record_gradients(self, work: _StepWork, losses: Mapping[str, Any], reach) -> None:
         union = sorted(set().union(*reach.values()))
@@ -441,3 +492,8 @@ class TorchRecording:
             self.rules.write(self.writer.write_blobs, {step: events}, TRACE_EVENTS)
         self.writer.flush()
         self.rules.apply_policy(events)
+
+
+def drop_hooks(hooked: _Hooked) -> None:
+    for handle in hooked.handles:
+        handle.remove()

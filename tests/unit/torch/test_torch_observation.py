@@ -108,3 +108,16 @@ def test_two_recorders_in_one_process_each_see_their_own_step(tmp_path):
     assert run_a.flowgraph.cells["la"]["a/0"] == fmt.UPDATES
     assert run_b.flowgraph.cells["lb"]["b/0"] == fmt.UPDATES  # the bias keeps a path open
     assert run_a.grad_steps == run_b.grad_steps == [0, 1]
+
+
+def test_a_backward_that_raises_leaves_no_gradient_hook_behind(tmp_path):
+    net = torch_loops.mlp(2, 1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
+    loss = net(torch.ones(1, 2)).sum()
+    rec.backward({"l": loss})
+    with pytest.raises(RuntimeError, match="second time"):
+        rec.backward({"l": loss})  # the graph was freed by the first backward
+    assert all(not p._backward_hooks for p in net.parameters())
+    rec.backward({"l": net(torch.ones(1, 2)).sum()})
+    rec.close()
+    assert not rec.disabled
