@@ -282,9 +282,10 @@ class TorchRecording:
                     self.pending.pop(key, None)
                 else:
                     self.pending[key] = self.step + max(4, 2 * self.every)
-        self.pending = {k: last for k, last in self.pending.items() if last > self.step}
-        if self.pending:
-            self.start_capture()
+        if self.pending:  # a step with nothing due pays this test only
+            self.pending = {k: last for k, last in self.pending.items() if last > self.step}
+            if self.pending:
+                self.start_capture()
 
     # ----- a backward -----------------------------------------------------
 
