@@ -5,6 +5,7 @@ backward, and alternating losses (a GAN's) each get their own analysis."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tb_gradscope import format as fmt
@@ -18,22 +19,25 @@ def _two_nets():
     return torch_loops.mlp(3, 4), torch_loops.mlp(4, 1)
 
 
-def test_a_zero_grad_after_the_backward_discards_the_loss_before_the_next_step(tmp_path):
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_zero_grad_after_the_backward_discards_the_loss_before_the_next_step(
+    tmp_path, set_to_none
+):
     a, b = _two_nets()
     opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
     rec = Recorder(tmp_path, every_n_steps=1, models={"a": a, "b": b}, optimizers=[opt_a, opt_b])
     x = torch.randn(5, 3)
-    for set_to_none in (True, False):
-        with rec.step():
-            opt_a.zero_grad()
-            rec.backward({"first": b(a(x)).pow(2).mean()})  # reaches a and b
-            opt_a.step()
-            opt_b.zero_grad(set_to_none=set_to_none)  # throws first's gradient on b away
-            rec.backward({"second": b(torch.randn(5, 4)).mean()})
-            opt_b.step()
+    with rec.step():
+        opt_a.zero_grad()
+        opt_b.zero_grad()
+        rec.backward({"first": b(a(x)).pow(2).mean()})  # reaches a and b
+        opt_a.step()
+        opt_b.zero_grad(set_to_none=set_to_none)  # throws first's gradient on b away
+        rec.backward({"second": b(torch.randn(5, 4)).mean()})
+        opt_b.step()
     rec.close()
     (run,) = load_logdir(str(tmp_path))
-    cells = run.flowgraph_at(0).cells
+    cells = run.flowgraph.cells
     assert cells["first"]["a"] == fmt.UPDATES
     assert cells["first"]["b"] == fmt.IGNORED
     assert cells["second"]["b"] == fmt.UPDATES
@@ -108,3 +112,16 @@ def test_alternating_losses_are_each_analysed_at_their_first_step(tmp_path):
         cells = run.flowgraph_at(step).cells
         assert cells["g"]["disc"] == fmt.IGNORED and cells["g"]["gen"] == fmt.UPDATES
         assert cells["d"]["gen"] == fmt.BLOCKED and cells["d"]["disc"] == fmt.UPDATES
+
+
+def test_a_clipped_gradient_is_still_applied(tmp_path):
+    a, b = _two_nets()
+    opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"a": a, "b": b}, optimizers=[opt])
+    opt.zero_grad()
+    rec.backward({"fit": b(a(torch.randn(5, 3))).pow(2).mean()})
+    torch.nn.utils.clip_grad_norm_([*a.parameters(), *b.parameters()], 1e-3)  # in place
+    opt.step()
+    rec.close()
+    (run,) = load_logdir(str(tmp_path))
+    assert set(run.flowgraph.cells["fit"].values()) == {fmt.UPDATES}  # a, b and their layers
