@@ -25,6 +25,7 @@ drift series by `tb_gradscope.read.tracks`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -295,7 +296,8 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str, r
     via = f" (path {' -> '.join(path)})" if len(path) > 2 else ""
     per_path = [e for e in cuts if e.open_path]
     if isinstance(rule, Blocked) and per_path:
-        return _per_path_hint(evidence, rule, loss, scope, path, cut, per_path[0])
+        hint = _per_path_hint(evidence, rule, loss, scope, path, cut, per_path[0])
+        return f"{hint}; to block every path, {_cut_fix(flowgraph, cut)}"
     if flowgraph.cells.get(loss, {}).get(scope) == fmt.UPDATES:
         reason = _optimizer_must_change(flowgraph, loss, scope, cut)
         if reason:
@@ -303,15 +305,13 @@ def _add_path(evidence: dict, flowgraph: fmt.FlowGraph, loss: str, scope: str, r
             evidence["needed_by"] = reason[1]
             return (
                 f"{via}: the optimizer step fed by loss '{loss}' writes scope '{scope}', {reason[0]}; "
-                f"leave '{scope}' out of the var_list of the optimizer that minimizes loss '{loss}'"
+                f"leave '{scope}' out of the {_words(flowgraph).scoped} of the optimizer that "
+                f"minimizes loss '{loss}'"
             )
     evidence["cause"] = CAUSE_MISSING_CUT
     evidence["missing_cut"] = list(cut)
     also = f"; the cut at {existing[0]} does not cover it" if existing else ""
-    return (
-        f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; "
-        f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
-    )
+    return f": missing cut on {cut[0]} -> {cut[1]}{via}{also}; {_cut_fix(flowgraph, cut)}"
 
 
 def _per_path_hint(
@@ -336,9 +336,7 @@ def _per_path_hint(
         tail += (
             f". If the gradient through {via_scope} is intended, write {suggested} to pin that cut"
         )
-    return tail + (
-        f"; to block every path, wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
-    )
+    return tail
 
 
 def _top_outside(node: str, scope: str) -> str:
@@ -400,7 +398,7 @@ def path_rule_events(
                 message = (
                     f"loss '{loss}' reaches scope '{scope}' by a path that does not pass through {shown} "
                     f"({' -> '.join(path)}): missing cut on {cut[0]} -> {cut[1]}{also}; "
-                    f"wrap the tensor leaving {cut[0]} in tf.stop_gradient where {cut[1]} reads it"
+                    f"{_cut_fix(flowgraph, cut)}"
                 )
             elif (
                 row[scope] == fmt.INDEPENDENT
@@ -457,7 +455,8 @@ def _optimizer_must_change(
     if starved:
         shown = ", ".join(repr(s) for s in outermost(starved)[:3])
         return (
-            f"and a tf.stop_gradient on {cut[0]} -> {cut[1]} would also cut its gradient into {shown}",
+            f"and a {_words(flowgraph).cutter} on {cut[0]} -> {cut[1]} would also cut its gradient "
+            f"into {shown}",
             [loss],
         )
     others = sorted(
@@ -469,6 +468,36 @@ def _optimizer_must_change(
         return None  # the same optimizer step (or no optimizer seen): cut the path
     owners = ", ".join(repr(o) for o in others)
     return (f"which loss {owners} trains with an optimizer of its own", others)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Words:
+    """How the framework that traced a run (`FlowGraph.source`) says a fix."""
+
+    cutter: str  # what cuts a path
+    cut_fix: str  # the missing cut's fix ({src}, {dst}: the scope-graph edge)
+    scoped: str  # what limits an optimizer to some variables
+
+
+_TF_WORDS = _Words(
+    "tf.stop_gradient",
+    "wrap the tensor leaving {src} in tf.stop_gradient where {dst} reads it",
+    "var_list",
+)
+_TORCH_WORDS = _Words(
+    ".detach()",
+    "call .detach() on the tensor leaving {src} where {dst} reads it (or compute it under "
+    "torch.no_grad())",
+    "param groups",
+)
+
+
+def _words(flowgraph: fmt.FlowGraph) -> _Words:
+    return _TORCH_WORDS if flowgraph.source == "torch" else _TF_WORDS
+
+
+def _cut_fix(flowgraph: fmt.FlowGraph, cut: tuple[str, str]) -> str:
+    return _words(flowgraph).cut_fix.format(src=cut[0], dst=cut[1])
 
 
 def _optimizer(flowgraph: fmt.FlowGraph, loss: str) -> str:

@@ -17,6 +17,15 @@ reference (numbers from `.item()` as themselves): the capture keeps nothing
 alive. It also keeps which scopes feed which (the scope graph): a result made with a parameter of scope S
 comes out of S. Parameters are never tracked as results (an in-place update
 of a parameter under `no_grad` is the optimizer's or a target copy's).
+The outputs differentiated by `torch.autograd.grad` stand for the losses of
+gradients handed to `record_gradients` (`given_deps`), and the first op
+that consumes a custom `autograd.Function`'s output names the user's line
+that applied it (`custom_sources`). For per-path cuts each result also keeps
+the scopes it comes out of by a gradient path (`open_origins`, and the
+scope edges such paths take, `open_edges`), and every stop-gradient cut of
+an open path on its way, with the scope the cut value came out of
+(`path_cuts`): SimSiam's `.detach()` of an encoder output the loss also
+reads through the predictor.
 """
 
 from __future__ import annotations
@@ -74,6 +83,8 @@ class _Tracked:
     value: Callable[[], Any]
     deps: Deps
     origins: frozenset[str]
+    open_origins: frozenset[str] = frozenset()
+    path_cuts: frozenset[tuple[PathCut, str]] = frozenset()
 
 
 # How many recorders are computing their own statistics now: no capture
@@ -99,7 +110,10 @@ class Capture(torch.overrides.TorchFunctionMode):
         self._param_scopes = param_scopes
         self._tracked: dict[int, _Tracked] = {}
         self.edges: Counter[tuple[str, str]] = Counter()
+        self.open_edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
+        self.custom_sources: dict[str, SourceLine | None] = {}
+        self._given: tuple[Deps, frozenset[str]] | None = None
         self._added = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -107,6 +121,9 @@ class Capture(torch.overrides.TorchFunctionMode):
         out = func(*args, **kwargs)
         if self.error is None and not _RECORDERS_AT_WORK[0]:
             try:
+                if func is torch.autograd.grad:
+                    self._differentiated(args[0] if args else kwargs.get("outputs"))
+                    return out
                 self._observe(func, args, kwargs, out)
             except Exception as e:  # noqa: BLE001 - observing must never break the step
                 self.error = e
@@ -122,6 +139,22 @@ class Capture(torch.overrides.TorchFunctionMode):
             return None
         return entry.deps, entry.origins
 
+    def paths_of(self, value: Any) -> tuple[frozenset[str], frozenset[tuple[PathCut, str]]]:
+        """(open origins, per-path cut candidates) of a tensor seen in the step."""
+        index = self._param_index.get(id(value))
+        if index is not None:
+            return frozenset({self._param_scopes[index]}), frozenset()
+        entry = self._tracked.get(id(value))
+        if entry is None or entry.value() is not value:
+            return frozenset(), frozenset()
+        return entry.open_origins, entry.path_cuts
+
+    def given_deps(self) -> tuple[Deps, frozenset[str]] | None:
+        """(deps, origins) of every output `torch.autograd.grad` differentiated
+        since the last call; None if it saw none."""
+        given, self._given = self._given, None
+        return given
+
     @staticmethod
     def paused() -> contextlib.AbstractContextManager:
         """While a recorder computes its statistics: no capture observes its ops."""
@@ -131,6 +164,22 @@ class Capture(torch.overrides.TorchFunctionMode):
         """Forgets the step (releases the tensors held for it)."""
         self._tracked.clear()
         self.edges.clear()
+        self.open_edges.clear()
+        self.custom_sources.clear()
+        self._given = None
+
+    def _differentiated(self, outputs: Any) -> None:
+        deps, origins = self._given or ({}, frozenset())
+        deps = dict(deps)
+        for value in _leaves(outputs):
+            seen = self.deps_of(value) if isinstance(value, torch.Tensor) else None
+            if seen is None:
+                continue
+            for i, cut in seen[0].items():
+                if i not in deps or cut is None:  # an open path wins over a cut
+                    deps[i] = cut
+            origins |= seen[1]
+        self._given = deps, origins
 
     # ----- internals -------------------------------------------------------
 
@@ -138,8 +187,13 @@ class Capture(torch.overrides.TorchFunctionMode):
         deps: Deps = {}
         origins: set[str] = set()
         used: set[str] = set()
+        open_in: set[str] = set()
+        cuts_in: set[tuple[PathCut, str]] = set()
         name = _name(func)
         for value in _leaves((args, kwargs)):
+            node = getattr(value, "grad_fn", None) if isinstance(value, torch.Tensor) else None
+            if isinstance(node, torch.autograd.function.BackwardCFunction):
+                self.custom_sources.setdefault(type(node).__name__, caller_source())
             index = self._param_index.get(id(value))
             if index is not None and isinstance(value, torch.Tensor):
                 used.add(self._param_scopes[index])
@@ -154,6 +208,8 @@ class Capture(torch.overrides.TorchFunctionMode):
             if entry is None or entry.value() is not value:
                 continue
             origins |= entry.origins
+            open_in |= entry.open_origins
+            cuts_in |= entry.path_cuts
             for i, cut in entry.deps.items():
                 if i not in deps or cut is None:  # an open path wins over a cut
                     deps[i] = cut
@@ -163,7 +219,11 @@ class Capture(torch.overrides.TorchFunctionMode):
             for dst in used:
                 if src != dst:
                     self.edges[(src, dst)] += 1
+                    if src in open_in:
+                        self.open_edges[(src, dst)] += 1
         out_origins = frozenset(used or origins)
+        path_cuts = frozenset(cuts_in)
+        out_open = frozenset(used or open_in)
         if name in _TO_NUMBER:
             cut = PathCut(CAUSE_NON_DIFFERENTIABLE, name, caller_source())
             for value in _leaves(out):
@@ -173,19 +233,34 @@ class Capture(torch.overrides.TorchFunctionMode):
         for value in _leaves(out):
             if not isinstance(value, torch.Tensor) or id(value) in self._param_index:
                 continue
-            cut = None if value.requires_grad else _cut_for(name, value)
-            self._keep(value, deps if cut is None else _cut_open(deps, cut), out_origins)
+            if value.requires_grad:  # open: out of the op's own scope, else of its open inputs
+                self._keep(value, deps, out_origins, out_open, path_cuts)
+                continue
+            cut = _cut_for(name, value)
+            cuts = path_cuts
+            if cut.cause == CAUSE_STOP_GRADIENT and open_in:
+                cuts = path_cuts | {(cut, src) for src in open_in}
+            self._keep(value, _cut_open(deps, cut), out_origins, frozenset(), cuts)
 
-    def _keep(self, value: Any, deps: Deps, origins: frozenset[str]) -> None:
+    def _keep(
+        self,
+        value: Any,
+        deps: Deps,
+        origins: frozenset[str],
+        open_origins: frozenset[str] = frozenset(),
+        path_cuts: frozenset[tuple[PathCut, str]] = frozenset(),
+    ) -> None:
         entry = self._tracked.get(id(value))
         if entry is not None and entry.value() is value:  # in place: paths add up
             merged = dict(entry.deps)
             for i, cut in deps.items():
                 merged[i] = None if cut is None or merged.get(i, cut) is None else merged[i]
             entry.deps, entry.origins = merged, entry.origins | origins
+            entry.open_origins |= open_origins
+            entry.path_cuts |= path_cuts
             return
         ref = weakref.ref(value) if isinstance(value, torch.Tensor) else (lambda v=value: v)
-        self._tracked[id(value)] = _Tracked(ref, deps, origins)
+        self._tracked[id(value)] = _Tracked(ref, deps, origins, open_origins, path_cuts)
         self._added += 1
         if self._added % _PRUNE_EVERY == 0:
             self._tracked = {k: e for k, e in self._tracked.items() if e.value() is not None}

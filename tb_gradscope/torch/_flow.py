@@ -10,6 +10,7 @@ cause, op and the user's line.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Mapping, Sequence
 
@@ -19,13 +20,16 @@ from tb_gradscope.format.flowgraph import (
     BLOCKED,
     CAUSE_CUSTOM_GRADIENT_NONE,
     CAUSE_UNKNOWN,
+    IGNORED,
     NODE_LOSS,
     NODE_SCOPE,
+    UPDATES,
     BlockedEdge,
     FlowGraph,
     GraphEdge,
     GraphNode,
     LossInfo,
+    SourceLine,
 )
 from tb_gradscope.torch._capture import PathCut
 from tb_gradscope.torch._names import NamedParameters
@@ -46,6 +50,9 @@ class LossFacts:
         no optimizer known).
       optimizer: the label of the optimizer its gradient feeds ("" unknown).
       captured: (deps, origins) of its tensor from the capture, None if unseen.
+      custom_sources: custom Function name -> the user's line that applied it.
+      open_origins: the scopes its tensor comes out of by a gradient path.
+      path_cuts: (stop-gradient cut, scope the cut value came out of) on its way.
     """
 
     kind: str
@@ -55,6 +62,9 @@ class LossFacts:
     applied: set[int] | None
     optimizer: str = ""
     captured: tuple[dict[int, PathCut | None], frozenset[str]] | None = None
+    custom_sources: dict[str, SourceLine | None] = dataclasses.field(default_factory=dict)
+    open_origins: frozenset[str] = frozenset()
+    path_cuts: frozenset[tuple[PathCut, str]] = frozenset()
 
 
 def flowgraph(
@@ -64,8 +74,10 @@ def flowgraph(
     capture_error: Exception | None,
     applied_all: set[int] | None,
     requires_grad: Sequence[bool],
+    open_edges: Mapping[tuple[str, str], int] | None = None,
 ) -> FlowGraph:
-    """The FlowGraph of one analysed step."""
+    """The FlowGraph of one analysed step; `open_edges` are the scope edges
+    a gradient path takes (for per-path cuts)."""
     layout = names.layout
     leaves = list(layout.variable_leaf)
     scope_list = list(layout.scopes)
@@ -90,6 +102,7 @@ def flowgraph(
         for src in origins:
             loss_edges[(src, node)] = loss_edges.get((src, node), 0) + 1
         blocked += _blocked_edges(loss, names, states, cells[loss], deps, facts)
+        blocked += _path_cuts(loss, cells[loss], facts, open_edges or {})
     if capture_error is not None:
         warnings.append(
             f"the capture of the step stopped at an error ({type(capture_error).__name__}: "
@@ -123,6 +136,7 @@ def flowgraph(
         applied=applied,
         warnings=warnings,
         source=SOURCE,
+        path_cuts=True,
         trainable=cells_lib.trainability(list(requires_grad), leaves, scope_list),
     )
 
@@ -158,10 +172,69 @@ def _blocked_edges(
     ]
 
 
+def _path_cuts(
+    loss: str,
+    row: Mapping[str, str],
+    facts: LossFacts,
+    open_edges: Mapping[tuple[str, str], int],
+) -> list[BlockedEdge]:
+    """Per-path cuts: a stop-gradient cut of what a scope put out, where the
+    loss's gradient still reaches that scope by another path (the open path,
+    from the scope to the loss over edges a gradient path takes)."""
+    node = f"loss:{loss}"
+    out = []
+    for cut, producer in sorted(facts.path_cuts, key=lambda c: (c[1], c[0].op)):
+        if row.get(producer) not in (UPDATES, IGNORED):
+            continue
+        path = _open_path(producer, node, facts.open_origins, open_edges)
+        if path:
+            out.append(
+                BlockedEdge(
+                    loss=loss,
+                    producer=producer,
+                    consumer=cut.op,
+                    op_name=cut.op,
+                    op_type=cut.op.split(": ")[0],
+                    cause=cut.cause,
+                    producer_scope=producer,
+                    consumer_scope=node,
+                    source=cut.source,
+                    open_path=path,
+                )
+            )
+    return out
+
+
+def _open_path(
+    start: str,
+    loss_node: str,
+    into_loss: frozenset[str],
+    open_edges: Mapping[tuple[str, str], int],
+) -> tuple[str, ...]:
+    """The shortest scope path from `start` to the loss over gradient-carrying edges."""
+    nxt: dict[str, list[str]] = {}
+    for src, dst in open_edges:
+        nxt.setdefault(src, []).append(dst)
+    previous: dict[str, str | None] = {start: None}
+    queue = collections.deque([start])
+    while queue:
+        here = queue.popleft()
+        if here in into_loss:
+            path = [loss_node, here]
+            while previous[path[-1]] is not None:
+                path.append(previous[path[-1]])
+            return tuple(reversed(path))
+        for there in sorted(nxt.get(here, ())):
+            if there not in previous:
+                previous[there] = here
+                queue.append(there)
+    return ()
+
+
 def _cut_of(i: int, deps: Mapping[int, PathCut | None], facts: LossFacts) -> PathCut:
     if i in facts.none_grads:
         op = facts.custom[0] if facts.custom else "autograd.Function"
-        return PathCut(CAUSE_CUSTOM_GRADIENT_NONE, op, None)
+        return PathCut(CAUSE_CUSTOM_GRADIENT_NONE, op, facts.custom_sources.get(op))
     cut = deps.get(i)
     return cut if cut is not None else PathCut(CAUSE_UNKNOWN, "unknown", None)
 

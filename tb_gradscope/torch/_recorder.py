@@ -237,10 +237,10 @@ class Recorder:
             aligned[name] = column
             reach[name] = {i for i, g in enumerate(column) if g is not None}
         if not self._work.in_block:
-            self._work.stop_capture()
             self._work.begin_step()
         self._work.record_given(aligned, reach)
         if not self._work.in_block:
+            self._work.stop_capture()
             self._work.backwards_done()
 
     def _enter_block(self) -> None:
@@ -254,7 +254,7 @@ class Recorder:
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
         work = self._work.work
-        if self.disabled or work is None or not work.analysed:
+        if self.disabled or work is None:
             return
         self._safely(self._work.before_optimizer_step, optimizer)
 

@@ -11,10 +11,14 @@ step's result (optimizer steps, Polyak and hard copies). At a recorded step:
 - at its end, UPDATE_STATS and DRIFT, then every table of the step moves to
   the host in one transfer and is written, and the rules are checked.
 
-At a step that analyses (step 0, and the step after a recorded step whose
-reached parameters changed), the capture (`_capture`) is on from the end of
-the step before, and the FlowGraph is written at the step's end. A step with
-nothing due costs a counter.
+A step analyses when its set of losses was never analysed, or reaches other
+parameters than at that set's last analysis (step 0 always): alternating
+losses (a GAN's) each get theirs. The capture (`_capture`) is on at step 0
+and, while a loss set waits for an analysis with it, from the end of each
+step; a step analysed without it reuses its losses' last captured forward.
+The FlowGraph, written at the step's end, holds every loss analysed so far.
+Which optimizer step applies which loss's gradient is followed through
+`.grad` (`_ledger`). A step with nothing due costs a counter.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from tb_gradscope.torch import _torch_private as private
 from tb_gradscope.torch._capture import Capture
 from tb_gradscope.torch._drift import PairDrift
 from tb_gradscope.torch._flow import LossFacts, flowgraph
+from tb_gradscope.torch._ledger import GradLedger
 from tb_gradscope.torch._losses import StartPoint, per_loss_gradients, tensor_of
 from tb_gradscope.torch._names import NamedParameters
 
@@ -48,15 +53,19 @@ class _StepWork:
 
     step: int
     recorded: bool
-    analysed: bool
+    captured: bool
+    ledger: GradLedger
+    analysed: bool = False
     before: torch.Tensor | None = None
     grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     grams: list[tuple[list[str], list[set[int]], torch.Tensor]] = dataclasses.field(
         default_factory=list
     )
     facts: dict[str, LossFacts] = dataclasses.field(default_factory=dict)
-    since: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    applied: dict[str, set[int]] = dataclasses.field(default_factory=dict)
+    last_reach: dict[str, set[int]] = dataclasses.field(default_factory=dict)
     edges: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    open_edges: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     capture_error: Exception | None = None
     optimizer_stepped: bool = False
     reach: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
@@ -101,18 +110,30 @@ class TorchRecording:
         dtypes = {p.dtype for p in self.params}
         # One flat snapshot: the parameters' own dtype when they share one.
         self._flat_dtype = None if len(dtypes) == 1 else torch.float64
-        self.stepped = {
-            id(p): k
-            for k, opt in enumerate(self.optimizers)
-            for g in opt.param_groups
-            for p in g["params"]
-        }
+        # Per optimizer, the indices of the parameters it steps (a parameter
+        # may be in several).
+        self.members = [
+            {
+                self.index[id(p)]
+                for g in opt.param_groups
+                for p in g["params"]
+                if id(p) in self.index
+            }
+            for opt in self.optimizers
+        ]
         self.step = 0
         self.open = False
         self.in_block = False
         self.work: _StepWork | None = None
-        self.fingerprint: frozenset | None = None
-        self.analyse_next = True
+        # loss set -> its reach at its last analysis; loss set -> the last step
+        # it may wait for an analysis with the capture on.
+        self.analysed: dict[frozenset[str], frozenset] = {}
+        self.pending: dict[frozenset[str], int] = {}
+        # The latest analysis of every loss, and the scope graph's edges: the
+        # FlowGraph holds every loss analysed so far.
+        self.loss_facts: dict[str, LossFacts] = {}
+        self.graph_edges: dict[tuple[str, str], int] = {}
+        self.graph_open_edges: dict[tuple[str, str], int] = {}
         self.capture: Capture | None = None
 
     # ----- step boundaries -------------------------------------------------
@@ -128,12 +149,11 @@ class TorchRecording:
             self.step += 1
         self.open = True
         recorded = self.step % self.every == 0
-        analysed = self.analyse_next
-        self.analyse_next = False
-        if not (recorded or analysed):
+        captured = self.capture is not None
+        if not (recorded or captured):
             self.work = None
             return
-        self.work = _StepWork(self.step, recorded, analysed)
+        self.work = _StepWork(self.step, recorded, captured, GradLedger(self.params))
         if recorded:
             self.work.before = stats.flat(self.params, self._flat_dtype)
             for drift in self.drifts:
@@ -204,16 +224,21 @@ class TorchRecording:
             return
         private.leave_function_mode(capture)
         work = self.work
-        if work is not None and work.analysed:
+        if work is not None:
             for edge, count in capture.edges.items():
                 work.edges[edge] = work.edges.get(edge, 0) + count
+            for edge, count in capture.open_edges.items():
+                work.open_edges[edge] = work.open_edges.get(edge, 0) + count
             work.capture_error = work.capture_error or capture.error
         capture.clear()
 
     def after_backward(self) -> None:
-        """After the user's backward: the hooked gradients become tables; outside
-        a block, the step's backwards are done."""
+        """After the user's backward: its losses are in `.grad`, the hooked
+        gradients become tables; outside a block, the step's backwards are done."""
         work = self.work
+        if work is not None and work.last_reach:
+            work.ledger.after_backward(work.last_reach)
+            work.last_reach = {}
         if work is not None and work.hooked is not None:
             hooked, work.hooked = work.hooked, None
             drop_hooks(hooked)
@@ -234,19 +259,33 @@ class TorchRecording:
 
     def backwards_done(self) -> None:
         """The step's last backward ran (a backward outside a block, a block's
-        exit): whether the next step analyses is known, and if so the capture
-        goes on now (the next forward runs before its backward). A recorded
-        step whose losses reach other parameters than at the last analysis
-        makes the next step analyse."""
+        exit). The step analyses when its loss set was never analysed, reaches
+        other parameters than then, or waits for the capture and had it. An
+        analysis without the capture reuses each loss's last captured forward;
+        a loss without one leaves its set waiting, and while any set waits
+        the capture goes on now (the next forward runs before its backward)."""
         work = self.work
         if work is not None and work.reach:
-            fingerprint = frozenset(work.reach.items())
-            if work.analysed:
-                self.fingerprint = fingerprint
-            elif fingerprint != self.fingerprint:
-                self.analyse_next = True
-        if self.analyse_next:
-            self.start_capture()
+            key = frozenset(work.reach)
+            if self._changed(work) or (key in self.pending and work.captured):
+                work.analysed = True
+                self.analysed[key] = frozenset(work.reach.items())
+                complete = True
+                for name, facts in work.facts.items():
+                    last = self.loss_facts.get(name)
+                    if facts.captured is None:
+                        facts.captured = last.captured if last is not None else None
+                        if last is not None:
+                            facts.open_origins, facts.path_cuts = last.open_origins, last.path_cuts
+                        complete = complete and last is not None and last.reach == facts.reach
+                if work.captured or (complete and all(f.captured for f in work.facts.values())):
+                    self.pending.pop(key, None)
+                else:
+                    self.pending[key] = self.step + max(4, 2 * self.every)
+        if self.pending:  # a step with nothing due pays this test only
+            self.pending = {k: last for k, last in self.pending.items() if last > self.step}
+            if self.pending:
+                self.start_capture()
 
     # ----- a backward -----------------------------------------------------
 
@@ -266,13 +305,13 @@ class TorchRecording:
             for name, loss in losses.items():
                 reach[name], custom[name] = reach_lib.reached(tensor_of(loss), self.index)
             work.reach.update({n: frozenset(r) for n, r in reach.items()})
+            work.last_reach = reach
+            work.ledger.before_backward(set().union(*reach.values()))
             if work.recorded and hooks_allowed and len(losses) == 1:
                 self._hook_gradients(work, reach)
             elif work.recorded:
                 self._record_gradients(work, losses, reach)
-            if work.analysed:
-                for k in range(len(self.optimizers)):
-                    work.since.setdefault(k, []).extend(losses)
+            if self.in_block or work.captured or self._changed(work):
                 for name, loss in losses.items():
                     work.facts[name] = self._facts(name, loss, reach, custom, capture)
         if not self.in_block:
@@ -297,27 +336,36 @@ class TorchRecording:
                 )
             self._tables(work, names, stacked, reach)
         work.reach.update({n: frozenset(r) for n, r in reach.items()})
-        if work.analysed:
-            for name in grads:
-                work.facts[name] = LossFacts("loss", set(reach[name]), set(), [], None)
+        work.ledger.given(reach)
+        # No loss tensor: the forward is what the step's torch.autograd.grad calls differentiated.
+        captured = self.capture.given_deps() if self.capture is not None else None
+        for name in grads:
+            work.facts[name] = LossFacts("loss", set(reach[name]), set(), [], None, "", captured)
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Which losses' gradients an optimizer step consumes (at an analysed step)."""
+        """Which losses' gradients an optimizer step consumes: those its
+        parameters' `.grad` still holds (at a recorded or captured step)."""
         work = self.work
-        if work is None or not work.analysed:
+        if work is None:
             return
         k = next((i for i, opt in enumerate(self.optimizers) if opt is optimizer), None)
         if k is None:
             return
         work.optimizer_stepped = True
-        for loss in work.since.pop(k, []):
+        with Capture.paused():
+            consumed = work.ledger.consumed(self.members[k])
+        for loss, indices in consumed.items():
+            work.applied.setdefault(loss, set()).update(indices)
             facts = work.facts.get(loss)
             if facts is not None:
                 facts.optimizer = facts.optimizer or f"opt{k}"
-                fed = self._applied(k)
-                facts.applied = fed if facts.applied is None else facts.applied | fed
 
     # ----- internals --------------------------------------------------------
+
+    def _changed(self, work: _StepWork) -> bool:
+        """Whether the step's losses were never analysed together, or reach other
+        parameters than at their last analysis."""
+        return self.analysed.get(frozenset(work.reach)) != frozenset(work.reach.items())
 
     def _hook_gradients(self, work: _StepWork, reach: Mapping[str, set[int]]) -> None:
         """Hooks on the parameters a single loss reaches: each sees its gradient
@@ -398,6 +446,9 @@ class TorchRecording:
                 else set()
             )
         captured = capture.deps_of(root) if capture is not None else None
+        open_origins, path_cuts = (
+            capture.paths_of(root) if capture is not None else (frozenset(), frozenset())
+        )
         return LossFacts(
             kind="start_point" if grad is not None else "loss",
             reach=set(reach[name]),
@@ -405,34 +456,39 @@ class TorchRecording:
             custom=custom[name],
             applied=None,
             captured=captured,
+            custom_sources=dict(capture.custom_sources) if capture is not None else {},
+            open_origins=open_origins,
+            path_cuts=path_cuts,
         )
 
-    def _applied(self, k: int | None) -> set[int]:
-        """Parameters optimizer k (None: any optimizer) steps."""
-        return {
-            i
-            for i, p in enumerate(self.params)
-            if id(p) in self.stepped and (k is None or self.stepped[id(p)] == k)
-        }
-
     def _write_flowgraph(self, step: int, work: _StepWork) -> None:
-        applied_all = self._applied(None) if self.optimizers else None
-        for facts in work.facts.values():
-            if facts.applied is None and self.optimizers:
-                # No optimizer step consumed this loss's gradient; with no step
-                # seen at all, which consumes what is not known: any may.
-                facts.applied = set() if work.optimizer_stepped else applied_all
+        applied_all = set().union(*self.members) if self.optimizers else None
+        for name, facts in work.facts.items():
+            if self.optimizers:
+                # With no optimizer step seen in the step, which consumes what
+                # is not known: any may.
+                facts.applied = (
+                    work.applied.get(name, set()) if work.optimizer_stepped else applied_all
+                )
+        self.loss_facts.update(work.facts)
+        self.graph_edges.update(work.edges)
+        self.graph_open_edges.update(work.open_edges)
         graph = flowgraph(
             self.names,
-            work.facts,
-            work.edges,
+            self.loss_facts,
+            self.graph_edges,
             work.capture_error,
             applied_all,
             [p.requires_grad for p in self.params],
+            self.graph_open_edges,
         )
         info = fmt.make_info(fmt.Kind.FLOWGRAPH, attrs=self.rules.flowgraph_attrs)
         self.writer.write_blobs(info, [graph.to_json()], step)
-        events = self.rules.at_analysis(graph, step)
+        # A loss the FlowGraph lacks may come at a later step (a GAN's losses
+        # alternate): `tb-gradscope check` reports rule losses no step matched.
+        events = [
+            e for e in self.rules.at_analysis(graph, step) if e.evidence.get("unmatched") != "loss"
+        ]
         if events:
             self.rules.write(self.writer.write_blobs, {step: events}, TRACE_EVENTS)
         self.writer.flush()

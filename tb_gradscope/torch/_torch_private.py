@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.overrides
 
-__all__ = ["foreach_norm", "leave_function_mode"]
+__all__ = ["foreach_norm", "leave_function_mode", "version"]
 
 
 def leave_function_mode(mode: Any) -> bool:
@@ -42,3 +42,12 @@ def foreach_norm(tensors: Sequence[torch.Tensor], ord: float) -> tuple[torch.Ten
     elements, inf is the max |x|. `torch.linalg.vector_norm` takes one tensor
     a call; no public API reduces a list of tensors at once."""
     return tuple(torch._foreach_norm(list(tensors), ord))
+
+
+def version(tensor: torch.Tensor) -> int:
+    """The tensor's version counter (`Tensor._version`): autograd bumps it at
+    every in-place change, so an unchanged `.grad` (same tensor, same version)
+    still holds the gradients accumulated into it. `zero_grad(set_to_none=False)`
+    and a backward that accumulates both change it in place; no public API tells
+    a tensor was written since."""
+    return tensor._version

@@ -96,18 +96,8 @@ def test_every_block_of_the_guide_is_run_here():
     assert set(_blocks()) == set(TRUTHS)
 
 
-# A recorder bug (tests/unit/torch/test_torch_found_by_demos.py): gradients given
-# through rec.record_gradients feed no optimizer step, so they read 'ignored'.
-GIVEN_GRADIENTS_IGNORED = pytest.mark.xfail(
-    strict=True, reason="record_gradients' losses feed no optimizer step (reads 'ignored')"
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=GIVEN_GRADIENTS_IGNORED) if n == "autograd_grad" else n for n in TRUTHS],
-)
+@pytest.mark.parametrize("name", list(TRUTHS))
 def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
     logs = _run(name, tmp_path)
     graph = logs.flowgraphs[-1][1]

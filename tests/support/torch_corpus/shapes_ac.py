@@ -217,13 +217,6 @@ def _td3(leaky: bool):
 
 # ----- SAC ---------------------------------------------------------------------
 
-ZERO_GRAD_BUG = (
-    "recorder bug: a loss's gradient counts as applied by every optimizer stepped after its "
-    "backward in the rec.step() block, even one whose zero_grad() discarded it first: "
-    "alpha_opt.zero_grad() runs before the alpha backward, yet the product says (pi, alpha) "
-    "updates where the oracle says ignored; doctor then reports a judge_trained 'pi updates "
-    "alpha' on the correct sac, and on sac_leaky names only that, not the alpha loss reaching pi"
-)
 
 SAC_RULES = (
     "never(q, pi/*)",
@@ -475,12 +468,6 @@ SHAPES = [
         "sac",
         _sac(False),
         SAC_RULES,
-        xfail=ZERO_GRAD_BUG,
-        xfail_tests=(
-            "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-            "test_report_json_states_equal_the_oracle_at_every_recorded_step",
-            "test_correct_shape_has_no_finding",
-        ),
         causes=(NO_GRAD, DETACH),
         note="SAC: twin Q, backup under no_grad, temperature with its own optimizer, log pi detached",
     ),
@@ -488,14 +475,6 @@ SHAPES = [
         "sac_leaky",
         _sac(True),
         SAC_RULES,
-        xfail=ZERO_GRAD_BUG,
-        xfail_tests=(
-            "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-            "test_report_json_states_equal_the_oracle_at_every_recorded_step",
-            "test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak",
-            "test_every_rule_a_finding_proposes_is_false_in_the_oracle",
-            "test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin",
-        ),
         mutant_of="sac",
         causes=(NO_GRAD,),
         note="the temperature loss reads log pi without .detach()",

@@ -268,9 +268,6 @@ SHAPES = [
         RULES,
         mutant_of="dqn",
         advice=("detach",),
-        xfail="check's advice on a PyTorch run names TensorFlow's fix: 'wrap the tensor leaving "
-        "target/l2 in tf.stop_gradient', not .detach() / torch.no_grad()",
-        xfail_tests=("test_mutant_violation_advice_names_the_right_fix",),
         note="no .detach(): the TD error's gradient reaches the target network",
     ),
     Shape(

@@ -384,10 +384,6 @@ SHAPES = [
         _custom_function(),
         CUSTOM_RULES,
         causes=(("custom_gradient_none", "RoundNoGrad"),),
-        xfail="recorder bug: the blocked edge of a custom autograd.Function returning None has no "
-        "source line (_flow._cut_of builds its Cut with source None); every other cut names the "
-        "user's file:line",
-        xfail_tests=("test_blocked_edges_name_the_pytorch_call_and_the_users_line",),
         note="a custom autograd.Function whose backward returns None",
     ),
     Shape(
@@ -402,19 +398,6 @@ SHAPES = [
         _autograd_grad(),
         GRAD_RULES,
         causes=(DETACH,),
-        xfail="recorder bug: rec.record_gradients never links its losses to the optimizer steps "
-        "that follow (_recording.record_given adds nothing to work.since, which "
-        "before_optimizer_step reads; the same inside a rec.step() block): product td ignored on "
-        "online, oracle updates; and with gradients but no loss tensor the forward's dependence on "
-        "the detached target is not known (product: target independent, oracle: blocked; no "
-        "blocked edge)",
-        xfail_tests=(
-            "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-            "test_report_json_states_equal_the_oracle_at_every_recorded_step",
-            "test_check_passes_exactly_when_the_oracle_says_the_rules_hold",
-            "test_blocked_edges_name_every_producer_scope_the_cut_separates",
-            "test_blocked_edges_name_the_pytorch_call_and_the_users_line",
-        ),
         note="gradients of two micro-batches from torch.autograd.grad, summed, handed to "
         "rec.record_gradients",
     ),

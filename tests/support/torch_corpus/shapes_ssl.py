@@ -143,12 +143,6 @@ def _mean_teacher(leaky: bool):
 
 # ----- SimSiam -----------------------------------------------------------------------
 
-NO_PATH_CUTS = (
-    "recorder gap: the PyTorch FlowGraph holds no per-path cuts (blocked edges with open_path), "
-    "so check cannot judge blocked(simsiam, encoder/*, except_via=predictor) and fails the correct "
-    "run ('written before tb-gradscope recorded per-path cuts'), the detach beside the predictor "
-    "path is no blocked edge, and the mutant's violation says 'unchecked', not the fix"
-)
 SIMSIAM_RULES = (
     "blocked(simsiam, encoder/*, except_via=predictor)",
     "only(simsiam, [encoder, predictor])",
@@ -240,19 +234,6 @@ GAN_RULES = (
     "only(g_loss, [generator])",
 )
 LATENT = kit.ACTIONS  # the batch's `noise` is the latent code
-ALTERNATING_BUG = (
-    "recorder bug: with one rec.backward per step and the losses alternating, only the first "
-    "loss's steps are analysed: FlowGraphs are written at steps 0, 2, 4 (d_loss) and g_loss never "
-    "gets one, so its cells fall back to 'any optimizer applies': the product says (g_loss, "
-    "discriminator) updates where the oracle says ignored, check fails the correct gan and doctor "
-    "reports a judge_trained on it"
-)
-TWO_OPTIMIZERS_BUG = (
-    "recorder bug: a parameter in two optimizers' param groups counts as stepped by the last one "
-    "only (_recording.py: stepped = {id(p): k}): d_opt's step no longer applies d_loss to the "
-    "discriminator once g_opt holds it too (product ignored, oracle updates); and g_loss is never "
-    "analysed (the alternating-steps bug of gan), so doctor finds nothing"
-)
 
 
 def _gan(leaky: bool):
@@ -327,12 +308,6 @@ SHAPES = [
         _simsiam(False),
         SIMSIAM_RULES,
         causes=(DETACH,),
-        xfail=NO_PATH_CUTS,
-        xfail_tests=(
-            "test_check_passes_exactly_when_the_oracle_says_the_rules_hold",
-            "test_blocked_edges_name_the_pytorch_call_and_the_users_line",
-            "test_per_path_cuts_are_blocked_edges_where_the_oracle_finds_them",
-        ),
         note="SimSiam: symmetric loss, each view's embedding detached, the encoder learns through "
         "the predictor only",
     ),
@@ -342,8 +317,6 @@ SHAPES = [
         SIMSIAM_RULES,
         mutant_of="simsiam",
         advice=("detach",),
-        xfail=NO_PATH_CUTS,
-        xfail_tests=("test_mutant_violation_advice_names_the_right_fix",),
         note="no .detach(): the encoder also learns by the direct path",
     ),
     Shape(
@@ -366,13 +339,6 @@ SHAPES = [
         GAN_RULES,
         steps=6,
         causes=(DETACH,),
-        xfail=ALTERNATING_BUG,
-        xfail_tests=(
-            "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-            "test_report_json_states_equal_the_oracle_at_every_recorded_step",
-            "test_check_passes_exactly_when_the_oracle_says_the_rules_hold",
-            "test_correct_shape_has_no_finding",
-        ),
         note="GAN: discriminator and generator steps alternate, two optimizers, fake batch detached",
     ),
     Shape(
@@ -382,13 +348,6 @@ SHAPES = [
         steps=6,
         mutant_of="gan",
         causes=(DETACH,),
-        xfail=TWO_OPTIMIZERS_BUG,
-        xfail_tests=(
-            "test_matrix_route_states_equal_the_oracle_at_every_recorded_step",
-            "test_report_json_states_equal_the_oracle_at_every_recorded_step",
-            "test_mutant_has_a_finding_naming_the_loss_and_scope_of_its_leak",
-            "test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin",
-        ),
         note="the generator's optimizer over both networks",
     ),
 ]

@@ -1,11 +1,8 @@
 """Recorder bugs the PyTorch demos and bench_torch ran into, each pinned by a
-test of what should hold. Those still open are marked xfail(strict=True): a fix
-turns the test into an unexpected pass, which fails the suite until the marker
-goes. Fixed ones stay as plain tests."""
+test of what should hold; each is fixed and stays as a plain test."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
@@ -32,13 +29,6 @@ def test_two_recorders_built_before_their_first_steps_leave_no_capture_on(tmp_pa
     assert _capture_depth() == depth
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_recording.TorchRecording.stepped maps each parameter to one optimizer "
-    "(id(p) -> k, the last optimizer holding it wins): a parameter in two optimizers' "
-    "param groups counts as applied by the last only, so a loss whose own optimizer "
-    "also steps it reads 'ignored' instead of 'updates'",
-)
 def test_a_parameter_in_two_optimizers_is_updated_by_either(tmp_path):
     actor, critic = nn.Linear(2, 1), nn.Linear(1, 1)
     actor_opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], 0.1)  # the leak
@@ -62,13 +52,6 @@ def test_a_parameter_in_two_optimizers_is_updated_by_either(tmp_path):
     assert logs.flowgraphs[-1][1].cells["actor"]["critic"] == fmt.UPDATES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_recording.TorchRecording.record_given records the losses' facts but never "
-    "adds them to `since`, so the optimizer step that follows consumes none of them: "
-    "gradients given through rec.record_gradients read 'ignored' where opt.step() "
-    "applies them (docs/TORCH.md's autograd.grad block)",
-)
 def test_gradients_given_by_record_gradients_feed_the_optimizer_step_that_follows(tmp_path):
     net = nn.Linear(2, 1)
     opt = torch.optim.SGD(net.parameters(), 0.1)

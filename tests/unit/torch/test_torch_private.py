@@ -34,6 +34,14 @@ def test_foreach_norm():
     assert [float(n) for n in private.foreach_norm(xs, 1)] == [7.0, 2.0]
 
 
+def test_version():
+    grad = torch.zeros(3)
+    before = private.version(grad)
+    grad.add_(1.0)  # an in-place change (a backward accumulating, zero_grad(set_to_none=False))
+    assert private.version(grad) == before + 1
+    assert private.version(grad + 0) == 0  # a new tensor starts its own count
+
+
 def test_every_name_of_the_module_has_its_test():
     tree = ast.parse(pathlib.Path(private.__file__).read_text())
     public = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}

@@ -76,10 +76,14 @@ def test_analysis_runs_again_only_when_the_reached_parameters_change(tmp_path):
         rec.backward({"l": head(features).pow(2).mean()})
     rec.close()
     (run,) = load_logdir(str(tmp_path))
-    # analysed at 0; recorded step 4 reaches less -> step 5 analyses; then never again
-    assert [step for step, _ in run.flowgraphs] == [0, 5]
+    # analysed at 0; recorded step 4 reaches less: analysed at once from step 0's
+    # captured forward, and again at step 5 with the capture on; then never again
+    assert [step for step, _ in run.flowgraphs] == [0, 4, 5]
     assert run.flowgraph_at(2).cells["l"]["trunk"] == fmt.UPDATES
+    assert run.flowgraph_at(4).cells["l"]["trunk"] == fmt.BLOCKED
     assert run.flowgraph_at(6).cells["l"]["trunk"] == fmt.BLOCKED
+    (edge,) = run.flowgraph_at(6).blocked_edges
+    assert edge.op_name == "Tensor.detach" and edge.source.line > 0
 
 
 def test_rules_are_checked_at_analysis_and_at_recorded_steps(tmp_path):
