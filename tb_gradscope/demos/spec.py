@@ -107,7 +107,7 @@ def prepare_imports(names: Sequence[str]) -> None:
     `torch._dynamo`; importing `torch._dynamo` before tensorflow avoids it.
     """
     if any(framework(n) == "torch" for n in names):
-        import torch._dynamo  # noqa: F401
+        import tb_gradscope.torch  # noqa: F401  (loads torch._dynamo)
 
 
 def load_demo(name: str) -> Demo:

@@ -35,7 +35,7 @@ RULES = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Agent:
+class TorchAgent:
     """What a demo's update is built from: the networks, the recorder, the twin."""
 
     online: nn.Module
@@ -47,12 +47,12 @@ class Agent:
 
 
 # Builds the demo's update: (agent) -> (s, a, r, s2, terminated) -> TD loss.
-UpdateMaker = Callable[[Agent], Callable[..., torch.Tensor]]
+UpdateMaker = Callable[[TorchAgent], Callable[..., torch.Tensor]]
 OptimizerMaker = Callable[[list], torch.optim.Optimizer]
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class TorchOutcome:
     """The last TD loss, the returns of finished episodes, and the environment's name."""
 
     td: float
@@ -60,7 +60,7 @@ class Outcome:
     env_name: str
 
 
-def run(spec: RunSpec, make_optimizer: OptimizerMaker, make_update: UpdateMaker) -> Outcome:
+def run(spec: RunSpec, make_optimizer: OptimizerMaker, make_update: UpdateMaker) -> TorchOutcome:
     """Trains `spec.steps` optimizer steps with the update `make_update` builds.
 
     The clean twin's optimizer holds the online parameters; the leaky twin's
@@ -81,7 +81,7 @@ def run(spec: RunSpec, make_optimizer: OptimizerMaker, make_update: UpdateMaker)
         RULES,
         [pair_models(target, online, every=SYNC_EVERY)],
     )
-    update = make_update(Agent(online, target, optimizer, rec, env.num_actions, leaky))
+    update = make_update(TorchAgent(online, target, optimizer, rec, env.num_actions, leaky))
     rng = np.random.default_rng(spec.seed)
     buffer = ReplayBuffer(4096, env.observation_size, spec.seed)
     s = env.reset()
@@ -111,4 +111,4 @@ def run(spec: RunSpec, make_optimizer: OptimizerMaker, make_update: UpdateMaker)
             torch_common.hard_copy(online, target)
         spec.on_step(step + 1)
     rec.close()
-    return Outcome(td, returns, env.name)
+    return TorchOutcome(td, returns, env.name)

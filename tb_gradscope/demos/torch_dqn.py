@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from tb_gradscope.demos import torch_cartpole, torch_common
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.demos.torch_cartpole import GAMMA, RULES, Agent
+from tb_gradscope.demos.torch_cartpole import GAMMA, RULES, TorchAgent
 
 
 def train(spec: RunSpec) -> RunResult:
@@ -32,7 +32,7 @@ def train(spec: RunSpec) -> RunResult:
     )
 
 
-def _update(agent: Agent):
+def _update(agent: TorchAgent):
     """The TD update: its target `.detach()`ed (the leaky twin forgets it)."""
     online, target, optimizer, rec = agent.online, agent.target, agent.optimizer, agent.recorder
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from tb_gradscope.demos import torch_cartpole, torch_common
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-from tb_gradscope.demos.torch_cartpole import BATCH, GAMMA, RULES, Agent
+from tb_gradscope.demos.torch_cartpole import BATCH, GAMMA, RULES, TorchAgent
 
 CLIP_DELTA = 1.0
 
@@ -33,7 +33,7 @@ def train(spec: RunSpec) -> RunResult:
     return RunResult({"td": outcome.td}, outcome.env_name)
 
 
-def _update(agent: Agent):
+def _update(agent: TorchAgent):
     """DQN 3.0's update: backprop started at q_all with the clipped TD error
     (the leaky twin differentiates the squared TD error, target network included)."""
     from tb_gradscope.torch import StartPoint

@@ -23,7 +23,7 @@ from tb_gradscope.demos.multihead_task import BATCH, INPUT_DIM, N1, RULES, make_
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
 
 
-class Agent(nn.Module):
+class AgentNet(nn.Module):
     """The seed's graph: X -> layer1 -> (layer2_1 -> y1, layer2_2 -> y2)."""
 
     def __init__(self, detach_head2: bool):
@@ -44,7 +44,7 @@ def train(spec: RunSpec) -> RunResult:
     if spec.twin not in (CLEAN, LEAKY):
         raise ValueError(f"torch_multihead has twins {CLEAN!r} and {LEAKY!r}, not {spec.twin!r}")
     torch_common.seed_everything(spec.seed)
-    agent = Agent(detach_head2=spec.twin == CLEAN)
+    agent = AgentNet(detach_head2=spec.twin == CLEAN)
     opt1 = torch.optim.Adam([*agent.layer1.parameters(), *agent.layer2_1.parameters()], 1e-2)
     opt2 = torch.optim.Adam(agent.layer2_2.parameters(), 1e-2)
     rec = torch_common.recorder(spec, {"Agent": agent}, [opt1, opt2], RULES)

@@ -25,8 +25,13 @@ except ImportError as e:  # pragma: no cover - tested in a subprocess without to
     ) from e
 
 from tb_gradscope.core.warn import GradscopeWarning
+from tb_gradscope.torch import _torch_private
 from tb_gradscope.torch._losses import StartPoint
 from tb_gradscope.torch._pairs import pair_models
 from tb_gradscope.torch._recorder import Recorder
+
+# Imported before tensorflow, torch's compiler stack keeps a later tensorflow
+# import from crashing torch (docs/TORCH.md, *Both frameworks in one process*).
+_torch_private.load_compiler()
 
 __all__ = ["GradscopeWarning", "Recorder", "StartPoint", "pair_models"]

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.overrides
 
-__all__ = ["foreach_norm", "leave_function_mode", "version"]
+__all__ = ["foreach_norm", "leave_function_mode", "load_compiler", "version"]
 
 
 def leave_function_mode(mode: Any) -> bool:
@@ -51,3 +51,14 @@ def version(tensor: torch.Tensor) -> int:
     and a backward that accumulates both change it in place; no public API tells
     a tensor was written since."""
     return tensor._version
+
+
+def load_compiler() -> None:
+    """Imports `torch._dynamo` (and with it triton) now.
+
+    A process that has imported tensorflow segfaults the first time torch loads
+    triton, which a torch optimizer's constructor does through `torch._dynamo`
+    (TF 2.21, torch 2.14); loaded before tensorflow, both run. No public API
+    loads the compiler stack short of compiling something.
+    """
+    import torch._dynamo  # noqa: F401

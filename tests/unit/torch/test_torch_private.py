@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import sys
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -40,6 +41,11 @@ def test_version():
     grad.add_(1.0)  # an in-place change (a backward accumulating, zero_grad(set_to_none=False))
     assert private.version(grad) == before + 1
     assert private.version(grad + 0) == 0  # a new tensor starts its own count
+
+
+def test_load_compiler():
+    private.load_compiler()
+    assert "torch._dynamo" in sys.modules
 
 
 def test_every_name_of_the_module_has_its_test():
