@@ -181,7 +181,7 @@ class GraphRecorder:
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
         self._called_ops = CalledOps(graph, {op: op.name for op in trained})
         self._fixed = FixedCalls()
-        self._global_step = tf.compat.v1.train.get_global_step(graph)
+        self._global_step = graphs.global_step_of(graph)
         self._offset_read = False
         self._first_step = 0
         self._flowgraph_written = False
