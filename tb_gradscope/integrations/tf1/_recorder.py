@@ -33,6 +33,7 @@ from tb_gradscope.integrations.tf1._ops import (
 )
 from tb_gradscope.integrations.tf1._pairs import (
     PairRecorder,
+    pair_names,
     paired_variables,
     resolve_pairs,
 )
@@ -162,8 +163,10 @@ class GraphRecorder:
         chosen = graphs.scoped_variables(
             graph, variables if variables is not None else _default_variables(graph, pair_list)
         )
-        self.layout = build_layout([v.name for v in chosen], scopes)
-        by_name = {variable_name(v.name): v for v in chosen}
+        renamed = pair_names(pair_list, graph)  # EMA shadows under their pair's names
+        names = [renamed.get(v.op, v.name) for v in chosen]
+        self.layout = build_layout(names, scopes)
+        by_name = {variable_name(n): v for n, v in zip(names, chosen)}
         self.variables = [by_name[n] for n in self.layout.variable_names]
         self._flowgraph = (
             static_flowgraph(graph, self._starts, self.variables, self.layout, self._train_ops)
