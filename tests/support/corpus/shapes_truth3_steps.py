@@ -9,6 +9,13 @@
   optimizer given the EMA's variables too (the loss trains the EMA). The two
   networks must be two scopes (`mt/online_network`, `mt/ema_network`): folded
   into one, the mutant reads exactly as the correct run.
+- tf1_ema_teacher: a TF1 mean teacher whose teacher is the student's
+  `tf.train.ExponentialMovingAverage` shadows (`ema.average(w)`), its logits
+  behind `tf.stop_gradient` in the consistency loss; the shadows are scopes
+  (`ema/student/...`), so `never(cons, ema/*)` can be stated; the EMA is
+  applied in a run call of its own after the optimizer's. Mutant: no
+  `stop_gradient` and the shadows in the optimizer's `var_list` (the
+  consistency loss trains the EMA).
 - tf1_resource_global_step: a TF1 graph built with TF2 behaviour left on
   (resource variables, no `disable_v2_behavior`) and the classic
   `tf.Variable(0, trainable=False, name="global_step")` passed to `minimize`;
@@ -169,6 +176,71 @@ def _tf1_resource_global_step(logdir, observer):
     )
 
 
+# ----- TF1 mean teacher: the teacher is tf.train.ExponentialMovingAverage shadows ------
+
+EMA_RULES = ("never(cons, ema/*)", "never(fit, ema/*)")
+
+
+def _tf1_ema_teacher(leaky: bool):
+    def train(logdir, observer):
+        from tb_gradscope.pairs import pair_ema
+
+        v1 = tf.compat.v1
+        graph = tf.Graph()
+        with graph.as_default():
+            v1.set_random_seed(13)
+            s = v1.placeholder(tf.float32, [None, kit.OBS], "s")
+            y = v1.placeholder(tf.float32, [None, 1], "y")
+            with v1.variable_scope("student"):
+                w1 = v1.get_variable("l1/w", [kit.OBS, 4], use_resource=True)
+                w2 = v1.get_variable("l2/w", [4, 1], use_resource=True)
+            student = v1.trainable_variables("student")
+            ema = v1.train.ExponentialMovingAverage(decay=0.9)
+            apply_ema = ema.apply(student)
+
+            def logits(a, b, x=s):
+                return tf.matmul(tf.tanh(tf.matmul(x, a)), b)
+
+            # The teacher sees a perturbed view (equal weights at step 0 would give cons no gradient).
+            teacher = logits(ema.average(w1), ema.average(w2), s + NOISE * tf.sin(s))
+            if not leaky:
+                teacher = tf.stop_gradient(teacher)
+            fit = tf.reduce_mean((logits(w1, w2) - y) ** 2)
+            cons = tf.reduce_mean((logits(w1, w2) - teacher) ** 2)
+            shadow_vars = [ema.average(v) for v in student]
+            opt = v1.train.AdamOptimizer(0.05).minimize(
+                fit + cons, var_list=student + (shadow_vars if leaky else [])
+            )
+            init = v1.global_variables_initializer()
+            shadows = {
+                ema.average(v).name[:-2]: "ema/" + v.name[:-2] for v in student
+            }  # the pair's names
+
+        def feed(step: int) -> dict:
+            rng = np.random.default_rng(5800 + step)
+            return {
+                s: rng.normal(size=(kit.BATCH, kit.OBS)).astype(np.float32),
+                y: rng.normal(size=(kit.BATCH, 1)).astype(np.float32),
+            }
+
+        kit.tf1_loop(
+            logdir,
+            observer,
+            graph,
+            losses={"fit": fit, "cons": cons},
+            train_ops={"fit": opt, "cons": opt},
+            rules=EMA_RULES,
+            start=[init],
+            steps=STEPS,
+            feed=feed,
+            step=lambda run, _step, fed: (run.run(opt, fed), run.run(apply_ema)),
+            pairs=lambda: [pair_ema(ema, student)],
+            names=shadows,
+        )
+
+    return train
+
+
 SHAPES = [
     Shape(
         "fit_clone_ema",
@@ -192,5 +264,22 @@ SHAPES = [
         _tf1_resource_global_step,
         GLOBAL_STEP_RULES,
         note="TF1 in a tf.Graph with resource variables and tf.Variable(0, name='global_step')",
+    ),
+    Shape(
+        "tf1_ema_teacher",
+        TF1_SESSION,
+        _tf1_ema_teacher(False),
+        EMA_RULES,
+        note="TF1 mean teacher: the teacher's logits from tf.train.ExponentialMovingAverage shadows, "
+        "behind stop_gradient; the shadows are scopes (ema/...)",
+    ),
+    Shape(
+        "tf1_ema_teacher_leaky",
+        TF1_SESSION,
+        _tf1_ema_teacher(True),
+        EMA_RULES,
+        mutant_of="tf1_ema_teacher",
+        note="no stop_gradient on the teacher's logits and the shadows in the optimizer's "
+        "var_list: the consistency loss trains the EMA",
     ),
 ]
