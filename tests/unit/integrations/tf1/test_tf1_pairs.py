@@ -240,3 +240,31 @@ def test_ema_shadows_are_matrix_scopes_and_the_teachers_cut_a_blocked_edge(tmp_p
     assert ("events", "violations") not in records or not any(
         r.value for r in records[("events", "violations")]
     )
+
+
+def test_auto_pairs_find_a_ppo_old_policy_snapshot(tmp_path):
+    """pairs="auto" on a TF1 PPO: `oldpi` (trainable=False, assigned from `pi`
+    before each update) is paired with `pi` and its drift recorded."""
+    from tests.unit.integrations.tf1.test_tf1_blocks import build_ppo
+
+    m = build_ppo()
+    with m["graph"].as_default():
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"aloss": m["aloss"]},
+            train_ops={"aloss": m["atrain"]},
+            every_n_steps=1,
+            pairs="auto",
+        )
+        feed = {
+            m["S"]: np.ones((4, 3)),
+            m["A"]: np.ones((4, 2)),
+            m["ADV"]: np.ones((4, 1)),
+        }
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(m["init"])
+            for _ in range(2):
+                sess.run(m["copy"])
+                sess.run(m["atrain"], feed)
+    drift = [name for kind, name in read_records(str(tmp_path)) if kind == "drift"]
+    assert drift == ["oldpi<-pi"]
