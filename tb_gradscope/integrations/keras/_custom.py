@@ -11,8 +11,10 @@ loop of WGAN critic steps) are one loss, taken at its first call. A loss is
 named after the key of the logs the step returns when that holds one of its
 tensors, else after the metric one of them updates
 (`keras.metrics.Mean(name="d_loss").update_state(d_loss)`), else `loss_<i>`.
-A loss that is not a scalar (a per-sample vector) is recorded as its sum,
-whose gradient is what `tape.gradient` computes for it (`TapedLoss.shape`).
+A loss that is not a scalar (a per-sample vector differentiated for
+variables) is recorded as its sum, whose gradient is what `tape.gradient`
+computes for it (`TapedLoss.shape`); a gradient for input tensors only (a
+WGAN-GP's penalty) is no loss.
 """
 
 from __future__ import annotations
@@ -84,12 +86,22 @@ def _observed_gradient(
         watched = list(tape.watched_variables())
         if target.shape.rank == 0:
             step.taped.append(TapedLoss(target, watched, _call_site()))
-        elif target.shape.rank is not None and target.dtype.is_floating:
+        elif (
+            target.shape.rank is not None
+            and target.dtype.is_floating
+            and _has_variables(sources)  # not a gradient w.r.t. inputs (a gradient penalty's)
+        ):
             # tape.gradient of a vector is the gradient of its sum: record that.
             summed = tf.reduce_sum(target)
             shape = tuple(target.shape.as_list())
             step.taped.append(TapedLoss(summed, watched, _call_site(), shape, target))
     return _original_gradient(tape, target, sources, *args, **kwargs)
+
+
+def _has_variables(sources: Any) -> bool:
+    """Whether `sources` holds variables (what a loss is differentiated for),
+    not only tensors (a gradient penalty's inputs)."""
+    return any(hasattr(s, "assign") and hasattr(s, "trainable") for s in tf.nest.flatten(sources))
 
 
 def _call_site() -> tuple[tuple[str, int], ...]:

@@ -102,3 +102,23 @@ def test_variables_records_a_variable_keras_does_not_track(tmp_path):
     assert "m/scaled" in table.info.scopes
     assert table.row("m/scaled")["grad_vars"] == 1  # the gradient reaches it
     assert logs.updates[0].row("m/scaled")["update_norm"] == 0.0  # and fit never applies it
+
+
+def test_a_gradient_for_input_tensors_is_no_per_sample_loss():
+    """A gradient penalty differentiates a per-sample critic output for its inputs:
+    not a loss of the step (only variables' gradients are)."""
+    from tb_gradscope.integrations.keras import _custom as custom
+
+    x = tf.ones((4, 3))
+    dense = keras.layers.Dense(1)
+    dense.build((None, 3))
+    model = keras.Sequential([dense])
+    with custom.observe(model) as seen:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            per_sample = dense(x)
+        tape.gradient(per_sample, [x])
+        with tf.GradientTape() as tape:
+            per_sample = dense(x)[:, 0]
+        tape.gradient(per_sample, dense.trainable_variables)
+    assert [t.shape for t in seen.taped] == [(4,)]
