@@ -101,6 +101,12 @@ def render_run(report: dict[str, Any]) -> str:
         )
     lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
+    if report.get("unmeasured_updates"):
+        lines.append(
+            f"  ||delta theta|| not measured at step {report['step']}: "
+            + ", ".join(safe(s) for s in report["unmeasured_updates"])
+            + " (a train op writing them ran after the step's update was recorded)"
+        )
     lines += ["", "blocked edges:"]
     source = report["flowgraph"]["source"] if report["flowgraph"] else ""
     lines += [_blocked_line(e, source) for e in report["blocked_edges"]] or ["  none"]
@@ -175,6 +181,7 @@ def _drift_line(drift: dict[str, Any]) -> str:
         f"  {safe(drift['pair'])} ({safe(drift['target'])} <- {safe(drift['online'])}) at step {drift['step']}: "
         f"drift {number(drift.get('drift'))}, target step {number(drift.get('target_step'))}, "
         f"tau {number(drift.get('tau'))}{declared}"
+        + (f"\n    ({drift['tau_note']})" if drift.get("tau_note") else "")
     )
 
 

@@ -11,6 +11,10 @@ loop of WGAN critic steps) are one loss, taken at its first call. A loss is
 named after the key of the logs the step returns when that holds one of its
 tensors, else after the metric one of them updates
 (`keras.metrics.Mean(name="d_loss").update_state(d_loss)`), else `loss_<i>`.
+A loss that is not a scalar (a per-sample vector differentiated for
+variables) is recorded as its sum, whose gradient is what `tape.gradient`
+computes for it (`TapedLoss.shape`); a gradient for input tensors only (a
+WGAN-GP's penalty) is no loss.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ class TapedLoss:
     target: Any
     watched: list[Any]
     site: tuple[tuple[str, int], ...] = ()  # (file, line) of every frame of the call
+    shape: tuple | None = None  # a per-sample loss's shape: `target` is its sum
+    given: Any = None  # the tensor the step differentiated (`target` unless summed)
+
+    @property
+    def named_by(self) -> int:
+        return id(self.target if self.given is None else self.given)
 
 
 class CustomStep:
@@ -49,9 +59,7 @@ class CustomStep:
             calls_by_site.setdefault(taped.site, []).append(taped)
         named: dict[str, TapedLoss] = {}
         for i, calls in enumerate(calls_by_site.values()):
-            names = (
-                by_logs.get(id(c.target)) or self.metric_inputs.get(id(c.target)) for c in calls
-            )
+            names = (by_logs.get(c.named_by) or self.metric_inputs.get(c.named_by) for c in calls)
             name = next((n for n in names if n), f"loss_{i}")
             while name in named:
                 name += "_"
@@ -73,9 +81,27 @@ def _observed_gradient(
     tape: tf.GradientTape, target: Any, sources: Any, *args: Any, **kwargs: Any
 ) -> Any:
     step = getattr(_current, "step", None)
-    if step is not None and tf.is_tensor(target) and target.shape.rank == 0:
-        step.taped.append(TapedLoss(target, list(tape.watched_variables()), _call_site()))
+    seeded = (args[0] if args else kwargs.get("output_gradients")) is not None
+    if step is not None and tf.is_tensor(target) and not seeded:
+        watched = list(tape.watched_variables())
+        if target.shape.rank == 0:
+            step.taped.append(TapedLoss(target, watched, _call_site()))
+        elif (
+            target.shape.rank is not None
+            and target.dtype.is_floating
+            and _has_variables(sources)  # not a gradient w.r.t. inputs (a gradient penalty's)
+        ):
+            # tape.gradient of a vector is the gradient of its sum: record that.
+            summed = tf.reduce_sum(target)
+            shape = tuple(target.shape.as_list())
+            step.taped.append(TapedLoss(summed, watched, _call_site(), shape, target))
     return _original_gradient(tape, target, sources, *args, **kwargs)
+
+
+def _has_variables(sources: Any) -> bool:
+    """Whether `sources` holds variables (what a loss is differentiated for),
+    not only tensors (a gradient penalty's inputs)."""
+    return any(hasattr(s, "assign") and hasattr(s, "trainable") for s in tf.nest.flatten(sources))
 
 
 def _call_site() -> tuple[tuple[str, int], ...]:

@@ -99,6 +99,9 @@ def test_a_twin_never_copied_is_still_never_synced(tmp_path):
     assert finding["rule"] == RULE
     (violation,) = _violations(tmp_path / "run", None, RULE)
     assert violation.evidence["anomaly"] == NEVER_SYNCED
+    # The flaw is there from the first step: it is cited at step 0, where drift is
+    # recorded with the gradients of that step (issue 57 item 8).
+    assert finding["first_step"] == 0 and violation.step == 0
 
 
 def test_the_tabs_drift_markers_agree_with_doctor(tmp_path):
