@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from tb_gradscope import _naming as naming
 from tb_gradscope._naming import VariableLayout
+from tb_gradscope.core.warn import warn_once
 from tb_gradscope.format.flowgraph import FlowGraph
 from tb_gradscope.format.metadata import KIND_SPECS, OPTIONAL_GRAD_COLUMNS, Kind
 from tb_gradscope.integrations.keras import _capture as capture
@@ -43,7 +44,6 @@ from tb_gradscope.record import _flow as flow
 from tb_gradscope.record import _loss_scale as loss_scale
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._context import ExecutionContext
-from tb_gradscope.core.warn import warn_once
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _N_GRAD = len(KIND_SPECS[Kind.GRAD_STATS].columns)

@@ -251,6 +251,7 @@ def test_a_run_traced_from_pytorch_says_pytorch(tmp_path):
     (run,) = json.loads(out)["runs"]
     assert run["flowgraph"]["source"] == "torch"  # the data keeps the field's value
 
+
 def test_an_update_not_measured_is_said_so_never_shown_as_zero(tmp_path):
     """A TF1 step written before its critic's train op ran (train ops in long
     blocks) stores the critic's ||delta theta|| as NaN: `report` says "not
