@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -74,8 +74,7 @@ def variable_names(variables: list) -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """What a candidate says it writes under `logdir`: each of `tags` at every
-    `every`-th of its steps (`steps_per_run` per run), once, `offsets[tag]`
-    steps later (drift recorded after `rec.apply` sees the step after);
+    `every`-th of its steps (`steps_per_run` per run), once;
     `exact`: and no other tag. `close` flushes its writer."""
 
     logdir: str
@@ -84,7 +83,6 @@ class Claim:
     every: int = 10
     exact: bool = True
     close: Callable[[], object] = lambda: None
-    offsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def written(logdir: str) -> dict[str, list[int]]:
@@ -110,9 +108,9 @@ def check(claims: dict[str, Claim], runs_done: int) -> None:
         assert not (claim.exact and extra), f"{label} wrote {extra[:3]}, which it does not claim"
         due = len(range(0, claim.steps_per_run * runs_done, claim.every))
         for tag in claim.tags:
-            steps, offset = tags[tag], claim.offsets.get(tag, 0)
+            steps = tags[tag]
             assert len(steps) == len(set(steps)) == due and all(
-                (s - offset) % claim.every == 0 for s in steps
+                s % claim.every == 0 for s in steps
             ), f"{label} wrote {tag} at {len(steps)} steps ({sorted(steps)[:4]} ...), {due} due"
 
 

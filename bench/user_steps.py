@@ -81,10 +81,9 @@ def _ours(
     tags: list[str],
     steps: int,
     every: int = EVERY,
-    offsets: dict[str, int] | None = None,
 ) -> Claim:
     """What a Recorder writing to `logdir` claims: its `tags` (under gradscope/)
-    at every `every`-th step, `offsets[tag]` steps later."""
+    at every `every`-th step (drift too: labelled with its gradients' step)."""
     return Claim(
         logdir,
         frozenset(f"gradscope/{t}" for t in tags),
@@ -92,7 +91,6 @@ def _ours(
         every,
         exact=False,
         close=rec.close,
-        offsets={f"gradscope/{t}": n for t, n in (offsets or {}).items()},
     )
 
 
@@ -202,13 +200,8 @@ def readme_loop(units: int, logdir: str, steps: int, labels: tuple[str, ...] = L
             step = _readme_step(rec, online, target, optimizer)
             step = tf.function(step) if label == "tf_function" else rec.function(step)
             drift = ["drift/target<-online"] if every == EVERY else []
-            claims[label] = _ours(  # record_drift after apply sees the step after
-                rec,
-                where,
-                ["grad_stats/td", "update_stats"] + drift,
-                steps,
-                every,
-                offsets=dict.fromkeys(drift, 1),
+            claims[label] = _ours(
+                rec, where, ["grad_stats/td", "update_stats"] + drift, steps, every
             )
         runs[label] = _loop(step, batch, steps)
     return runs, claims

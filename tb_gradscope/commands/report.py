@@ -92,6 +92,12 @@ def render_run(report: dict[str, Any]) -> str:
         )
     lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
+    if report.get("unmeasured_updates"):
+        lines.append(
+            f"  ||delta theta|| not measured at step {report['step']}: "
+            + ", ".join(safe(s) for s in report["unmeasured_updates"])
+            + " (a train op writing them ran after the step's update was recorded)"
+        )
     lines += ["", "blocked edges:"]
     lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
     lines += ["", "drift (per pair, at the step shown or the latest before it):"]

@@ -13,6 +13,7 @@ step; TD3's delayed actor) shows them all. NaN/Inf become null.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,7 +153,16 @@ def _table(
         for s in scopes
         if updates is not None and s in updates
     }
-    return {"losses": losses, "scopes": scopes, "cells": cells, "updates": update_rows}
+    # NaN update_norm: the step was written before a train op ran at it (TF1
+    # blocks), so its scopes' update was not measured (docs/FORMAT.md).
+    unmeasured = [s for s in update_rows if math.isnan(updates.row(s).get("update_norm", 0.0))]
+    return {
+        "losses": losses,
+        "scopes": scopes,
+        "cells": cells,
+        "updates": update_rows,
+        "unmeasured_updates": unmeasured,
+    }
 
 
 def _drift_at(name: str, series: list, at: int | None) -> dict[str, Any]:

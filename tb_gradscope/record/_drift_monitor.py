@@ -5,7 +5,8 @@ or inside `tf.function`. A step is recorded when it starts at a multiple of
 every_n_steps: `record()` sees that step plus `offset`, the advances of the
 step counter between the step's start and the call (1 after a Recorder's
 `apply`), so the pairs are recorded in the very step, and under
-`Recorder.function` in the very call, that records gradients. A pair's declared
+`Recorder.function` in the very call, that records gradients, and labelled
+with that step's start, as its gradients are. A pair's declared
 `every=` / `tau=` say what to expect, not when to record: a copy between two
 records is judged from how far the target moved between them, whichever step
 of the period it ran at.
@@ -301,18 +302,19 @@ class DriftMonitor(tf.Module):
         snapshot (none with `before`)."""
         group = self._group
         previous = None if before is None else (before.sides, before.one_step)
+        start = step - offset  # the step this call runs in began here
 
         def write() -> tf.Tensor:
             tables = self._tables(group, step, previous)
             records = [
                 (s.tag, self._metadata_for(s), t, False) for s, t in zip(group.states, tables)
             ]
-            return self._sink.write_due(records, step)
+            # Labelled with the step it ends, as its gradients and update are.
+            return self._sink.write_due(records, start)
 
         def snapshot() -> tf.Tensor:
             return self._snapshot(group, step)
 
-        start = step - offset  # the step this call runs in began here
         done = write() if due else recorded_only(self._due(start), write, _not_done)
         if before is None:
             with tf.control_dependencies([done]):

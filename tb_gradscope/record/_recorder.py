@@ -111,10 +111,10 @@ class Recorder(tf.Module):
 
     Drift is read by `rec.record_drift()`, once per training step, after
     `rec.apply` and after the user's target update (eagerly or in the same
-    tf.function). Pairs are recorded in the steps that record gradients, at
-    the step `record_drift` sees there (the next one after `apply`), each
-    compared with the step before: call it every step, not only at recorded
-    ones. A declared copy between two records is judged from how far the
+    tf.function). Pairs are recorded in the steps that record gradients and
+    labelled with their step, as the gradients are (the pair after that
+    step's update), each compared with the step before: call it every step,
+    not only at recorded ones. A declared copy between two records is judged from how far the
     target moved between them. DQN, hard copy every C::
 
       rec = Recorder("logs/dqn", models={"online": q, "target": q_target},
@@ -347,9 +347,10 @@ class Recorder(tf.Module):
 
     @_no_autograph
     def record_drift(self) -> None:
-        """Records the drift of `pairs` at the step it sees (`step`, 1, 11, 21, ...
-        after `apply` at `every_n_steps=10`), in the steps that record gradients:
-        call once per training step, after the target update (class docstring)."""
+        """Records the drift of `pairs` in the steps that record gradients,
+        labelled with their step (0, 10, 20, ... at `every_n_steps=10`, also
+        after `apply` has advanced `step`): call once per training step, after
+        the target update (class docstring)."""
         self._r.record_drift(ExecutionContext.current())
 
     # ----- XLA: compute inside, write outside ------------------------------

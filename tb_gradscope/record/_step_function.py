@@ -13,11 +13,11 @@ recording call, which an unrecorded step pays too (~45 µs on a 0.5 ms DQN step)
   step's `assign_add`, `rec.record_drift()` does nothing): the user's own graph,
   run at every other step.
 
-Drift compares the step `record_drift` sees with the one before: `recorded`
+Drift compares the pairs after the step with the step before: `recorded`
 reads the pairs' variables at the start of the call (`Trace.before`), so no
 earlier call has to copy them (a read that nothing uses is pruned), and the
-pairs are recorded in the call that records gradients, at the step
-`record_drift` sees there (the next one after `apply`).
+pairs are recorded in the call that records gradients, labelled with that
+call's step as its gradients are.
 
 The host knows the step without reading the counter: it keeps a Python int
 (`RecorderState.host_step`), advanced after each call by the number of counter

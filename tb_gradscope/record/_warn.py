@@ -3,7 +3,9 @@
 Failures of recording (a writer gone, analysis failing, an unexpected error in
 the stats) must never stop a training loop, so they become a GradscopeWarning,
 emitted once per key (a recorder and a problem) so a loop of a million steps
-does not print a million lines.
+does not print a million lines. It also goes to the `tb_gradscope.record`
+logger when the user's logging has a handler for it (without one, logging's
+last resort would print it a second time).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def warn_once(key: Hashable, message: str) -> bool:
     if key in _said:
         return False
     _said.add(key)
-    logger.warning(message)
+    if logger.hasHandlers():  # else logging's last resort would print it a second time
+        logger.warning(message)
     warnings.warn(message, GradscopeWarning, stacklevel=_user_stacklevel())
     return True
 

@@ -66,6 +66,24 @@ def slot_variable_ops(graph: tf.Graph) -> set[tf.Operation]:
     return slots
 
 
+def global_step_of(graph: tf.Graph) -> tf.Variable | None:
+    """The graph's global step variable, or None.
+
+    TF's `get_global_step` falls back to the tensor `global_step:0`, which for a
+    resource variable (a TF1 graph built without `disable_v2_behavior`) is the
+    handle, and raises `TypeError: ... does not have integer type`; the
+    variable itself is then found among the graph's global variables.
+    """
+    try:
+        return tf.compat.v1.train.get_global_step(graph)
+    except TypeError:
+        pass
+    for var in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        if var.op.name == "global_step" and var.dtype.base_dtype.is_integer:
+            return var
+    return None
+
+
 def scoped_variables(
     graph: tf.Graph, variables: Sequence[tf.Variable] | None = None
 ) -> list[tf.Variable]:
@@ -78,7 +96,7 @@ def scoped_variables(
         candidates = (
             list(variables) if variables is not None else tf.compat.v1.trainable_variables()
         )
-        global_step = tf.compat.v1.train.get_global_step(graph)
+    global_step = global_step_of(graph)
     slots = slot_variable_ops(graph)
     chosen = []
     seen = set()

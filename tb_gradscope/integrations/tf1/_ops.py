@@ -23,6 +23,7 @@ from tb_gradscope.integrations.tf1._graph import required_placeholders, written_
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._reductions import Segments
 from tb_gradscope.record._stats import RollUp
+from tb_gradscope.scopes import ScopeLayout
 
 NAME_SCOPE = "tb_gradscope"
 SNAPSHOT_COLLECTION = "tb_gradscope_snapshots"
@@ -171,6 +172,21 @@ def build_update_ops(
                 else tf.constant(False)
             )
     return UpdateOps(snapshot, table, changed, tuple(accumulators))
+
+
+def rows_written(
+    layout: ScopeLayout, variables: Sequence[tf.Variable], train_ops: Sequence[tf.Operation]
+) -> dict[str, tuple[int, ...]]:
+    """{train op name: the UPDATE rows holding a variable it writes}: the rows
+    whose update is not measured when a window closes before that op ran."""
+    index = {v.op: i for i, v in enumerate(variables)}
+    out = {}
+    for op in train_ops:
+        written = {index[v.op] for v in written_variables(op, variables)}
+        out[op.name] = tuple(
+            row for row, members in enumerate(layout.members) if written.intersection(members)
+        )
+    return out
 
 
 def _flat_variable(size: int, dtype: tf.DType, known: bool, name: str) -> tf.Variable:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.format import Event, Kind, make_info
@@ -28,6 +29,7 @@ from tb_gradscope.integrations.tf1._ops import (
     NAME_SCOPE,
     build_loss_ops,
     build_update_ops,
+    rows_written,
 )
 from tb_gradscope.integrations.tf1._pairs import (
     PairRecorder,
@@ -176,12 +178,13 @@ class GraphRecorder:
             graph, self._starts, self.variables, rollup, self._train_ops, recorded_columns
         )
         self._update_ops = build_update_ops(graph, self.variables, rollup, trained, PAUSED_WINDOWS)
+        self._rows_of_op = rows_written(self.layout, self.variables, trained)
         self._pairs = PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
         with graph.as_default():
             self._noop = tf.no_op(name=f"{NAME_SCOPE}/skipped_train_op")
         self._called_ops = CalledOps(graph, {op: op.name for op in trained})
         self._fixed = FixedCalls()
-        self._global_step = tf.compat.v1.train.get_global_step(graph)
+        self._global_step = graphs.global_step_of(graph)
         self._offset_read = False
         self._first_step = 0
         self._flowgraph_written = False
@@ -372,8 +375,9 @@ class GraphRecorder:
                 f"tb_gradscope: '{self.logdir}': step {step}'s update is recorded before every "
                 f"train op ran at that step: more than {PAUSED_WINDOWS} recorded steps waited for "
                 "a train op at once (train ops in blocks longer than every_n_steps, or one op "
-                "run less often than the others); ||delta theta|| of such steps covers only the "
-                "train calls run until then. Raise every_n_steps to record fewer steps at once.",
+                "run less often than the others); the scopes written by the train ops still to "
+                "run at such a step read ||delta theta|| NaN, not measured. Raise every_n_steps "
+                "to record fewer steps at once.",
             )
         if close.slot is None:
             fetch = self._update_ops.table
@@ -381,6 +385,10 @@ class GraphRecorder:
             slot = self._update_ops.slots[close.slot]
             fetch = slot.running if close.running else slot.paused
         table = self._fixed.run(run, fetch)
+        unmeasured = sorted({r for op in close.unmeasured for r in self._rows_of_op.get(op, ())})
+        if unmeasured and table is not None:
+            table = np.array(table, copy=True)
+            table[unmeasured, self._update_info.columns.index("update_norm")] = np.nan
         self._writer.write_table(self._update_info, table, step)
         self._write_violations(self._rules.at_step(step, table))
         self._writer.flush()  # a recorded step is on disk when training moves on

@@ -17,8 +17,10 @@ updates together. When calls of other steps run between two calls of step S
 accumulator slot (`slots` of them) and the window resumes with a fresh
 snapshot before its next call, so those other calls are not counted. A window
 that must pause with every slot taken is closed early (`Close.early`): its
-||delta theta|| then covers only the calls run so far. Each step opens at most
-one window, so there is one UPDATE record per step.
+||delta theta|| then covers only the calls run so far, and the train ops that
+had not run at that step yet (`Close.unmeasured`) leave the update of what
+they write unmeasured. Each step opens at most one window, so there is one
+UPDATE record per step.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ from collections.abc import Callable, Collection, Mapping
 @dataclasses.dataclass(frozen=True)
 class Close:
     """A window to close: its step, its accumulator slot (None: never paused),
-    whether it is running (its snapshot is of this stretch of calls) and
-    whether it closes before every train op ran at its step."""
+    whether it is running (its snapshot is of this stretch of calls), whether
+    it closes before every train op ran at its step and, if so, the train ops
+    still to run at that step (their updates are not measured)."""
 
     step: int
     slot: int | None
     running: bool
     early: bool = False
+    unmeasured: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,4 +196,5 @@ class StepClock:
         if state.slot is not None:
             self._free.append(state.slot)
             self._free.sort()
-        return Close(step, state.slot, running, early)
+        unmeasured = self._all_ops - state.seen if early else frozenset()
+        return Close(step, state.slot, running, early, frozenset(unmeasured))

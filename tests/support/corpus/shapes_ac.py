@@ -414,7 +414,7 @@ def _shared_trunk(leaky: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

@@ -76,7 +76,7 @@ def _simsiam(leaky: bool, symmetric: bool = True):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

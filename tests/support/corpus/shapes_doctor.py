@@ -222,7 +222,7 @@ def _rollout_ac(leaky: bool, analyze: bool):
                 ),
             )
             train_episode(tf.constant(env.reset(step)), gumbel)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

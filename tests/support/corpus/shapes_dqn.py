@@ -65,7 +65,7 @@ def _dqn(leaky: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -123,7 +123,7 @@ def _double_dqn(leaky: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

@@ -153,7 +153,7 @@ def _start_point(leaky: bool):
                 _probe([kit.loss_probe("td", lambda: forward(b), opt, var_list)], models, [opt]),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -225,7 +225,7 @@ def _ema_lstm():
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -283,7 +283,7 @@ def _auto_names():
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -349,7 +349,7 @@ def _subclassed(leaky: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -404,7 +404,7 @@ def _accumulation():
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -458,7 +458,7 @@ def _clip(leaky: bool):
             b = kit.batch(step)
             observer.before(step, _probe([probe("a", b), probe("b", b)], {"net": net}, [opt]))
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -507,7 +507,7 @@ def _eager(leaky: bool, analyze: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

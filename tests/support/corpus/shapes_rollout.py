@@ -148,7 +148,7 @@ def _replayed(leaky: bool, two_optimizers: bool = False):
                 with rec.tape() as tape:
                     named = rollout(step, gumbel)
                 rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

@@ -92,7 +92,7 @@ def _byol(leaky: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -161,7 +161,7 @@ def _mean_teacher(leaky: bool):
                 ),
             )
             train_step(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train
@@ -228,7 +228,7 @@ def _gan(leaky: bool):
                 probe = kit.loss_probe("g_loss", kit.taped(lambda _: g_loss(b)), g_opt, g_vars)
             observer.before(step, StepProbe([probe], kit.variables_of(models), [d_opt, g_opt]))
             (d_step if step % 2 == 0 else g_step)(b)
-            observer.after(step + 1)
+            observer.after(step)
         rec.close()
 
     return train

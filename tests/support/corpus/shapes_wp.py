@@ -244,7 +244,7 @@ def _ppo(leaky: bool):
                 ),
             )
             update_policy(b, old_logp)
-            observer.after(step + 1)
+            observer.after(step)
             step += 1
             observer.before(
                 step,
@@ -262,7 +262,7 @@ def _ppo(leaky: bool):
                 ),
             )
             update_value(b)
-            observer.after(step + 1)
+            observer.after(step)
             step += 1
         rec.close()
 

@@ -11,8 +11,9 @@ recording into `logdir` and, around every training step, lets the oracle look:
 
 `step` is the product's step number of that training step (`rec.step` before
 it runs). `drift_step` is the step the product records that step's drift at:
-the recorder's step when `rec.record_drift()` ran (`step` inside
-`rec.training_step()`, `step + 1` after a bare `rec.apply`, which advances). The observer decides which steps it examines (the recorded ones) and
+a TF2 or Keras step's own `step` (its drift is labelled as its gradients are,
+inside `rec.training_step()` or after a bare `rec.apply`, which advances); a
+TF1 recorder reads drift at the start of step s (see `kit.tf1_loop`). The observer decides which steps it examines (the recorded ones) and
 restores every variable it touches, so the training run is the same with or
 without it. A probe must be cheap to build (closures, no TF work): the shape
 builds one every step.

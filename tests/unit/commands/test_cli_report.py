@@ -236,3 +236,18 @@ def test_run_holding_only_update_stats_still_reports_them(tmp_path):
         float(logs.updates[1].row("net/l1")["update_norm"])
     )
     assert report["updates"]["net/l1"]["update_norm"] > 0
+
+
+def test_an_update_not_measured_is_said_so_never_shown_as_zero(tmp_path):
+    """A TF1 step written before its critic's train op ran (train ops in long
+    blocks) stores the critic's ||delta theta|| as NaN: `report` says "not
+    measured" for it, and JSON carries the scopes, never a 0.0."""
+    updates = fmt.make_info(fmt.Kind.UPDATE_STATS, "", ["actor", "critic"])
+    rf.write_records(str(tmp_path / "ppo"), [(updates, 40, [[0.3, 2.0], [float("nan"), 1.5]])])
+    code, out, _ = report(str(tmp_path), "--step", "40")
+    assert code == 0
+    assert "not measured at step 40: critic" in out, out
+    code, out, _ = report(str(tmp_path), "--step", "40", "--format", "json")
+    (run,) = json.loads(out)["runs"]
+    assert run["unmeasured_updates"] == ["critic"]
+    assert run["updates"]["critic"]["update_norm"] is None

@@ -3,9 +3,9 @@
 The DRIFT rows here are computed with numpy from a simulated online network
 (a random walk) and a target updated on a chosen schedule, with the columns'
 definitions of `record/_drift.py`: values at step t are those after t optimizer
-steps and the target update of step t. Records at 1, 11, 21, ... are what the
-TF2 Recorder writes for the README loop (drift recorded in the call that
-records gradients, after `apply`), so a copy at step 50 is never seen in one
+steps and the target update of step t. Records at 1, 11, 21, ... fall off the
+copy period's phase (as the TF2 Recorder's did before its drift was labelled
+with the step of its gradients), so a copy at step 50 is never seen in one
 step, only in `target_moved` between the records at 41 and 51.
 """
 
@@ -88,7 +88,7 @@ def drift_record(
     return attrs, tables
 
 
-README_STEPS = list(range(1, 302, 10))  # drift seen after apply in steps 0, 10, 20, ...
+README_STEPS = list(range(1, 302, 10))  # records one step past the copies' phase
 
 
 def _judge(update: Update, steps: Sequence[int], **declared):

@@ -71,7 +71,7 @@ def _dqn(logdir, pairs, steps=13, leaky=False, tau=None, in_function=True):
     seen = {}
     for s in range(steps):
         step(*batch(s))
-        seen[s + 1] = _distance(target, online)
+        seen[s] = _distance(target, online)
     rec.close()
     return rec, seen
 
@@ -84,18 +84,18 @@ def test_hard_copy_drift_on_the_recorder_step_in_one_event_file(tmp_path, in_fun
     assert len(glob.glob(os.path.join(str(tmp_path), "*tfevents*"))) == 1
     records = only(read_records(str(tmp_path)))
     drift = records[(fmt.Kind.DRIFT, "target<-online")]
-    # In the steps that record gradients (0, 4, 8, 12), at the step record_drift
-    # sees there: the declared copy period says what to expect, not when to
-    # record (the copies at steps 6 and 12 are seen between records).
-    assert sorted(drift) == [1, 5, 9, 13]
+    # In the steps that record gradients (0, 4, 8, 12), labelled as their gradients
+    # are: the declared copy period says what to expect, not when to record (the
+    # copies in steps 5 and 11, where rec.step reads 6 and 12, are seen between records).
+    assert sorted(drift) == [0, 4, 8, 12]
     for step, table in drift.items():
         assert table.row("target")["distance"] == pytest.approx(seen[step], rel=1e-5, abs=1e-7)
-    assert drift[5].row("target")["target_moved"] == 0.0  # no copy in steps 2..5
-    assert drift[9].row("target")["target_moved"] > 0  # the copy at step 6
-    assert drift[13].row("target")["target_moved"] > 0  # the copy at step 12
-    assert drift[9].row("target")["tau"] == pytest.approx(0.0)  # no copy at step 9 itself
-    assert drift[5].row("target")["distance"] > 0
-    assert drift[5].row("target")["optimizer_vars"] == 0
+    assert drift[4].row("target")["target_moved"] == 0.0  # no copy in steps 1..4
+    assert drift[8].row("target")["target_moved"] > 0  # the copy in step 5
+    assert drift[12].row("target")["target_moved"] > 0  # the copy in step 11
+    assert drift[8].row("target")["tau"] == pytest.approx(0.0)  # no copy in step 8 itself
+    assert drift[4].row("target")["distance"] > 0
+    assert drift[4].row("target")["optimizer_vars"] == 0
     assert sorted(records[(fmt.Kind.GRAD_STATS, "td")]) == [0, 4, 8, 12]
     assert [p.name for p in rec.pairs] == ["target<-online"]
 
@@ -103,9 +103,9 @@ def test_hard_copy_drift_on_the_recorder_step_in_one_event_file(tmp_path, in_fun
 def test_ema_target_reads_its_tau(tmp_path):
     _, seen = _dqn(str(tmp_path), lambda o, t: [pair_models(t, o, tau=0.25)], tau=0.25, steps=9)
     drift = only(read_records(str(tmp_path)))[(fmt.Kind.DRIFT, "target<-online")]
-    assert sorted(drift) == [1, 5, 9]
+    assert sorted(drift) == [0, 4, 8]
     # The first record has no step before the run's first: tau reads NaN there.
-    assert np.isnan(drift.pop(1).row("target")["tau"])
+    assert np.isnan(drift.pop(0).row("target")["tau"])
     for step, table in drift.items():
         assert table.row("target")["tau"] == pytest.approx(0.25, rel=1e-3)
         assert table.row("target")["distance"] == pytest.approx(seen[step], rel=1e-5)
@@ -117,7 +117,7 @@ def test_auto_detects_the_pair_and_sees_the_optimizer_write_the_target(tmp_path)
     assert [p.name for p in rec.pairs] == ["target<-online"]
     drift = only(read_records(str(tmp_path)))[(fmt.Kind.DRIFT, "target<-online")]
     assert (
-        drift[5].row("target")["optimizer_vars"] == 4
+        drift[4].row("target")["optimizer_vars"] == 4
     )  # rec.apply handed over the target's variables
 
 
@@ -218,3 +218,48 @@ def test_pair_schedule_errors_name_the_argument(kwargs, named):
     online, target = _net("online_s"), _net("target_s")
     with pytest.raises(ValueError, match=rf"{named} must be"):
         pair_models(target, online, **kwargs)
+
+
+def test_the_readme_loops_drift_carries_its_gradients_step_from_step_0(tmp_path):
+    """The README quickstart's order (`rec.function`, `rec.apply`, the hard copy, then
+    `record_drift()`): DRIFT and GRAD_STATS of one recorded step carry the same
+    number, the first at step 0, and `report --step 0` shows the drift of step 0."""
+    import io
+    import json
+
+    from tb_gradscope.commands import build_parser
+
+    online, target = _models()
+    opt = keras.optimizers.Adam(1e-3)
+    rec = Recorder(
+        logdir=str(tmp_path / "run"),
+        every_n_steps=EVERY,
+        models={"online": online, "target": target},
+        pairs=[pair_models(target, online, every=50)],
+    )
+
+    @rec.function
+    def train_step(x, y):
+        with rec.tape() as tape:
+            td = tf.reduce_mean((y + 0.9 * tf.stop_gradient(target(x)) - online(x)) ** 2)
+        rec.apply(opt, rec.gradients(tape, {"td": td}, online.trainable_variables))
+        if rec.step % 50 == 0:
+            for t, o in zip(target.weights, online.weights):
+                t.assign(o)
+        rec.record_drift()
+
+    after = {}
+    for s in range(9):
+        train_step(*batch(s))
+        after[s] = _distance(target, online)
+    rec.close()
+    records = only(read_records(str(tmp_path / "run")))
+    drift = records[(fmt.Kind.DRIFT, "target<-online")]
+    assert sorted(drift) == sorted(records[(fmt.Kind.GRAD_STATS, "td")]) == [0, 4, 8]
+    assert drift[0].row("target")["distance"] == pytest.approx(after[0], rel=1e-5)
+
+    args = build_parser().parse_args(["report", str(tmp_path), "--step", "0", "--format", "json"])
+    out = io.StringIO()
+    assert args.run(args, out, io.StringIO()) == 0
+    (run,) = json.loads(out.getvalue())["runs"]
+    assert [d["step"] for d in run["drift"]] == [0]

@@ -204,7 +204,7 @@ def test_host_picks_the_variant_by_step(tmp_path):
         1: "plain",
         7: "plain",
         8: "plain",
-        9: "plain",  # record_drift rides in the recorded call (at 10 + 1)
+        9: "plain",  # record_drift rides in the recorded call (labelled 10, as its gradients)
         10: "recorded",
         23: "plain",
         24: "plain",  # the copy period (25) says what to expect, not when to record
@@ -214,15 +214,15 @@ def test_host_picks_the_variant_by_step(tmp_path):
 
 @pytest.mark.parametrize(
     "shape, every, drift_steps",
-    [(_dqn, 4, [1, 5, 9]), (_ddpg, 5, [0, 5, 10])],
+    [(_dqn, 4, [0, 4, 8]), (_ddpg, 5, [0, 5, 10])],
     ids=["after_apply", "training_step_block"],
 )
-def test_drift_is_recorded_in_the_call_that_records_at_the_step_record_drift_sees(
+def test_drift_is_recorded_in_the_call_that_records_at_the_step_of_its_gradients(
     tmp_path, shape, every, drift_steps
 ):
-    """After `apply`, record_drift sees the next step; inside a training_step()
-    block, the call's own: either way the pairs are recorded in the recorded
-    call, and every other step runs the plain variant."""
+    """After `apply` (which advances the step) as inside a training_step()
+    block, the pairs are recorded in the recorded call and labelled with that
+    call's step, as its gradients are; every other step runs the plain variant."""
     rec, _, _ = shape(str(tmp_path), wrap=True, steps=11)
     assert {s: rec.due_at(s) for s in range(12)} == {
         s: "recorded" if s % every == 0 else "plain" for s in range(12)
@@ -335,7 +335,7 @@ def test_the_host_counts_a_variants_records_and_flushes_them_when_due(tmp_path, 
     try:
         tables = _tables(str(tmp_path))
         assert sorted(tables[next(k for k in tables if k[0].value == "grad_stats")]) == [0, 4, 8]
-        assert sorted(tables[next(k for k in tables if k[0].value == "drift")]) == [1, 5, 9]
+        assert sorted(tables[next(k for k in tables if k[0].value == "drift")]) == [0, 4, 8]
         assert rec._s.emitter.sink._file.queued == 0  # noqa: SLF001  every record counted, then flushed
     finally:
         rec.close()

@@ -57,9 +57,12 @@ def build_ppo(copy_runs: bool = True):
     return locals()
 
 
-def run_ppo(logdir: str, copy_runs: bool = True, every: int = K, rules=()):
-    """Trains the PPO with the recorder; returns {(op, step): (before, after)} of
-    pi/w and critic/w around each train call, read from the raw session."""
+def run_ppo(
+    logdir: str, copy_runs: bool = True, every: int = K, rules=(), k: int = K, iterations=ITERATIONS
+):
+    """Trains the PPO with the recorder (blocks of `k` calls per op); returns
+    {(op, step): (before, after)} of pi/w and critic/w around each train call,
+    read from the raw session."""
     m = build_ppo()
     moves = {}
     with m["graph"].as_default():
@@ -77,7 +80,7 @@ def run_ppo(logdir: str, copy_runs: bool = True, every: int = K, rules=()):
         watched = [tf.global_variables("pi/w")[0], tf.global_variables("critic/w")[0]]
         rng = np.random.default_rng(0)
         count = collections.Counter()
-        for _ in range(ITERATIONS):
+        for _ in range(iterations):
             feed = {
                 m["S"]: rng.normal(size=(8, 3)),
                 m["A"]: rng.normal(size=(8, 2)),
@@ -86,7 +89,7 @@ def run_ppo(logdir: str, copy_runs: bool = True, every: int = K, rules=()):
             }
             if copy_runs:
                 sess.run(m["copy"])
-            for op in ["atrain"] * K + ["ctrain"] * K:
+            for op in ["atrain"] * k + ["ctrain"] * k:
                 before = raw.run(watched)
                 sess.run(m[op], feed)
                 moves[(op, count[op])] = (before, raw.run(watched))
@@ -171,3 +174,26 @@ def test_tracks_rule_on_blocks_passes_with_the_copy_and_fails_without_it(tmp_pat
     assert code == 0, text
     code, text = _check(str(tmp_path / "never_copied"))
     assert code == 1 and rule.replace(" ", "") in text.replace(" ", ""), text
+
+
+def test_blocks_longer_than_the_paused_windows_mark_unmeasured_updates_nan(tmp_path, capfd):
+    """Blocks of 6 calls recorded at every step: steps 4 and 5 find the 4 paused
+    windows taken and are written before the critic ran at them. The critic's
+    ||delta theta|| there was not measured: NaN, never 0.0; the actor's is
+    measured. The warning saying so is printed once."""
+    import pytest
+
+    with pytest.warns(UserWarning, match="not measured"):
+        moves = run_ppo(str(tmp_path), every=1, k=6, iterations=1)
+    (series,) = [s for tag, s in raw_events(str(tmp_path)).items() if "update_stats" in tag]
+    norms = {step: table for step, table, _ in series}
+    assert sorted(norms) == list(range(6))
+    for step in (4, 5):
+        assert np.isnan(norms[step].row("critic")["update_norm"]), step
+        before, after = moves[("atrain", step)]
+        want = float(np.linalg.norm(after[0].astype(np.float64) - before[0]))
+        assert norms[step].row("pi")["update_norm"] == pytest.approx(want, rel=1e-5)
+    for step in range(4):
+        assert norms[step].row("critic")["update_norm"] > 0
+    err = capfd.readouterr().err
+    assert err.count("not measured") <= 1, err

@@ -53,7 +53,7 @@ def test_each_step_opens_one_window_even_when_its_ops_run_apart():
     assert [p.open_step for p in plans] == [0, 1, 2, None, None, None]
     assert [p.pause for p in plans[:4]] == [None, Pause(0, 0, True), Pause(1, 1, True), None]
     # window 2 must pause with both slots taken: closed early, running
-    assert plans[3].closes == (Close(2, None, True, early=True),)
+    assert plans[3].closes == (Close(2, None, True, early=True, unmeasured=frozenset("c")),)
     assert [p.close_after for p in plans[3:]] == [Close(0, 0, True), Close(1, 1, True), None]
 
 
