@@ -4,7 +4,7 @@ A model that overrides `train_step` computes its losses outside Keras's
 CompileLoss and often trains them with optimizers other than
 `model.optimizer` (a GAN's `d_optimizer` and `g_optimizer`). While such a step
 is traced, every `GradientTape.gradient` call it makes is seen (the call itself
-is unchanged): its target is one of the step's losses and its tape's watched
+is unchanged; `record/_tape_calls.py`, shared with `Recorder.watch`): its target is one of the step's losses and its tape's watched
 variables say where that loss's gradient can go (a network run before the tape
 opened cannot get any). Calls made from one place (the same Python stack: a
 loop of WGAN critic steps) are one loss, taken at its first call. A loss is
@@ -16,30 +16,25 @@ tensors, else after the metric one of them updates
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 
-
-@dataclasses.dataclass
-class TapedLoss:
-    """A loss the custom step differentiated, and the variables its tape watched."""
-
-    target: Any
-    watched: list[Any]
-    site: tuple[tuple[str, int], ...] = ()  # (file, line) of every frame of the call
+from tb_gradscope.record import _tape_calls as tape_calls
+from tb_gradscope.record._tape_calls import TapeCalls, TapedLoss
 
 
-class CustomStep:
+class CustomStep(TapeCalls):
     """What one traced custom step differentiated and which metrics it fed."""
 
     def __init__(self) -> None:
-        self.taped: list[TapedLoss] = []
+        super().__init__()
         self.metric_inputs: dict[int, str] = {}  # id(tensor) -> metric name
+
+    def seen(self, taped: TapedLoss) -> None:
+        if taped.target.shape.rank == 0:  # a scalar loss (not a gradient penalty's input)
+            self.taped.append(taped)
 
     def named(self, logs: Any) -> dict[str, TapedLoss]:
         """{loss name: TapedLoss}, named by the step's logs or the metric each feeds."""
@@ -65,57 +60,18 @@ def overrides_train_step(model: Any, base_types: tuple[type, ...]) -> bool:
     return not any(own is getattr(base, "train_step", None) for base in base_types)
 
 
-_current = threading.local()  # .step: the CustomStep this thread is tracing
-_original_gradient = tf.GradientTape.gradient
-
-
-def _observed_gradient(
-    tape: tf.GradientTape, target: Any, sources: Any, *args: Any, **kwargs: Any
-) -> Any:
-    step = getattr(_current, "step", None)
-    if step is not None and tf.is_tensor(target) and target.shape.rank == 0:
-        step.taped.append(TapedLoss(target, list(tape.watched_variables()), _call_site()))
-    return _original_gradient(tape, target, sources, *args, **kwargs)
-
-
-def _call_site() -> tuple[tuple[str, int], ...]:
-    """Where `tape.gradient` was called from: (file, line) of every frame above
-    the observer (a helper called from two lines is two sites, a loop one)."""
-    site = []
-    frame = inspect.currentframe()
-    frame = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
-    while frame is not None:
-        site.append((frame.f_code.co_filename, frame.f_lineno))
-        frame = frame.f_back
-    return tuple(site)
-
-
-_lock = threading.Lock()
-_depth = 0
-
-
 @contextlib.contextmanager
 def observe(model: Any) -> Iterator[CustomStep]:
     """While open, this thread's `GradientTape.gradient` calls and the inputs of
     the model's metrics' `update_state` land in the yielded CustomStep."""
-    global _depth
     step = CustomStep()
-    previous = getattr(_current, "step", None)
-    _current.step = step
-    with _lock:
-        _depth += 1
-        tf.GradientTape.gradient = _observed_gradient
     patched = _observe_metrics(model, step)
     try:
-        yield step
+        with tape_calls.observe(step):
+            yield step
     finally:
         for metric in patched:
             metric.__dict__.pop("update_state", None)
-        _current.step = previous
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                tf.GradientTape.gradient = _original_gradient
 
 
 def _observe_metrics(model: Any, step: CustomStep) -> list[Any]:
