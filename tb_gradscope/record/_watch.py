@@ -23,7 +23,8 @@ A traced step (the default, `@rec.watch` on a Python function or on a
 the recorded variant above at recorded steps and, at every other step, the
 user's function as written plus the counter's advance, picked on the host.
 `eager=True` runs the function eagerly: the host reads the counter and picks
-the same way. A loss a call does not compute (a delayed actor) is simply
+the same way; `rec.analyze(step, *batch)` traces its recorded form once for
+the FlowGraph an eager loop otherwise lacks. A loss a call does not compute (a delayed actor) is simply
 absent from that call's records. A step in which no tape gradient is seen says
 so once, naming the explicit API, and keeps training.
 """
@@ -95,6 +96,8 @@ class Watch:
             return self._step(*args, **kwargs)
         recorder = self._recorder
         state = recorder._s  # noqa: SLF001
+        if not tf.executing_eagerly():  # traced by `rec.analyze`: the step as it records
+            return self._recorded(args, kwargs)
         if state.disabled or variant_due(state, int(recorder.step.numpy())) == PLAIN:
             return self._plain(args, kwargs)
         return self._recorded(args, kwargs)

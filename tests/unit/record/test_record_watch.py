@@ -382,6 +382,8 @@ def test_eager_watched_step_records_and_trains_as_written(tmp_path):
         stepper = rec.watch(step, eager=True) if watched else step
         for i in range(5):
             stepper(tf.fill([2, 4], float(i)))
+        if watched:  # the FlowGraph, from one trace of the step as it records
+            assert rec.analyze(stepper, tf.ones([2, 4])).state("value_loss", "net") == fmt.UPDATES
         rec.close()
         return [w.numpy() for w in net.weights]
 
