@@ -121,6 +121,8 @@ class Watch:
         """The step in one `training_step()` block, its tapes and applies observed."""
         recorder = self._recorder
         seen = _Seen(self)
+        if tf.executing_eagerly():  # the block's entry copies the variables: know them
+            recorder._s.layout.ensure_given()  # noqa: SLF001
         with tape_calls.observe(seen), optimizer_calls.observe(seen.apply):
             with recorder.training_step():
                 out = self._fn(*args, **kwargs)
