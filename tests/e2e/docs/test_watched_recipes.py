@@ -25,6 +25,7 @@ from tests.support.record_fixtures import read_records
 
 RECIPES = pathlib.Path(__file__).resolve().parents[3] / "docs" / "recipes"
 WATCHED = RECIPES / "watched"
+DOC_BLOCK = re.compile(r"<!-- watched: (\w+) -->\n```python\n(.*?)\n```", re.S)
 MAX_CHANGED = 3
 MARK = re.compile(r"\s*# gradscope(?:, was: (?P<was>.*))?$")
 # Recipes a watched twin cannot record as the explicit form does: one tape.gradient
@@ -92,6 +93,15 @@ def test_twin_differs_from_its_plain_script_by_at_most_3_lines(name):
     plain = plain_script(twin)
     assert "rec." not in plain and "tb_gradscope" not in plain, "the plain script uses gradscope"
     assert 0 < changed_lines(plain, twin) <= MAX_CHANGED
+
+
+@pytest.mark.parametrize("name", _twins())
+def test_recipes_md_shows_each_twins_lines(name):
+    blocks = dict(DOC_BLOCK.findall((RECIPES.parent / "RECIPES.md").read_text(encoding="utf-8")))
+    assert name in blocks, f"docs/RECIPES.md has no '<!-- watched: {name} -->' block"
+    shown = [line.strip() for line in blocks[name].splitlines() if line.strip()]
+    twin = (WATCHED / f"{name}.py").read_text(encoding="utf-8").splitlines()
+    assert shown == [line.strip() for line in twin if MARK.search(line)]
 
 
 _ALIVE: list = []  # the scripts' globals: a freed recorder's id may be reused by warn_once
