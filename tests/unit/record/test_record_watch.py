@@ -14,6 +14,8 @@ from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import GradscopeWarning, Recorder
 from tests.support.record_fixtures import read_records
 
+pytestmark = pytest.mark.slow  # every test here trains a model
+
 COPY_EVERY = 6
 RECORDING_OPS = {"WriteSummary", "EagerPyFunc", "Timestamp"}
 
@@ -191,7 +193,6 @@ def no_arithmetic_rewrites():
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("shape", [_dqn, _ddpg], ids=["dqn", "ddpg"])
 def test_watched_training_is_bitwise_the_unwatched_training(tmp_path, shape):
     _, _, plain = shape(str(tmp_path / "plain"), "unwatched")
@@ -201,7 +202,6 @@ def test_watched_training_is_bitwise_the_unwatched_training(tmp_path, shape):
     assert len(_tables(str(tmp_path / "watched"))) >= 3  # it did record
 
 
-@pytest.mark.slow
 def test_watched_gan_trains_bitwise_as_unwatched(tmp_path, no_arithmetic_rewrites):
     _, _, plain = _gan(str(tmp_path / "plain"), "unwatched")
     _, _, watched = _gan(str(tmp_path / "watched"), "watched")
@@ -211,7 +211,6 @@ def test_watched_gan_trains_bitwise_as_unwatched(tmp_path, no_arithmetic_rewrite
     assert sorted(name for kind, name in run if kind == "grad_stats") == ["disc_loss", "gen_loss"]
 
 
-@pytest.mark.slow
 def test_watched_dqn_records_the_tables_of_the_explicit_form(tmp_path):
     shape_args = {"steps": 25}
     _dqn(str(tmp_path / "explicit"), "explicit", **shape_args)
@@ -309,7 +308,6 @@ def _td3(logdir, how, steps=24, every=5):
     return rec, step, [w.numpy() for m in (actor, critic1, critic2, *targets) for w in m.weights]
 
 
-@pytest.mark.slow
 def test_td3_delayed_actor_is_named_from_the_code_and_measured_where_it_updates(tmp_path):
     _, _, plain = _td3(str(tmp_path / "plain"), "unwatched")
     with warnings.catch_warnings(record=True) as caught:
