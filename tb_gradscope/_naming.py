@@ -12,6 +12,7 @@ are matched by their resource handle, which a Keras variable and the
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,13 @@ def model_roots(models: Any) -> list[tuple[str, Any]]:
         pairs = [(_model_name(m), m) for m in models]
     else:
         pairs = [(_model_name(models), models)]
+    roots = [root for root, _ in pairs]
+    for root in sorted({r for r in roots if roots.count(r) > 1}):
+        raise ValueError(
+            f"several models are named '{root}' (a keras.models.clone_model copy?): their "
+            "variables would share scopes; pass models={'online': model, 'ema': copy, ...} "
+            "to give each its own root"
+        )
     for root, model in pairs:
         if not root or root.strip(scopes_lib.SEPARATOR) != root:
             raise ValueError(
@@ -103,35 +111,112 @@ def model_variables(root: str, model: Any) -> list[tuple[Any, str]]:
         if not is_float_variable(v) or variable_key(v) in slots:
             continue
         chain = chains.get(variable_key(v), ())
-        rest = _without_model_prefix(full_name(v), [_model_name(model), *chain])
-        named.append((v, scopes_lib.SEPARATOR.join([root, *chain, rest])))
+        names = [name for _, name in chain]
+        rest = _without_model_prefix(full_name(v), [_model_name(model), *names])
+        named.append((v, scopes_lib.SEPARATOR.join([root, *(label for label, _ in chain), rest])))
     return named
 
 
-def _sub_model_chains(model: Any) -> dict[int, tuple[str, ...]]:
-    """variable_key -> names of the nested Keras models holding it, outermost first.
+def _sub_model_chains(model: Any) -> dict[int, tuple[tuple[str, str], ...]]:
+    """variable_key -> (scope label, model name) of the nested Keras models
+    holding it, outermost first.
 
     A variable belongs to the nested model holding it directly (in one of its
     own layers, not in a model nested in it); of several such places (a
     generator inside a `combined` model too), the shallowest, then the first.
-    Variables outside every nested model are not listed.
+    Variables outside every nested model are not listed. A nested model's
+    label is its name, unless a sibling has the same name (`sibling_labels`).
     """
-    nested: list[tuple[tuple[str, ...], Any]] = []
+    nested: list[tuple[tuple[tuple[str, str], ...], Any]] = []
 
-    def walk(owner: Any, chain: tuple[str, ...]) -> None:
-        for layer in _sub_models(owner):  # every path: the shallowest place wins below
-            nested.append((chain + (_model_name(layer),), layer))
-            walk(layer, chain + (_model_name(layer),))
+    def walk(owner: Any, chain: tuple[tuple[str, str], ...]) -> None:
+        for label, layer in sibling_labels(owner):  # every path: the shallowest wins below
+            link = chain + ((label, _model_name(layer)),)
+            nested.append((link, layer))
+            walk(layer, link)
 
     if _is_keras_model(model):
         walk(model, ())
-    chains: dict[int, tuple[str, ...]] = {}
+    chains: dict[int, tuple[tuple[str, str], ...]] = {}
     for chain, owner in sorted(nested, key=lambda item: len(item[0])):
         inner = {variable_key(v) for sub in _sub_models(owner) for v in sub.weights}
         for v in owner.weights:
             if variable_key(v) not in inner:
                 chains.setdefault(variable_key(v), chain)
     return chains
+
+
+def sibling_labels(owner: Any) -> list[tuple[str, Any]]:
+    """(scope label, model) of the Keras models nested directly in `owner`.
+
+    Two networks never share scopes: siblings with one name (an EMA made by
+    `keras.models.clone_model` beside its online network) are labelled by
+    the attributes `owner` holds them by (`ema_network`), else numbered, and
+    the collision is said in a warning.
+    """
+    subs = _sub_models(owner)
+    names = [_model_name(m) for m in subs]
+    clashing = {n for n in names if names.count(n) > 1}
+    if not clashing:
+        return list(zip(names, subs))
+    held = {id(value): attr for attr, value in _attributes(owner) if _is_keras_model(value)}
+    labels = []
+    for i, (name, sub) in enumerate(zip(names, subs)):
+        label = held.get(id(sub)) if name in clashing else name
+        if label is None or label in labels or label in names[:i] + names[i + 1 :]:
+            label = f"{name}_{names[: i + 1].count(name)}"
+        labels.append(label)
+    renamed = ", ".join(f"{labels[i]}" for i, n in enumerate(names) if n in clashing)
+    warnings.warn(
+        f"model '{_model_name(owner)}' holds several networks named "
+        + ", ".join(f"'{n}'" for n in sorted(clashing))
+        + f" (a clone_model copy?): their scopes are {renamed}, so that they do not fold "
+        "into one; give the models distinct names to choose the scopes yourself",
+        UserWarning,
+        stacklevel=2,
+    )
+    return list(zip(labels, subs))
+
+
+def untracked_variables(root: str, model: Any) -> list[tuple[Any, str]]:
+    """Float `tf.Variable`s a layer of `model` holds as attributes that Keras does
+    not track (not in `model.weights`: Keras 3 tracks only its own Variables),
+    named `<root>/<layer>/<variable>`. `fit` never trains them."""
+    tracked = {variable_key(v) for v in getattr(model, "weights", ())}
+    found: list[tuple[Any, str]] = []
+    seen: set[int] = set()
+    visited: set[int] = set()
+    todo = [model]
+    while todo:
+        layer = todo.pop(0)
+        if id(layer) in visited:
+            continue
+        visited.add(id(layer))
+        for _, value in _attributes(layer):
+            if not isinstance(value, tf.Variable) or not is_float_variable(value):
+                continue
+            key = variable_key(value)
+            if key not in tracked and key not in seen:
+                seen.add(key)
+                base = scopes_lib.variable_name(value.name).rpartition(scopes_lib.SEPARATOR)[2]
+                parts = [root] + ([layer.name] if layer is not model else []) + [base]
+                found.append((value, scopes_lib.SEPARATOR.join(parts)))
+        todo += list(getattr(layer, "layers", None) or ())
+        todo += [sub for _, sub in _attributes(layer) if _is_layer_like(sub)]
+    return found
+
+
+def _is_layer_like(obj: Any) -> bool:
+    return (
+        hasattr(obj, "weights")
+        and isinstance(getattr(obj, "name", None), str)
+        and hasattr(obj, "trainable")
+    )
+
+
+def _attributes(owner: Any) -> list[tuple[str, Any]]:
+    """The attributes set on a (subclassed) model, in the order they were set."""
+    return [(k, v) for k, v in vars(owner).items() if not k.startswith("_")]
 
 
 def _sub_models(owner: Any) -> list[Any]:

@@ -171,6 +171,7 @@ def _drift_line(drift: dict[str, Any]) -> str:
         f"  {safe(drift['pair'])} ({safe(drift['target'])} <- {safe(drift['online'])}) at step {drift['step']}: "
         f"drift {number(drift.get('drift'))}, target step {number(drift.get('target_step'))}, "
         f"tau {number(drift.get('tau'))}{declared}"
+        + (f"\n    ({drift['tau_note']})" if drift.get("tau_note") else "")
     )
 
 

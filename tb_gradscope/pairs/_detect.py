@@ -3,13 +3,15 @@
 Sibling scopes pair when one is named like a target and the other like its
 online network once the role words are removed: `target_net`/`eval_net`,
 `target`/`online`, `Critic/target_net`/`Critic/eval_net`, `tare`/`beh` (seed
-03), `target_q`/`q`. `tf.train.ExponentialMovingAverage` shadows
-(`<var>/ExponentialMovingAverage`) pair with their sources. Optimizer slots are
-never considered.
+03), `target_q`/`q`. A PPO's old-policy snapshot pairs with its policy (`oldpi`/`pi`,
+`old_policy`/`policy`, `pi_old`/`pi`: a copy assigned before each update).
+`tf.train.ExponentialMovingAverage` shadows (`<var>/ExponentialMovingAverage`)
+pair with their sources. Optimizer slots are never considered.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,12 +63,16 @@ def _structure_pairs(named: Sequence[tuple[Any, str]]) -> list[Pair]:
         kids = children[parent]
         for t_seg in sorted(kids):
             t_kind, t_base = scopes_lib.segment_role(t_seg)
-            if t_kind != "target":
+            snapshot_of = _snapshot_of(t_seg)
+            if t_kind != "target" and snapshot_of not in kids:
                 continue
             t_scope = f"{parent}{SEP}{t_seg}" if parent else t_seg
             if any(_within(t_scope, t) for t in taken):
                 continue
-            for o_seg in _online_candidates(kids, t_seg, t_base):
+            candidates = (
+                [snapshot_of] if t_kind != "target" else _online_candidates(kids, t_seg, t_base)
+            )
+            for o_seg in candidates:
                 o_scope = f"{parent}{SEP}{o_seg}" if parent else o_seg
                 if any(_within(o_scope, t) for t in taken):
                     continue
@@ -86,6 +92,15 @@ def _structure_pairs(named: Sequence[tuple[Any, str]]) -> list[Pair]:
                 taken += [t_scope, o_scope]
                 break
     return pairs
+
+
+_SNAPSHOT = re.compile(r"old_?(?P<a>.+)|(?P<b>.+)_old", re.IGNORECASE)
+
+
+def _snapshot_of(segment: str) -> str | None:
+    """`pi` for a PPO old-policy snapshot named `oldpi`, `old_pi` or `pi_old`."""
+    found = _SNAPSHOT.fullmatch(segment)
+    return (found.group("a") or found.group("b")) if found else None
 
 
 def _online_candidates(kids: dict[str, Any], t_seg: str, t_base: str) -> list[str]:

@@ -176,19 +176,44 @@ def _drift_at(name: str, series: list, at: int | None) -> dict[str, Any]:
     row = (
         table.row(target if target in table else scopes[0]) if scopes else {}
     )  # a table may have no rows
-    return {
+    out = {
         "pair": name,
         "target": target,
         "online": str(attrs.get("online", "")),
         "step": step,
         **{
             k: float_or_none(row[k])
-            for k in ("drift", "distance", "target_step", "tau")
+            for k in ("drift", "distance", "target_step", "tau", "target_moved")
             if k in row
         },
         "declared_tau": attrs.get("tau"),
         "declared_every": attrs.get("every"),
     }
+    out["tau_note"] = _tau_note(out, first=step == series[0][0])
+    return out
+
+
+def _tau_note(drift: dict[str, Any], first: bool) -> str:
+    """Why a recorded tau says nothing of the declared one, or "": it is read
+    over the one step before the record, and a target moved on other steps
+    only (a delayed Polyak update on odd steps) reads 0 there."""
+    step, tau = drift["step"], drift.get("tau")
+    if tau is None:
+        if first:
+            return "tau not read: the first record has no step before it to compare with"
+        return "tau not read at this step: the target equalled online before it, or that step was not read"
+    if tau == 0.0 and drift.get("target_step") == 0.0:
+        moved = drift.get("target_moved")
+        since = (
+            f"; it moved {moved:.3g} since the previous record"
+            if moved is not None and moved > 0
+            else ""
+        )
+        return (
+            f"the target did not move in step {step}{since}: its rate is judged between records "
+            "(tracks rules, anomalies), not read here"
+        )
+    return ""
 
 
 def _conflict(name: str, series: list, step: int | None) -> dict[str, Any]:

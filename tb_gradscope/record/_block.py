@@ -11,8 +11,9 @@ whichever optimizer moved it (also one the recorder never sees):
   variable at recorded steps), provided nothing wrote them since the block
   opened; the table is computed at the block's exit;
 - a block entered eagerly (around eager code or around several tf.functions)
-  copies the recorded variables at its entry, at recorded steps only, and
-  writes the table at its exit.
+  copies the recorded variables at its entry, at recorded steps and at steps
+  where a loss is overdue (computed on other steps only), and writes the
+  table at its exit (at such a late step, only when a loss was recorded in it).
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ class Block:
         once known; None when they could not be taken.
       analyzed: whether a function traced inside an eager block was analyzed
         (its FlowGraph is then written at the block's exit).
+      due: an eager block's losses' due steps at its entry (`RecorderState.due_steps`):
+        one that moved by its exit was recorded in it, late or not.
     """
 
     graph: Any = None
     first_op: int = 0
     before: list | None = None
     analyzed: bool = False
+    due: list | None = None
 
     @classmethod
     def open(cls, ctx: ExecutionContext) -> Block:

@@ -30,13 +30,26 @@ def total_gradients(tape: Any, losses: Mapping[str, Any], variables: Sequence[An
     targets, seeds = zip(*(losses_lib.target_and_seed(v) for v in losses.values()))
     if any(isinstance(v, StartPoint) for v in losses.values()):
         seeds = [tf.ones_like(t) if s is None else s for t, s in zip(targets, seeds)]
-        return tape.gradient(list(targets), variables, output_gradients=seeds)
+        with not_recording(tape):
+            return tape.gradient(list(targets), variables, output_gradients=seeds)
     if len(targets) == 1:
-        return tape.gradient(targets[0], variables)
+        with not_recording(tape):
+            return tape.gradient(targets[0], variables)
     recording = private.tape_is_recording(tape)
     with contextlib.nullcontext() if recording else tape:
         total = tf.add_n(list(targets))
-    return tape.gradient(total, variables)
+    with not_recording(tape):
+        return tape.gradient(total, variables)
+
+
+def not_recording(tape: Any) -> contextlib.AbstractContextManager:
+    """`tape.stop_recording()` while the tape's context is open, else nothing.
+
+    `rec.tape()` is persistent only so that each loss can be differentiated; a
+    persistent tape asked for gradients inside its context records the
+    gradient ops on itself (TF warns: "persistent tape inside its context"),
+    which a user's plain tape never does (it stops recording then)."""
+    return tape.stop_recording() if private.tape_is_recording(tape) else contextlib.nullcontext()
 
 
 def per_loss(
@@ -55,7 +68,8 @@ def per_loss(
         target, seed = losses_lib.target_and_seed(value)
 
         def make(name=name, target=target, seed=seed):
-            grads = tape.gradient(target, variables, output_gradients=seed)
+            with not_recording(tape):
+                grads = tape.gradient(target, variables, output_gradients=seed)
             return layout.aligned(name, grads, variables)
 
         makers[name] = make

@@ -189,6 +189,7 @@ class Recording:
         if block.eager and not self.s.disabled:
             with self.guard():
                 block.before = self.s.eager_block_snapshot(self.step, ctx)
+                block.due = self.s.due_steps()
 
     def end_block(self, block: Block, ctx: ExecutionContext) -> None:
         """Leaving `training_step()`: analysis, ||delta theta|| over the block,
@@ -207,9 +208,12 @@ class Recording:
         self.s.analyze_traced_step(self.step, self.name, ctx)
         self.s.check_step(self.step, self._update_table(before, ctx), ctx)
 
-    def _update_table(self, before: list[Any], ctx: ExecutionContext) -> tf.Tensor | None:
-        """Writes the UPDATE_STATS table from the values `before` the step;
-        returns it when rules need it (else None)."""
+    def _update_table(
+        self, before: list[Any], ctx: ExecutionContext, late: bool = False
+    ) -> tf.Tensor | None:
+        """Writes the UPDATE_STATS table from the values `before` the step
+        (`late`: eagerly, at this unrecorded step too); returns it when rules
+        need it (else None)."""
         s = self.s
         variables, rollup = s.layout.vlayout.variables, s.layout.rollup
 
@@ -217,9 +221,9 @@ class Recording:
             return s.kernels.update_table(before, variables, rollup, ctx)
 
         if s.checks is None or ctx.xla:
-            s.emit(self.step, Kind.UPDATE_STATS, {"": maker}, ctx)
+            s.emit(self.step, Kind.UPDATE_STATS, {"": maker}, ctx, late=late)
             return None
-        return s.record_updates(self.step, maker, ctx)
+        return s.record_updates(self.step, maker, ctx, late=late)
 
     def _close_block(self, block: Block, ctx: ExecutionContext) -> None:
         s = self.s
@@ -230,7 +234,9 @@ class Recording:
             s.emitter.write_flowgraph(*s.now(self.step, ctx))
         updates = None
         if block.before is not None:
-            updates = self._update_table(block.before, ctx)
+            # A late step (a loss overdue): written when one was recorded in the block.
+            late = block.due is not None and s.due_steps() != block.due
+            updates = self._update_table(block.before, ctx, late=late)
         s.check_step(self.step, updates, ctx)
 
     def _finish_traced_in_block(self, block: Block, ctx: ExecutionContext) -> None:

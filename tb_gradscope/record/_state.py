@@ -136,10 +136,19 @@ class RecorderState:
         return self.now(step, ctx)[1]
 
     def emit(
-        self, step: tf.Variable, kind: Kind, makers: Mapping[str, Callable], ctx: ExecutionContext
+        self,
+        step: tf.Variable,
+        kind: Kind,
+        makers: Mapping[str, Callable],
+        ctx: ExecutionContext,
+        late: bool = False,
     ) -> Stats | None:
+        """Writes `makers`' tables at recorded steps (`late`: eagerly, at this
+        step anyway: an eager block where an overdue loss was recorded)."""
         scopes = self.layout.vlayout.layout.scopes
         now, record = self.now(step, ctx)
+        if late and ctx.eager:
+            record = tf.constant(True)
         return self.emitter.emit(kind, makers, scopes, now, record, ctx=ctx)
 
     def record_losses(
@@ -354,11 +363,24 @@ class RecorderState:
 
     def eager_block_snapshot(self, step: tf.Variable, ctx: ExecutionContext) -> list[Any] | None:
         """Eagerly, at a block's entry: copies of every recorded variable at a
-        recorded step (None otherwise, or while the variables are unknown)."""
+        recorded step, or at a step where a loss is overdue (computed on other
+        steps: TD3's delayed actor), whose gradients the block may record late
+        (None otherwise, or while the variables are unknown)."""
         vlayout = self.layout.vlayout
-        if vlayout is None or ctx.xla or not bool(self.should_record(step, ctx)):
+        if vlayout is None or ctx.xla:
+            return None
+        if not bool(self.should_record(step, ctx)) and not self.overdue(step):
             return None
         return stats.snapshot(vlayout.variables)
+
+    def due_steps(self) -> list[int]:
+        """Each loss's next due step, in slot order (host side)."""
+        return [int(d) for d in self._due_steps.numpy()[: len(self._due_slots)]]
+
+    def overdue(self, step: tf.Variable) -> bool:
+        """Whether a loss was due at or before `step` and is not recorded yet."""
+        now = int(step.numpy())
+        return any(now >= d for d in self.due_steps())
 
     def write_flowgraph_now(self, step: tf.Variable) -> None:
         """Writes the FlowGraph eagerly at the current step (an eager block's exit)."""
@@ -367,11 +389,18 @@ class RecorderState:
             self.emitter.write_flowgraph(step.read_value(), tf.constant(True))
 
     def record_updates(
-        self, step: tf.Variable, maker: Callable[[], tf.Tensor], ctx: ExecutionContext
+        self,
+        step: tf.Variable,
+        maker: Callable[[], tf.Tensor],
+        ctx: ExecutionContext,
+        late: bool = False,
     ) -> tf.Tensor | None:
         """Writes the UPDATE_STATS table and returns it as a tensor (for rules);
-        eagerly at an unrecorded step, writes nothing and returns None."""
+        eagerly at an unrecorded step, writes nothing and returns None (`late`
+        as `emit`'s)."""
         now, record = self.now(step, ctx)
+        if late and ctx.eager:
+            record = tf.constant(True)
         scopes = self.layout.vlayout.layout.scopes
 
         def work() -> tf.Tensor:

@@ -36,6 +36,9 @@ class TapedLoss:
       called_as: the name the calling code holds `target` under (a local
         variable of the first user frame), or None.
       tape: the tape the call was made on.
+      shape: when `target` stands for a per-sample loss's sum (the Keras
+        callback records that), the loss's shape; `given` is then the tensor
+        the step differentiated.
     """
 
     target: Any
@@ -46,6 +49,13 @@ class TapedLoss:
     output_gradients: Any = None
     called_as: str | None = None
     tape: Any = None
+    shape: tuple | None = None
+    given: Any = None
+
+    @property
+    def named_by(self) -> int:
+        """id() of the tensor the step differentiated (what its logs may hold)."""
+        return id(self.target if self.given is None else self.given)
 
 
 class TapeCalls:

@@ -210,3 +210,44 @@ def test_a_sub_model_inside_a_combined_model_too_is_named_where_it_is_shallowest
         scopes_lib.leaf_scope(n).rsplit("/", 1)[0] for _, n in naming.model_variables("gan", GAN())
     }
     assert leaves == {"gan/generator", "gan/critic"}
+
+
+class _EmaHolder(keras.Model):
+    """An online network and its EMA made by `keras.models.clone_model` (same
+    model and layer names), held side by side; `wrap` puts the clone inside a
+    functional model of the online network's name."""
+
+    def __init__(self, wrap: bool = False):
+        super().__init__(name="byol")
+        self.online_network = _functional("encoder")
+        clone = keras.models.clone_model(self.online_network)
+        if wrap:
+            inputs = keras.Input((3,))
+            clone = keras.Model(inputs, clone(inputs), name="encoder")
+        self.ema_network = clone
+
+    def call(self, x):
+        return self.online_network(x) + self.ema_network(x)
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["clone", "wrapped_clone"])
+def test_a_clone_with_the_same_names_gets_its_own_root(wrap):
+    """Two networks never share scopes: siblings with one model name are named
+    by the attributes holding them, and the collision is said once."""
+    model = _EmaHolder(wrap)
+    model(tf.zeros((2, 3)))
+    with pytest.warns(UserWarning, match=r"'encoder'.*online_network.*ema_network"):
+        named = naming.model_variables("byol", model)
+    names = [n for _, n in named]
+    assert len(set(names)) == len(names) == 8, names
+    assert all(n.startswith("byol/online_network/encoder_d") for n in names[:4]), names
+    assert all(n.startswith("byol/ema_network/") for n in names[4:]), names
+    layout = build_variable_layout(named)
+    online = layout.layout.members[layout.layout.index("byol/online_network")]
+    assert len(online) == 4  # the EMA's variables are not rolled up under the online network
+
+
+def test_models_listed_under_one_name_are_refused():
+    online = _functional("encoder")
+    with pytest.raises(ValueError, match="'encoder'.*models=\\{"):
+        naming.model_roots([online, keras.models.clone_model(online)])

@@ -75,6 +75,9 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
       grad_columns: the optional gradient columns recorded, from ("max_abs",
         "zero_frac") (default both); one left out is not computed and reads
         NaN, "not recorded" (as `Recorder(grad_columns=...)`).
+      variables: extra variables to record beside the model's, such as a
+        `tf.Variable` a layer holds that Keras 3 does not track (the callback
+        warns about those it finds); named `<model>/<layer>/<variable>`.
     """
 
     model_types = (keras.Model,)

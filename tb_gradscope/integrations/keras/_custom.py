@@ -11,11 +11,14 @@ loop of WGAN critic steps) are one loss, taken at its first call. A loss is
 named after the key of the logs the step returns when that holds one of its
 tensors, else after the metric one of them updates
 (`keras.metrics.Mean(name="d_loss").update_state(d_loss)`), else `loss_<i>`.
+A loss that is not a scalar (a per-sample vector) is recorded as its sum,
+whose gradient is what `tape.gradient` computes for it (`TapedLoss.shape`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,8 +36,16 @@ class CustomStep(TapeCalls):
         self.metric_inputs: dict[int, str] = {}  # id(tensor) -> metric name
 
     def seen(self, taped: TapedLoss) -> None:
-        if taped.target.shape.rank == 0:  # a scalar loss (not a gradient penalty's input)
+        target = taped.target
+        if taped.output_gradients is not None:
+            return  # a start point, not a loss
+        if target.shape.rank == 0:
             self.taped.append(taped)
+        elif target.shape.rank is not None and target.dtype.is_floating:
+            # tape.gradient of a vector is the gradient of its sum: record that.
+            shape = tuple(target.shape.as_list())
+            summed = tf.reduce_sum(target)
+            self.taped.append(dataclasses.replace(taped, target=summed, shape=shape, given=target))
 
     def named(self, logs: Any) -> dict[str, TapedLoss]:
         """{loss name: TapedLoss}, named by the step's logs or the metric each feeds."""
@@ -44,9 +55,7 @@ class CustomStep(TapeCalls):
             calls_by_site.setdefault(taped.site, []).append(taped)
         named: dict[str, TapedLoss] = {}
         for i, calls in enumerate(calls_by_site.values()):
-            names = (
-                by_logs.get(id(c.target)) or self.metric_inputs.get(id(c.target)) for c in calls
-            )
+            names = (by_logs.get(c.named_by) or self.metric_inputs.get(c.named_by) for c in calls)
             name = next((n for n in names if n), f"loss_{i}")
             while name in named:
                 name += "_"

@@ -56,6 +56,7 @@ class GradscopeHooks:
         on_violation: str = LOG,
         pairs: Sequence[Pair] = (),
         grad_columns: Collection[str] = OPTIONAL_GRAD_COLUMNS,
+        variables: Sequence[Any] = (),
     ):
         self.check_environment()
         super().__init__()
@@ -74,6 +75,7 @@ class GradscopeHooks:
             )
         self.every_n_batches = every_n_batches
         self.scopes = scopes
+        self.variables = list(variables)
         self.disabled = False
         self._serial = next(_SERIALS)
         self._probe: StepProbe | None = None
@@ -148,7 +150,7 @@ class GradscopeHooks:
             return  # already instrumented by this callback: keep the traced step
         if _probe_of(model) is not None:
             del model.train_step  # another GradscopeCallback's wrapper
-        named = naming.model_variables(model.name, model)
+        named = naming.model_variables(model.name, model) + self._extra_variables(model)
         vlayout = naming.build_variable_layout(named, self.scopes)
         if not vlayout.variables:
             raise ValueError(
@@ -233,6 +235,31 @@ class GradscopeHooks:
         every = self.every_n_batches
         return -(-self._drained_to // every) * every < current
 
+    def _extra_variables(self, model: Any) -> list[tuple[Any, str]]:
+        """`variables=`, named under the model (a raw tf.Variable by the layer
+        holding it); the model's variables Keras does not track and
+        `variables=` leaves out are said once: they have no row."""
+        untracked = naming.untracked_variables(model.name, model)
+        given = {naming.variable_key(v) for v in self.variables}
+        left_out = [(v, n) for v, n in untracked if naming.variable_key(v) not in given]
+        if left_out:
+            listed = ", ".join(
+                f"layer '{n.rsplit('/', 2)[-2]}' holds '{n.rsplit('/', 1)[-1]}'"
+                for _, n in left_out
+            )
+            warn_once(
+                ("keras_untracked", self._serial),
+                f"GradscopeCallback: model '{model.name}': {listed}, a tf.Variable Keras "
+                "does not track: fit's optimizer never trains it and it has no row. Create it "
+                "with self.add_weight(...) to train it, or pass GradscopeCallback("
+                "variables=[...]) to record it",
+            )
+        by_key = {naming.variable_key(v): n for v, n in untracked}
+        named = naming.name_variables(self.variables, [(model.name, model)])
+        return [
+            (v, by_key.get(naming.variable_key(v)) or _under(model.name, name)) for v, name in named
+        ]
+
     def _record_drift(self, step: int) -> None:
         """Drift after `step` (and after other callbacks' target updates); a
         step that neither records drift nor precedes one that does costs nothing."""
@@ -275,6 +302,11 @@ class GradscopeHooks:
             f"GradscopeCallback stopped recording into '{self.logdir}' after an "
             f"error ({type(error).__name__}: {error}); training continues unaffected",
         )
+
+
+def _under(root: str, name: str) -> str:
+    """`name` under the model's root scope unless it is there already."""
+    return name if name == root or name.startswith(root + "/") else f"{root}/{name}"
 
 
 def _probe_of(model: Any) -> StepProbe | None:

@@ -43,6 +43,7 @@ from tb_gradscope.record import _flow as flow
 from tb_gradscope.record import _loss_scale as loss_scale
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._context import ExecutionContext
+from tb_gradscope.record._warn import warn_once
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _N_GRAD = len(KIND_SPECS[Kind.GRAD_STATS].columns)
@@ -297,6 +298,14 @@ class StepProbe:
         if not losses:  # a custom train_step: the losses its own tapes differentiated
             losses = {name: t.target for name, t in taped.items() if name in known}
             watched = {name: taped[name].watched for name in losses}
+            for name in losses:
+                if taped[name].shape is not None:
+                    warn_once(
+                        (id(self), "per_sample", name),
+                        f"GradscopeCallback: loss '{name}' of model '{self.name}''s train_step "
+                        f"is not a scalar (shape {list(taped[name].shape)}); recorded is the "
+                        "gradient of its sum, which is what tape.gradient computes for it",
+                    )
         self.captured |= set(losses)
         if self.flowgraph is None and losses and distribute.is_first_replica():
             self.flowgraph = flow.analyze_step(

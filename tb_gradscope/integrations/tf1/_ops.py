@@ -20,6 +20,7 @@ from tb_gradscope.format.metadata import OPTIONAL_GRAD_COLUMNS
 from tb_gradscope.integrations.tf1 import _ref_reads as ref_reads
 from tb_gradscope.integrations.tf1 import _reuse as reuse
 from tb_gradscope.integrations.tf1._graph import required_placeholders, written_variables
+from tb_gradscope.record import _conflict as conflict_lib
 from tb_gradscope.record import _stats as stats
 from tb_gradscope.record._reductions import Segments
 from tb_gradscope.record._stats import RollUp
@@ -43,6 +44,18 @@ class LossOps:
     placeholders: frozenset
     reused: frozenset = frozenset()
     refresh: tf.Operation | None = None
+    grads: tuple = ()  # the loss's own gradients, aligned with the variables (None: no path)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConflictOps:
+    """The CONFLICT table of two losses: the cosine of their gradients per scope
+    both reach (`scopes`), and the placeholders it needs fed."""
+
+    losses: tuple[str, str]
+    scopes: tuple[str, ...]
+    table: tf.Tensor
+    placeholders: frozenset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +133,32 @@ def build_loss_ops(
                 v.name for v, mine, g in zip(variables, grads, used) if g is not mine
             )
             needs = refresh if rewired.intersection(built[name]) else None
-            ops[name] = LossOps(table, required_placeholders([table]), reused, needs)
+            ops[name] = LossOps(table, required_placeholders([table]), reused, needs, tuple(grads))
     return ops
+
+
+def build_conflict_ops(
+    graph: tf.Graph, loss_ops: Mapping[str, LossOps], layout: ScopeLayout, rollup: RollUp
+) -> dict[str, ConflictOps]:
+    """{"a|b": ConflictOps} for every pair of losses reaching a scope together,
+    from the losses' own gradients (`record._conflict`'s kernel, as TF2's):
+    fetched with the first call recording one of them at a step whose feed
+    also serves the other, so both are taken at one state. Losses reading
+    reference variables through a refreshed copy are left out."""
+    grads = {n: list(o.grads) for n, o in loss_ops.items() if o.refresh is None and o.grads}
+    if len(grads) < 2:
+        return {}
+    out = {}
+    with graph.as_default(), tf.name_scope(f"{NAME_SCOPE}/conflict"):
+        for (a, b), (rows, make) in conflict_lib.conflict_tables(grads, layout, rollup).items():
+            table = make()
+            out[conflict_lib.pair_name(a, b)] = ConflictOps(
+                (a, b),
+                tuple(layout.scopes[r] for r in rows),
+                table,
+                required_placeholders([table]),  # the Gram behind it reads every loss
+            )
+    return out
 
 
 def build_update_ops(

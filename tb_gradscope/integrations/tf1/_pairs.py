@@ -161,19 +161,28 @@ def _trainable(variables: Sequence[tf.Variable]) -> list[tf.Variable]:
 
 
 def paired_variables(pairs: Sequence[Pair], graph: tf.Graph) -> list[tf.Variable]:
-    """The variables of `pairs` that the matrix can show under their pair names.
-
-    Both sides of every pair whose variables are this graph's and whose scope
-    names are their own (not `ExponentialMovingAverage` shadows, which a pair
-    renames under `ema/`): a `trainable=False` target then has its matrix rows.
-    """
+    """The variables of `pairs` that are this graph's, both sides of every pair:
+    a `trainable=False` target, or `ExponentialMovingAverage` shadows, then
+    have matrix rows (under the pair's names, `pair_names`)."""
     out = []
+    for pair in pairs:
+        for var in (*pair.target, *pair.online):
+            if getattr(var, "graph", None) is graph:
+                out.append(var)
+    return out
+
+
+def pair_names(pairs: Sequence[Pair], graph: tf.Graph) -> dict[tf.Operation, str]:
+    """{variable op: the name its pair gives it} where that is not the variable's
+    own: `ExponentialMovingAverage` shadows (`online/l1/w/ExponentialMovingAverage`)
+    are named `ema/online/l1/w`, so that their scopes mirror their sources'
+    beside them instead of folding under them."""
+    out = {}
     for pair in pairs:
         for side, names in ((pair.target, pair.target_names), (pair.online, pair.online_names)):
             for var, name in zip(side, names):
-                own = getattr(var, "graph", None) is graph and variable_name(var.name) == name
-                if own:
-                    out.append(var)
+                if getattr(var, "graph", None) is graph and variable_name(var.name) != name:
+                    out.setdefault(var.op, name)
     return out
 
 

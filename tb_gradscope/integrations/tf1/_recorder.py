@@ -27,12 +27,14 @@ from tb_gradscope.integrations.tf1 import _graph as graphs
 from tb_gradscope.integrations.tf1._calls import CalledOps, FixedCalls
 from tb_gradscope.integrations.tf1._ops import (
     NAME_SCOPE,
+    build_conflict_ops,
     build_loss_ops,
     build_update_ops,
     rows_written,
 )
 from tb_gradscope.integrations.tf1._pairs import (
     PairRecorder,
+    pair_names,
     paired_variables,
     resolve_pairs,
 )
@@ -162,8 +164,10 @@ class GraphRecorder:
         chosen = graphs.scoped_variables(
             graph, variables if variables is not None else _default_variables(graph, pair_list)
         )
-        self.layout = build_layout([v.name for v in chosen], scopes)
-        by_name = {variable_name(v.name): v for v in chosen}
+        renamed = pair_names(pair_list, graph)  # EMA shadows under their pair's names
+        names = [renamed.get(v.op, v.name) for v in chosen]
+        self.layout = build_layout(names, scopes)
+        by_name = {variable_name(n): v for n, v in zip(names, chosen)}
         self.variables = [by_name[n] for n in self.layout.variable_names]
         self._flowgraph = (
             static_flowgraph(graph, self._starts, self.variables, self.layout, self._train_ops)
@@ -177,6 +181,8 @@ class GraphRecorder:
         self._loss_ops = build_loss_ops(
             graph, self._starts, self.variables, rollup, self._train_ops, recorded_columns
         )
+        self._conflicts = build_conflict_ops(graph, self._loss_ops, self.layout, rollup)
+        self._conflict_steps: dict[str, int] = {}  # pair -> the last step it was fetched at
         self._update_ops = build_update_ops(graph, self.variables, rollup, trained, PAUSED_WINDOWS)
         self._rows_of_op = rows_written(self.layout, self.variables, trained)
         self._pairs = PairRecorder(graph, pair_list, trained, every_n_steps) if pair_list else None
@@ -192,6 +198,15 @@ class GraphRecorder:
             name: make_info(Kind.GRAD_STATS, name, self.layout.scopes) for name in self._starts
         }
         self._update_info = make_info(Kind.UPDATE_STATS, "", self.layout.scopes)
+        self._conflict_infos = {
+            name: make_info(
+                Kind.CONFLICT,
+                name,
+                c.scopes,
+                {"losses": list(c.losses), "every_n_steps": every_n_steps},
+            )
+            for name, c in self._conflicts.items()
+        }
         self._writer = RecordWriter(os.fspath(logdir))
         self.logdir = os.fspath(logdir)
         self.disabled = False
@@ -329,11 +344,14 @@ class GraphRecorder:
     def _plan_call(self, run: Run, called: set[str], feed_dict: Any) -> _Pending | None:
         fed: set | None = None
 
-        def can_record(loss: str) -> bool:  # asked only at recorded steps
+        def fed_now() -> set:
             nonlocal fed
             if fed is None:
                 fed = graphs.fed_ops(self.graph, feed_dict)
-            return self._loss_ops[loss].placeholders <= fed
+            return fed
+
+        def can_record(loss: str) -> bool:  # asked only at recorded steps
+            return self._loss_ops[loss].placeholders <= fed_now()
 
         plan = self._clock.plan(called, can_record)
         for close in plan.closes:
@@ -357,13 +375,36 @@ class GraphRecorder:
         )
         if refresh is not None:
             self._fixed.run(run, refresh)  # reference variables, read before the call applies
-        fetches = {loss: self._loss_ops[loss].table for loss in plan.losses}
+        fetches: dict = {loss: self._loss_ops[loss].table for loss in plan.losses}
+        for name, step in self._due_conflicts(plan, can_fetch=lambda ph: ph <= fed_now()):
+            fetches[(Kind.CONFLICT, name)] = self._conflicts[name].table
+            self._conflict_steps[name] = step
         return _Pending(plan, fetches, frozenset(called))
+
+    def _due_conflicts(
+        self, plan: CallPlan, can_fetch: Callable[[frozenset], bool]
+    ) -> list[tuple[str, int]]:
+        """(pair, step) of the conflicts this call fetches: at the step of one of
+        its losses recorded here, once per step, when the call feeds the rest."""
+        due = []
+        for name, c in self._conflicts.items():
+            steps = [plan.losses[loss] for loss in c.losses if loss in plan.losses]
+            if not steps or self._conflict_steps.get(name) == steps[0]:
+                continue
+            if can_fetch(c.placeholders):
+                due.append((name, steps[0]))
+        return due
 
     def _finish_call(self, run: Run, pending: _Pending, results: Mapping[str, Any]) -> None:
         for loss, step in pending.plan.losses.items():
             self._writer.write_table(self._infos[loss], results[loss], step)
             self._rules.add_grads(step, loss, results[loss])
+        for key in pending.fetches:
+            if isinstance(key, tuple):  # (Kind.CONFLICT, pair)
+                name = key[1]
+                self._writer.write_table(
+                    self._conflict_infos[name], results[key], self._conflict_steps[name]
+                )
         if pending.plan.close_after is not None:
             self._close_window(run, pending.plan.close_after)
 

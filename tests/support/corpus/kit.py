@@ -138,14 +138,25 @@ def variables_of(models: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tf1_probe(
-    sess, gs: GraphRecorder, feed: dict, losses: dict, train_ops: dict, pairs: list
+    sess,
+    gs: GraphRecorder,
+    feed: dict,
+    losses: dict,
+    train_ops: dict,
+    pairs: list,
+    names: Mapping[str, str] | None = None,
 ) -> TF1Probe:
+    """`names`: {TF variable name: product name} where the product renames one
+    (an ExponentialMovingAverage shadow under its pair's `ema/` root)."""
+    names = names or {}
     return TF1Probe(
         session=sess,
         feed_dict=feed,
         losses=losses,
         train_ops=train_ops,
-        variables={variable_name(v.name): v for v in gs.variables},
+        variables={
+            names.get(variable_name(v.name), variable_name(v.name)): v for v in gs.variables
+        },
         pairs=pairs,
     )
 
@@ -167,6 +178,7 @@ def tf1_loop(
     step: Callable[[Any, int, dict], None],
     pairs: Callable[[], list] = list,
     start: Sequence[Any] = (),
+    names: Mapping[str, str] | None = None,
 ) -> None:
     """A TF1 shape's training: `GraphRecorder(...)` recording every step and
     `gs.wrap(sess)`, as docs/TF1.md says; the `start` ops run once (init, the
@@ -177,7 +189,7 @@ def tf1_loop(
     pair's drift at step s just before step s's first train call, after step
     s - 1 and its target update (the loops put target updates at the end of a
     step), so `observer.after(s)` comes right after `observer.before(s, ...)`:
-    both see the state the product reads.
+    both see the state the product reads. `names` as `tf1_probe`'s.
     """
     with graph.as_default():
         made = pairs()
@@ -191,13 +203,13 @@ def tf1_loop(
         )
         sess = tf1.Session()
         probes = [tf1_pair_probe(p) for p in made]
-        observer.prepare(tf1_probe(sess, gs, {}, losses, train_ops, probes))
+        observer.prepare(tf1_probe(sess, gs, {}, losses, train_ops, probes, names))
         run = gs.wrap(sess)
         for op in start:
             run.run(op)
         for s in range(steps):
             fed = feed(s)
-            observer.before(s, tf1_probe(sess, gs, fed, losses, train_ops, probes))
+            observer.before(s, tf1_probe(sess, gs, fed, losses, train_ops, probes, names))
             observer.after(s)  # the drift GraphRecorder reads at this step
             step(run, s, fed)
         run.close()

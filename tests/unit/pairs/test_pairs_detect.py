@@ -160,3 +160,19 @@ def test_tf1_slot_variables_on_both_sides_are_left_out():
     (pair,) = detect_pairs(variables + slots)
     assert len(pair.target) == 3
     assert not any("Adam" in n for n in pair.target_names + pair.online_names)
+
+
+@pytest.mark.parametrize(
+    "old, online", [("oldpi", "pi"), ("old_policy", "policy"), ("pi_old", "pi")]
+)
+def test_a_ppo_old_policy_snapshot_is_detected(old, online):
+    """PPO keeps a `trainable=False` copy of its policy (`oldpi`), assigned from the
+    online one before each update: a pair, target `oldpi`, online `pi`."""
+    variables = _tf1_net(online) + _tf1_net(old) + _tf1_net("critic")
+    (pair,) = detect_pairs(variables)
+    assert pair.name == f"{old}<-{online}"
+    assert pair.target_names == tuple(f"{old}/{n}" for n in ("l1/w", "l1/b", "l2/w"))
+
+
+def test_a_name_merely_ending_in_old_is_no_snapshot():
+    assert detect_pairs(_tf1_net("threshold") + _tf1_net("thresh")) == []

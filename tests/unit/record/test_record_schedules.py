@@ -149,3 +149,31 @@ def test_a_pair_whose_sync_is_not_due_yet_is_not_judged_frozen():
     attrs = tables[0].info.attrs
     events = find_anomalies("target<-online", attrs, steps, tables)
     assert [e for e in events if e.name == TARGET_FROZEN] == [], events
+
+
+def test_the_delayed_actors_update_is_measured_at_its_late_step(td3_logs):
+    """The actor trains on odd steps only: its ||delta theta|| is measured at the
+    step its gradients are recorded at (11, 21), over the whole block (the
+    critic's update and the targets' Polyak move of that step too), never read
+    0.0 at every record."""
+    # (Step 0 has none: an eager block's first entry precedes any gradient, so the
+    # recorded variables are not known yet.)
+    assert sorted(td3_logs.updates) == [10, 11, 20, 21]
+    for step in (11, 21):
+        table = td3_logs.updates[step]
+        assert table.row("actor")["update_norm"] > 0, step
+        assert table.row("critic1")["update_norm"] > 0, step
+        assert table.row("target_actor")["update_norm"] > 0, step  # its Polyak move
+
+
+def test_a_tau_read_at_a_step_the_target_did_not_move_says_why(td3_logs):
+    from tb_gradscope.read.summary import run_summary
+
+    report = run_summary(td3_logs, step=10)
+    (actor,) = [d for d in report["drift"] if d["pair"].startswith("target_actor")]
+    assert actor["tau"] == 0.0 and actor["declared_tau"] == 0.05
+    assert "did not move in step 10" in actor["tau_note"], actor
+    assert "between records" in actor["tau_note"], actor
+    first = run_summary(td3_logs, step=0)
+    (actor,) = [d for d in first["drift"] if d["pair"].startswith("target_actor")]
+    assert actor["tau"] is None and "first record" in actor["tau_note"], actor

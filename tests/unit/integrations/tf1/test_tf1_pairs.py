@@ -171,3 +171,100 @@ def test_doctor_advises_an_assign_op_for_a_tf1_target_never_synced(ddpg, tmp_pat
     for finding in never:
         assert "assign" in finding["fix"] and "sess.run" in finding["fix"]
         assert "set_weights" not in finding["fix"] + finding["what"]
+
+
+def _tf1_mean_teacher(logdir: str, rules=()):
+    """A TF1 mean teacher: the student trained on labels and on the teacher's
+    logits behind tf.stop_gradient, the teacher made of the student's
+    tf.train.ExponentialMovingAverage shadows."""
+    import numpy as np
+    import tensorflow.compat.v1 as tf1
+
+    from tb_gradscope.integrations.tf1 import GraphRecorder
+    from tb_gradscope.pairs import pair_ema
+
+    graph = tf1.Graph()
+    with graph.as_default():
+        tf1.set_random_seed(7)
+        x = tf1.placeholder(tf1.float32, [None, 3])
+        y = tf1.placeholder(tf1.float32, [None, 1])
+        with tf1.variable_scope("student"):
+            w1 = tf1.get_variable("l1/w", [3, 4])
+            w2 = tf1.get_variable("l2/w", [4, 1])
+        student = tf1.trainable_variables("student")
+        ema = tf1.train.ExponentialMovingAverage(decay=0.9)
+        apply_ema = ema.apply(student)
+
+        def logits(a, b):
+            return tf1.matmul(tf1.tanh(tf1.matmul(x, a)), b)
+
+        teacher = logits(ema.average(w1), ema.average(w2))
+        fit = tf1.reduce_mean(tf1.square(logits(w1, w2) - y))
+        cons = tf1.reduce_mean(tf1.square(logits(w1, w2) - tf1.stop_gradient(teacher)))
+        opt = tf1.train.AdamOptimizer(0.05).minimize(fit + cons, var_list=student)
+        with tf1.control_dependencies([opt]):
+            train = tf1.group(apply_ema)
+        gs = GraphRecorder(
+            logdir,
+            losses={"fit": fit, "cons": cons},
+            train_ops={"fit": train, "cons": train},
+            every_n_steps=1,
+            pairs=[pair_ema(ema, student)],
+            rules=list(rules),
+        )
+        rng = np.random.default_rng(0)
+        with gs.wrap(tf1.Session()) as sess:
+            sess.run(tf1.global_variables_initializer())
+            for _ in range(3):
+                sess.run(train, {x: rng.normal(size=(8, 3)), y: rng.normal(size=(8, 1))})
+
+
+def test_ema_shadows_are_matrix_scopes_and_the_teachers_cut_a_blocked_edge(tmp_path):
+    """tf.train.ExponentialMovingAverage shadows have rows of their own (`ema/...`,
+    the pair's names), so `never(cons, ema/*)` can be stated and holds, and the
+    stop_gradient on the teacher's logits is a blocked edge of `cons`."""
+    from tb_gradscope.format import FlowGraph
+
+    _tf1_mean_teacher(str(tmp_path), rules=["never(cons, ema/*)"])
+    records = read_records(str(tmp_path))
+    cons = records[("grad_stats", "cons")][0].value
+    assert "ema/student" in cons.info.scopes, cons.info.scopes
+    assert cons.row("ema/student")["grad_vars"] == 0
+    assert cons.row("student")["grad_vars"] == 2
+    graph = FlowGraph.from_json(records[("flowgraph", "")][0].value[0])
+    assert graph.state("cons", "ema/student/l1") == "blocked"
+    edges = [e for e in graph.blocked_edges if e.loss == "cons"]
+    assert any(e.op_type == "StopGradient" and e.producer_scope.startswith("ema") for e in edges), [
+        (e.op_type, e.producer_scope) for e in edges
+    ]
+    assert ("events", "violations") not in records or not any(
+        r.value for r in records[("events", "violations")]
+    )
+
+
+def test_auto_pairs_find_a_ppo_old_policy_snapshot(tmp_path):
+    """pairs="auto" on a TF1 PPO: `oldpi` (trainable=False, assigned from `pi`
+    before each update) is paired with `pi` and its drift recorded."""
+    from tests.unit.integrations.tf1.test_tf1_blocks import build_ppo
+
+    m = build_ppo()
+    with m["graph"].as_default():
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"aloss": m["aloss"]},
+            train_ops={"aloss": m["atrain"]},
+            every_n_steps=1,
+            pairs="auto",
+        )
+        feed = {
+            m["S"]: np.ones((4, 3)),
+            m["A"]: np.ones((4, 2)),
+            m["ADV"]: np.ones((4, 1)),
+        }
+        with gs.wrap(tf.Session()) as sess:
+            sess.run(m["init"])
+            for _ in range(2):
+                sess.run(m["copy"])
+                sess.run(m["atrain"], feed)
+    drift = [name for kind, name in read_records(str(tmp_path)) if kind == "drift"]
+    assert drift == ["oldpi<-pi"]

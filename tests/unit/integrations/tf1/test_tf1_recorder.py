@@ -285,3 +285,39 @@ def test_ema_shadows_drift_with_the_declared_tau(tmp_path):
         assert rec.value.row(root)["drift"] > 0
         assert rec.value.row(root)["tau"] == pytest.approx(0.25, rel=1e-3)
     assert series[0].value.info.attrs["tau"] == pytest.approx(0.25)
+
+
+def test_seed01_multihead_records_the_gradient_conflict_of_its_two_losses(tmp_path):
+    """Multi-task TF1 code (two losses, two train ops on one feed): CONFLICT
+    `loss1|loss2` at every recorded step, one row per scope both losses reach
+    (the shared `Agent/layer1`), the cosine of their gradients at the state of
+    the call that records the first of them."""
+    m = multihead_seed()
+    rng = np.random.default_rng(1)
+    with m.graph.as_default():
+        shared = tf.gradients(m.loss1, m.layer1_params), tf.gradients(m.loss2, m.layer1_params)
+        gs = GraphRecorder(
+            str(tmp_path),
+            losses={"loss1": m.loss1, "loss2": m.loss2},
+            train_ops={"loss1": m.train1, "loss2": m.train2},
+            every_n_steps=2,
+        )
+        raw = tf.Session()
+        sess = gs.wrap(raw)
+        sess.run(tf.global_variables_initializer())
+        want = {}
+        for step in range(4):
+            feed = multihead_feed(m, rng)
+            a, b = raw.run(shared, feed)
+            fa = np.concatenate([g.ravel() for g in a]).astype(np.float64)
+            fb = np.concatenate([g.ravel() for g in b]).astype(np.float64)
+            want[step] = fa @ fb / np.sqrt((fa @ fa) * (fb @ fb))
+            sess.run(m.train1, feed)
+            sess.run(m.train2, feed)
+    records = read_records(str(tmp_path))
+    series = records[("conflict", "loss1|loss2")]
+    assert [r.step for r in series] == [0, 2]
+    for rec in series:
+        assert rec.value.info.scopes == ("Agent", "Agent/layer1")
+        assert rec.value.info.attrs["losses"] == ["loss1", "loss2"]
+        assert rec.value.row("Agent/layer1")["cosine"] == pytest.approx(want[rec.step], abs=1e-5)
