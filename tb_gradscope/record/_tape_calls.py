@@ -1,4 +1,4 @@
-"""Every `GradientTape.gradient` call a step makes, seen as it is made.
+"""Every `GradientTape.gradient` (and `tf.gradients`) call a step makes, seen as it is made.
 
 Shared by the Keras callback (the losses of a custom `train_step`) and
 `Recorder.watch` (the losses of any TF2 step function). While `observe(calls)`
@@ -70,6 +70,7 @@ class TapeCalls:
 
 _current = threading.local()  # .calls: the TapeCalls this thread hands calls to
 _original_gradient = tf.GradientTape.gradient
+_original_tf_gradients = tf.gradients
 _lock = threading.Lock()
 _depth = 0
 # Frames of TensorFlow, Keras and the standard library are not the user's: a
@@ -106,6 +107,18 @@ def _observed_gradient(
     return grads
 
 
+@tf.autograph.experimental.do_not_convert
+def _observed_tf_gradients(ys: Any, xs: Any, grad_ys: Any = None, *args: Any, **kwargs: Any) -> Any:
+    grads = _original_tf_gradients(ys, xs, grad_ys, *args, **kwargs)
+    calls = getattr(_current, "calls", None)
+    single = ys[0] if isinstance(ys, (list, tuple)) and len(ys) == 1 else ys
+    if calls is not None and tf.is_tensor(single):
+        seeds = grad_ys[0] if isinstance(grad_ys, (list, tuple)) and len(grad_ys) == 1 else grad_ys
+        site, called_as = _call_site(single)
+        calls.seen(TapedLoss(single, [], site, xs, grads, seeds, called_as, None))
+    return grads
+
+
 def _call_site(target: Any) -> tuple[tuple[tuple[str, int], ...], str | None]:
     """Where `tape.gradient` was called from: (file, line) of every frame above
     the observer (a helper called from two lines is two sites, a loop one), and
@@ -128,13 +141,15 @@ def _call_site(target: Any) -> tuple[tuple[tuple[str, int], ...], str | None]:
 
 @contextlib.contextmanager
 def observe(calls: TapeCalls) -> Iterator[TapeCalls]:
-    """While open, this thread's `GradientTape.gradient` calls go to `calls`."""
+    """While open, this thread's `GradientTape.gradient` and `tf.gradients`
+    calls go to `calls` (a `tf.gradients` call has no tape: `tape` is None)."""
     global _depth
     previous = getattr(_current, "calls", None)
     _current.calls = calls
     with _lock:
         _depth += 1
         tf.GradientTape.gradient = _observed_gradient
+        tf.gradients = _observed_tf_gradients
     try:
         yield calls
     finally:
@@ -143,3 +158,4 @@ def observe(calls: TapeCalls) -> Iterator[TapeCalls]:
             _depth -= 1
             if _depth == 0:
                 tf.GradientTape.gradient = _original_gradient
+                tf.gradients = _original_tf_gradients

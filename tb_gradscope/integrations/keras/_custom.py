@@ -37,8 +37,8 @@ class CustomStep(TapeCalls):
 
     def seen(self, taped: TapedLoss) -> None:
         target = taped.target
-        if taped.output_gradients is not None:
-            return  # a start point, not a loss
+        if taped.output_gradients is not None or taped.tape is None:
+            return  # a start point, or tf.gradients (no tape to say what it watched)
         if target.shape.rank == 0:
             self.taped.append(taped)
         elif target.shape.rank is not None and target.dtype.is_floating:

@@ -363,6 +363,25 @@ def test_losses_mapping_renames_and_unnamed_targets_are_numbered(tmp_path):
     assert sorted(name for kind, name in run if kind == "grad_stats") == ["loss_1", "regression"]
 
 
+def test_tf_gradients_calls_are_losses_too(tmp_path):
+    keras.utils.set_random_seed(0)
+    net = _net("net", 4, 2)
+    opt = keras.optimizers.SGD(1e-2)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=1, models=[net])
+
+    @rec.watch
+    def step(x):
+        value_loss = tf.reduce_mean(tf.square(net(x)))
+        grads = tf.gradients(value_loss, net.trainable_variables)
+        opt.apply_gradients(zip(grads, net.trainable_variables))
+
+    step(tf.ones([2, 4]))
+    rec.close()
+    (run,) = read_records(str(tmp_path)).values()
+    assert [name for kind, name in run if kind == "grad_stats"] == ["value_loss"]
+    assert tf.gradients is not None and "observed" not in tf.gradients.__name__
+
+
 def test_eager_watched_step_records_and_trains_as_written(tmp_path):
     def run(logdir, watched):
         keras.utils.set_random_seed(0)
