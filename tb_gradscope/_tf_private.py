@@ -42,6 +42,7 @@ __all__ = [
     "cond_true_branch",
     "keep_cond_as_call",
     "count_traces_apart",
+    "tf_function_options",
     "has_default_writer",
     "default_writer",
     "default_writer_set",

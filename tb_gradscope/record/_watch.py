@@ -77,10 +77,10 @@ class Watch:
                 "jit_compile=True step cannot write summaries (XLA has no kernel for them); "
                 "use rec.function(jit_compile=True) with rec.stats() and rec.write(...)"
             )
-        self._recorder = recorder
+        self.recorder = recorder
         self._fn = inner
         self._renames = dict(losses or {})
-        self._label = getattr(inner, "__name__", "step")
+        self.label = getattr(inner, "__name__", "step")
         self._step: StepFunction | None = None
         if not eager:
 
@@ -94,7 +94,7 @@ class Watch:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._step is not None:
             return self._step(*args, **kwargs)
-        recorder = self._recorder
+        recorder = self.recorder
         state = recorder._s  # noqa: SLF001
         if not tf.executing_eagerly():  # traced by `rec.analyze`: the step as it records
             return self._recorded(args, kwargs)
@@ -104,7 +104,7 @@ class Watch:
 
     def _body(self, args: tuple, kwargs: dict) -> Any:
         """What each variant of a traced watched step traces."""
-        state = self._recorder._s  # noqa: SLF001
+        state = self.recorder._s  # noqa: SLF001
         if state.variants.mode(ExecutionContext.current()) == PLAIN:
             return self._plain(args, kwargs)
         return self._recorded(args, kwargs)
@@ -112,14 +112,14 @@ class Watch:
     def _plain(self, args: tuple, kwargs: dict) -> Any:
         """The user's step as written, then the step's advance."""
         out = self._fn(*args, **kwargs)
-        recorder = self._recorder
+        recorder = self.recorder
         recorder.step.assign_add(1)
         recorder._s.advanced(ExecutionContext.current())  # noqa: SLF001
         return out
 
     def _recorded(self, args: tuple, kwargs: dict) -> Any:
         """The step in one `training_step()` block, its tapes and applies observed."""
-        recorder = self._recorder
+        recorder = self.recorder
         seen = _Seen(self)
         if tf.executing_eagerly():  # the block's entry copies the variables: know them
             recorder._s.layout.ensure_given()  # noqa: SLF001
@@ -148,7 +148,7 @@ class _Seen(TapeCalls):
     def __init__(self, watch: Watch):
         super().__init__()
         self._watch = watch
-        self._recorder = watch._recorder  # noqa: SLF001
+        self.recorder = watch.recorder
         self._sites: dict[tuple, str] = {}  # call site -> loss name
         self._applied = 0
         self._busy = False  # the recorder itself is at work: its own calls are not the step's
@@ -172,7 +172,7 @@ class _Seen(TapeCalls):
         )
         self._busy = True
         try:
-            self._recorder.record_gradients({name: pairs}, losses={name: loss}, tape=taped.tape)
+            self.recorder.record_gradients({name: pairs}, losses={name: loss}, tape=taped.tape)
         except ValueError as e:
             self._warn("loss", f"its loss '{name}' cannot be recorded ({e})")
         finally:
@@ -189,7 +189,7 @@ class _Seen(TapeCalls):
                 self._warn("apply", f"an optimizer apply cannot be observed ({e})")
                 optimizer.apply_gradients(grads_and_vars)
                 return
-            self._recorder.apply(optimizer, grads_and_vars)
+            self.recorder.apply(optimizer, grads_and_vars)
         finally:
             self._busy = False
 
@@ -209,10 +209,10 @@ class _Seen(TapeCalls):
         )
 
     def _warn(self, key: str, what: str) -> None:
-        recorder = self._recorder
+        recorder = self.recorder
         warn_once(
-            (id(recorder), "watch", key, self._watch._label),  # noqa: SLF001
-            f"Recorder '{recorder.name}'.watch({self._watch._label!r}): {what}; "  # noqa: SLF001
+            (id(recorder), "watch", key, self._watch.label),
+            f"Recorder '{recorder.name}'.watch({self._watch.label!r}): {what}; "
             f"{_EXPLICIT}. Training continues as written",
         )
 
