@@ -1,29 +1,18 @@
-"""Truth on unseen code, round 3 (issue 57): scopes and steps.
+"""Truth on unseen code, round 3 (issue 57): steps and records.
 
-- fit_clone_ema: a mean teacher as Keras code writes one: a `keras.Model`
-  subclass holding its online network and an EMA copy made by
-  `keras.models.clone_model` (the same model and layer names) as
-  `online_network` and `ema_network`, trained by `fit` with the callback; a
-  custom `train_step` fits the labels and the EMA's predictions on a
-  perturbed view behind `tf.stop_gradient`, then moves the EMA. Mutant: no `stop_gradient`, and the
-  optimizer given the EMA's variables too (the loss trains the EMA). The two
-  networks must be two scopes (`mt/online_network`, `mt/ema_network`): folded
-  into one, the mutant reads exactly as the correct run.
-- tf1_ema_teacher: a TF1 mean teacher whose teacher is the student's
-  `tf.train.ExponentialMovingAverage` shadows (`ema.average(w)`), its logits
-  behind `tf.stop_gradient` in the consistency loss; the shadows are scopes
-  (`ema/student/...`), so `never(cons, ema/*)` can be stated; the EMA is
-  applied in a run call of its own after the optimizer's. Mutant: no
-  `stop_gradient` and the shadows in the optimizer's `var_list` (the
-  consistency loss trains the EMA).
+- readme_rec_function_drift: the README quickstart's loop as written
+  (`@rec.function`, hard copy on `rec.step`, then `record_drift()`), recorded
+  every 2 steps: its drift is labelled with its gradients' step, from 0.
+- tf1_ppo_long_blocks: a TF1 PPO whose train ops run in blocks longer than
+  4 x every_n_steps (the critic's updates of the last steps are not measured:
+  NaN), its `trainable=False` oldpi a declared pair.
 - tf1_resource_global_step: a TF1 graph built with TF2 behaviour left on
   (resource variables, no `disable_v2_behavior`) and the classic
   `tf.Variable(0, trainable=False, name="global_step")` passed to `minimize`;
   recorded from step 0 on.
 
-The oracle's variable names are written out here (`<root>/<attribute>/<Keras
-path>`), not computed by `oracle.named_variables`, which names sub-models by
-their model names and would fold the clone too.
+The TD3 loop with its delayed actor on odd steps (item 9) is `shapes_wp`'s
+td3_odd_delay; the scope shapes of the same issue are `shapes_truth3_scopes`.
 """
 
 from __future__ import annotations
@@ -32,96 +21,120 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tb_gradscope.integrations.keras import GradscopeCallback
 from tests.support.corpus import kit
-from tests.support.corpus.shapes_keras import _Watch
-from tests.support.corpus.spec import KERAS_FIT, TF1_SESSION, Forward, Shape, StepProbe
+from tests.support.corpus.spec import TF1_SESSION, TF_FUNCTION, Shape, StepProbe
 
 STEPS = 4
 
-# ----- a mean teacher whose EMA is a clone_model copy ----------------------------
+# ----- the README's custom loop: rec.function, apply, hard copy, record_drift ------
 
-CLONE_RULES = ("never(loss, mt/ema_network/*)", "only(loss, [mt/online_network])")
-EMA_DECAY = 0.9
-NOISE = 0.3
-
-
-def _encoder() -> keras.Model:
-    x = keras.Input((kit.OBS,))
-    h = keras.layers.Dense(4, activation="tanh", name="hidden")(x)
-    return keras.Model(x, keras.layers.Dense(1, name="out")(h), name="encoder")
+README_RULES = ("never(td, target/*)",)
+README_EVERY, README_COPY, README_STEPS = 2, 3, 6
 
 
-class MeanTeacher(keras.Model):
-    def __init__(self, leaky: bool):
-        super().__init__(name="mt")
-        self.leaky = leaky
-        self.online_network = _encoder()
-        self.ema_network = keras.models.clone_model(self.online_network)
-        self.ema_network.set_weights(self.online_network.get_weights())
+def _readme_loop(logdir, observer):
+    """The README quickstart's loop as written (`@rec.function`, `rec.apply`, the
+    hard copy on `rec.step`, then `record_drift()`): drift is labelled with the
+    step of its gradients, from step 0 (issue 57 item 8)."""
+    from tb_gradscope.pairs import pair_models
+    from tb_gradscope.record import Recorder
 
-    def call(self, x):
-        return self.online_network(x)
+    kit.seed(8)
+    online, target = kit.mlp("online", [4, kit.ACTIONS]), kit.mlp("target", [4, kit.ACTIONS])
+    kit.copy_weights(target, online)
+    opt = keras.optimizers.Adam(0.01)
+    models = {"online": online, "target": target}
+    pair = pair_models(target, online, every=README_COPY)
+    rec = Recorder(
+        logdir, every_n_steps=README_EVERY, models=models, pairs=[pair], rules=list(README_RULES)
+    )
 
-    def loss_of(self, x, y):
-        pred = self.online_network(x)
-        teacher = self.ema_network(x + NOISE * tf.sin(x))  # the teacher sees a perturbed view
-        if not self.leaky:
-            teacher = tf.stop_gradient(teacher)
-        return tf.reduce_mean((pred - y) ** 2) + tf.reduce_mean((pred - teacher) ** 2)
+    def td_loss(b):
+        q = tf.gather(online(b["s"]), b["a"], batch_dims=1)
+        y = b["r"] + 0.99 * tf.stop_gradient(tf.reduce_max(target(b["s2"]), axis=1))
+        return tf.reduce_mean(tf.square(y - q))
 
-    def trained_variables(self):
-        return self.online_network.trainable_variables + (
-            self.ema_network.trainable_variables if self.leaky else []
-        )
+    @rec.function
+    def train_step(b):
+        with rec.tape() as tape:
+            losses = {"td": td_loss(b)}
+        rec.apply(opt, rec.gradients(tape, losses, online.trainable_variables))
+        if rec.step % README_COPY == 0:
+            for t, o in zip(target.weights, online.weights):
+                t.assign(o)
+        rec.record_drift()
 
-    def train_step(self, data):
-        x, y = data
-        with tf.GradientTape() as tape:
-            loss = self.loss_of(x, y)
-        grads = tape.gradient(loss, self.trained_variables())
-        self.optimizer.apply_gradients(zip(grads, self.trained_variables()))
-        for t, o in zip(self.ema_network.weights, self.online_network.weights):
-            t.assign(EMA_DECAY * t + (1.0 - EMA_DECAY) * o)
-        return {"loss": loss}
-
-
-def _clone_names(model: MeanTeacher) -> dict:
-    """{product name: variable}, written out: each network under the attribute holding it."""
-    out = {}
-    for attribute in ("online_network", "ema_network"):
-        for v in getattr(model, attribute).weights:
-            out[f"mt/{attribute}/{v.path}"] = v
-    return out
-
-
-def _fit_clone_ema(leaky: bool):
-    def train(logdir, observer):
-        kit.seed(57)
-        model = MeanTeacher(leaky)
-        opt = keras.optimizers.Adam(0.02)
-        model.compile(opt)
-        b = kit.batch(0)
-        x, y = b["s"], b["y"]
-
-        def forward():
-            with tf.GradientTape() as tape:
-                value = model.loss_of(x, y)
-            return Forward(tape, value)
-
-        def probe():
-            return StepProbe(
-                [kit.loss_probe("loss", forward, opt, model.trained_variables)],
-                _clone_names(model),
+    for step in range(README_STEPS):
+        b = kit.batch(step)
+        observer.before(
+            step,
+            StepProbe(
+                [
+                    kit.loss_probe(
+                        "td",
+                        kit.taped(lambda _: td_loss(b)),
+                        opt,
+                        lambda: online.trainable_variables,
+                    )
+                ],
+                kit.variables_of(models),
                 [opt],
+                [kit.pair_probe(pair, target, online, "target")],
+            ),
+        )
+        train_step(b)
+        observer.after(step)
+    rec.close()
+
+
+# ----- TF1 PPO, train ops in blocks longer than the paused windows --------------
+
+LONG_K = 6  # calls per block at every_n_steps=1: more recorded steps wait than 4 windows hold
+LONG_RULES = ("only(aloss, [pi])", "never(aloss, oldpi/*)", "only(closs, [critic])")
+
+
+def _tf1_ppo_long_blocks(logdir, observer):
+    """`shapes_tf1r2`'s PPO (oldpi a trainable=False copy of pi) in blocks of
+    LONG_K actor calls then LONG_K critic calls, recorded at every step, the
+    oldpi/pi snapshot declared with its copy period (pairs="auto" finds it too:
+    tests/unit/integrations/tf1/test_tf1_pairs.py; undeclared, one update's
+    unmoved snapshot reads as a frozen target)."""
+    from tb_gradscope.integrations.tf1 import GraphRecorder, pair_scopes
+    from tests.support.corpus.shapes_tf1r2 import _batch, build_ppo
+
+    m = build_ppo(False)
+    with m.graph.as_default():
+        pair = pair_scopes("oldpi", "pi", every=LONG_K)
+        losses = {"aloss": m.aloss, "closs": m.closs}
+        train_ops = {"aloss": m.atrain_op, "closs": m.ctrain_op}
+        gs = GraphRecorder(
+            logdir,
+            losses=losses,
+            train_ops=train_ops,
+            every_n_steps=1,
+            pairs=[pair],
+            rules=list(LONG_RULES),
+        )
+        sess = tf.compat.v1.Session()
+        probes = [kit.tf1_pair_probe(pair)]
+        observer.prepare(kit.tf1_probe(sess, gs, {}, losses, train_ops, probes))
+        run = gs.wrap(sess)
+        run.run(m.init)
+        b = _batch(0)
+        run.run(m.update_oldpi_op)
+        adv = run.run(m.advantage, {m.tfs: b["s"], m.tfdc_r: b["r"]})
+        actor_feed = {m.tfs: b["s"], m.tfa: b["a"], m.tfadv: adv}
+        critic_feed = {m.tfs: b["s"], m.tfdc_r: b["r"]}
+        for step in range(LONG_K):
+            probe = kit.tf1_probe(
+                sess, gs, {**actor_feed, **critic_feed}, losses, train_ops, probes
             )
-
-        callback = GradscopeCallback(logdir, every_n_batches=1, rules=list(CLONE_RULES))
-        dataset = tf.data.Dataset.from_tensors((x, y)).repeat(STEPS)
-        model.fit(dataset, epochs=1, verbose=0, callbacks=[_Watch(observer, probe), callback])
-        callback.detach()
-
-    return train
+            observer.before(step, probe)
+            observer.after(step)
+            run.run(m.atrain_op, actor_feed)
+        for _ in range(LONG_K):
+            run.run(m.ctrain_op, critic_feed)
+        run.close()
 
 
 # ----- TF1 in a tf.Graph with resource variables and a classic global step -------
@@ -176,87 +189,25 @@ def _tf1_resource_global_step(logdir, observer):
     )
 
 
-# ----- TF1 mean teacher: the teacher is tf.train.ExponentialMovingAverage shadows ------
-
-EMA_RULES = ("never(cons, ema/*)", "never(fit, ema/*)")
-
-
-def _tf1_ema_teacher(leaky: bool):
-    def train(logdir, observer):
-        from tb_gradscope.pairs import pair_ema
-
-        v1 = tf.compat.v1
-        graph = tf.Graph()
-        with graph.as_default():
-            v1.set_random_seed(13)
-            s = v1.placeholder(tf.float32, [None, kit.OBS], "s")
-            y = v1.placeholder(tf.float32, [None, 1], "y")
-            with v1.variable_scope("student"):
-                w1 = v1.get_variable("l1/w", [kit.OBS, 4], use_resource=True)
-                w2 = v1.get_variable("l2/w", [4, 1], use_resource=True)
-            student = v1.trainable_variables("student")
-            ema = v1.train.ExponentialMovingAverage(decay=0.9)
-            apply_ema = ema.apply(student)
-
-            def logits(a, b, x=s):
-                return tf.matmul(tf.tanh(tf.matmul(x, a)), b)
-
-            # The teacher sees a perturbed view (equal weights at step 0 would give cons no gradient).
-            teacher = logits(ema.average(w1), ema.average(w2), s + NOISE * tf.sin(s))
-            if not leaky:
-                teacher = tf.stop_gradient(teacher)
-            fit = tf.reduce_mean((logits(w1, w2) - y) ** 2)
-            cons = tf.reduce_mean((logits(w1, w2) - teacher) ** 2)
-            shadow_vars = [ema.average(v) for v in student]
-            opt = v1.train.AdamOptimizer(0.05).minimize(
-                fit + cons, var_list=student + (shadow_vars if leaky else [])
-            )
-            init = v1.global_variables_initializer()
-            shadows = {
-                ema.average(v).name[:-2]: "ema/" + v.name[:-2] for v in student
-            }  # the pair's names
-
-        def feed(step: int) -> dict:
-            rng = np.random.default_rng(5800 + step)
-            return {
-                s: rng.normal(size=(kit.BATCH, kit.OBS)).astype(np.float32),
-                y: rng.normal(size=(kit.BATCH, 1)).astype(np.float32),
-            }
-
-        kit.tf1_loop(
-            logdir,
-            observer,
-            graph,
-            losses={"fit": fit, "cons": cons},
-            train_ops={"fit": opt, "cons": opt},
-            rules=EMA_RULES,
-            start=[init],
-            steps=STEPS,
-            feed=feed,
-            step=lambda run, _step, fed: (run.run(opt, fed), run.run(apply_ema)),
-            pairs=lambda: [pair_ema(ema, student)],
-            names=shadows,
-        )
-
-    return train
-
-
 SHAPES = [
     Shape(
-        "fit_clone_ema",
-        KERAS_FIT,
-        _fit_clone_ema(False),
-        CLONE_RULES,
-        note="Keras fit, mean teacher: online_network and a clone_model EMA (same names) held side by "
-        "side, the EMA's predictions behind stop_gradient",
+        "readme_rec_function_drift",
+        TF_FUNCTION,
+        _readme_loop,
+        README_RULES,
+        steps=README_STEPS,
+        every_n_steps=README_EVERY,
+        note="the README's custom loop (rec.function, apply, hard copy on rec.step, record_drift): "
+        "drift labelled with its gradients' step, from step 0",
     ),
     Shape(
-        "fit_clone_ema_leaky",
-        KERAS_FIT,
-        _fit_clone_ema(True),
-        CLONE_RULES,
-        mutant_of="fit_clone_ema",
-        note="no stop_gradient, the optimizer given the EMA's variables: the loss trains the EMA",
+        "tf1_ppo_long_blocks",
+        TF1_SESSION,
+        _tf1_ppo_long_blocks,
+        LONG_RULES,
+        steps=LONG_K,
+        note=f"TF1 PPO, blocks of {LONG_K} actor then {LONG_K} critic calls recorded at every step "
+        "(the critic's late updates read NaN, not measured)",
     ),
     Shape(
         "tf1_resource_global_step",
@@ -264,22 +215,5 @@ SHAPES = [
         _tf1_resource_global_step,
         GLOBAL_STEP_RULES,
         note="TF1 in a tf.Graph with resource variables and tf.Variable(0, name='global_step')",
-    ),
-    Shape(
-        "tf1_ema_teacher",
-        TF1_SESSION,
-        _tf1_ema_teacher(False),
-        EMA_RULES,
-        note="TF1 mean teacher: the teacher's logits from tf.train.ExponentialMovingAverage shadows, "
-        "behind stop_gradient; the shadows are scopes (ema/...)",
-    ),
-    Shape(
-        "tf1_ema_teacher_leaky",
-        TF1_SESSION,
-        _tf1_ema_teacher(True),
-        EMA_RULES,
-        mutant_of="tf1_ema_teacher",
-        note="no stop_gradient on the teacher's logits and the shadows in the optimizer's "
-        "var_list: the consistency loss trains the EMA",
     ),
 ]
