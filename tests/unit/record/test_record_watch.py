@@ -328,6 +328,15 @@ def test_td3_delayed_actor_is_named_from_the_code_and_measured_where_it_updates(
         assert updates[step].row("actor")["update_norm"] > 0, step
     for step in (10, 20):
         assert updates[step].row("actor")["update_norm"] == 0, step
+    # tau 0.005 declared: measured 0.005 in the calls that update the targets,
+    # and the targets are seen to move between records at the others.
+    drifts = [by_step for (kind, _), by_step in run.items() if kind == "drift"]
+    assert len(drifts) == 3
+    for by_step in drifts:
+        for step in (5, 15):
+            np.testing.assert_allclose(by_step[step].column("tau"), 0.005, rtol=1e-3)
+        for step in (10, 20):
+            assert (by_step[step].column("target_moved") > 0).all(), step
     anomalies = [
         e
         for key, by_step in run.items()
