@@ -42,7 +42,10 @@ weight histograms, both ways; TF-Agents' `summarize_grads_and_vars`
 (`record_if`). On the eager loop the scalar logger under a Python `if`; on
 Keras a `train_step` override writing it in a `tf.cond`; on TF1
 `tf.compat.v1.summary.scalar` ops fetched every 10th step. The README loop and
-the DDPG step also run at every_n_steps=1000 (`rec_function_rare`). After
+the DDPG step also run at every_n_steps=1000 (`rec_function_rare`), and the
+README loop also as its step is written for `@rec.watch` (`rec_watch`:
+`readme_watch_vs_rec_function_worst` is its CPU time over the explicit
+`rec.function` form's in the same rounds, the worse README size). After
 timing, every candidate's event files are checked against what it claims to
 write (`peers.check`; the run fails otherwise). The README loops and the DDPG step
 also run a second plain step (`plain_again`): an A/A control whose distance
@@ -296,7 +299,8 @@ def measure(prefix, setup, steps, repetitions, logdir, only=None):
 
 def measure_users(logdir, quick):
     """Each user configuration against its own baseline and its hand logger;
-    returns ({group: (kind, {candidate: CPU ratio to the baseline})}, {group: ours / hand logger}).
+    returns ({group: (kind, {candidate: CPU ratio to the baseline})}, {group: ours / hand
+    logger}, {README group: @rec.watch / rec.function}).
 
     Ratios are medians over rounds of the two runs' ratio in that round. After
     the timing, every candidate's event files are checked against what it
@@ -314,7 +318,7 @@ def measure_users(logdir, quick):
     }
     if quick:  # its peers are readme16's
         groups.pop("readme256")
-    ratios, vs_hand = {}, {}
+    ratios, vs_hand, watch_vs_explicit = {}, {}, {}
     for group, (kind, build) in groups.items():
         runs, claims = build()
         for run in runs.values():
@@ -330,10 +334,13 @@ def measure_users(logdir, quick):
         ours, hand = user_steps.OURS[kind], user_steps.HAND[kind]
         vs_hand[group] = median_ratio(cpu, ours, hand)
         report(f"user_{group}_{ours}_vs_{hand}", vs_hand[group])
+        if "rec_watch" in runs:
+            watch_vs_explicit[group] = median_ratio(cpu, "rec_watch", "rec_function")
+            report(f"user_{group}_rec_watch_vs_rec_function", watch_vs_explicit[group])
         for label in list(runs)[1:]:
             if label.startswith(("hand_", "tf_agents")) and label != hand:
                 report(f"user_{group}_{ours}_vs_{label}", median_ratio(cpu, ours, label))
-    return {group: (groups[group][0], r) for group, r in ratios.items()}, vs_hand
+    return {group: (groups[group][0], r) for group, r in ratios.items()}, vs_hand, watch_vs_explicit
 
 
 def main() -> None:
@@ -359,7 +366,7 @@ def main() -> None:
             prefix: measure(prefix, setup, steps, reps, logdir, only)
             for prefix, setup, steps, reps, only in plan
         }
-        users, vs_hand = measure_users(logdir, args.quick)
+        users, vs_hand, watch_vs_explicit = measure_users(logdir, args.quick)
     report("load_average_1m_end", os.getloadavg()[0])
     if "attrib" in found["dqn"]:
         report("attrib_2loss_every10_ratio", found["dqn"]["attrib"])
@@ -374,6 +381,9 @@ def main() -> None:
         "overhead_rare_worst", worst("rec_function_rare")
     )  # README and DDPG at every_n_steps=1000
     report("overhead_default_tf_function_worst", worst("tf_function"))
+    # The README's step as written under @rec.watch, per README configuration:
+    # its CPU time over the explicit rec.function form's, in the same rounds.
+    report("readme_watch_vs_rec_function_worst", max(watch_vs_explicit.values()))
     report("overhead_every_step_ratio", found["dqn"]["every_step"])
     report("overhead_default_ratio", max(r[user_steps.OURS[kind]] for kind, r in users.values()))
     report("overhead_vs_hand_logger", max(vs_hand.values()))

@@ -47,6 +47,7 @@ RARE = 1000  # the README configuration recording rarely
 IDLE = 10**12  # a recorder with nothing due after its first step
 PLAINS = ("plain", "plain_again")  # the step without tb_gradscope; twice, for an A/A control
 LABELS = (*PLAINS, "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS
+README_LABELS = (*LABELS, "rec_watch")  # and the README's own step, as `@rec.watch` records it
 EVERY_OF = {"rec_function_rare": RARE, "rec_function_idle": IDLE}  # else EVERY
 OURS = {
     "readme": "rec_function",
@@ -170,7 +171,28 @@ def _readme_step(rec: Recorder, online, target, optimizer) -> Callable:
     return step
 
 
-def readme_loop(units: int, logdir: str, steps: int, labels: tuple[str, ...] = LABELS) -> Built:
+def _watched_step(online, target, optimizer) -> Callable:
+    """The README quickstart's step as written for `@rec.watch`: the user's own
+    tape, `tape.gradient`, `apply_gradients` and copy (on the optimizer's count)."""
+
+    def step(s, a, r, s2):
+        with tf.GradientTape() as tape:
+            q = tf.gather(online(s), a, batch_dims=1)
+            y = r + 0.99 * tf.stop_gradient(tf.reduce_max(target(s2), axis=1))
+            td = tf.reduce_mean(tf.square(y - q))
+        grads = tape.gradient(td, online.trainable_variables)
+        optimizer.apply_gradients(zip(grads, online.trainable_variables))
+        if optimizer.iterations % COPY_EVERY == 0:
+            for t, o in zip(target.weights, online.weights):
+                t.assign(o)
+        return td
+
+    return step
+
+
+def readme_loop(
+    units: int, logdir: str, steps: int, labels: tuple[str, ...] = README_LABELS
+) -> Built:
     """The custom-loop quickstart next to the same loop without tb_gradscope and the hand loggers."""
     batch, runs, claims = _dqn_batch(), {}, {}
     for label in labels:
@@ -197,8 +219,11 @@ def readme_loop(units: int, logdir: str, steps: int, labels: tuple[str, ...] = L
                 rules=["never(td, target/*)"],
             )
 
-            step = _readme_step(rec, online, target, optimizer)
-            step = tf.function(step) if label == "tf_function" else rec.function(step)
+            if label == "rec_watch":
+                step = rec.watch(_watched_step(online, target, optimizer))
+            else:
+                step = _readme_step(rec, online, target, optimizer)
+                step = tf.function(step) if label == "tf_function" else rec.function(step)
             drift = ["drift/target<-online"] if every == EVERY else []
             claims[label] = _ours(
                 rec, where, ["grad_stats/td", "update_stats"] + drift, steps, every

@@ -42,6 +42,7 @@ __all__ = [
     "cond_true_branch",
     "keep_cond_as_call",
     "count_traces_apart",
+    "tf_function_options",
     "has_default_writer",
     "default_writer",
     "default_writer_set",
@@ -316,3 +317,17 @@ def legacy_loss_weights(container: Any) -> list[Any]:
 def legacy_steps_per_execution(model: Any) -> Any:
     """tf_keras keeps steps_per_execution in a private variable (`_steps_per_execution`; Keras 3: a public int)."""
     return getattr(model, "_steps_per_execution", None)
+
+
+def tf_function_options(fn: Any) -> dict[str, Any] | None:
+    """The arguments a `tf.function` was made with that `Recorder.watch` keeps
+    (`Function._jit_compile`, `_autograph`, `_reduce_retracing`: no public
+    getter), or None when `fn` is not one."""
+    if not hasattr(fn, "python_function") or not hasattr(fn, "get_concrete_function"):
+        return None
+    return {
+        "input_signature": fn.input_signature,
+        "jit_compile": getattr(fn, "_jit_compile", None),
+        "autograph": getattr(fn, "_autograph", True),
+        "reduce_retracing": getattr(fn, "_reduce_retracing", False),
+    }

@@ -59,6 +59,12 @@ class LayoutResolver:
         self._known = {naming.variable_key(v) for v, _ in named}
         return True
 
+    def ensure_given(self) -> None:
+        """Fixes the layout now if models or variables were given (an eager
+        block's entry copies them before any gradient says which they are)."""
+        if self.vlayout is None and (self.roots or self.explicit is not None):
+            self.ensure([])
+
     def aligned(self, loss: str, grads: Sequence[Any], variables: Sequence[Any]) -> list[Any]:
         """Gradients at their variables' layout positions (None elsewhere).
 

@@ -53,6 +53,7 @@ from tb_gradscope.record._optimizer_state import build_outside_trace
 from tb_gradscope.record._recording import Recording
 from tb_gradscope.record._state import RecorderState
 from tb_gradscope.record._step_function import StepFunction, variant_due
+from tb_gradscope.record._watch import Watch
 from tb_gradscope.record._writing import Emitter, Stats, SummarySink
 from tb_gradscope.scopes import ScopeSpec
 
@@ -330,6 +331,38 @@ class Recorder(tf.Module):
         if fn is None:
             return lambda f: StepFunction(self, f, tf_function_kwargs)
         return StepFunction(self, fn, tf_function_kwargs)
+
+    def watch(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        losses: Mapping[str, str] | None = None,
+        eager: bool = False,
+        **tf_function_kwargs: Any,
+    ) -> Any:
+        """Records a training step as written: one call of `fn` is one step.
+
+        A decorator, in place of `@tf.function` or above it, with or without
+        arguments; `eager=True` keeps an eager step eager::
+
+          @rec.watch                       # or @rec.watch(losses={"loss": "td"})
+          def train_step(s, a, r, s2):
+              ...                          # tapes, tape.gradient, apply_gradients as usual
+
+        At recorded steps every `GradientTape.gradient` call with variables
+        among its sources is a loss, named after the variable the code holds
+        its target in (`critic_loss`; else `loss_<i>`; `losses=` renames),
+        its gradients recorded as the step computed them; every Keras optimizer
+        `apply_gradients`/`apply` runs through `apply` (the same values), so
+        the analysis says which loss each optimizer trains; the pairs are read
+        at the call's start and end and their drift labelled with the step.
+        Every other call runs `fn` as written, plus the counter's advance (as
+        `function`'s plain variant). A step with no tape gradient to see warns
+        once, naming the explicit API, and keeps training. See `_watch.py`.
+        """
+        if fn is None:
+            return lambda f: Watch(self, f, losses, eager, tf_function_kwargs)
+        return Watch(self, fn, losses, eager, tf_function_kwargs)
 
     def due_at(self, step: int) -> str:
         """The variant a `Recorder.function` step starting at `step` runs:

@@ -467,6 +467,14 @@ def test_legacy_steps_per_execution(tf_keras_trained):
     assert int(tf.convert_to_tensor(private.legacy_steps_per_execution(tf_keras_trained))) == 2
 
 
+def test_tf_function_options():
+    compiled = tf.function(lambda x: x, jit_compile=True, reduce_retracing=True)
+    options = private.tf_function_options(compiled)
+    assert options["jit_compile"] is True and options["reduce_retracing"] is True
+    assert options["autograph"] is True and options["input_signature"] is None
+    assert private.tf_function_options(lambda x: x) is None
+
+
 def test_every_name_of_the_module_has_its_test():
     tree = ast.parse(pathlib.Path(private.__file__).read_text())
     public = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)} | {

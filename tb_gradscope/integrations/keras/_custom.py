@@ -4,52 +4,52 @@ A model that overrides `train_step` computes its losses outside Keras's
 CompileLoss and often trains them with optimizers other than
 `model.optimizer` (a GAN's `d_optimizer` and `g_optimizer`). While such a step
 is traced, every `GradientTape.gradient` call it makes is seen (the call itself
-is unchanged): its target is one of the step's losses and its tape's watched
+is unchanged; `record/_tape_calls.py`, shared with `Recorder.watch`): its target is one of the step's losses and its tape's watched
 variables say where that loss's gradient can go (a network run before the tape
 opened cannot get any). Calls made from one place (the same Python stack: a
 loop of WGAN critic steps) are one loss, taken at its first call. A loss is
 named after the key of the logs the step returns when that holds one of its
 tensors, else after the metric one of them updates
 (`keras.metrics.Mean(name="d_loss").update_state(d_loss)`), else `loss_<i>`.
-A loss that is not a scalar (a per-sample vector differentiated for
-variables) is recorded as its sum, whose gradient is what `tape.gradient`
-computes for it (`TapedLoss.shape`); a gradient for input tensors only (a
-WGAN-GP's penalty) is no loss.
+A loss that is not a scalar (a per-sample vector) is recorded as its sum,
+whose gradient is what `tape.gradient` computes for it (`TapedLoss.shape`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 
-
-@dataclasses.dataclass
-class TapedLoss:
-    """A loss the custom step differentiated, and the variables its tape watched."""
-
-    target: Any
-    watched: list[Any]
-    site: tuple[tuple[str, int], ...] = ()  # (file, line) of every frame of the call
-    shape: tuple | None = None  # a per-sample loss's shape: `target` is its sum
-    given: Any = None  # the tensor the step differentiated (`target` unless summed)
-
-    @property
-    def named_by(self) -> int:
-        return id(self.target if self.given is None else self.given)
+from tb_gradscope.record import _tape_calls as tape_calls
+from tb_gradscope.record._tape_calls import TapeCalls, TapedLoss
 
 
-class CustomStep:
+class CustomStep(TapeCalls):
     """What one traced custom step differentiated and which metrics it fed."""
 
     def __init__(self) -> None:
-        self.taped: list[TapedLoss] = []
+        super().__init__()
         self.metric_inputs: dict[int, str] = {}  # id(tensor) -> metric name
+
+    def seen(self, taped: TapedLoss) -> None:
+        target = taped.target
+        if taped.output_gradients is not None or taped.tape is None:
+            return  # a start point, or tf.gradients (no tape to say what it watched)
+        if target.shape.rank == 0:
+            self.taped.append(taped)
+        elif (
+            target.shape.rank is not None
+            and target.dtype.is_floating
+            and _has_variables(taped.sources)  # not a gradient w.r.t. inputs (a gradient penalty's)
+        ):
+            # tape.gradient of a vector is the gradient of its sum: record that.
+            shape = tuple(target.shape.as_list())
+            summed = tf.reduce_sum(target)
+            self.taped.append(dataclasses.replace(taped, target=summed, shape=shape, given=target))
 
     def named(self, logs: Any) -> dict[str, TapedLoss]:
         """{loss name: TapedLoss}, named by the step's logs or the metric each feeds."""
@@ -67,81 +67,30 @@ class CustomStep:
         return named
 
 
-def overrides_train_step(model: Any, base_types: tuple[type, ...]) -> bool:
-    """Whether the model's class defines its own `train_step`."""
-    own = getattr(type(model), "train_step", None)
-    return not any(own is getattr(base, "train_step", None) for base in base_types)
-
-
-_current = threading.local()  # .step: the CustomStep this thread is tracing
-_original_gradient = tf.GradientTape.gradient
-
-
-def _observed_gradient(
-    tape: tf.GradientTape, target: Any, sources: Any, *args: Any, **kwargs: Any
-) -> Any:
-    step = getattr(_current, "step", None)
-    seeded = (args[0] if args else kwargs.get("output_gradients")) is not None
-    if step is not None and tf.is_tensor(target) and not seeded:
-        watched = list(tape.watched_variables())
-        if target.shape.rank == 0:
-            step.taped.append(TapedLoss(target, watched, _call_site()))
-        elif (
-            target.shape.rank is not None
-            and target.dtype.is_floating
-            and _has_variables(sources)  # not a gradient w.r.t. inputs (a gradient penalty's)
-        ):
-            # tape.gradient of a vector is the gradient of its sum: record that.
-            summed = tf.reduce_sum(target)
-            shape = tuple(target.shape.as_list())
-            step.taped.append(TapedLoss(summed, watched, _call_site(), shape, target))
-    return _original_gradient(tape, target, sources, *args, **kwargs)
-
-
 def _has_variables(sources: Any) -> bool:
     """Whether `sources` holds variables (what a loss is differentiated for),
     not only tensors (a gradient penalty's inputs)."""
     return any(hasattr(s, "assign") and hasattr(s, "trainable") for s in tf.nest.flatten(sources))
 
 
-def _call_site() -> tuple[tuple[str, int], ...]:
-    """Where `tape.gradient` was called from: (file, line) of every frame above
-    the observer (a helper called from two lines is two sites, a loop one)."""
-    site = []
-    frame = inspect.currentframe()
-    frame = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
-    while frame is not None:
-        site.append((frame.f_code.co_filename, frame.f_lineno))
-        frame = frame.f_back
-    return tuple(site)
-
-
-_lock = threading.Lock()
-_depth = 0
+def overrides_train_step(model: Any, base_types: tuple[type, ...]) -> bool:
+    """Whether the model's class defines its own `train_step`."""
+    own = getattr(type(model), "train_step", None)
+    return not any(own is getattr(base, "train_step", None) for base in base_types)
 
 
 @contextlib.contextmanager
 def observe(model: Any) -> Iterator[CustomStep]:
     """While open, this thread's `GradientTape.gradient` calls and the inputs of
     the model's metrics' `update_state` land in the yielded CustomStep."""
-    global _depth
     step = CustomStep()
-    previous = getattr(_current, "step", None)
-    _current.step = step
-    with _lock:
-        _depth += 1
-        tf.GradientTape.gradient = _observed_gradient
     patched = _observe_metrics(model, step)
     try:
-        yield step
+        with tape_calls.observe(step):
+            yield step
     finally:
         for metric in patched:
             metric.__dict__.pop("update_state", None)
-        _current.step = previous
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                tf.GradientTape.gradient = _original_gradient
 
 
 def _observe_metrics(model: Any, step: CustomStep) -> list[Any]:

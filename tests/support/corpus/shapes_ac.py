@@ -18,6 +18,8 @@ without stop_gradient.
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -49,7 +51,7 @@ DDPG_RULES = (
 )
 
 
-def _ddpg(leaky: bool):
+def _ddpg(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(3)
         actor, t_actor = kit.mlp("actor", [4, A]), kit.mlp("target_actor", [4, A])
@@ -97,6 +99,24 @@ def _ddpg(leaky: bool):
                 kit.polyak(t_actor, actor, TAU)
                 kit.polyak(t_critic, critic, TAU)
                 rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            y = pre(b)
+            with tf.GradientTape() as tape:
+                lc = critic_loss(b, y)
+            c_opt.apply_gradients(
+                zip(tape.gradient(lc, critic.trainable_variables), critic.trainable_variables)
+            )
+            with tf.GradientTape() as tape:
+                la = actor_loss(b)
+            a_opt.apply_gradients(
+                zip(tape.gradient(la, actor.trainable_variables), actor.trainable_variables)
+            )
+            kit.polyak(t_actor, actor, TAU)
+            kit.polyak(t_critic, critic, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"lc": "critic", "la": "actor"})
 
         for step in range(4):
             b = kit.batch(step)
@@ -562,4 +582,18 @@ SHAPES = [
         mutant_of="a2c",
         note="advantage without stop_gradient",
     ),
+]
+
+
+# DDPG written as its users write it, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_ddpg(shape.mutant_of is not None, watched=True),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+    )
+    for shape in SHAPES
+    if shape.name in ("ddpg", "ddpg_leaky")
 ]

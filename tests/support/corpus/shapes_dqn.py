@@ -10,6 +10,8 @@ evaluation moved inside the tape and the optimizer given both networks.
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -22,7 +24,7 @@ GAMMA, COPY_EVERY = 0.9, 2
 RULES = ("never(td, target/*)", "only(td, [online])")
 
 
-def _dqn(leaky: bool):
+def _dqn(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(1)
         online, target = kit.mlp("online", [4, kit.ACTIONS]), kit.mlp("target", [4, kit.ACTIONS])
@@ -52,6 +54,17 @@ def _dqn(leaky: bool):
                 kit.copy_weights(target, online)
             rec.record_drift()
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                td = td_loss(b)
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(td, variables), variables))
+            if opt.iterations % COPY_EVERY == 0:
+                kit.copy_weights(target, online)
+
+        if watched:
+            train_step = rec.watch(watched_step)
+
         for step in range(4):
             b = kit.batch(step)
             forward = kit.taped(lambda _: td_loss(b))
@@ -71,7 +84,7 @@ def _dqn(leaky: bool):
     return train
 
 
-def _double_dqn(leaky: bool):
+def _double_dqn(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(2)
         online, target = kit.mlp("online", [5, kit.ACTIONS]), kit.mlp("target", [5, kit.ACTIONS])
@@ -109,6 +122,18 @@ def _double_dqn(leaky: bool):
             if rec.step % COPY_EVERY == 0:
                 kit.copy_weights(target, online)
             rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            pre = before(b)
+            with tf.GradientTape() as tape:
+                td = td_loss(b, pre)
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(td, variables), variables))
+            if opt.iterations % COPY_EVERY == 0:
+                kit.copy_weights(target, online)
+
+        if watched:
+            train_step = rec.watch(watched_step)
 
         for step in range(4):
             b = kit.batch(step)
@@ -160,4 +185,19 @@ SHAPES = [
         mutant_of="double_dqn",
         note="target evaluated inside the tape, optimizer over both networks",
     ),
+]
+
+
+# The same shapes written as their users write them, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=build(leaky, watched=True),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+    )
+    for shape, (build, leaky) in zip(
+        SHAPES, [(_dqn, False), (_dqn, True), (_double_dqn, False), (_double_dqn, True)]
+    )
 ]
