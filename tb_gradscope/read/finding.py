@@ -22,16 +22,20 @@ JUDGE_TRAINED = "judge_trained"
 SHARED_BY_OPTIMIZERS = "shared_by_optimizers"
 VALUE_NOT_CUT = "value_not_cut"
 LOSSES_FIGHTING = "losses_fighting"
+NEVER_TRAINED = "never_trained"
+FLOWGRAPH_CONTRADICTED = "flowgraph_contradicted"
 PAIR_ANOMALY = "pair_anomaly"
 NONFINITE = "nonfinite_gradient"
 VANISHING = "vanishing_gradient"
 KINDS = (
+    FLOWGRAPH_CONTRADICTED,
     TARGET_TRAINED,
     TARGET_NOT_CUT,
     JUDGE_TRAINED,
     SHARED_BY_OPTIMIZERS,
     VALUE_NOT_CUT,
     LOSSES_FIGHTING,
+    NEVER_TRAINED,
     PAIR_ANOMALY,
     NONFINITE,
     VANISHING,

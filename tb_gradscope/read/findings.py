@@ -61,6 +61,7 @@ def diagnose(run: RunLogs) -> list[Finding]:
         ):
             continue  # the target_trained finding names the loss that moves it
         found.append(anomaly)
+    found += health.never_trained(flow, [t.root for t in found_targets])
     found += health.numeric(flow)
     if run.grads and not run.flowgraphs:
         found = [dataclasses.replace(f, partial=True) for f in found]
