@@ -4,8 +4,9 @@
 
 Runs every detector over what the run recorded (FlowGraph, gradient tables,
 drift, conflict, events) and returns each finding once, most specific first:
-leaks into targets, between losses (`read/leaks.py`), then the numbers
-(`read/health.py`). `tb-gradscope doctor` and the plugin's findings route both
+measured gradients that contradict the FlowGraph (`read/measured.py`: the
+measurement wins), leaks into targets, between losses (`read/leaks.py`),
+then the numbers and parts that never train (`read/health.py`). `tb-gradscope doctor` and the plugin's findings route both
 call it, so the command line and the tab cannot disagree. Each detector is
 justified by the correctness corpus (docs/CORRECTNESS.md): it fires on no
 correct shape, and every mutant gets a finding naming its loss and scope.
@@ -18,7 +19,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from tb_gradscope.read import finding as F
-from tb_gradscope.read import health, leaks
+from tb_gradscope.read import health, leaks, measured
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, within
 from tb_gradscope.read.targets import targets
@@ -45,8 +46,17 @@ def diagnose(run: RunLogs) -> list[Finding]:
     """Every finding of one run, leaks first, then by step, loss and scope."""
     found_targets = targets(run)
     flow = Flow(run, [t.root for t in found_targets])
-    leaked = leaks.target_trained(flow, found_targets) + leaks.target_not_cut(flow, found_targets)
-    leaked += leaks.cross_loss(flow, exclude=[t.root for t in found_targets])
+    # Measured gradients outrank the FlowGraph: a cell it calls cut that a
+    # gradient reached is reported first, and no detector reasons from its cut.
+    leaked = measured.contradicted(flow)
+    contradicted = [(f.loss, f.scope) for f in leaked]
+    leaked += [
+        f
+        for f in leaks.target_trained(flow, found_targets)
+        + leaks.target_not_cut(flow, found_targets)
+        + leaks.cross_loss(flow, exclude=[t.root for t in found_targets])
+        if not any(f.loss == loss and within(f.scope, s) for loss, s in contradicted)
+    ]
     taken = [(f.loss, f.scope) for f in leaked]
     # A leak from one loss into another's scope (an advantage without
     # stop_gradient) makes the two fight over the trunk they share: the leak

@@ -1,9 +1,12 @@
 """Findings from the numbers a run recorded: fighting losses, pair anomalies,
 gradients that vanish or stop being finite and stay so.
 
-- losses_fighting: two losses pull the region they both update (their shared
-  trunk, judged as a whole) in opposite directions: gradient cosine at or
-  below FIGHT_COSINE at most recorded steps.
+- losses_fighting: two losses that each train scopes of their own pull the
+  region they both update (their shared trunk, judged as a whole) in
+  opposite directions: gradient cosine at or below FIGHT_COSINE at most
+  recorded steps. Never when one of them trains nothing the other does not
+  (distillation, a commitment term, a critic whose head the actor reaches):
+  pulling that network is its purpose.
 - pair_anomaly: the pair anomalies of `read.anomalies` (never synced,
   frozen, moved by an optimizer, wrong direction, tau or period mismatch,
   moving statistics not tracked), with their fix and rule.
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
-from tb_gradscope.read import anomalies
+from tb_gradscope.read import anomalies, leaks
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, cover, within
@@ -41,6 +44,19 @@ FIGHT_SHARE = 0.75  # of the recorded steps with a cosine
 FIGHT_MIN_STEPS = 3
 VANISHING_STEPS = 3  # the last N recorded steps of the loss, in a row
 NONFINITE_STEPS = 2
+
+
+def _fight_is_a_question(flow: Flow, loss: str, other: str, scope: str) -> bool:
+    """Whether "should `loss` only read `scope`?" is worth asking: both losses
+    train scopes of their own (two heads on one trunk), and the scope is not
+    named after `loss` or its role. A loss all of whose scopes the other also
+    trains is an objective of that same network, whose purpose is to pull it
+    (distillation on the student, a commitment term on a VQ encoder, a
+    regulariser), and a critic whose head the actor's gradient reaches is no
+    intruder in its own head: the advice to cut it would break the design."""
+    if not flow.own(loss) or not flow.own(other):
+        return False
+    return not leaks.named_after(scope, loss)
 
 
 def losses_fighting(
@@ -75,6 +91,8 @@ def losses_fighting(
             if any(within(scope, s) or within(s, scope) for loss, s in taken if loss in (a, b)):
                 continue
             loss, other = (b, a) if flow.losses.index(b) > flow.losses.index(a) else (a, b)
+            if not _fight_is_a_question(flow, loss, other, scope):
+                continue
             found.append(
                 Finding(
                     kind=F.LOSSES_FIGHTING,

@@ -30,7 +30,8 @@ bug; docs/CORRECTNESS.md shows which corpus shapes each one fires on:
   out (an actor and a critic optimizer) is that value's input, not a second
   finding. Without a FlowGraph (an eager loop never traced) the dataflow is
   unknown: a loss reaching a scope named after another loss (`critic_head`
-  for loss `critic`) is reported, marked partial.
+  for loss `critic`, or after its role: `v`, `value_head`) is reported,
+  marked partial.
 
 Severity: a finding whose loss's optimizer writes the scope is a leak; one
 whose gradient only reaches it (target_not_cut, value_not_cut of a value the
@@ -279,13 +280,27 @@ def _value_by_name(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None
     return (F.VALUE_NOT_CUT, others[0]) if others else None
 
 
+# The other names of a loss's role: an actor-critic's heads are as often
+# called after what they compute (`pi`, `v`, `value_head`) as after its losses.
+ROLE_NAMES = {
+    "critic": ("value", "v", "vf", "baseline"),
+    "value": ("critic", "v", "vf", "baseline"),
+    "actor": ("policy", "pi"),
+    "policy": ("actor", "pi"),
+}
+
+
 def named_after(scope: str, loss: str) -> bool:
-    """Whether a segment of `scope` is the loss's name, alone or as the first
-    word of a role (`critic`, `critic_head`, `critic-net` for loss `critic`)."""
-    name = loss.lower()
+    """Whether a segment of `scope` is the loss's name or another name of its
+    role (`ROLE_NAMES`), alone or as the first word of a role (`critic`,
+    `critic_head`, `critic-net`, `value_head`, `v` for loss `critic`)."""
+    names = (loss.lower(), *ROLE_NAMES.get(loss.lower(), ()))
     for seg in scope.lower().split("/"):
-        if seg == name or (seg.startswith(name) and seg[len(name) : len(name) + 1] in ("_", "-")):
-            return True
+        for name in names:
+            if seg == name or (
+                seg.startswith(name) and seg[len(name) : len(name) + 1] in ("_", "-")
+            ):
+                return True
     return False
 
 

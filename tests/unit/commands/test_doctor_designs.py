@@ -1,0 +1,121 @@
+"""doctor never advises breaking a standard design, and the measurement
+outranks the FlowGraph (issue 57: distillation, commitment losses,
+baselines; measured gradients against the static analysis).
+
+Hand-built runs: each holds exactly the evidence the issue's loop recorded."""
+
+from __future__ import annotations
+
+from tb_gradscope import format as fmt
+from tb_gradscope.format.flowgraph import NODE_SCOPE, TRAINABLE
+from tb_gradscope.read import finding as F
+from tb_gradscope.read.findings import diagnose
+from tests.support.run_logs import run_of_rows
+
+STEPS = 4
+
+
+def _row(l2: float = 0.5) -> dict:
+    return {"grad_vars": 2.0, "l2": l2, "max_abs": l2 / 2, "nonfinite": 0.0, "zero_frac": 0.0}
+
+
+def _run(updated: dict[str, list[str]], cosines: dict[str, list[float]], graph=None):
+    """Losses updating holders (measured, every step), with their pair's cosines per scope."""
+    grads = {
+        s: {loss: {h: _row() for h in hs} for loss, hs in updated.items()} for s in range(STEPS)
+    }
+    a, b = list(updated)
+    conflict = {
+        (a, b): [(s, {scope: values[s] for scope, values in cosines.items()}) for s in range(STEPS)]
+    }
+    return run_of_rows([(0, graph)] if graph else [], grads, conflict)
+
+
+def _graph(
+    cells: dict[str, dict[str, str]], edges: list[tuple[str, str]], blocked=()
+) -> fmt.FlowGraph:
+    scopes = sorted({s for row in cells.values() for s in row})
+    holders = sorted({e for pair in edges for e in pair if not e.startswith("loss:")})
+    return fmt.FlowGraph(
+        losses=[fmt.LossInfo(loss, optimizer="opt0") for loss in cells],
+        scopes=scopes,
+        cells=cells,
+        nodes=[fmt.GraphNode(h, NODE_SCOPE, h) for h in holders],
+        edges=[
+            fmt.GraphEdge(src, dst, 1, tuple(loss for loss in cells if (src, dst, loss) in blocked))
+            for src, dst in edges
+        ],
+        applied=scopes,
+        trainable={s: TRAINABLE for s in scopes},
+    )
+
+
+FIGHT = [-0.9, -0.8, -0.95, -0.7]
+
+
+def test_a_commitment_loss_pulling_against_reconstruction_on_the_encoder_is_no_finding():
+    """VQ-VAE: the commitment term trains only the encoder (its purpose), the
+    reconstruction trains it and the decoder; opposed on the encoder, by design."""
+    run = _run({"recon": ["encoder", "decoder"], "commit": ["encoder"]}, {"encoder": FIGHT})
+    assert [(f.kind, f.loss, f.rule) for f in diagnose(run)] == []
+
+
+def test_distillation_and_the_task_loss_opposed_on_the_student_is_no_finding():
+    run = _run({"task": ["student"], "distill": ["student"]}, {"student": FIGHT})
+    assert diagnose(run) == []
+
+
+def test_an_eager_actor_whose_advantage_trains_v_is_named_and_the_critic_never_blamed():
+    """Shared-trunk actor-critic, no FlowGraph, heads `pi` and `v`: the actor's
+    gradient reaches `v` and the two losses pull `v` apart. The finding is the
+    actor's, on `v`; no rule forbids the critic its own head."""
+    run = _run(
+        {"actor": ["ac/trunk", "ac/pi", "ac/v"], "critic": ["ac/trunk", "ac/v"]},
+        {"ac/v": FIGHT, "ac/trunk": [0.2, 0.1, 0.3, 0.2]},
+    )
+    found = diagnose(run)
+    assert [(f.kind, f.loss, f.scope) for f in found] == [(F.VALUE_NOT_CUT, "actor", "ac/v")]
+    assert all(not f.rule.startswith("never(critic") for f in found)
+
+
+def test_a_gradient_measured_where_the_flowgraph_says_cut_is_reported_and_wins():
+    """rec.analyze traced a copy whose advantage is cut; the loop's is not."""
+    cells = {
+        "actor": {
+            "ac": fmt.UPDATES,
+            "ac/trunk": fmt.UPDATES,
+            "ac/pi": fmt.UPDATES,
+            "ac/v": fmt.BLOCKED,
+        },
+        "critic": {
+            "ac": fmt.UPDATES,
+            "ac/trunk": fmt.UPDATES,
+            "ac/pi": fmt.INDEPENDENT,
+            "ac/v": fmt.UPDATES,
+        },
+    }
+    graph = _graph(
+        cells,
+        [
+            ("ac/trunk", "ac/pi"),
+            ("ac/trunk", "ac/v"),
+            ("ac/pi", "loss:actor"),
+            ("ac/v", "loss:actor"),
+            ("ac/v", "loss:critic"),
+        ],
+        blocked={("ac/v", "loss:actor", "actor")},
+    )
+    run = _run(
+        {"actor": ["ac/trunk", "ac/pi", "ac/v"], "critic": ["ac/trunk", "ac/v"]},
+        {"ac/trunk": [0.2, 0.1, 0.3, 0.2]},
+        graph,
+    )
+    (f,) = diagnose(run)
+    assert (f.kind, f.loss, f.scope, f.severity) == (
+        F.FLOWGRAPH_CONTRADICTED,
+        "actor",
+        "ac/v",
+        F.LEAK,
+    )
+    assert f.evidence["flowgraph_state"] == [fmt.BLOCKED] and f.steps == STEPS
+    assert f.rule == "blocked(actor, ac/v/*)"
