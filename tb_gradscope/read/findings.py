@@ -5,7 +5,8 @@
 Runs every detector over what the run recorded (FlowGraph, gradient tables,
 drift, conflict, events) and returns each finding once, most specific first:
 measured gradients that contradict the FlowGraph (`read/measured.py`: the
-measurement wins), leaks into targets, between losses (`read/leaks.py`),
+measurement wins), leaks into targets, between losses (`read/leaks.py`; a
+loss that repeats its mirror's pull: `read/mirrored.py`),
 then the numbers and parts that never train (`read/health.py`). `tb-gradscope doctor` and the plugin's findings route both
 call it, so the command line and the tab cannot disagree. Each detector is
 justified by the correctness corpus (docs/CORRECTNESS.md): it fires on no
@@ -19,7 +20,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from tb_gradscope.read import finding as F
-from tb_gradscope.read import health, leaks, measured
+from tb_gradscope.read import health, leaks, measured, mirrored
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, within
 from tb_gradscope.read.targets import targets
@@ -50,11 +51,14 @@ def diagnose(run: RunLogs) -> list[Finding]:
     # gradient reached is reported first, and no detector reasons from its cut.
     leaked = measured.contradicted(flow)
     contradicted = [(f.loss, f.scope) for f in leaked]
-    leaked += [
+    roots = [t.root for t in found_targets]
+    twins = mirrored.mirrored(flow, exclude=roots)
+    contradicted += [(f.loss, f.scope) for f in twins]
+    leaked += twins + [
         f
         for f in leaks.target_trained(flow, found_targets)
         + leaks.target_not_cut(flow, found_targets)
-        + leaks.cross_loss(flow, exclude=[t.root for t in found_targets])
+        + leaks.cross_loss(flow, exclude=roots)
         if not any(f.loss == loss and within(f.scope, s) for loss, s in contradicted)
     ]
     taken = [(f.loss, f.scope) for f in leaked]

@@ -119,3 +119,52 @@ def test_a_gradient_measured_where_the_flowgraph_says_cut_is_reported_and_wins()
     )
     assert f.evidence["flowgraph_state"] == [fmt.BLOCKED] and f.steps == STEPS
     assert f.rule == "blocked(actor, ac/v/*)"
+
+
+def _vq(commit_cut: bool):
+    """A vector quantizer: codebook = |sg(z) - q|^2, commit = |z - q|^2 with or without sg(q)."""
+    commit_vq = fmt.BLOCKED if commit_cut else fmt.UPDATES
+    cells = {
+        "recon": {"encoder": fmt.UPDATES, "decoder": fmt.UPDATES, "vq": fmt.BLOCKED},
+        "codebook": {"encoder": fmt.BLOCKED, "decoder": fmt.INDEPENDENT, "vq": fmt.UPDATES},
+        "commit": {"encoder": fmt.UPDATES, "decoder": fmt.INDEPENDENT, "vq": commit_vq},
+    }
+    blocked = {
+        ("encoder", "loss:codebook", "codebook"),
+        ("vq", "loss:recon", "recon"),
+    } | ({("vq", "loss:commit", "commit")} if commit_cut else set())
+    graph = _graph(
+        cells,
+        [
+            ("encoder", "decoder"),
+            ("decoder", "loss:recon"),
+            ("vq", "loss:recon"),
+            ("encoder", "loss:codebook"),
+            ("vq", "loss:codebook"),
+            ("encoder", "loss:commit"),
+            ("vq", "loss:commit"),
+        ],
+        blocked,
+    )
+    updated = {
+        loss: [s for s, st in row.items() if st == fmt.UPDATES] for loss, row in cells.items()
+    }
+    grads = {
+        s: {loss: {h: _row() for h in hs} for loss, hs in updated.items()} for s in range(STEPS)
+    }
+    conflict = {("recon", "commit"): [(s, {"encoder": FIGHT[s]}) for s in range(STEPS)]}
+    if not commit_cut:
+        conflict[("codebook", "commit")] = [(s, {"vq": 1.0}) for s in range(STEPS)]
+    return run_of_rows([(0, graph)], grads, conflict)
+
+
+def test_a_commitment_loss_that_trains_the_codebook_is_named_with_a_rule_the_fix_keeps():
+    assert diagnose(_vq(commit_cut=True)) == []
+    (f,) = diagnose(_vq(commit_cut=False))
+    assert (f.kind, f.loss, f.scope, f.severity) == (F.VALUE_NOT_CUT, "commit", "vq", F.LEAK)
+    assert f.evidence["other_loss"] == "codebook" and "stop_gradient" in f.fix
+    assert f.rule == "blocked(commit, vq/*)"
+    from tb_gradscope import rules
+
+    fixed = _vq(commit_cut=True).flowgraph
+    assert rules.check_flowgraph([rules.parse_rule(f.rule)], fixed) == []
