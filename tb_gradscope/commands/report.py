@@ -14,6 +14,7 @@ import sys
 from typing import Any, TextIO
 
 from tb_gradscope.commands.text import evidence, number, safe
+from tb_gradscope.format.flowgraph import CAUSE_TAPE_BOUNDARY
 from tb_gradscope.read.evidence import blocked_fix, blocked_line
 
 HELP = "print each run's loss x scope flow table, blocked edges, drift and violations"
@@ -93,7 +94,7 @@ def render_run(report: dict[str, Any]) -> str:
     lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
     lines += ["", "blocked edges:"]
-    lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
+    lines += blocked_lines(report["blocked_edges"]) or ["  none"]
     lines += ["", "drift (per pair, at the step shown or the latest before it):"]
     lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
     lines += ["", "gradient conflict (cosine per shared scope, most opposed first):"]
@@ -153,6 +154,41 @@ def _cell(cell: dict[str, Any]) -> str:
 def _blocked_line(edge: dict[str, Any]) -> str:
     """The edge and what to do about it, in the words the tab shows (`read.evidence`)."""
     return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge)}"
+
+
+def blocked_lines(edges: list[dict[str, Any]]) -> list[str]:
+    """Each blocked edge's line and fix, a loss's tape-boundary cuts without a
+    source line folded into one (a network run before the tape opened is cut
+    once per layer, and no op of the tape says where it opened)."""
+    out, boundary = [], {}
+    for edge in edges:
+        if edge.get("cause") == CAUSE_TAPE_BOUNDARY and not edge.get("source"):
+            boundary.setdefault(edge["loss"], []).append(edge)
+        else:
+            out.append(_blocked_line(edge))
+    for loss, group in boundary.items():
+        if len(group) == 1:
+            out.append(_blocked_line(group[0]))
+            continue
+        scopes = [safe(e["producer_scope"]) for e in group]
+        shown = ", ".join(scopes[:8]) + (f" (+{len(scopes) - 8} more)" if len(scopes) > 8 else "")
+        out.append(
+            f"  {safe(loss)}: {len(scopes)} scopes read before the GradientTape opened: {shown} "
+            "(tape_boundary, the cut where the tape opens after they ran) (no user source line)"
+            f"\n    fix: {blocked_fix({**group[0], 'producer_scope': _common(scopes)})}"
+        )
+    return out
+
+
+def _common(scopes: list[str]) -> str:
+    """The deepest scope holding all of `scopes` (the first one when none does)."""
+    parts = [s.split("/") for s in scopes]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return "/".join(common) or scopes[0]
 
 
 def _drift_line(drift: dict[str, Any]) -> str:
