@@ -7,7 +7,8 @@ drift, conflict, events) and returns each finding once, most specific first:
 measured gradients that contradict the FlowGraph (`read/measured.py`: the
 measurement wins), leaks into targets, between losses (`read/leaks.py`; a
 loss that repeats its mirror's pull: `read/mirrored.py`),
-then the numbers and parts that never train (`read/health.py`). `tb-gradscope doctor` and the plugin's findings route both
+then the numbers and parts that never train (`read/health.py`), then the
+questions only names can answer (`read/questions.py`, never a leak). `tb-gradscope doctor` and the plugin's findings route both
 call it, so the command line and the tab cannot disagree. Each detector is
 justified by the correctness corpus (docs/CORRECTNESS.md): it fires on no
 correct shape, and every mutant gets a finding naming its loss and scope.
@@ -20,7 +21,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from tb_gradscope.read import finding as F
-from tb_gradscope.read import health, leaks, measured, mirrored
+from tb_gradscope.read import health, leaks, measured, mirrored, questions
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, within
 from tb_gradscope.read.targets import targets
@@ -68,6 +69,7 @@ def diagnose(run: RunLogs) -> list[Finding]:
     # one of them, which the fix does not do.
     explained = [(f.loss, f.evidence["other_loss"]) for f in leaked if f.evidence.get("other_loss")]
     found = leaked + health.losses_fighting(flow, taken, explained)
+    found += questions.predictor_bypassed(flow)
     trained_targets = [f.scope for f in leaked if f.kind == F.TARGET_TRAINED]
     for anomaly in health.pair_anomalies(run):
         if anomaly.evidence.get("anomaly") == "moved_by_optimizer" and any(

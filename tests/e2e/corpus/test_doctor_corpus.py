@@ -44,11 +44,6 @@ UNFINDABLE = {
         "aux training net/encoder is the flow of actor_critic's correct shared trunk, and the two losses' cosines "
         "there are mixed (-0.26, 0.01, -0.50, 0.23), not fighting: nothing recorded says aux must only read it"
     ),
-    "simsiam_leaky": (
-        "a symmetric loss training the encoder by both paths is the flow of SimCLR-style contrastive learning, "
-        "which is correct there; only the correct run's per-path cut, or blocked(simsiam, encoder/*, "
-        "except_via=predictor), says this loss's direct path must be cut"
-    ),
     "multihead_leaky": (
         "loss2's optimizer over every variable trains Agent/layer1 beside loss1's: the flow of the README's TF1 "
         "quickstart, where both var_lists take in layer1 by design (each loss also trains its own head); only "

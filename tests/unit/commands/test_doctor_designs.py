@@ -168,3 +168,62 @@ def test_a_commitment_loss_that_trains_the_codebook_is_named_with_a_rule_the_fix
 
     fixed = _vq(commit_cut=True).flowgraph
     assert rules.check_flowgraph([rules.parse_rule(f.rule)], fixed) == []
+
+
+def _simsiam(cut: bool):
+    cells = {
+        "simsiam": {"encoder": fmt.UPDATES, "encoder/l1": fmt.UPDATES, "predictor": fmt.UPDATES}
+    }
+    graph = _graph(
+        cells,
+        [
+            ("encoder/l1", "predictor"),
+            ("predictor", "loss:simsiam"),
+            ("encoder/l1", "loss:simsiam"),
+        ],
+        {("encoder/l1", "loss:simsiam", "simsiam")} if cut else set(),
+    )
+    if cut:
+        graph.blocked_edges.append(
+            fmt.BlockedEdge(
+                loss="simsiam",
+                producer="encoder/l1/MatMul",
+                consumer="StopGradient",
+                op_name="StopGradient",
+                op_type="StopGradient",
+                cause="stop_gradient",
+                producer_scope="encoder/l1",
+                consumer_scope="loss:simsiam",
+                open_path=("encoder/l1", "predictor", "loss:simsiam"),
+            )
+        )
+    grads = {s: {"simsiam": {"encoder/l1": _row(), "predictor": _row()}} for s in range(STEPS)}
+    return run_of_rows([(0, graph)], grads)
+
+
+def test_simsiam_without_its_stop_gradient_is_a_question_with_the_except_via_rule():
+    assert diagnose(_simsiam(cut=True)) == []
+    (f,) = diagnose(_simsiam(cut=False))
+    assert (f.kind, f.loss, f.scope, f.severity) == (
+        F.PREDICTOR_BYPASSED,
+        "simsiam",
+        "encoder",
+        F.QUESTION,
+    )
+    assert f.rule == "blocked(simsiam, encoder/*, except_via=predictor)"
+
+
+def test_doctor_exits_0_on_a_question_and_1_with_strict(monkeypatch):
+    import argparse
+    import io
+
+    from tb_gradscope.commands import doctor
+    from tb_gradscope.read import logdir
+
+    run = _simsiam(cut=False)
+    monkeypatch.setattr(logdir, "load_logdir", lambda *_: [run])
+    for strict, want in ((False, 0), (True, 1)):
+        out, err = io.StringIO(), io.StringIO()
+        args = argparse.Namespace(logdir="x", run_name=None, format="text", strict=strict)
+        assert doctor.run(args, out, err) == want, err.getvalue()
+        assert "question: loss 'simsiam' trains 'encoder'" in out.getvalue()
