@@ -492,9 +492,11 @@ class Emitter:
         tag = tag_for(kind, name, layouts.index(rows))
         if tag not in self._metadata:
             self.record_of[tag] = (Kind(kind), name)
-            if kind == Kind.GRAD_STATS and self.flowgraph_attrs:
-                # Also with the loss tables: an eager loop never traced writes no
-                # FlowGraph, and `tb-gradscope check` must still find its rules.
+            if kind in (Kind.GRAD_STATS, Kind.UPDATE_STATS) and self.flowgraph_attrs:
+                # Also with the loss and update tables: an eager loop never traced
+                # writes no FlowGraph, a step that brings its own gradients to
+                # `rec.apply` no loss table, and `tb-gradscope check` must still
+                # find the rules (and say it had nothing to check them on).
                 attrs = {**self.flowgraph_attrs, **(attrs or {})}
             info = make_info(
                 kind,
