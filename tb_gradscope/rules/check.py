@@ -8,7 +8,9 @@ Semantics (docs/RULES.md):
   reaches it but the optimizer does not apply it, e.g. seed 01's `var_list`)
   keeps the rule. At a step broken when a matching scope received a gradient
   (grad_vars > 0) whose L2 norm is not 0 (NaN counts as reaching), unless the
-  FlowGraph says the cell is `ignored`. Use blocked() to demand the cut itself.
+  FlowGraph says the cell is `ignored`; a roll-up over an ignored scope is
+  not reported (its norm sums a gradient no optimizer applies): its
+  children that break the rule are. Use blocked() to demand the cut itself.
 - only(loss, scopes): the same test on every scope no pattern allows.
 - blocked(loss, scope): at trace time broken unless the state is `blocked`;
   at a step broken when gradient reaches a matching scope.
@@ -127,7 +129,14 @@ def check_stats(
             reached = _reached(rule, table)
             if not isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
                 row = flowgraph.cells[loss]
-                reached = [s for s in reached if row.get(s) != fmt.IGNORED]
+                dropped = [s for s in row if row[s] == fmt.IGNORED]
+                # A roll-up over an ignored scope sums a gradient no optimizer
+                # applies: its children that break the rule are reported instead.
+                reached = [
+                    s
+                    for s in reached
+                    if row.get(s) != fmt.IGNORED and not any(_within(d, s) for d in dropped)
+                ]
             for scope in outermost(reached):
                 events.append(
                     _step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step)

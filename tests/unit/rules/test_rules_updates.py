@@ -103,3 +103,24 @@ def test_check_cli_fails_on_an_updates_rule_a_run_never_trains(tmp_path):
     code, out, err = check(logdir, "--rules", str(path), "--run", "clean")
     assert code == 1, (out, err)
     assert "updates(td, target/*)" in out and "does not update scope 'target'" in out
+
+
+def test_never_evidence_leaves_out_the_gradient_of_an_ignored_target():
+    """never(td, agent/*) breaks on agent/online; the roll-up `agent` also sums
+    the gradient of agent/target, which the optimizer never applies
+    (ignored): the evidence is agent/online's own norm (issue 57, item 12)."""
+    scopes = ["agent", "agent/online", "agent/target"]
+    rows = {
+        "agent": [2.0, 10.0**0.5, 3.0, 0.0, 0.0],
+        "agent/online": [1.0, 1.0, 1.0, 0.0, 0.0],
+        "agent/target": [1.0, 3.0, 3.0, 0.0, 0.0],
+    }
+    graph = fmt.FlowGraph(
+        losses=[fmt.LossInfo("td")],
+        scopes=scopes,
+        cells={
+            "td": {"agent": fmt.UPDATES, "agent/online": fmt.UPDATES, "agent/target": fmt.IGNORED}
+        },
+    )
+    (event,) = rules.check_stats([rules.never("td", "agent/*")], 0, _grads(rows), flowgraph=graph)
+    assert (event.scope, event.evidence["l2"]) == ("agent/online", 1.0)
