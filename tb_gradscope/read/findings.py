@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from tb_gradscope import rules as rules_lib
 from tb_gradscope.read import finding as F
 from tb_gradscope.read import health, leaks, measured, mirrored, questions
 from tb_gradscope.read.finding import Finding
@@ -79,9 +80,46 @@ def diagnose(run: RunLogs) -> list[Finding]:
         found.append(anomaly)
     found += health.never_trained(flow, [t.root for t in found_targets])
     found += health.numeric(flow)
+    found = _vetted(found, flow, found_targets)
     if run.grads and not run.flowgraphs:
         found = [dataclasses.replace(f, partial=True) for f in found]
     return sorted(found, key=lambda f: (KINDS.index(f.kind), f.first_step, f.loss, f.scope))
+
+
+def _vetted(found: list[Finding], flow: Flow, found_targets: list) -> list[Finding]:
+    """Every proposed rule held against the standard designs it could break
+    before it is shown: a rule that forbids a loss the scope named after its
+    own role (the critic its value head), or forbids a loss that reads a
+    teacher the student that teacher guides (distillation itself), would
+    break a correct design. Such a finding is only a question, without a
+    rule."""
+    out = []
+    for f in found:
+        rule = rules_lib.parse_rule(f.rule) if f.rule.startswith(("never(", "blocked(")) else None
+        if rule is not None and _breaks_a_design(
+            rule.loss, rule.scope.removesuffix("/*"), flow, found_targets
+        ):
+            f = dataclasses.replace(
+                f,
+                severity=F.QUESTION,
+                rule="",
+                fix=f.fix + " (only if this loss is not meant to train it: its own head, or a "
+                "student its teacher guides, is a design)",
+            )
+        out.append(f)
+    return out
+
+
+def _breaks_a_design(loss: str, scope: str, flow: Flow, found_targets: list) -> bool:
+    if leaks.named_after(scope, loss):
+        return True
+    return any(
+        t.teacher
+        and t.online
+        and within(scope, t.online)
+        and any(within(h, t.root) for h in flow.reached.get(loss, {}))
+        for t in found_targets
+    )
 
 
 def partial_warning(run: RunLogs) -> str | None:

@@ -71,7 +71,8 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
             found.append(
                 Finding(
                     kind=F.TARGET_TRAINED,
-                    what=f"loss '{loss}' updates target scope '{scope}'{boot}: its gradient reaches the "
+                    what=f"loss '{loss}' updates {'teacher' if target.teacher else 'target'} scope "
+                    f"'{scope}'{boot}: its gradient reaches the "
                     f"target and an optimizer step fed by it writes the target's variables",
                     loss=loss,
                     scope=scope,
@@ -80,8 +81,7 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                     evidence=_target_evidence(
                         flow, loss, scope, inside, steps, online_updated_by_loss=bool(online)
                     ),
-                    why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
-                    f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
+                    why=_anchor_why(target, loss),
                     fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
                     f"the target side of '{loss}' under tf.stop_gradient ({_outside_gradient(flow)})",
                     rule=str(rules_lib.Never(loss, f"{scope}/*")),
@@ -89,6 +89,20 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 )
             )
     return found
+
+
+def _anchor_why(target: Target, loss: str) -> str:
+    """Why a target or teacher trained by `loss` is a leak, in its role's words."""
+    if target.teacher:
+        return (
+            f"'{target.root}' is the teacher of '{target.online}': it must stay as it was trained (or move "
+            f"only by its own update, an EMA or a copy), never by the loss it guides; trained by '{loss}' "
+            "it moves toward its student, and distillation teaches the student its own outputs"
+        )
+    return (
+        f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
+        f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor"
+    )
 
 
 def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:

@@ -12,6 +12,7 @@ these are; that module imports tensorflow, this one must not).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,11 @@ class Target:
 
     def holds(self, scope: str) -> bool:
         return within(scope, self.root)
+
+    @property
+    def teacher(self) -> bool:
+        """Whether the target is named a teacher (distillation, Mean Teacher)."""
+        return any("teacher" in re.findall(r"[a-z]+", seg.lower()) for seg in self.root.split(SEP))
 
 
 def targets(run: RunLogs) -> list[Target]:

@@ -227,3 +227,34 @@ def test_doctor_exits_0_on_a_question_and_1_with_strict(monkeypatch):
         args = argparse.Namespace(logdir="x", run_name=None, format="text", strict=strict)
         assert doctor.run(args, out, err) == want, err.getvalue()
         assert "question: loss 'simsiam' trains 'encoder'" in out.getvalue()
+
+
+def test_a_rule_forbidding_a_critic_its_own_head_or_a_student_its_teacher_is_never_shown():
+    """The last check before a finding is shown: a rule that would break the
+    design it is about becomes a question without a rule."""
+    import dataclasses
+
+    from tb_gradscope.read.findings import _vetted
+    from tb_gradscope.read.flow import Flow
+    from tb_gradscope.read.targets import Target
+
+    run = _run({"actor": ["ac/trunk", "ac/pi"], "critic": ["ac/trunk", "ac/v"]}, {})
+    flow = Flow(run)
+    base = diagnose(_vq(commit_cut=False))[0]
+    blame_critic = dataclasses.replace(
+        base, loss="critic", scope="ac/v", rule="never(critic, ac/v/*)"
+    )
+    (vetted,) = _vetted([blame_critic], flow, [])
+    assert (vetted.severity, vetted.rule) == (F.QUESTION, "")
+
+    run = _run({"task": ["student"], "distill": ["student", "teacher"]}, {})
+    flow = Flow(run, ["teacher"])
+    cut_student = dataclasses.replace(
+        base, loss="distill", scope="student", rule="blocked(distill, student/*)"
+    )
+    (vetted,) = _vetted([cut_student], flow, [Target("teacher", "student")])
+    assert (vetted.severity, vetted.rule) == (F.QUESTION, "")
+    keep = dataclasses.replace(
+        base, loss="distill", scope="teacher", rule="never(distill, teacher/*)"
+    )
+    assert _vetted([keep], flow, [Target("teacher", "student")]) == [keep]
