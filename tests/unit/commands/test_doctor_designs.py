@@ -258,3 +258,70 @@ def test_a_rule_forbidding_a_critic_its_own_head_or_a_student_its_teacher_is_nev
         base, loss="distill", scope="teacher", rule="never(distill, teacher/*)"
     )
     assert _vetted([keep], flow, [Target("teacher", "student")]) == [keep]
+
+
+def _multitask(head_b_trainable: bool, head_b_moves: float = 0.0):
+    """task_b's gradient reaches head_b, which no optimizer step writes."""
+    from tb_gradscope.format.flowgraph import NOT_TRAINABLE
+    from tests.support.run_logs import _table
+
+    cells = {
+        "task_a": {
+            "net": fmt.UPDATES,
+            "net/trunk": fmt.UPDATES,
+            "net/head_a": fmt.UPDATES,
+            "net/head_b": fmt.INDEPENDENT,
+        },
+        "task_b": {
+            "net": fmt.UPDATES,
+            "net/trunk": fmt.UPDATES,
+            "net/head_a": fmt.INDEPENDENT,
+            "net/head_b": fmt.IGNORED,
+        },
+    }
+    graph = _graph(
+        cells,
+        [
+            ("net/trunk", "net/head_a"),
+            ("net/trunk", "net/head_b"),
+            ("net/head_a", "loss:task_a"),
+            ("net/head_b", "loss:task_b"),
+        ],
+    )
+    graph.applied = ["net", "net/trunk", "net/head_a"]
+    if not head_b_trainable:
+        graph.trainable["net/head_b"] = NOT_TRAINABLE
+    grads = {
+        s: {
+            "task_a": {"net/trunk": _row(), "net/head_a": _row()},
+            "task_b": {"net/trunk": _row(), "net/head_b": _row()},
+        }
+        for s in range(STEPS)
+    }
+    run = run_of_rows([(0, graph)], grads)
+    moves = {"net/trunk": 0.1, "net/head_a": 0.1, "net/head_b": head_b_moves}
+    run.updates = {
+        s: _table(
+            fmt.Kind.UPDATE_STATS,
+            "",
+            {k: {"update_norm": v, "weight_norm": 1.0} for k, v in moves.items()},
+        )
+        for s in range(STEPS)
+    }
+    return run
+
+
+def test_a_head_no_optimizer_writes_and_that_never_moves_never_trains():
+    (f,) = diagnose(_multitask(head_b_trainable=True))
+    assert (f.kind, f.loss, f.scope, f.severity) == (
+        F.NEVER_TRAINED,
+        "task_b",
+        "net/head_b",
+        F.LEAK,
+    )
+    assert f.rule == "updates(task_b, net/head_b/*)" and "var_list" in f.fix
+
+
+def test_a_frozen_layer_or_one_that_moves_is_not_never_trained():
+    assert diagnose(_multitask(head_b_trainable=False)) == []
+    assert diagnose(_multitask(head_b_trainable=True, head_b_moves=0.05)) == []
