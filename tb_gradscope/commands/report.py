@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from tb_gradscope.commands.text import evidence, number, safe
 from tb_gradscope.format.flowgraph import CAUSE_TAPE_BOUNDARY
-from tb_gradscope.read.evidence import blocked_fix, blocked_line
+from tb_gradscope.read.evidence import blocked_fix, blocked_line, blocked_where
 
 HELP = "print each run's loss x scope flow table, blocked edges, drift and violations"
 
@@ -157,27 +157,45 @@ def _blocked_line(edge: dict[str, Any]) -> str:
 
 
 def blocked_lines(edges: list[dict[str, Any]]) -> list[str]:
-    """Each blocked edge's line and fix, a loss's tape-boundary cuts without a
-    source line folded into one (a network run before the tape opened is cut
-    once per layer, and no op of the tape says where it opened)."""
+    """Each blocked edge's line and fix, a loss's tape-boundary cuts folded
+    into one line per source line (a network run before the tape opened is
+    cut once per layer: its line is where the network was called, when the
+    FlowGraph knows it)."""
     out, boundary = [], {}
     for edge in edges:
-        if edge.get("cause") == CAUSE_TAPE_BOUNDARY and not edge.get("source"):
-            boundary.setdefault(edge["loss"], []).append(edge)
+        if edge.get("cause") == CAUSE_TAPE_BOUNDARY:
+            key = (edge["loss"], edge.get("source"), edge.get("function"))
+            boundary.setdefault(key, []).append(edge)
         else:
             out.append(_blocked_line(edge))
-    for loss, group in boundary.items():
+    for (loss, source, _), group in boundary.items():
         if len(group) == 1:
             out.append(_blocked_line(group[0]))
             continue
         scopes = [safe(e["producer_scope"]) for e in group]
         shown = ", ".join(scopes[:8]) + (f" (+{len(scopes) - 8} more)" if len(scopes) > 8 else "")
+        where = (
+            f"{blocked_where(group[0])} (where the network was called)"
+            if source
+            else " (no user source line)"
+        )
         out.append(
             f"  {safe(loss)}: {len(scopes)} scopes read before the GradientTape opened: {shown} "
-            "(tape_boundary, the cut where the tape opens after they ran) (no user source line)"
-            f"\n    fix: {blocked_fix({**group[0], 'producer_scope': _common(scopes)})}"
+            f"(tape_boundary, the cut where the tape opens after they ran){where}"
+            f"\n    fix: {blocked_fix(_group_edge(group, scopes))}"
         )
     return out
+
+
+def _group_edge(group: list[dict[str, Any]], scopes: list[str]) -> dict[str, Any]:
+    """A group of tape-boundary cuts as one edge for its fix: the scope that
+    holds them all, and the pin rules each cut was checked with."""
+    pins = [str(e["pin"]) for e in group if e.get("pin")]
+    edge = {**group[0], "producer_scope": _common(scopes)}
+    if "pin" in group[0]:
+        shown = ", ".join(pins[:3]) + (f" (+{len(pins) - 3} more)" if len(pins) > 3 else "")
+        edge["pin"] = shown
+    return edge
 
 
 def _common(scopes: list[str]) -> str:

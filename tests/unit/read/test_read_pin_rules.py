@@ -115,3 +115,25 @@ def test_tape_boundary_cuts_of_one_loss_are_one_line_in_report():
     assert text.count("(no user source line)") == 1, text
     assert "5 scopes" in text and "target/l1" in text and "target/l5" in text
     assert "StopGradient" in text  # the other cut keeps its own line
+
+
+def test_tape_boundary_cuts_at_one_call_line_are_one_line_pointing_at_it():
+    from tb_gradscope.commands.report import blocked_lines
+    from tb_gradscope.read.evidence import blocked_edge_dict
+
+    edges = [
+        fmt.BlockedEdge(
+            loss="byol",
+            producer=f"target/l{i}/kernel",
+            consumer="loss",
+            op_name="GradientTape",
+            op_type="GradientTape",
+            cause="tape_boundary",
+            producer_scope=f"target/l{i}",
+            consumer_scope="loss:byol",
+            source=fmt.SourceLine("train.py", 30, "step"),
+        )
+        for i in range(1, 4)
+    ]
+    (line,) = blocked_lines([blocked_edge_dict(e) for e in edges])
+    assert "3 scopes" in line and "at train.py:30 in step (where the network was called)" in line
