@@ -118,6 +118,13 @@ def assert_blocked(flow: fmt.FlowGraph, loss: str, scope: str) -> None:
     assert_rules(flow, [rules_lib.Blocked(loss, scope)])
 
 
+def assert_updates(flow: fmt.FlowGraph, loss: str, scopes: Sequence[str] | str) -> None:
+    """`loss` updates every scope matching `scopes`: its gradient arrives and an
+    optimizer step fed by it writes the scope (a part that should train and
+    never does fails here)."""
+    assert_rules(flow, [rules_lib.updates(loss, scopes)])
+
+
 def describe(flow: fmt.FlowGraph, events: Sequence[fmt.Event]) -> str:
     """A readable failure message: each violation, its evidence, and the loss's flow states."""
     lines = [f"{len(events)} flow contract(s) broken:"]

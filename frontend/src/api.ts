@@ -183,8 +183,9 @@ export interface Finding {
   first_step: number;
   last_step: number;
   steps: number;
-  /** "leak" (something trains what it must not) or "hazard" (a note). */
-  severity: "leak" | "hazard";
+  /** "leak" (something trains what it must not), "hazard" (a note) or
+   * "question" (a note only names can answer). */
+  severity: "leak" | "hazard" | "question";
   /** The run has no FlowGraph: the finding rests on gradient tables alone. */
   partial: boolean;
   /** When it was seen and its evidence, worded as doctor prints it. */

@@ -44,6 +44,7 @@ from tb_gradscope.format.flowgraph import (
     GraphEdge,
     GraphNode,
     LossInfo,
+    SourceLine,
 )
 
 
@@ -151,7 +152,9 @@ def _analyze(graph, losses, variable_scopes, scopes, train_ops, watched) -> Flow
 
     scope_graph, nodes, loss_ids = _scope_graph(flat, cone, var_nodes, leaves, specs, per_loss)
     blocked = _blocked_edges(flat, scope_graph, loss_ids, per_loss)
-    blocked += _tape_boundary_edges(per_loss, outside_tape, leaves, var_names, cells, loss_ids)
+    blocked += _tape_boundary_edges(
+        per_loss, outside_tape, leaves, var_names, cells, loss_ids, _called_at(flat, var_nodes)
+    )
     blocked = pathcuts.with_path_cuts(flat, scope_graph, rules, per_loss, cells, loss_ids, blocked)
     edges = _graph_edges(scope_graph, blocked)
     applied_scopes = None
@@ -216,16 +219,45 @@ def _unwatched(tape_variables, variable_scopes, var_nodes, gradient) -> set[int]
     return set(reached) - watched if watched else set()
 
 
+def _called_at(flat, var_nodes):
+    """variable index -> the user's source line of the first op reading it
+    (where the network holding it was called), looked up on demand. No op of
+    a tape says where the tape opened; the call before it is the user's line."""
+    readers: dict[int, list[int]] = {}
+    for node, inputs in enumerate(flat.inputs):
+        for src, _ in inputs:
+            readers.setdefault(src, []).append(node)
+    node_of = {i: node for node, indices in var_nodes.items() for i in indices}
+    found: dict[int, SourceLine | None] = {}
+
+    def source(index: int) -> SourceLine | None:
+        if index not in found:
+            found[index] = next(
+                (
+                    line
+                    for reader in readers.get(node_of.get(index, -1), [])
+                    if (line := user_source(flat.ops[reader])) is not None
+                ),
+                None,
+            )
+        return found[index]
+
+    return source
+
+
 def _tape_boundary_edges(
-    per_loss, outside_tape, leaves, var_names, cells, loss_ids
+    per_loss, outside_tape, leaves, var_names, cells, loss_ids, called_at
 ) -> list[BlockedEdge]:
     """One blocked edge per leaf scope a loss depends on only outside its tape
-    (every variable of the leaf is blocked for the loss)."""
+    (every variable of the leaf is blocked for the loss), at the user's line
+    that called the network before the tape opened (`called_at`), if known."""
     edges = []
     for spec, *_ in per_loss:
         by_leaf: dict[str, list[str]] = {}
+        first: dict[str, int] = {}
         for i in sorted(outside_tape[spec.name]):
             by_leaf.setdefault(leaves[i], []).append(var_names[i])
+            first.setdefault(leaves[i], i)
         for leaf, names in by_leaf.items():
             if cells[spec.name].get(leaf) != BLOCKED:
                 continue
@@ -239,6 +271,7 @@ def _tape_boundary_edges(
                     cause=CAUSE_TAPE_BOUNDARY,
                     producer_scope=leaf,
                     consumer_scope=loss_ids[spec.name],
+                    source=called_at(first[leaf]),
                 )
             )
     return edges

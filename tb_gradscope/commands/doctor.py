@@ -7,9 +7,11 @@ probably a bug, the one-line fix and the rule that pins it in CI. A leak
 (something trains what it must not, a broken target, a gradient gone bad) is
 a finding; a hazard (a gradient reaches a trainable target or another loss's
 value, but no optimizer step fed by it writes there today) is printed as a
-note. A run without a FlowGraph is diagnosed on its gradient tables alone: a
+note, and so is a question (a pattern that is a bug in one standard design
+and correct in another, told apart only by names: SimSiam's encoder trained
+past its predictor). A run without a FlowGraph is diagnosed on its gradient tables alone: a
 warning says its findings are partial and how to get the full evidence. Exit
-status: 0 no leak (notes only, or nothing), 1 any leak (or any note, with
+status: 0 no leak (notes and questions only, or nothing), 1 any leak (or any note, with
 --strict), 2 bad usage, unreadable logdir, no gradscope data, or a run none
 of whose gradient tables could be read. Imports TensorBoard only when it
 runs; never tensorflow.
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "probably a bug, the fix, and the rule that pins the fix in CI."
     )
     parser.epilog = (
-        "exit status: 0 no leak (hazards are notes), 1 any leak (or any note, with --strict), "
+        "exit status: 0 no leak (hazards and questions are notes), 1 any leak (or any note, with --strict), "
         "2 bad usage, unreadable logdir, no gradscope data, or a run whose gradient tables "
         "could not be read. docs/CLI.md lists every finding kind."
     )
@@ -107,10 +109,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         )
     strict = getattr(args, "strict", False)  # a caller's Namespace may lack --strict
     every = [f for found in per_run.values() for f in found]
-    leaks = [f for f in every if f.severity != F.HAZARD]
+    leaks = [f for f in every if f.severity == F.LEAK]
     summary = f"diagnosed {len(runs)} run(s): {len(leaks)} finding(s)"
     if len(every) > len(leaks):
-        summary += f", {len(every) - len(leaks)} note(s) (hazards{'' if strict else '; exit 1 on them with --strict'})"
+        summary += f", {len(every) - len(leaks)} note(s) (hazards and questions{'' if strict else '; exit 1 on them with --strict'})"
     print(summary, file=err)
     if unreadable and not every:
         return UNREADABLE
@@ -121,13 +123,13 @@ def render_run(run: str, found: list[Finding]) -> str:
     """One run's findings as text."""
     if not found:
         return f"run {safe(run)}: no findings"
-    from tb_gradscope.read.finding import HAZARD
+    from tb_gradscope.read.finding import HAZARD, LEAK, QUESTION
 
-    notes = sum(1 for f in found if f.severity == HAZARD)
+    notes = sum(1 for f in found if f.severity != LEAK)
     head = f"run {safe(run)}: {len(found) - notes} finding(s)"
     lines = [head + (f", {notes} note(s)" if notes else "")]
     for i, f in enumerate(found, 1):
-        label = "note: hazard, " if f.severity == HAZARD else ""
+        label = {HAZARD: "note: hazard, ", QUESTION: "question: "}.get(f.severity, "")
         partial = " (partial: no FlowGraph)" if f.partial else ""
         lines += ["", f"{i}. [{f.kind}] {label}{safe(f.what)}{partial}"]
         where = [

@@ -14,7 +14,8 @@ import sys
 from typing import Any, TextIO
 
 from tb_gradscope.commands.text import evidence, number, safe
-from tb_gradscope.read.evidence import blocked_fix, blocked_line
+from tb_gradscope.format.flowgraph import CAUSE_TAPE_BOUNDARY
+from tb_gradscope.read.evidence import blocked_fix, blocked_line, blocked_where
 
 HELP = "print each run's loss x scope flow table, blocked edges, drift and violations"
 
@@ -109,7 +110,7 @@ def render_run(report: dict[str, Any]) -> str:
         )
     lines += ["", "blocked edges:"]
     source = report["flowgraph"]["source"] if report["flowgraph"] else ""
-    lines += [_blocked_line(e, source) for e in report["blocked_edges"]] or ["  none"]
+    lines += blocked_lines(report["blocked_edges"], framework=source) or ["  none"]
     lines += ["", "drift (per pair, at the step shown or the latest before it):"]
     lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
     lines += ["", "gradient conflict (cosine per shared scope, most opposed first):"]
@@ -169,6 +170,59 @@ def _cell(cell: dict[str, Any]) -> str:
 def _blocked_line(edge: dict[str, Any], source: str) -> str:
     """The edge and what to do about it, in the words the tab shows (`read.evidence`)."""
     return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge, source)}"
+
+
+def blocked_lines(edges: list[dict[str, Any]], framework: str = "") -> list[str]:
+    """Each blocked edge's line and fix (in `framework`'s words), a loss's tape-boundary cuts folded
+    into one line per source line (a network run before the tape opened is
+    cut once per layer: its line is where the network was called, when the
+    FlowGraph knows it)."""
+    out, boundary = [], {}
+    for edge in edges:
+        if edge.get("cause") == CAUSE_TAPE_BOUNDARY:
+            key = (edge["loss"], edge.get("source"), edge.get("function"))
+            boundary.setdefault(key, []).append(edge)
+        else:
+            out.append(_blocked_line(edge, framework))
+    for (loss, source, _), group in boundary.items():
+        if len(group) == 1:
+            out.append(_blocked_line(group[0], framework))
+            continue
+        scopes = [safe(e["producer_scope"]) for e in group]
+        shown = ", ".join(scopes[:8]) + (f" (+{len(scopes) - 8} more)" if len(scopes) > 8 else "")
+        where = (
+            f"{blocked_where(group[0])} (where the network was called)"
+            if source
+            else " (no user source line)"
+        )
+        out.append(
+            f"  {safe(loss)}: {len(scopes)} scopes read before the GradientTape opened: {shown} "
+            f"(tape_boundary, the cut where the tape opens after they ran){where}"
+            f"\n    fix: {blocked_fix(_group_edge(group, scopes), framework)}"
+        )
+    return out
+
+
+def _group_edge(group: list[dict[str, Any]], scopes: list[str]) -> dict[str, Any]:
+    """A group of tape-boundary cuts as one edge for its fix: the scope that
+    holds them all, and the pin rules each cut was checked with."""
+    pins = [str(e["pin"]) for e in group if e.get("pin")]
+    edge = {**group[0], "producer_scope": _common(scopes)}
+    if "pin" in group[0]:
+        shown = ", ".join(pins[:3]) + (f" (+{len(pins) - 3} more)" if len(pins) > 3 else "")
+        edge["pin"] = shown
+    return edge
+
+
+def _common(scopes: list[str]) -> str:
+    """The deepest scope holding all of `scopes` (the first one when none does)."""
+    parts = [s.split("/") for s in scopes]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return "/".join(common) or scopes[0]
 
 
 def _drift_line(drift: dict[str, Any]) -> str:

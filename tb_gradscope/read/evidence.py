@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tb_gradscope import format as fmt
+from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format import flowgraph as fg
 from tb_gradscope.read.idiom import TORCH_SOURCE
@@ -27,12 +28,12 @@ _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 # What to do about a cut, per cause; {loss}, {scope}, {op} and {where} are filled in.
 _FIXES = {
     fg.CAUSE_STOP_GRADIENT: (
-        "if {loss} must not train {scope} (a target network), this cut is right: pin it with "
-        "blocked({loss}, {scope}); if it should, remove the tf.stop_gradient{where}"
+        "if {loss} must not train {scope} by this path, this cut is right: {pin}; if it should, "
+        "remove the tf.stop_gradient{where}"
     ),
     fg.CAUSE_NON_DIFFERENTIABLE: (
         "{op} has no gradient by design: compute {loss} from a differentiable op instead{where} "
-        "(e.g. a softmax-weighted sum for argmax), or pin the cut with blocked({loss}, {scope})"
+        "(e.g. a softmax-weighted sum for argmax), or {pin}"
     ),
     fg.CAUSE_NO_GRADIENT: (
         "{op} has no gradient function: use tf.py_function (differentiable) rather than "
@@ -40,11 +41,11 @@ _FIXES = {
     ),
     fg.CAUSE_INTEGER: (
         "the path only crosses integer or bool tensors ({op}{where}): keep the values that {loss} "
-        "needs in floating point, or pin the cut with blocked({loss}, {scope})"
+        "needs in floating point, or {pin}"
     ),
     fg.CAUSE_CUSTOM_GRADIENT_NONE: (
         "the custom gradient of {op}{where} returns None for this input: return its gradient, "
-        "or pin the cut with blocked({loss}, {scope})"
+        "or {pin}"
     ),
     fg.CAUSE_UNKNOWN: (
         "the analysis does not know {op}'s gradient{where}: check with tape.gradient (tf.gradients "
@@ -52,7 +53,7 @@ _FIXES = {
     ),
     fg.CAUSE_TAPE_BOUNDARY: (
         "{scope} is read before the GradientTape opens (or the tape does not watch it): compute "
-        "{loss}'s use of it inside the tape if {loss} should train it; else pin blocked({loss}, {scope})"
+        "{loss}'s use of it inside the tape if {loss} should train it; else {pin}"
     ),
 }
 
@@ -60,21 +61,20 @@ _FIXES = {
 _TORCH_FIXES = {
     **_FIXES,
     fg.CAUSE_STOP_GRADIENT: (
-        "if {loss} must not train {scope} (a target network), this cut is right: pin it with "
-        "blocked({loss}, {scope}); if it should, remove the .detach() (or the torch.no_grad() block){where}"
+        "if {loss} must not train {scope} by this path, this cut is right: {pin}; if it should, "
+        "remove the .detach() (or the torch.no_grad() block){where}"
     ),
     fg.CAUSE_NON_DIFFERENTIABLE: (
         "{op} has no derivative by design: compute {loss} from a differentiable function instead{where} "
-        "(e.g. a softmax-weighted sum for argmax, a tensor rather than an .item() value), or pin the cut "
-        "with blocked({loss}, {scope})"
+        "(e.g. a softmax-weighted sum for argmax, a tensor rather than an .item() value), or {pin}"
     ),
     fg.CAUSE_NO_GRADIENT: (
         "{op} has no backward{where}: write it with torch functions, or as an autograd.Function "
-        "with a backward, or pin the cut with blocked({loss}, {scope})"
+        "with a backward, or {pin}"
     ),
     fg.CAUSE_CUSTOM_GRADIENT_NONE: (
         "the backward of the autograd.Function {op}{where} returns None for this input: return its "
-        "gradient, or pin the cut with blocked({loss}, {scope})"
+        "gradient, or {pin}"
     ),
     fg.CAUSE_UNKNOWN: (
         "the analysis does not know {op}'s gradient{where}: check with torch.autograd.grad(..., "
@@ -83,7 +83,7 @@ _TORCH_FIXES = {
     fg.CAUSE_TAPE_BOUNDARY: (
         "{scope} is out of the autograd graph (its parameters have requires_grad=False, or {loss} read "
         "it before they were set to require gradients): call requires_grad_(True) on them if {loss} "
-        "should train it; else pin blocked({loss}, {scope})"
+        "should train it; else {pin}"
     ),
 }
 
@@ -143,19 +143,73 @@ def blocked_line(edge: Mapping[str, Any]) -> str:
 
 def blocked_fix(edge: Mapping[str, Any], source: str = "") -> str:
     """What to do about the cut, worded for its cause in the words of the
-    framework that traced the run (`FlowGraph.source`)."""
+    framework that traced the run (`FlowGraph.source`), with the rule that pins
+    it (`pin`, checked on the run's FlowGraph by `pin_rule`; without one, the
+    plain blocked(...) of a whole cut)."""
     fixes = _TORCH_FIXES if source == TORCH_SOURCE else _FIXES
     template = fixes.get(str(edge.get("cause")), fixes[fg.CAUSE_UNKNOWN])
+    loss, scope = safe(edge["loss"]), safe(edge["producer_scope"])
+    pin = edge.get("pin", f"blocked({loss}, {scope})" if not edge.get("open_path") else "")
+    if pin:
+        pinned = f"pin it with {safe(pin)}"
+    else:
+        path = " -> ".join(safe(n) for n in edge.get("open_path") or ())
+        pinned = (
+            f"no rule pins this cut alone: {loss}'s gradient still reaches {scope} by another path"
+            + (f" ({path})" if path else "")
+            + " that no except_via scope tells apart from the cut one (a straight-through "
+            "estimator's cut is such)"
+        )
     return template.format(
-        loss=safe(edge["loss"]),
-        scope=safe(edge["producer_scope"]),
+        loss=loss,
+        scope=scope,
         op=f"{safe(edge['op_type'])} '{safe(edge['op_name'])}'",
         where=blocked_where(edge),
+        pin=pinned,
     )
 
 
-def blocked_edge_dict(edge: fmt.BlockedEdge) -> dict[str, Any]:
-    """A FlowGraph blocked edge as `report` (and `blocked_line`) takes it."""
+def pin_rule(edge: fmt.BlockedEdge, graph: fmt.FlowGraph) -> str:
+    """The rule that pins a cut and holds on `graph` (the run it is proposed
+    for), or "" when none does. A whole cut: blocked(loss, scope). A cut on one
+    of several paths (SimSiam's stop_gradient branch): blocked(loss, scope,
+    except_via=X), X the top scope of the open path's first step; a
+    straight-through estimator's cut, whose open path runs through the same
+    scopes as the cut one, has none."""
+    candidates = []
+    if not edge.open_path:
+        candidates.append(rules_lib.Blocked(edge.loss, edge.producer_scope))
+    else:
+        via = _top_outside(
+            edge.open_path[1] if len(edge.open_path) > 1 else "", edge.producer_scope
+        )
+        if via:
+            candidates.append(rules_lib.Blocked(edge.loss, edge.producer_scope, (via,)))
+    for rule in candidates:
+        if not rules_lib.check_flowgraph([rule], graph):
+            return str(rule)
+    return ""
+
+
+def _top_outside(node: str, scope: str) -> str:
+    """The outermost ancestor of scope-graph node `node` holding no part of
+    `scope` ("" for a loss or input node)."""
+    if not node or node.startswith(("loss:", "input:")):
+        return ""
+    for ancestor in scopes_lib.ancestors(node):
+        if not _inside(scope, ancestor) and not _inside(ancestor, scope):
+            return ancestor
+    return ""
+
+
+def _inside(scope: str, root: str) -> bool:
+    return scope == root or scope.startswith(root + scopes_lib.SEPARATOR)
+
+
+def blocked_edge_dict(edge: fmt.BlockedEdge, graph: fmt.FlowGraph | None = None) -> dict[str, Any]:
+    """A FlowGraph blocked edge as `report` (and `blocked_line`) takes it;
+    with its `graph`, the rule that pins it (`pin`, "" when none holds)."""
+    pinned = {"pin": pin_rule(edge, graph)} if graph is not None else {}
     return {
         "loss": edge.loss,
         "producer_scope": edge.producer_scope,
@@ -166,14 +220,18 @@ def blocked_edge_dict(edge: fmt.BlockedEdge) -> dict[str, Any]:
         "source": f"{edge.source.file}:{edge.source.line}" if edge.source else None,
         "function": edge.source.function if edge.source else None,
         "open_path": list(edge.open_path),
+        **pinned,
     }
 
 
-def blocked_text(edge: fmt.BlockedEdge, source: str = "") -> dict[str, str]:
+def blocked_text(edge: fmt.BlockedEdge, graph: fmt.FlowGraph | None = None) -> dict[str, str]:
     """A blocked edge in `tb-gradscope report`'s words: its line and its fix
-    (`source`: the FlowGraph's framework)."""
-    doc = blocked_edge_dict(edge)
-    return {"line": blocked_line(doc), "fix": blocked_fix(doc, source)}
+    (with its FlowGraph, the pin rule checked on it, in its framework's words)."""
+    doc = blocked_edge_dict(edge, graph)
+    return {
+        "line": blocked_line(doc),
+        "fix": blocked_fix(doc, graph.source if graph is not None else ""),
+    }
 
 
 def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, str], set[str]]]:
@@ -194,7 +252,7 @@ def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, 
                     reach.add(src)
                     frontier.append(src)
         scopes = {a for node in reach for a in scopes_lib.ancestors(node)}
-        cuts.append((blocked, blocked_text(blocked, graph.source), scopes))
+        cuts.append((blocked, blocked_text(blocked, graph), scopes))
     return cuts
 
 

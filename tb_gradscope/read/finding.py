@@ -23,16 +23,22 @@ JUDGE_TRAINED = "judge_trained"
 SHARED_BY_OPTIMIZERS = "shared_by_optimizers"
 VALUE_NOT_CUT = "value_not_cut"
 LOSSES_FIGHTING = "losses_fighting"
+PREDICTOR_BYPASSED = "predictor_bypassed"
+NEVER_TRAINED = "never_trained"
+FLOWGRAPH_CONTRADICTED = "flowgraph_contradicted"
 PAIR_ANOMALY = "pair_anomaly"
 NONFINITE = "nonfinite_gradient"
 VANISHING = "vanishing_gradient"
 KINDS = (
+    FLOWGRAPH_CONTRADICTED,
     TARGET_TRAINED,
     TARGET_NOT_CUT,
     JUDGE_TRAINED,
     SHARED_BY_OPTIMIZERS,
     VALUE_NOT_CUT,
     LOSSES_FIGHTING,
+    PREDICTOR_BYPASSED,
+    NEVER_TRAINED,
     PAIR_ANOMALY,
     NONFINITE,
     VANISHING,
@@ -45,7 +51,11 @@ KINDS = (
 # trainable_variables away from a leak (a note: doctor exits 0 unless --strict).
 LEAK = "leak"
 HAZARD = "hazard"
-SEVERITIES = (LEAK, HAZARD)
+# A question: a pattern that is a bug in one standard design and correct in
+# another, told apart only by names or habits (a heuristic), never by what
+# the run measured: doctor asks it and exits 0 (1 with --strict).
+QUESTION = "question"
+SEVERITIES = (LEAK, HAZARD, QUESTION)
 
 # `FlowGraph.source` of a run traced from TF1 graph code (`GraphRecorder`):
 # its fixes are worded as assign ops and `minimize(var_list=...)`, not Keras
@@ -74,7 +84,7 @@ class Finding:
         kind expresses it: numeric findings).
       first_step, last_step: the recorded steps it was first and last seen at.
       steps: how many recorded steps show it.
-      severity: LEAK or HAZARD.
+      severity: LEAK, HAZARD or QUESTION.
       partial: the run has no FlowGraph, so the finding rests on gradient
         tables alone (and on scope names): cuts, dataflow and which optimizer
         writes what were not seen.

@@ -1,12 +1,20 @@
 """Findings from the numbers a run recorded: fighting losses, pair anomalies,
 gradients that vanish or stop being finite and stay so.
 
-- losses_fighting: two losses pull the region they both update (their shared
-  trunk, judged as a whole) in opposite directions: gradient cosine at or
-  below FIGHT_COSINE at most recorded steps.
+- losses_fighting: two losses that each train scopes of their own pull the
+  region they both update (their shared trunk, judged as a whole) in
+  opposite directions: gradient cosine at or below FIGHT_COSINE at most
+  recorded steps. Never when one of them trains nothing the other does not
+  (distillation, a commitment term, a critic whose head the actor reaches):
+  pulling that network is its purpose.
 - pair_anomaly: the pair anomalies of `read.anomalies` (never synced,
   frozen, moved by an optimizer, wrong direction, tau or period mismatch,
   moving statistics not tracked), with their fix and rule.
+- never_trained: a scope that a loss's gradient reaches, that no optimizer
+  step applies, that never moves (its recorded update norm is 0 at every
+  recorded step) and that is no pair's target or teacher: a multi-task head
+  left out of every var_list, a swapped student. A scope whose variables are
+  not trainable (a frozen layer) is meant not to train.
 - vanishing_gradient / nonfinite_gradient: a scope a loss updates gets a zero
   gradient at the last VANISHING_STEPS recorded steps, or a NaN/Inf gradient
   at NONFINITE_STEPS recorded steps or more (steps the loss scaler skipped
@@ -15,13 +23,15 @@ gradients that vanish or stop being finite and stay so.
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
-from tb_gradscope.read import anomalies
+from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
+from tb_gradscope.read import anomalies, leaks
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, cover, within
@@ -35,6 +45,19 @@ FIGHT_SHARE = 0.75  # of the recorded steps with a cosine
 FIGHT_MIN_STEPS = 3
 VANISHING_STEPS = 3  # the last N recorded steps of the loss, in a row
 NONFINITE_STEPS = 2
+
+
+def _fight_is_a_question(flow: Flow, loss: str, other: str, scope: str) -> bool:
+    """Whether "should `loss` only read `scope`?" is worth asking: both losses
+    train scopes of their own (two heads on one trunk), and the scope is not
+    named after `loss` or its role. A loss all of whose scopes the other also
+    trains is an objective of that same network, whose purpose is to pull it
+    (distillation on the student, a commitment term on a VQ encoder, a
+    regulariser), and a critic whose head the actor's gradient reaches is no
+    intruder in its own head: the advice to cut it would break the design."""
+    if not flow.own(loss) or not flow.own(other):
+        return False
+    return not leaks.named_after(scope, loss)
 
 
 def losses_fighting(
@@ -70,6 +93,8 @@ def losses_fighting(
             if any(within(scope, s) or within(s, scope) for loss, s in taken if loss in (a, b)):
                 continue
             loss, other = (b, a) if flow.losses.index(b) > flow.losses.index(a) else (a, b)
+            if not _fight_is_a_question(flow, loss, other, scope):
+                continue
             found.append(
                 Finding(
                     kind=F.LOSSES_FIGHTING,
@@ -198,6 +223,88 @@ def _pair_rule(name: str, target: str, online: str, attrs) -> str:
     )
     every = every if isinstance(every, int) and not isinstance(every, bool) and every > 0 else None
     return str(rules_lib.Tracks(target, online, tau, every))
+
+
+def never_trained(flow: Flow, targets: Sequence[str] = ()) -> list[Finding]:
+    """Scopes a loss's gradient reaches that nothing ever trains.
+
+    Each condition is evidence, none a guess: the gradient arrives (or the
+    FlowGraph says it reaches), no loss updates the scope and the FlowGraph's
+    optimizer steps write none of its variables (without a FlowGraph: the
+    measured update norm alone), its variables are trainable where the
+    FlowGraph says, its recorded update norm is 0 at every recorded step (a
+    step that did not measure it proves nothing), and no target or teacher
+    holds it (`targets`: they move by assignment, never by an optimizer)."""
+    graph, run = flow.graph, flow.run
+    applied = set(graph.applied or []) if graph is not None else set()
+    flagged: dict[str, list[str]] = {}
+    for scope in flow.holders:
+        if any(within(scope, t) or within(t, scope) for t in targets):
+            continue
+        reaching = [loss for loss in flow.losses if scope in flow.reached[loss]]
+        if not reaching or scope in applied:
+            continue
+        if graph is not None:
+            if any(scope in flow.updated[loss] for loss in flow.losses):
+                continue
+            if graph.trainable is not None and graph.trainability(scope) not in (TRAINABLE, MIXED):
+                continue
+        if _never_moved(run, scope):
+            flagged[scope] = reaching
+    found = []
+    for scope in cover(flagged, flow.holders):
+        inside = [h for h in flagged if within(h, scope)]
+        losses = [loss for loss in flow.losses if any(loss in flagged[h] for h in inside)]
+        loss = losses[0]
+        steps = sorted({s for h in inside for s in flow.reached[loss].get(h, [])})
+        real = [s for s in steps if s >= 0]
+        found.append(
+            Finding(
+                kind=F.NEVER_TRAINED,
+                what=f"'{scope}' never trains: the gradient of loss '{loss}' reaches it, but no optimizer "
+                "step writes it and its update norm is 0 at every recorded step",
+                loss=loss,
+                scope=scope,
+                evidence={
+                    "reached_by": losses,
+                    "update_norm_steps": _update_steps(run, inside),
+                    **({"state": fmt.IGNORED} if graph is not None else {}),
+                    **flow.norms(loss, scope, real),
+                },
+                why=f"'{loss}' is computed from '{scope}' as if it learned, but its weights stay where "
+                "they were initialized: a head left out of the var_list, a variable the model does not "
+                "track, or two models swapped (the one meant to learn held where the fixed one belongs)",
+                fix=f"add the variables of '{scope}' to the var_list of the optimizer that '{loss}' feeds "
+                "(a raw tf.Variable in a Keras layer: create it with add_weight so the model tracks it); "
+                f"if '{scope}' is meant to stay fixed, compute it under tf.stop_gradient or create it "
+                "with trainable=False",
+                rule=str(rules_lib.Updates(loss, (f"{scope}/*",))),
+                first_step=min(real, default=-1),
+                last_step=max(real, default=-1),
+                steps=len(real),
+            )
+        )
+    return found
+
+
+def _update_norms(run: RunLogs, scope: str) -> list[float]:
+    """The scope's recorded update norms, one per recorded step that has its row."""
+    out = []
+    for step in run.updates:
+        table = run.updates[step]
+        if scope in table and "update_norm" in table.info.columns:
+            out.append(table.row(scope)["update_norm"])
+    return out
+
+
+def _never_moved(run: RunLogs, scope: str) -> bool:
+    """Measured at least once, and 0 at every step that measured it."""
+    norms = [n for n in _update_norms(run, scope) if math.isfinite(n)]
+    return bool(norms) and all(n == 0 for n in norms)
+
+
+def _update_steps(run: RunLogs, scopes: Iterable[str]) -> int:
+    return max((len(_update_norms(run, s)) for s in scopes), default=0)
 
 
 def numeric(flow: Flow) -> list[Finding]:

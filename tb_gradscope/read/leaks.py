@@ -30,7 +30,8 @@ bug; docs/CORRECTNESS.md shows which corpus shapes each one fires on:
   out (an actor and a critic optimizer) is that value's input, not a second
   finding. Without a FlowGraph (an eager loop never traced) the dataflow is
   unknown: a loss reaching a scope named after another loss (`critic_head`
-  for loss `critic`) is reported, marked partial.
+  for loss `critic`, or after its role: `v`, `value_head`) is reported,
+  marked partial.
 
 Severity: a finding whose loss's optimizer writes the scope is a leak; one
 whose gradient only reaches it (target_not_cut, value_not_cut of a value the
@@ -72,7 +73,8 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
             found.append(
                 Finding(
                     kind=F.TARGET_TRAINED,
-                    what=f"loss '{loss}' updates target scope '{scope}'{boot}: its gradient reaches the "
+                    what=f"loss '{loss}' updates {'teacher' if target.teacher else 'target'} scope "
+                    f"'{scope}'{boot}: its gradient reaches the "
                     f"target and an optimizer step fed by it writes the target's variables",
                     loss=loss,
                     scope=scope,
@@ -81,8 +83,7 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                     evidence=_target_evidence(
                         flow, loss, scope, inside, steps, online_updated_by_loss=bool(online)
                     ),
-                    why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
-                    f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
+                    why=_anchor_why(target, loss),
                     fix=f"leave '{scope}' out of the {words.scoped} of the optimizer that '{loss}' feeds, and "
                     f"compute the target side of '{loss}' {words.cut_under} ({words.outside})",
                     rule=str(rules_lib.Never(loss, f"{scope}/*")),
@@ -90,6 +91,20 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                 )
             )
     return found
+
+
+def _anchor_why(target: Target, loss: str) -> str:
+    """Why a target or teacher trained by `loss` is a leak, in its role's words."""
+    if target.teacher:
+        return (
+            f"'{target.root}' is the teacher of '{target.online}': it must stay as it was trained (or move "
+            f"only by its own update, an EMA or a copy), never by the loss it guides; trained by '{loss}' "
+            "it moves toward its student, and distillation teaches the student its own outputs"
+        )
+    return (
+        f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
+        f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor"
+    )
 
 
 def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
@@ -268,13 +283,27 @@ def _value_by_name(flow: Flow, loss: str, holder: str) -> tuple[str, str] | None
     return (F.VALUE_NOT_CUT, others[0]) if others else None
 
 
+# The other names of a loss's role: an actor-critic's heads are as often
+# called after what they compute (`pi`, `v`, `value_head`) as after its losses.
+ROLE_NAMES = {
+    "critic": ("value", "v", "vf", "baseline"),
+    "value": ("critic", "v", "vf", "baseline"),
+    "actor": ("policy", "pi"),
+    "policy": ("actor", "pi"),
+}
+
+
 def named_after(scope: str, loss: str) -> bool:
-    """Whether a segment of `scope` is the loss's name, alone or as the first
-    word of a role (`critic`, `critic_head`, `critic-net` for loss `critic`)."""
-    name = loss.lower()
+    """Whether a segment of `scope` is the loss's name or another name of its
+    role (`ROLE_NAMES`), alone or as the first word of a role (`critic`,
+    `critic_head`, `critic-net`, `value_head`, `v` for loss `critic`)."""
+    names = (loss.lower(), *ROLE_NAMES.get(loss.lower(), ()))
     for seg in scope.lower().split("/"):
-        if seg == name or (seg.startswith(name) and seg[len(name) : len(name) + 1] in ("_", "-")):
-            return True
+        for name in names:
+            if seg == name or (
+                seg.startswith(name) and seg[len(name) : len(name) + 1] in ("_", "-")
+            ):
+                return True
     return False
 
 

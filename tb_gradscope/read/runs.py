@@ -518,9 +518,10 @@ def decode_run(
 
 def _recorded_rules(listing: RunListing) -> list[str]:
     """The rules the run was trained with, each once: gradient tables' attrs
-    by tag (an eager run writes no FlowGraph), then FlowGraphs' by tag."""
+    by tag (an eager run writes no FlowGraph), then update tables' (a step
+    that brings its own gradients writes no gradient table), then FlowGraphs'."""
     found: list[str] = []
-    for kind in (fmt.Kind.GRAD_STATS, fmt.Kind.FLOWGRAPH):
+    for kind in (fmt.Kind.GRAD_STATS, fmt.Kind.UPDATE_STATS, fmt.Kind.FLOWGRAPH):
         for record in sorted(listing.of_kind(kind), key=lambda r: r.tag):
             rules = record.info.attrs.get(RULES_ATTR, [])
             if isinstance(rules, list):

@@ -65,7 +65,7 @@ def run_summary(
         "loss_steps": loss_steps,
         **_table(logs, chosen, flowgraph, loss_steps),
         "blocked_edges": [
-            blocked_edge_dict(e) for e in (flowgraph.blocked_edges if flowgraph else [])
+            blocked_edge_dict(e, flowgraph) for e in (flowgraph.blocked_edges if flowgraph else [])
         ],
         "drift": [
             _drift_at(name, series, chosen) for name, series in sorted(logs.drift.items()) if series

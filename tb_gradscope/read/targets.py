@@ -12,6 +12,7 @@ these are; that module imports tensorflow, this one must not).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,11 @@ class Target:
     def holds(self, scope: str) -> bool:
         return within(scope, self.root)
 
+    @property
+    def teacher(self) -> bool:
+        """Whether the target is named a teacher (distillation, Mean Teacher)."""
+        return any("teacher" in re.findall(r"[a-z]+", seg.lower()) for seg in self.root.split(SEP))
+
 
 def targets(run: RunLogs) -> list[Target]:
     """Declared pairs first, then pairs found by name among scopes no declared pair holds."""
@@ -53,7 +59,7 @@ def targets(run: RunLogs) -> list[Target]:
 
 
 def by_name(scopes: Sequence[str]) -> list[Target]:
-    """Target/online sibling scopes with the same sub-scopes, found by name."""
+    """Target/online sibling scopes, found by name (the same sub-scopes preferred)."""
     children: dict[str, set[str]] = {}
     for scope in scopes:
         parts = scope.split(SEP)
@@ -69,11 +75,12 @@ def by_name(scopes: Sequence[str]) -> list[Target]:
             if kind != "target":
                 continue
             root = _join(parent, seg)
-            for other in _online_candidates(kids, seg, base):
-                online = _join(parent, other)
-                if _shape(scopes, root) == _shape(scopes, online):
-                    found.append(Target(root, online))
-                    break
+            candidates = [_join(parent, other) for other in _online_candidates(kids, seg, base)]
+            # A copy has its online network's sub-scopes; a distillation teacher
+            # is often wider or deeper than its student and still its teacher.
+            same = [o for o in candidates if _shape(scopes, root) == _shape(scopes, o)]
+            if same or candidates:
+                found.append(Target(root, (same or candidates)[0]))
     return found
 
 

@@ -181,7 +181,9 @@ def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
     for rule in rules:
         if isinstance(rule, rules_lib.Tracks):
             continue
-        patterns = rule.scopes if isinstance(rule, rules_lib.Only) else (rule.scope,)
+        patterns = (
+            rule.scopes if isinstance(rule, (rules_lib.Only, rules_lib.Updates)) else (rule.scope,)
+        )
         if any(loss_matches(loss, rule.loss) for loss in losses) and any(
             rules_lib.scope_matches(s, p) for s in scopes for p in patterns
         ):
@@ -190,7 +192,7 @@ def _matched_in_run(run: RunLogs, rules: Sequence[rules_lib.Rule]) -> set[str]:
 
 
 # Which rule of two broken in the same words is listed, the other folded under it.
-_RULE_RANK = {"never": 0, "blocked": 1, "only": 2, "tracks": 3}
+_RULE_RANK = {"never": 0, "blocked": 1, "only": 2, "tracks": 3, "updates": 4}
 
 
 def group(

@@ -11,8 +11,9 @@ raises at the step it happens.
 Which rows to test is asked of the checker itself, at trace time: for each
 loss and row, does a table where only that row received a gradient break a
 rule? A `blocked` rule can also break with no gradient at all (a cut the
-FlowGraph does not show is reported at every recorded step), so a step with
-one makes the host check every recorded step, as before.
+FlowGraph does not show is reported at every recorded step), and so can an
+`updates` rule (a scope that should train and got nothing), so a step with
+either makes the host check every recorded step, as before.
 
 A `rec.function` recorded variant returns the test and the tables and the host
 checks them after the call (`_step_function.Variants.defer`), so no host
@@ -27,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope import format as fmt
-from tb_gradscope.rules import Blocked, Rule, Tracks, check_stats
+from tb_gradscope.rules import Blocked, Rule, Tracks, Updates, check_stats
 from tb_gradscope.rules.model import loss_matches
 
 _COLUMNS = fmt.KIND_SPECS[fmt.Kind.GRAD_STATS].columns
@@ -38,10 +39,11 @@ def watched_rows(
     rules: Sequence[Rule], losses: Sequence[str], scopes: Sequence[str]
 ) -> dict[str, np.ndarray] | None:
     """{loss: rows where a gradient may break a rule}, or None when the host
-    must check every recorded step (a `blocked` rule on one of `losses`)."""
+    must check every recorded step (a `blocked` or `updates` rule on one of
+    `losses`: either breaks with no gradient at all)."""
     checked = [r for r in rules if not isinstance(r, Tracks)]
     if any(
-        isinstance(r, Blocked) and any(loss_matches(name, r.loss) for name in losses)
+        isinstance(r, (Blocked, Updates)) and any(loss_matches(name, r.loss) for name in losses)
         for r in checked
     ):
         return None

@@ -467,6 +467,7 @@ class Emitter:
         self._flowgraph_revision = 0  # bumped when traced functions' losses are merged in
         self.flowgraph_attrs: dict = {}  # e.g. {"rules": [...]} for `tb-gradscope check`
         self._metadata: dict[str, bytes] = {}
+        self._layouts: dict[tuple[Kind, str], list[tuple[str, ...]]] = {}  # rows per tag revision
         self.record_of: dict[str, tuple[Kind, str]] = {}  # tag -> (kind, name)
         self._deferred: dict[int, list[Stats]] = {}
         self._recorded: weakref.WeakKeyDictionary = (
@@ -478,13 +479,24 @@ class Emitter:
     def metadata(
         self, kind: Kind, name: str, scopes: Sequence[str], attrs: Mapping | None = None
     ) -> tuple[str, bytes]:
-        """The tag of a record and its full serialized metadata (fixed on first use)."""
-        tag = tag_for(kind, name)
+        """The tag of a record and its full serialized metadata (fixed on first use).
+
+        TensorBoard keeps a tag's first metadata, so a table whose rows
+        change (a CONFLICT pair sharing other scopes at a later eager step)
+        is written under a tag of its own per row layout (`tag_for`'s
+        `layout`): every step's rows are the ones its metadata names."""
+        rows = tuple(scopes) if KIND_SPECS[kind].is_table else ()
+        layouts = self._layouts.setdefault((Kind(kind), name), [])
+        if rows not in layouts:
+            layouts.append(rows)
+        tag = tag_for(kind, name, layouts.index(rows))
         if tag not in self._metadata:
             self.record_of[tag] = (Kind(kind), name)
-            if kind == Kind.GRAD_STATS and self.flowgraph_attrs:
-                # Also with the loss tables: an eager loop never traced writes no
-                # FlowGraph, and `tb-gradscope check` must still find its rules.
+            if kind in (Kind.GRAD_STATS, Kind.UPDATE_STATS) and self.flowgraph_attrs:
+                # Also with the loss and update tables: an eager loop never traced
+                # writes no FlowGraph, a step that brings its own gradients to
+                # `rec.apply` no loss table, and `tb-gradscope check` must still
+                # find the rules (and say it had nothing to check them on).
                 attrs = {**self.flowgraph_attrs, **(attrs or {})}
             info = make_info(
                 kind,

@@ -1,4 +1,4 @@
-"""Flow rules: `never`, `only`, `blocked`, `tracks`, and the violations that break them.
+"""Flow rules: `never`, `only`, `blocked`, `tracks`, `updates`, and the violations that break them.
 
 Rule objects and their parsing (`model`, `rulesfile`), checks of a FlowGraph
 and of one step's gradient tables (`check`), and the `RuleChecker` a recorder
@@ -18,12 +18,14 @@ from tb_gradscope.rules.model import (
     Rule,
     RuleError,
     Tracks,
+    Updates,
     blocked,
     never,
     only,
     parse_rule,
     scope_matches,
     tracks,
+    updates,
 )
 from tb_gradscope.rules.paths import gradient_path
 from tb_gradscope.rules.policy import FlowRuleViolation, FlowRuleWarning, apply_policy
@@ -42,6 +44,7 @@ __all__ = [
     "RuleSet",
     "RulesFileError",
     "Tracks",
+    "Updates",
     "apply_policy",
     "blocked",
     "check_flowgraph",
@@ -53,4 +56,5 @@ __all__ = [
     "parse_rules_file",
     "scope_matches",
     "tracks",
+    "updates",
 ]

@@ -8,7 +8,9 @@ Semantics (docs/RULES.md):
   reaches it but the optimizer does not apply it, e.g. seed 01's `var_list`)
   keeps the rule. At a step broken when a matching scope received a gradient
   (grad_vars > 0) whose L2 norm is not 0 (NaN counts as reaching), unless the
-  FlowGraph says the cell is `ignored`. Use blocked() to demand the cut itself.
+  FlowGraph says the cell is `ignored`; a roll-up over an ignored scope is
+  not reported (its norm sums a gradient no optimizer applies): its
+  children that break the rule are. Use blocked() to demand the cut itself.
 - only(loss, scopes): the same test on every scope no pattern allows.
 - blocked(loss, scope): at trace time broken unless the state is `blocked`;
   at a step broken when gradient reaches a matching scope.
@@ -16,6 +18,12 @@ Semantics (docs/RULES.md):
   graph has a path from the scope to the loss, through no excepted scope, on
   edges not cut for the loss (or has no such path at all: nothing to cut);
   not checked on gradient tables, which cannot tell paths apart.
+- updates(loss, scopes): the positive rule. At trace time broken on every
+  matching scope whose state is not `updates` (ignored, blocked,
+  independent); at a step broken on every matching scope that received no
+  gradient (grad_vars 0 or an L2 norm of 0) or that the FlowGraph says the
+  loss's optimizer does not write (`ignored`). A step that did not record the
+  loss is not judged (a TD3 actor on every other step).
 - A rule whose loss or scope patterns match nothing in the run is broken too:
   a typo must not pass CI silently.
 
@@ -39,6 +47,7 @@ from tb_gradscope.rules.model import (
     Only,
     Rule,
     Tracks,
+    Updates,
     loss_matches,
     outermost,
     scope_matches,
@@ -112,12 +121,23 @@ def check_stats(
             continue
         if isinstance(rule, Blocked) and rule.except_via:
             continue  # about paths: the FlowGraph says (check_flowgraph), the tables cannot
+        if isinstance(rule, Updates):
+            for loss in matched:
+                events += _updates_events(rule, loss, grads[loss], updates, flowgraph, step)
+            continue
         for loss in matched:
             table = grads[loss]
             reached = _reached(rule, table)
             if not isinstance(rule, Blocked) and flowgraph is not None and loss in flowgraph.cells:
                 row = flowgraph.cells[loss]
-                reached = [s for s in reached if row.get(s) != fmt.IGNORED]
+                dropped = [s for s in row if row[s] == fmt.IGNORED]
+                # A roll-up over an ignored scope sums a gradient no optimizer
+                # applies: its children that break the rule are reported instead.
+                reached = [
+                    s
+                    for s in reached
+                    if row.get(s) != fmt.IGNORED and not any(_within(d, s) for d in dropped)
+                ]
             for scope in outermost(reached):
                 events.append(
                     _step_event(rule, loss, scope, table.row(scope), updates, flowgraph, step)
@@ -144,6 +164,8 @@ def _candidates(rule: Rule, scopes: Sequence[str]) -> list[str]:
 @functools.lru_cache(maxsize=4096)
 def _constrained(rule: Rule, scopes: tuple[str, ...]) -> tuple[str, ...]:
     """Cached per (rule, table layout): every recorded step shares its layout."""
+    if isinstance(rule, Updates):
+        return tuple(s for s in scopes if rule.requires(s))
     if isinstance(rule, Only):
         allowed = {s for s in scopes if any(rule.allows(a) for a in scopes_lib.ancestors(s))}
         holders = {a for s in allowed for a in scopes_lib.ancestors(s)[:-1]}
@@ -171,6 +193,8 @@ def _reached(rule: Rule, table: fmt.Table) -> list[str]:
 
 def _broken_statically(rule: Rule, row: Mapping[str, str]) -> list[str]:
     candidates = _candidates(rule, list(row))
+    if isinstance(rule, Updates):
+        return [s for s in candidates if row[s] != fmt.UPDATES]
     if isinstance(rule, Blocked):
         return [s for s in candidates if row[s] != fmt.BLOCKED]
     return [s for s in candidates if row[s] in APPLIED_STATES]
@@ -188,7 +212,7 @@ def _unmatched(
             loss=rule.loss,
             evidence={"at": at, "unmatched": "loss", "losses": sorted(losses)},
         )
-    patterns = rule.scopes if isinstance(rule, Only) else (rule.scope,)
+    patterns = rule.scopes if isinstance(rule, (Only, Updates)) else (rule.scope,)
     if not _any_match(patterns, tuple(scopes)):
         shown = ", ".join(list(scopes)[:12]) + (", ..." if len(scopes) > 12 else "")
         return fmt.Event(
@@ -218,7 +242,9 @@ def _static_event(
     at: str = TRACE,
 ) -> fmt.Event:
     evidence: dict = {"at": at, "state": state}
-    if state in REACHING_STATES:
+    if isinstance(rule, Updates):
+        message = _not_updated(loss, scope, state)
+    elif state in REACHING_STATES:
         message = f"loss '{loss}' reaches scope '{scope}' (state {state})" + _add_path(
             evidence, flowgraph, loss, scope, rule
         )
@@ -266,6 +292,79 @@ def _step_event(
         scope=scope,
         evidence=evidence,
     )
+
+
+def _not_updated(loss: str, scope: str, state: str) -> str:
+    """Why `loss` does not update `scope`, by the cell's state, and what to do."""
+    if state == fmt.IGNORED:
+        return (
+            f"loss '{loss}' does not update scope '{scope}' (state ignored): its gradient reaches the "
+            f"scope but no optimizer step fed by '{loss}' writes it; add '{scope}' to that optimizer's "
+            "var_list (and make its variables trainable and tracked by the model)"
+        )
+    if state == fmt.BLOCKED:
+        return (
+            f"loss '{loss}' does not update scope '{scope}' (state blocked): every gradient path into it "
+            "is cut; remove the cut (tf.stop_gradient, or reading it before the tape opens) if it should train"
+        )
+    if state == fmt.INDEPENDENT:
+        return f"loss '{loss}' does not depend on scope '{scope}' at all (state independent), so it cannot train it"
+    return f"loss '{loss}' does not update scope '{scope}' (state {state})"
+
+
+def _updates_events(
+    rule: Updates,
+    loss: str,
+    table: fmt.Table,
+    updates: fmt.Table | None,
+    flowgraph: fmt.FlowGraph | None,
+    step: int,
+) -> list[fmt.Event]:
+    """Violations of an `updates` rule at one recorded step of `loss`: every
+    matching row without a gradient, or one the FlowGraph says is ignored."""
+    rows = _constrained_rows(rule, table.info.scopes)
+    if not len(rows):
+        return []
+    grad_vars = table.column("grad_vars")[rows]
+    l2 = table.column("l2")[rows]
+    arrived = ((grad_vars > 0) | np.isnan(grad_vars)) & (l2 != 0)
+    static = flowgraph.cells.get(loss, {}) if flowgraph is not None else {}
+    broken = []
+    for i, ok in zip(rows.tolist(), arrived.tolist()):
+        scope = table.info.scopes[i]
+        if not ok or static.get(scope) == fmt.IGNORED:
+            broken.append(scope)
+    events = []
+    for scope in outermost(broken):
+        row = table.row(scope)
+        evidence: dict = {
+            "at": STEP,
+            "l2": row.get("l2"),
+            "grad_vars": int(row.get("grad_vars", 0)),
+        }
+        if updates is not None and scope in updates:
+            evidence["update_norm"] = updates.row(scope).get("update_norm")
+        state = static.get(scope)
+        if state == fmt.IGNORED:
+            evidence["state"] = state
+            message = _not_updated(loss, scope, state)
+        else:
+            message = (
+                f"loss '{loss}' does not update scope '{scope}': no gradient of '{loss}' reached it at this step"
+                + (f" (state at trace: {state})" if state else "")
+            )
+        events.append(
+            fmt.Event(
+                type=fmt.VIOLATION,
+                name=str(rule),
+                step=step,
+                message=message,
+                loss=loss,
+                scope=scope,
+                evidence=evidence,
+            )
+        )
+    return events
 
 
 def _cut_text(edge: fmt.BlockedEdge) -> str:

@@ -1,4 +1,4 @@
-"""Rules: expectations about where each loss's gradient may flow.
+"""Rules: expectations about where each loss's gradient may flow, and what it must train.
 
 A rule names a loss and scope patterns. Patterns are globs over scope names
 (`fnmatch`, case-sensitive). `*` crosses `/`, so `target/*` matches every scope
@@ -121,6 +121,39 @@ class Blocked:
 
 
 @dataclasses.dataclass(frozen=True)
+class Updates:
+    """`loss` must update every scope matching one of `scopes`, at every
+    recorded step of the loss: its gradient arrives (grad_vars > 0, a
+    non-zero norm) and an optimizer step fed by it writes the scope (the
+    FlowGraph's `updates`, not `ignored`).
+
+    The positive rule: `never`, `only` and `blocked` say where a gradient must
+    not go; a part that should train and never does (a head left out of every
+    var_list, a variable Keras does not track, a swapped student) breaks no
+    rule of theirs. A pattern that matches no scope breaks it too: the part
+    has no row at all.
+    """
+
+    loss: str
+    scopes: tuple[str, ...]
+
+    def __post_init__(self):
+        if isinstance(self.scopes, str):
+            object.__setattr__(self, "scopes", (self.scopes,))
+        object.__setattr__(self, "scopes", tuple(self.scopes))
+        if not self.scopes:
+            raise RuleError(f"updates({self.loss}, ...) needs at least one scope pattern")
+
+    def requires(self, scope: str) -> bool:
+        return any(scope_matches(scope, p) for p in self.scopes)
+
+    def __str__(self) -> str:
+        if len(self.scopes) == 1:
+            return f"updates({_q(self.loss)}, {_q(self.scopes[0])})"
+        return f"updates({_q(self.loss)}, [{', '.join(_q(s) for s in self.scopes)}])"
+
+
+@dataclasses.dataclass(frozen=True)
 class Tracks:
     """Scope `target` follows scope `online`: EMA with rate `tau`, or a hard copy `every` steps."""
 
@@ -144,8 +177,14 @@ class Tracks:
         return f"tracks({_q(self.target)}, {_q(self.online)}{extra})"
 
 
-Rule = Never | Only | Blocked | Tracks
-RULE_KINDS = {"never": Never, "only": Only, "blocked": Blocked, "tracks": Tracks}
+Rule = Never | Only | Blocked | Tracks | Updates
+RULE_KINDS = {
+    "never": Never,
+    "only": Only,
+    "blocked": Blocked,
+    "tracks": Tracks,
+    "updates": Updates,
+}
 
 
 def never(loss: str, scope: str) -> Never:
@@ -161,6 +200,11 @@ def blocked(loss: str, scope: str, except_via: Sequence[str] | str = ()) -> Bloc
     return Blocked(loss, scope, (except_via,) if isinstance(except_via, str) else tuple(except_via))
 
 
+def updates(loss: str, scopes: Sequence[str] | str) -> Updates:
+    """`updates(loss, scopes)`: the loss must train every matching scope at every recorded step."""
+    return Updates(loss, tuple([scopes] if isinstance(scopes, str) else scopes))
+
+
 def tracks(target: str, online: str, tau: float | None = None, every: int | None = None) -> Tracks:
     return Tracks(target, online, tau, every)
 
@@ -168,7 +212,7 @@ def tracks(target: str, online: str, tau: float | None = None, every: int | None
 def parse_rule(text: str) -> Rule:
     """Reads the compact form: `never(td, target/*)`, `only(actor, [trunk/*, actor/*])`,
     `blocked(td, target/*)`, `blocked(simsiam, enc/*, except_via=pred)`,
-    `tracks(target, online, tau=0.005)`.
+    `tracks(target, online, tau=0.005)`, `updates(task, [trunk/*, head/*])`.
 
     Names may be quoted ("..." or '...') when they contain commas or brackets.
 
@@ -181,14 +225,16 @@ def parse_rule(text: str) -> Rule:
     if not paren or not rest.rstrip().endswith(")") or kind not in RULE_KINDS:
         raise RuleError(
             f"cannot read rule {text!r}: expected never(LOSS, SCOPE), "
-            "only(LOSS, [SCOPE, ...]), blocked(LOSS, SCOPE[, except_via=SCOPE]) or "
-            "tracks(TARGET, ONLINE, tau=T, every=N)"
+            "only(LOSS, [SCOPE, ...]), blocked(LOSS, SCOPE[, except_via=SCOPE]), "
+            "tracks(TARGET, ONLINE, tau=T, every=N) or updates(LOSS, [SCOPE, ...])"
         )
     args = _split_args(rest.rstrip()[:-1], text)
     positional = [a for a in args if not _is_keyword(a)]
     keywords = dict(_keyword(a) for a in args if _is_keyword(a))
     if kind == "only":
         return _only_from_args(positional, keywords, text)
+    if kind == "updates":
+        return _updates_from_args(positional, keywords, text)
     if kind == "tracks":
         return _tracks_from_args(positional, keywords, text)
     if kind == "blocked" and keywords:
@@ -210,6 +256,17 @@ def _only_from_args(positional: list[str], keywords: dict, text: str) -> Only:
     if len(rest) == 1 and rest[0].startswith("[") and rest[0].endswith("]"):
         rest = _split_args(rest[0][1:-1], text)
     return Only(_pattern(positional[0], text), tuple(_pattern(s, text) for s in rest))
+
+
+def _updates_from_args(positional: list[str], keywords: dict, text: str) -> Updates:
+    if keywords or len(positional) < 2:
+        raise RuleError(f"rule {text!r}: write updates(LOSS, SCOPE) or updates(LOSS, [SCOPE, ...])")
+    rest = positional[1:]
+    if len(rest) == 1 and rest[0].startswith("[") and rest[0].endswith("]"):
+        rest = _split_args(rest[0][1:-1], text) if rest[0][1:-1].strip() else []
+    if not rest:
+        raise RuleError(f"rule {text!r}: updates needs at least one scope pattern")
+    return Updates(_pattern(positional[0], text), tuple(_pattern(s, text) for s in rest))
 
 
 def _blocked_from_args(positional: list[str], keywords: dict, text: str) -> Blocked:

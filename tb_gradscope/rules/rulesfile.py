@@ -20,6 +20,11 @@ kind = "blocked"
 loss = "simsiam"
 scope = "enc/*"
 except_via = "pred"                    # or a list of scope patterns
+
+[[rule]]                               # what a loss must train, every recorded step
+kind = "updates"
+loss = "task"
+scopes = ["trunk/*", "task_head/*"]
 ```
 
 Every error names the file and the line to fix (`rules.toml:7: ...`).
@@ -46,6 +51,7 @@ _FIELDS = {
     "blocked": ("loss", "scope"),
     "only": ("loss", "scopes"),
     "tracks": ("target", "online"),
+    "updates": ("loss", "scopes"),
 }
 _OPTIONAL = {"tracks": ("tau", "every"), "blocked": ("except_via",)}
 _TOP_LEVEL = {"rule", "rules", "on_violation"}
@@ -156,14 +162,18 @@ def _rule_from_table(table: Any) -> Rule:
     if missing or extra:
         what = f"missing {', '.join(missing)}" if missing else f"unknown key {extra[0]}"
         raise RuleError(f"{kind} rule: {what}; a {kind} rule has keys {', '.join(sorted(allowed))}")
-    if kind == "only":
+    if kind in ("only", "updates"):
         scopes = table["scopes"]
         if isinstance(scopes, str):
             scopes = [scopes]
-        if not isinstance(scopes, list) or not all(isinstance(s, str) and s for s in scopes):
-            raise RuleError("only rule: scopes must be a list of scope patterns")
+        if (
+            not isinstance(scopes, list)
+            or not scopes
+            or not all(isinstance(s, str) and s for s in scopes)
+        ):
+            raise RuleError(f"{kind} rule: scopes must be a list of scope patterns")
         return RULE_KINDS[kind](
-            _text(table, "loss"), tuple(check_pattern(s, "only rule") for s in scopes)
+            _text(table, "loss"), tuple(check_pattern(s, f"{kind} rule") for s in scopes)
         )
     if kind == "tracks":
         tau, every = table.get("tau"), table.get("every")

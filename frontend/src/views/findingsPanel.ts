@@ -38,7 +38,8 @@ function ruleLine(finding: Finding): HTMLElement {
 
 function renderFinding(finding: Finding, handlers: FindingHandlers): HTMLElement {
   const what = escapeName(finding.what);
-  const label = `${finding.severity === "hazard" ? "note: hazard, " : ""}${what}${finding.partial ? " (partial: no FlowGraph)" : ""}`;
+  const prefix = finding.severity === "hazard" ? "note: hazard, " : finding.severity === "question" ? "question: " : "";
+  const label = `${prefix}${what}${finding.partial ? " (partial: no FlowGraph)" : ""}`;
   const shows = [finding.loss !== "" && finding.scope !== "" ? "its cell" : "", finding.edge !== "" ? "its edge" : ""].filter(Boolean).join(" and ");
   return h("li", {
     className: "gs-finding",

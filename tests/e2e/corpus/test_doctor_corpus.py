@@ -44,11 +44,6 @@ UNFINDABLE = {
         "aux training net/encoder is the flow of actor_critic's correct shared trunk, and the two losses' cosines "
         "there are mixed (-0.26, 0.01, -0.50, 0.23), not fighting: nothing recorded says aux must only read it"
     ),
-    "simsiam_leaky": (
-        "a symmetric loss training the encoder by both paths is the flow of SimCLR-style contrastive learning, "
-        "which is correct there; only the correct run's per-path cut, or blocked(simsiam, encoder/*, "
-        "except_via=predictor), says this loss's direct path must be cut"
-    ),
     "multihead_leaky": (
         "loss2's optimizer over every variable trains Agent/layer1 beside loss1's: the flow of the README's TF1 "
         "quickstart, where both var_lists take in layer1 by design (each loss also trains its own head); only "
@@ -267,3 +262,29 @@ def test_a_judge_finding_names_the_scope_whose_output_the_judge_reads(diagnosed,
     into_judge = {e.src for e in logs.flowgraphs[-1][1].edges if within(e.dst, judged["scope"])}
     assert source in into_judge, (source, into_judge)
     assert f"reads the output of '{source}'" in judged["what"]
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, id=s.name) for s in CORRECT if s.has_flowgraph])
+def test_every_pin_rule_report_proposes_for_a_cut_passes_check_on_that_run(
+    shape, diagnosed, tmp_path
+):
+    """`report`'s fix for each blocked edge pins the cut with a rule only when
+    that rule holds on the run it is shown for (issue 57: SimSiam's
+    `blocked(loss, encoder)` and a straight-through estimator's
+    `blocked(recon, encoder)` failed `check`)."""
+    from tb_gradscope.read.evidence import blocked_fix
+
+    trained = diagnosed(shape)[0]
+    edges = harness.ProductView(trained).report()["blocked_edges"]
+    pins = sorted({m for e in edges for m in re.findall(r"blocked\([^()]*\)", blocked_fix(e))})
+    if not pins:
+        return
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text(
+        "rules = [" + ", ".join(json.dumps(r) for r in pins) + "]\n", encoding="utf-8"
+    )
+    args = build_parser().parse_args(
+        ["check", trained.logdir, "--run", trained.run, "--rules", str(rules_file)]
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert args.run(args, out, err) == 0, f"{pins}:\n{out.getvalue()}{err.getvalue()[-2000:]}"

@@ -405,7 +405,8 @@ def rule_holds(rule: str, truth: StepTruth) -> bool | None:
 
     `never(l, s)`: no scope matching s is `updates` for l. `only(l, [a, b])`:
     every `updates` scope of l is under an allowed scope, or a roll-up above
-    one. `blocked(l, s)`: every scope matching s is `blocked` for l (and one
+    one. `updates(l, [a, b])`: every scope matching a or b is `updates` for l
+    (and one matches). `blocked(l, s)`: every scope matching s is `blocked` for l (and one
     matches). `blocked(l, s, except_via=[x, ...])`: the same on the truth with
     the paths through x silenced, over the scopes matching s outside x.
     `tracks` is not judged here (drift is compared separately).
@@ -445,8 +446,12 @@ def rule_holds(rule: str, truth: StepTruth) -> bool | None:
             hit = [st for sc, st in states.items() if matches(sc, args[1])]
             if not hit or any(st != BLOCKED for st in hit):
                 return False
+        elif kind == "updates":
+            hit = [st for sc, st in states.items() if any(matches(sc, p) for p in args[1:])]
+            if not hit or any(st != UPDATES for st in hit):
+                return False
         else:
-            raise ValueError(f"the oracle judges never/only/blocked rules, not {rule!r}")
+            raise ValueError(f"the oracle judges never/only/blocked/updates rules, not {rule!r}")
     return True
 
 

@@ -73,6 +73,25 @@ def test_network_run_before_the_tape_is_blocked_by_the_tape_boundary(mean_teache
     assert ("teacher/l1", CAUSE_TAPE_BOUNDARY) in causes
 
 
+def test_a_tape_boundary_cut_points_at_the_line_that_called_the_network(mean_teacher):
+    """No op of the tape says where it opened; the network's own call before
+    it is the user's line to look at (issue 57, item 12)."""
+    import pathlib
+
+    logs, _ = mean_teacher
+    graph = logs.flowgraph_at(2)
+    sources = {
+        e.source
+        for e in graph.blocked_edges
+        if e.loss == "consistency" and e.cause == CAUSE_TAPE_BOUNDARY
+    }
+    (source,) = sources
+    lines = pathlib.Path(__file__).read_text().splitlines()
+    called = next(i + 1 for i, line in enumerate(lines) if "target = teacher(x + 0.1)" in line)
+    assert source is not None and source.file.endswith("test_analysis_cuts.py"), source
+    assert source.line == called
+
+
 def test_tape_boundary_breaks_no_rule(mean_teacher):
     logs, rec = mean_teacher
     assert rec.violations == []

@@ -46,3 +46,34 @@ def test_a_rule_checked_somewhere_keeps_the_exit_status_of_its_verdict(tmp_path)
     rules.write_text('rules = ["never(td, target/*)"]\n', encoding="utf-8")
     code, out, err = check(str(tmp_path), "--rules", str(rules))
     assert code == 0, (out, err)
+
+
+def test_rules_given_to_a_recorder_whose_step_brings_its_own_gradients_are_in_the_logs(tmp_path):
+    """The step takes its gradients from its own tape and hands them to
+    rec.apply (issue 57, item 12): no loss is recorded, so nothing can check
+    the rules the recorder was given. The logs carry them, and `check` on the
+    logs alone says nothing was checked (exit 2) instead of "no rules"."""
+    import keras
+    import tensorflow as tf
+
+    from tb_gradscope.record import Recorder
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="l1")], name="online")
+    rec = Recorder(
+        str(tmp_path / "run"),
+        every_n_steps=1,
+        models={"online": model},
+        rules=["never(td, target/*)"],
+    )
+    opt = keras.optimizers.SGD(0.1)
+    for _ in range(2):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(tf.ones((2, 3))) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        rec.apply(opt, list(zip(grads, model.trainable_variables)))
+    rec.close()
+    code, out, err = check(str(tmp_path))
+    assert "no rules given and none recorded" not in err
+    assert code == 2, (out, err)
+    assert "never(td, target/*)" in out

@@ -77,7 +77,7 @@ def _broken_rules(demo: str) -> list:
 
 def _names_a_broken_rule(finding: dict, rules: list) -> bool:
     """The finding's scope is a rule's target (tracks), or its loss is the
-    rule's and its scope one the rule forbids."""
+    rule's and its scope one the rule forbids (or, for `updates`, requires)."""
     for rule in rules:
         if isinstance(rule, rules_lib.Tracks):
             if rules_lib.scope_matches(finding["scope"], rule.target):
@@ -85,6 +85,9 @@ def _names_a_broken_rule(finding: dict, rules: list) -> bool:
         elif loss_matches(finding["loss"], rule.loss):
             if isinstance(rule, rules_lib.Only):
                 if not rule.allows(finding["scope"]):
+                    return True
+            elif isinstance(rule, rules_lib.Updates):
+                if rule.requires(finding["scope"]):
                     return True
             elif rules_lib.scope_matches(finding["scope"], rule.scope):
                 return True

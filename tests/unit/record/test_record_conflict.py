@@ -195,3 +195,36 @@ def test_one_gram_gives_every_pair_on_big_small_and_missing_gradients():
             for r in rows
         ]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{a}|{b}")
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_conflict_rows_that_change_between_steps_read_back_at_every_step(tmp_path, in_function):
+    """Losses that share a scope at one step and not at the next (issue 57,
+    item 6: "stored table has shape (3, 1), metadata says (2, 1)"): eagerly,
+    or as two traces of one tf.function, each step's table is written under
+    metadata that names its own rows, so the reader decodes every step, with
+    the cosines of that step's rows."""
+    from tb_gradscope.read.logdir import load_logdir
+
+    shared, own = _variables()
+    rec = Recorder(logdir=str(tmp_path / "run"), every_n_steps=1, variables=[shared, own])
+    opt = keras.optimizers.SGD(0.0)
+
+    def step(odd: bool):
+        with rec.tape() as tape:
+            a = tf.reduce_sum(shared**2) + tf.reduce_sum(own**2)
+            b = -tf.reduce_sum(shared**2) + (tf.reduce_sum(own) if odd else 0.0)
+        rec.apply(opt, rec.gradients(tape, {"a": a, "b": b}, [shared, own]))
+
+    run = tf.function(step) if in_function else step
+    for i in range(3):
+        run(bool(i % 2))
+    rec.close()
+    (logs,) = load_logdir(str(tmp_path))
+    assert not logs.warnings, logs.warnings
+    series = dict(logs.cosines[("a", "b")])
+    assert sorted(series) == [0, 1, 2]
+    assert set(series[0]) == set(series[2]) == {"net", "net/shared"}
+    assert set(series[1]) == {"net", "net/shared", "net/own_a"}
+    assert series[0]["net/shared"] == pytest.approx(-1.0)
+    assert series[1]["net/own_a"] == pytest.approx(1.0)  # 2 * own and ones: one direction
