@@ -8,7 +8,7 @@ import pytest
 from tb_gradscope import format as fmt
 from tb_gradscope.format import flowgraph as fg
 from tb_gradscope.read import anomalies, idiom
-from tb_gradscope.read.evidence import blocked_edge_dict, blocked_fix, blocked_text
+from tb_gradscope.read.evidence import blocked_edge_dict, blocked_fix
 from tb_gradscope.read.health import anomaly_fix
 
 TF_WORDS = ("tf.", "var_list", "tape", "trainable=False", "Keras", "sess.run")
@@ -42,10 +42,8 @@ def test_every_blocked_edge_fix_of_a_torch_run_speaks_pytorch(cause):
 
 
 def test_a_detach_cut_of_a_torch_run_says_remove_the_detach():
-    text = blocked_text(_edge(fg.CAUSE_STOP_GRADIENT), "torch")
-    assert (
-        "remove the .detach() (or the torch.no_grad() block) at train.py:7 in step" in text["fix"]
-    )
+    fix = blocked_fix(blocked_edge_dict(_edge(fg.CAUSE_STOP_GRADIENT)), "torch")
+    assert "remove the .detach() (or the torch.no_grad() block) at train.py:7 in step" in fix
 
 
 def test_a_tf_run_keeps_its_words():
