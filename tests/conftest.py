@@ -42,6 +42,22 @@ def _module_keeps_op_determinism_to_itself(_op_determinism_at_start):
         config.disable_op_determinism()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _module_keeps_torch_settings_to_itself():
+    """The PyTorch demos make torch deterministic and single-threaded for the
+    whole process (as `tb-gradscope demo` wants); later modules get the
+    settings the module before them started with."""
+    if importlib.util.find_spec("torch") is None:
+        yield
+        return
+    import torch
+
+    deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    yield
+    torch.use_deterministic_algorithms(deterministic)
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def trained_shapes(tmp_path_factory):
     """Correctness-corpus shape -> (TrainedShape, ProductView), each shape trained
@@ -115,6 +131,7 @@ SHARED_UNITS = [
             "names",
             "numbers",
             "theme",
+            "torch",
         )
     ),
 ]

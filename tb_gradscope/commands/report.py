@@ -73,6 +73,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return OK
 
 
+# How the text names the framework of a FlowGraph `source` it knows by another word.
+_FRAMEWORK_NAMES = {"torch": "PyTorch"}
+
+
+def _framework(source: str) -> str:
+    """What traced the run, in the words its users know (`torch` -> PyTorch)."""
+    return _FRAMEWORK_NAMES.get(source) or safe(source or "a step")
+
+
 def render_run(report: dict[str, Any]) -> str:
     """One run's report as text."""
     rec = report["recorded_steps"]
@@ -82,7 +91,7 @@ def render_run(report: dict[str, Any]) -> str:
     else:
         head += " (no recorded steps)"
     if report["flowgraph"]:
-        head += f"; FlowGraph traced from {safe(report['flowgraph']['source'] or 'a step')}"
+        head += f"; FlowGraph traced from {_framework(report['flowgraph']['source'])}"
     lines = [head]
     loss_steps = report.get("loss_steps") or {}
     if any(s != report["step"] for s in loss_steps.values()):
@@ -93,7 +102,8 @@ def render_run(report: dict[str, Any]) -> str:
     lines += ["", "flow (state and gradient L2 norm per loss):"]
     lines += _flow_table(report) or ["  no losses recorded"]
     lines += ["", "blocked edges:"]
-    lines += [_blocked_line(e) for e in report["blocked_edges"]] or ["  none"]
+    source = report["flowgraph"]["source"] if report["flowgraph"] else ""
+    lines += [_blocked_line(e, source) for e in report["blocked_edges"]] or ["  none"]
     lines += ["", "drift (per pair, at the step shown or the latest before it):"]
     lines += [_drift_line(d) for d in report["drift"]] or ["  no pairs recorded"]
     lines += ["", "gradient conflict (cosine per shared scope, most opposed first):"]
@@ -150,9 +160,9 @@ def _cell(cell: dict[str, Any]) -> str:
     return f"{cell['state']} {number(cell['l2'])}"
 
 
-def _blocked_line(edge: dict[str, Any]) -> str:
+def _blocked_line(edge: dict[str, Any], source: str) -> str:
     """The edge and what to do about it, in the words the tab shows (`read.evidence`)."""
-    return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge)}"
+    return f"  {blocked_line(edge)}\n    fix: {blocked_fix(edge, source)}"
 
 
 def _drift_line(drift: dict[str, Any]) -> str:

@@ -1,12 +1,23 @@
-"""Pieces the demos share: seeding, small Keras networks, target-network updates."""
+"""Pieces the TF demos share: seeding, small Keras networks, target-network updates."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import keras
-import numpy as np
 import tensorflow as tf
+
+from tb_gradscope.demos.acting import epsilon, epsilon_greedy
+
+__all__ = [
+    "ema_update",
+    "epsilon",
+    "epsilon_greedy",
+    "hard_copy",
+    "mlp",
+    "seed_everything",
+    "weights",
+]
 
 
 def seed_everything(seed: int) -> None:
@@ -55,16 +66,3 @@ def ema_update(online: keras.Model, target: keras.Model, decay: float) -> None:
     """target <- decay * target + (1 - decay) * online (Polyak averaging)."""
     for t, o in zip(weights(target), weights(online)):
         t.assign(decay * t + (1.0 - decay) * o)
-
-
-def epsilon(step: int, steps: int, start: float = 1.0, end: float = 0.05) -> float:
-    """Exploration rate falling linearly from `start` to `end` over the first half."""
-    frac = min(1.0, step / max(1, steps // 2))
-    return start + frac * (end - start)
-
-
-def epsilon_greedy(q_values: np.ndarray, eps: float, rng: np.random.Generator) -> int:
-    """A random action with probability `eps`, else the greedy one."""
-    if rng.random() < eps:
-        return int(rng.integers(q_values.shape[-1]))
-    return int(np.argmax(q_values))

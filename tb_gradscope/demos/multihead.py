@@ -20,17 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.demos import common, recording
+from tb_gradscope.demos.multihead_task import BATCH, INPUT_DIM, N1, RULES, make_task
 from tb_gradscope.demos.spec import CLEAN, LEAKY, Demo, RunResult, RunSpec
-
-INPUT_DIM = 100
-N1 = 50
-BATCH = 64
-
-RULES = (
-    "never(loss2, Agent/layer1)",
-    "only(loss2, Agent/layer2_2)",
-    "never(loss1, Agent/layer2_2)",
-)
 
 
 def build_agent() -> keras.Model:
@@ -40,16 +31,6 @@ def build_agent() -> keras.Model:
     y1 = keras.layers.Dense(1, name="layer2_1")(s)
     y2 = keras.layers.Dense(1, name="layer2_2")(s)
     return keras.Model(x, [y1, y2], name="Agent")
-
-
-def make_task(seed: int, n: int = 2048) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """X and two targets that are linear in a shared 8-dimensional feature."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, INPUT_DIM)).astype(np.float32)
-    features = np.tanh(x @ rng.normal(size=(INPUT_DIM, 8)) / np.sqrt(INPUT_DIM))
-    y1 = features @ rng.normal(size=(8, 1)) + 0.05 * rng.normal(size=(n, 1))
-    y2 = features @ rng.normal(size=(8, 1)) + 0.05 * rng.normal(size=(n, 1))
-    return x, y1.astype(np.float32), y2.astype(np.float32)
 
 
 class PerLossOptimizers:

@@ -67,10 +67,12 @@ def run_demos(
         raise ValueError(
             f"unknown demo(s) {unknown}; choose from {', '.join(demo_spec.DEMO_NAMES)}"
         )
+    stream = stream if stream is not None else sys.stderr
+    names = _installed(names, chosen=bool(only), stream=stream)
     for name in names:
         _clear_or_refuse(os.path.join(logdir, name), overwrite)
+    demo_spec.prepare_imports(names)
     demos = [demo_spec.load_demo(name) for name in names]
-    stream = stream if stream is not None else sys.stderr
     reports = []
     for demo in demos:
         write_rules_file(os.path.join(logdir, demo.name), demo)
@@ -89,6 +91,29 @@ def run_demos(
                 RunReport(demo.name, twin, run_dir, n, time.perf_counter() - started, result)
             )
     return reports
+
+
+EXTRAS = {"torch": "tb-gradscope[torch]", "tensorflow": "tb-gradscope[tensorflow]"}
+
+
+def _installed(names: list[str], chosen: bool, stream: TextIO) -> list[str]:
+    """The demos whose framework is installed. Demos the user chose by name
+    must all be; of the default set, the others are skipped with a note."""
+    missing = [n for n in names if not demo_spec.installed(n)]
+    if not missing:
+        return names
+    frameworks = sorted({demo_spec.framework(n) for n in missing})
+    how = " and ".join(f"pip install '{EXTRAS[f]}'" for f in frameworks)
+    if chosen:
+        raise ValueError(
+            f"demo(s) {', '.join(missing)} need {' and '.join(frameworks)}, "
+            f"which is not installed; {how}"
+        )
+    print(
+        f"skipping {', '.join(missing)}: {' and '.join(frameworks)} not installed ({how})",
+        file=stream,
+    )
+    return [n for n in names if n not in missing]
 
 
 def _clear_or_refuse(demo_dir: str, overwrite: bool) -> None:

@@ -1,22 +1,33 @@
 """What a demo is: a named scenario, its twins, the rules its leaky twin breaks.
 
 Every demo module (`dqn.py`, `multihead.py`, ...) defines `DEMO = Demo(...)`.
-This module imports no tensorflow, so the CLI can list demos and print --help
-quickly; `load_demo` imports a demo module (and tensorflow) on demand.
+This module imports neither tensorflow nor torch, so the CLI can list demos
+and print --help quickly; `load_demo` imports a demo module (and its
+framework) on demand.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Mapping
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
 
 CLEAN = "clean"
 LEAKY = "leaky"
 
 # Demo order on the command line and on disk. dqn_tf1 needs the TF1
 # integration (tb_gradscope.integrations.tf1).
-DEMO_NAMES = ("dqn", "dqn_tf1", "multihead", "dqn3_grad_start", "ema_lstm", "actor_critic")
+TF_DEMO_NAMES = ("dqn", "dqn_tf1", "multihead", "dqn3_grad_start", "ema_lstm", "actor_critic")
+# The same seed scenarios in PyTorch (tb_gradscope.torch), and DDPG.
+TORCH_DEMO_NAMES = (
+    "torch_dqn",
+    "torch_multihead",
+    "torch_dqn3_grad_start",
+    "torch_ddpg",
+    "torch_ema_lstm",
+)
+DEMO_NAMES = TF_DEMO_NAMES + TORCH_DEMO_NAMES
 
 DEFAULT_SEED = 0
 DEFAULT_RECORD_EVERY = 5
@@ -76,6 +87,27 @@ class Demo:
     train: Callable[[RunSpec], RunResult]
     default_steps: int
     twins: tuple[str, ...] = (CLEAN, LEAKY)
+
+
+def framework(name: str) -> str:
+    """The package a demo trains with: "torch" or "tensorflow"."""
+    return "torch" if name in TORCH_DEMO_NAMES else "tensorflow"
+
+
+def installed(name: str) -> bool:
+    """Whether the framework demo `name` needs can be imported here."""
+    return importlib.util.find_spec(framework(name)) is not None
+
+
+def prepare_imports(names: Sequence[str]) -> None:
+    """Imports what must load first when `names` mix frameworks.
+
+    A process that has imported tensorflow crashes (SIGSEGV) the first time
+    torch loads triton, which a torch optimizer's constructor does through
+    `torch._dynamo`; importing `torch._dynamo` before tensorflow avoids it.
+    """
+    if any(framework(n) == "torch" for n in names):
+        import torch._dynamo  # noqa: F401
 
 
 def load_demo(name: str) -> Demo:

@@ -183,7 +183,7 @@ def flowgraph(run: RunLogs) -> dict[str, Any]:
     step, graph = run.flowgraphs[-1]
     doc = jsonable(graph.to_json())
     for edge, shown in zip(graph.blocked_edges, doc["blocked_edges"]):
-        shown.update(blocked_text(edge))
+        shown.update(blocked_text(edge, graph.source))
     return {"run": run.run, "step": step, "flowgraph": doc}
 
 

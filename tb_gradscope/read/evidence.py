@@ -20,6 +20,7 @@ from typing import Any
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
 from tb_gradscope.format import flowgraph as fg
+from tb_gradscope.read.idiom import TORCH_SOURCE
 
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
@@ -52,6 +53,37 @@ _FIXES = {
     fg.CAUSE_TAPE_BOUNDARY: (
         "{scope} is read before the GradientTape opens (or the tape does not watch it): compute "
         "{loss}'s use of it inside the tape if {loss} should train it; else pin blocked({loss}, {scope})"
+    ),
+}
+
+# The same, in PyTorch's words (a run whose FlowGraph source is "torch").
+_TORCH_FIXES = {
+    **_FIXES,
+    fg.CAUSE_STOP_GRADIENT: (
+        "if {loss} must not train {scope} (a target network), this cut is right: pin it with "
+        "blocked({loss}, {scope}); if it should, remove the .detach() (or the torch.no_grad() block){where}"
+    ),
+    fg.CAUSE_NON_DIFFERENTIABLE: (
+        "{op} has no derivative by design: compute {loss} from a differentiable function instead{where} "
+        "(e.g. a softmax-weighted sum for argmax, a tensor rather than an .item() value), or pin the cut "
+        "with blocked({loss}, {scope})"
+    ),
+    fg.CAUSE_NO_GRADIENT: (
+        "{op} has no backward{where}: write it with torch functions, or as an autograd.Function "
+        "with a backward, or pin the cut with blocked({loss}, {scope})"
+    ),
+    fg.CAUSE_CUSTOM_GRADIENT_NONE: (
+        "the backward of the autograd.Function {op}{where} returns None for this input: return its "
+        "gradient, or pin the cut with blocked({loss}, {scope})"
+    ),
+    fg.CAUSE_UNKNOWN: (
+        "the analysis does not know {op}'s gradient{where}: check with torch.autograd.grad(..., "
+        "allow_unused=True) whether {scope} gets one, and report the function"
+    ),
+    fg.CAUSE_TAPE_BOUNDARY: (
+        "{scope} is out of the autograd graph (its parameters have requires_grad=False, or {loss} read "
+        "it before they were set to require gradients): call requires_grad_(True) on them if {loss} "
+        "should train it; else pin blocked({loss}, {scope})"
     ),
 }
 
@@ -109,9 +141,11 @@ def blocked_line(edge: Mapping[str, Any]) -> str:
     )
 
 
-def blocked_fix(edge: Mapping[str, Any]) -> str:
-    """What to do about the cut, worded for its cause."""
-    template = _FIXES.get(str(edge.get("cause")), _FIXES[fg.CAUSE_UNKNOWN])
+def blocked_fix(edge: Mapping[str, Any], source: str = "") -> str:
+    """What to do about the cut, worded for its cause in the words of the
+    framework that traced the run (`FlowGraph.source`)."""
+    fixes = _TORCH_FIXES if source == TORCH_SOURCE else _FIXES
+    template = fixes.get(str(edge.get("cause")), fixes[fg.CAUSE_UNKNOWN])
     return template.format(
         loss=safe(edge["loss"]),
         scope=safe(edge["producer_scope"]),
@@ -135,10 +169,11 @@ def blocked_edge_dict(edge: fmt.BlockedEdge) -> dict[str, Any]:
     }
 
 
-def blocked_text(edge: fmt.BlockedEdge) -> dict[str, str]:
-    """A blocked edge in `tb-gradscope report`'s words: its line and its fix."""
+def blocked_text(edge: fmt.BlockedEdge, source: str = "") -> dict[str, str]:
+    """A blocked edge in `tb-gradscope report`'s words: its line and its fix
+    (`source`: the FlowGraph's framework)."""
     doc = blocked_edge_dict(edge)
-    return {"line": blocked_line(doc), "fix": blocked_fix(doc)}
+    return {"line": blocked_line(doc), "fix": blocked_fix(doc, source)}
 
 
 def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, str], set[str]]]:
@@ -159,7 +194,7 @@ def blocked_cuts(graph: fmt.FlowGraph) -> list[tuple[fmt.BlockedEdge, dict[str, 
                     reach.add(src)
                     frontier.append(src)
         scopes = {a for node in reach for a in scopes_lib.ancestors(node)}
-        cuts.append((blocked, blocked_text(blocked), scopes))
+        cuts.append((blocked, blocked_text(blocked, graph.source), scopes))
     return cuts
 
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from tb_gradscope.read import idiom
 from tb_gradscope.read.evidence import evidence_sentences
 
 # Finding kinds, most specific first (a (loss, scope) named by two kinds is
@@ -48,8 +49,8 @@ SEVERITIES = (LEAK, HAZARD)
 
 # `FlowGraph.source` of a run traced from TF1 graph code (`GraphRecorder`):
 # its fixes are worded as assign ops and `minimize(var_list=...)`, not Keras
-# calls or a GradientTape.
-TF1_SOURCE = "tf1"
+# calls or a GradientTape (`read.idiom` holds every framework's phrases).
+TF1_SOURCE = idiom.TF1_SOURCE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from tb_gradscope.read import anomalies
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, cover, within
+from tb_gradscope.read.idiom import TORCH_SOURCE, idiom
 
 if TYPE_CHECKING:
     from tb_gradscope.read.runs import RunLogs
@@ -50,6 +51,7 @@ def losses_fighting(
     (a leak from one into the other's scope already says why they fight)."""
     taken = list(taken)
     explained_pairs = {frozenset(p) for p in explained}
+    cut = idiom(flow.graph.source if flow.graph is not None else "").cut_with
     found = []
     for (a, b), series in sorted(flow.run.cosines.items()):
         if frozenset((a, b)) in explained_pairs:
@@ -85,7 +87,7 @@ def losses_fighting(
                     },
                     why="two losses whose gradients on a shared scope cancel make it learn neither; usually one "
                     "of them was meant only to read it",
-                    fix=f"if '{loss}' should only read '{scope}', cut it with tf.stop_gradient where its head "
+                    fix=f"if '{loss}' should only read '{scope}', cut it {cut} where its head "
                     f"reads '{scope}'; if both must train it, reweight them or give each its own scope",
                     rule=str(rules_lib.Never(loss, f"{scope}/*")),
                     first_step=min(steps),
@@ -109,6 +111,19 @@ _ANOMALY_FIX = {
     "not only trainable_weights",
 }
 
+# The same fixes in PyTorch: the copy is load_state_dict or an in-place update
+# under torch.no_grad(), the optimizer's parameters are its param groups.
+_ANOMALY_FIX_TORCH = {
+    anomalies.NEVER_SYNCED: "copy the online weights into the target once before training "
+    "(target.load_state_dict(online.state_dict()), or build the target as copy.deepcopy(online))",
+    anomalies.TARGET_FROZEN: "make sure the target update (load_state_dict, or an in-place Polyak update "
+    "under torch.no_grad()) runs after the optimizer steps",
+    anomalies.MOVED_BY_OPTIMIZER: "leave the target's parameters out of every optimizer's param groups "
+    "(optim.Adam(online.parameters()), not of a module holding both) and .detach() its output",
+    anomalies.MOVING_STATS_NOT_TRACKED: "update the target from state_dict() (buffers such as BatchNorm's "
+    "running statistics included), not only parameters()",
+}
+
 # The same fixes in TF1 graph code: the copy is an assign op run in the session.
 _ANOMALY_FIX_TF1 = {
     anomalies.NEVER_SYNCED: "copy the online variables into the target once, right after initializing: "
@@ -126,9 +141,11 @@ _ANOMALY_FIX_TF1 = {
 
 def anomaly_fix(name: str, source: str) -> str:
     """The one-line fix of a pair anomaly, in the words of the framework that
-    traced the run (`FlowGraph.source`: "tf1" for Session code)."""
+    traced the run (`FlowGraph.source`: "tf1" for Session code, "torch" for PyTorch)."""
     if source == F.TF1_SOURCE and name in _ANOMALY_FIX_TF1:
         return _ANOMALY_FIX_TF1[name]
+    if source == TORCH_SOURCE and name in _ANOMALY_FIX_TORCH:
+        return _ANOMALY_FIX_TORCH[name]
     return _ANOMALY_FIX.get(name, "check the target update")
 
 

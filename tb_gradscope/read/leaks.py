@@ -51,11 +51,13 @@ from tb_gradscope.format.flowgraph import MIXED, TRAINABLE
 from tb_gradscope.read import finding as F
 from tb_gradscope.read.finding import Finding
 from tb_gradscope.read.flow import Flow, cover
+from tb_gradscope.read.idiom import Idiom, idiom
 from tb_gradscope.read.targets import Target
 
 
 def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
     """A loss whose gradient updates a target scope."""
+    words = _words(flow)
     found = []
     for loss in flow.losses:
         flagged = [
@@ -81,8 +83,8 @@ def target_trained(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                     ),
                     why=f"'{target.root}' is the target of '{target.online}': it must move only by its sync "
                     f"(copy or Polyak average); trained by '{loss}' it chases the prediction it should anchor",
-                    fix=f"leave '{scope}' out of the var_list of the optimizer that '{loss}' feeds, and compute "
-                    f"the target side of '{loss}' under tf.stop_gradient ({_outside_gradient(flow)})",
+                    fix=f"leave '{scope}' out of the {words.scoped} of the optimizer that '{loss}' feeds, and "
+                    f"compute the target side of '{loss}' {words.cut_under} ({words.outside})",
                     rule=str(rules_lib.Never(loss, f"{scope}/*")),
                     **_span(steps),
                 )
@@ -95,6 +97,7 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
     graph = flow.graph
     if graph is None or graph.trainable is None:
         return []  # a log without trainability cannot tell this from a trainable=False target
+    words = _words(flow)
     found = []
     for loss in flow.losses:
         flagged = [
@@ -130,9 +133,9 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
                     ),
                     why=f"'{target.root}' is the target of '{target.online}' and must move only by its sync; "
                     f"its trainable variables in the gradient path of '{loss}' are trained by "
-                    f"{_untargeted_trainers(flow)}, toward the prediction they should anchor",
-                    fix=f"compute the target side of '{loss}' under tf.stop_gradient ({_outside_gradient(flow)}); "
-                    f"if '{target.root}' never trains, create it with trainable=False",
+                    f"{words.untargeted}, toward the prediction they should anchor",
+                    fix=f"compute the target side of '{loss}' {words.cut_under} ({words.outside}); "
+                    f"if '{target.root}' never trains, {words.untrainable}",
                     rule=str(rules_lib.Blocked(loss, f"{scope}/*")),
                     severity=F.HAZARD,
                     **_span(steps),
@@ -141,23 +144,9 @@ def target_not_cut(flow: Flow, targets: Sequence[Target]) -> list[Finding]:
     return found
 
 
-def _tf1(flow: Flow) -> bool:
-    """Whether the run was traced from TF1 graph code (`FlowGraph.source`)."""
-    return flow.graph is not None and flow.graph.source == F.TF1_SOURCE
-
-
-def _outside_gradient(flow: Flow) -> str:
-    """How else to keep a target out of the gradient, in the run's framework."""
-    if _tf1(flow):
-        return "or evaluate it in a sess.run of its own and feed the values in"
-    return "or before the tape opens"
-
-
-def _untargeted_trainers(flow: Flow) -> str:
-    """What trains every trainable variable the gradient reaches, in the run's framework."""
-    if _tf1(flow):
-        return "any minimize or compute_gradients without var_list (they take every trainable variable)"
-    return "any tape.gradient over trainable_variables or any optimizer without var_list"
+def _words(flow: Flow) -> Idiom:
+    """The phrases of the framework that traced the run (`FlowGraph.source`)."""
+    return idiom(flow.graph.source if flow.graph is not None else "")
 
 
 def _targets_at(scope: str, targets: Sequence[Target]) -> list[Target]:
@@ -308,7 +297,8 @@ def _judge_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
         },
         why=f"'{loss}' learns through '{scope}' (its critic or discriminator); training '{scope}' on "
         f"'{loss}' lets it move the judge instead of improving '{source}'",
-        fix=f"give the optimizer that '{loss}' feeds only its own variables (a var_list without '{scope}')",
+        fix=f"give the optimizer that '{loss}' feeds only its own variables (a {_words(flow).scoped} "
+        f"without '{scope}')",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
         **_span(steps),
     )
@@ -336,7 +326,7 @@ def _optimizers_finding(
         why=f"everything '{other}' trains is written by the optimizer step '{loss}' feeds too: that "
         f"optimizer's variables take in '{other}'s network (no var_list, or one too wide), so "
         f"'{loss}' trains what '{other}' exists to train",
-        fix=f"give the optimizer that '{loss}' feeds a var_list without '{scope}' (or, if '{scope}' "
+        fix=f"give the optimizer that '{loss}' feeds a {_words(flow).scoped} without '{scope}' (or, if '{scope}' "
         f"belongs to '{loss}', leave it out of the one '{other}' feeds)",
         rule=str(rules_lib.Never(loss, f"{scope}/*")),
         **_span(steps),
@@ -368,8 +358,8 @@ def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
         },
         why=f"'{scope}' enters '{loss}' from the side, as a baseline or weight does, not as part of what "
         f"'{loss}' trains; its gradient there pulls the prediction of '{other}' toward what suits '{loss}'",
-        fix=f"wrap the value '{loss}' reads from '{scope}' in tf.stop_gradient "
-        f"(e.g. advantage = tf.stop_gradient(returns - value))",
+        fix=_words(flow).cut_value.format(value=f"the value '{loss}' reads from '{scope}'")
+        + f" (e.g. {_words(flow).cut_example})",
         rule=str(rules_lib.Blocked(loss, f"{scope}/*"))
         if flow.graph is not None
         else str(rules_lib.Never(loss, f"{scope}/*")),

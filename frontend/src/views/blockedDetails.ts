@@ -5,17 +5,9 @@
 
 import type { BlockedEdge } from "../api";
 import { h } from "../dom";
+import { causeText } from "../framework";
 import type { FoldedEdge } from "../graph/fold";
 import { escapeName } from "../names";
-
-const CAUSES: Record<string, string> = {
-  stop_gradient: "tf.stop_gradient (or PreventGradient) cuts the path",
-  non_differentiable: "the op is registered as not differentiable",
-  no_gradient: "the op has no gradient function",
-  integer: "the path only crosses integer or bool tensors",
-  custom_gradient_none: "a custom gradient returns None",
-  unknown_gradient: "an op the analysis does not know",
-};
 
 export function sourceText(edge: BlockedEdge): string {
   if (edge.source === null) return "unknown";
@@ -23,7 +15,8 @@ export function sourceText(edge: BlockedEdge): string {
   return edge.source.function ? `${where} (${edge.source.function})` : where;
 }
 
-export function renderBlockedDetails(edge: FoldedEdge): HTMLElement {
+/** `source`: the FlowGraph's framework, whose words say why each cause cuts. */
+export function renderBlockedDetails(edge: FoldedEdge, source?: string): HTMLElement {
   const panel = h("section", { className: "gs-details gs-blocked-details" },
     h("h3", {}, `Blocked: ${escapeName(edge.src)} → ${escapeName(edge.dst)}`));
   if (edge.blocked.length === 0) {
@@ -35,7 +28,7 @@ export function renderBlockedDetails(edge: FoldedEdge): HTMLElement {
       ["loss", blocked.loss],
       ["op type", blocked.op_type],
       ["op", blocked.op_name],
-      ["cause", `${blocked.cause}: ${CAUSES[blocked.cause] ?? "see docs/FORMAT.md"}`],
+      ["cause", `${blocked.cause}: ${causeText(blocked.cause, source)}`],
       ["producer", `${blocked.producer} (${blocked.producer_scope})`],
       ["consumer", `${blocked.consumer} (${blocked.consumer_scope})`],
       ["source", sourceText(blocked)],

@@ -9,6 +9,7 @@ import { h, replaceChildren } from "../dom";
 import { type FoldedEdge, type FoldedGraph, foldGraph, foldId, maxScopeDepth, readableDepth } from "../graph/fold";
 import { type Layout, layoutGraph, nodeText } from "../graph/layout";
 import { type Box, Viewport } from "../graph/viewport";
+import { frameworkName } from "../framework";
 import { escapeName, shortName } from "../names";
 import { svg } from "../svg";
 import { renderBlockedDetails, renderEdgeDetails } from "./blockedDetails";
@@ -61,10 +62,11 @@ export class ScopeGraphView {
     this.layout = layoutGraph(this.folded);
     const button = (label: string, title: string, action: () => void): HTMLButtonElement =>
       h("button", { attrs: { type: "button", title, "aria-label": title }, on: { click: action } }, label);
+    const framework = frameworkName(graph.source);
     this.element = h(
       "section",
       { className: "gs-graph", attrs: { id: "gs-graph", "aria-label": "scope graph" } },
-      h("h2", {}, "Scope graph"),
+      h("h2", {}, "Scope graph", framework && h("span", { className: "gs-muted gs-framework", attrs: { id: "gs-graph-framework" } }, ` traced from ${framework}`)),
       h(
         "div",
         { className: "gs-controls" },
@@ -203,7 +205,7 @@ export class ScopeGraphView {
     const show = (): void => {
       for (const other of this.edgeElements.values()) other.removeAttribute("data-selected");
       group.setAttribute("data-selected", "true");
-      replaceChildren(this.details, blocked ? renderBlockedDetails(edge) : renderEdgeDetails(edge));
+      replaceChildren(this.details, blocked ? renderBlockedDetails(edge, this.graph.source) : renderEdgeDetails(edge));
     };
     group.addEventListener("click", show);
     if (!blocked) return group;

@@ -72,8 +72,9 @@ def test_bad_arguments_exit_2_and_say_what_is_wrong(args, message, capsys):
 
 # One `tb-gradscope demo` run serves the tests below (each is a TensorFlow
 # import and six recorders' traces in a process of its own): the first chosen
-# demo is the one the closing hint names.
-CHOSEN = ("multihead", "dqn", "dqn3_grad_start")
+# demo is the one the closing hint names. torch_ddpg trains PyTorch after
+# TensorFlow in the same process (which crashes unless torch._dynamo loads first).
+CHOSEN = ("multihead", "dqn", "dqn3_grad_start", "torch_ddpg")
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,19 @@ def test_demo_command_writes_the_chosen_demos_and_overwrites_one_when_asked(demo
     assert sorted(os.listdir(out / "dqn" / "clean")) == untouched  # only the chosen demo
 
 
-@pytest.mark.parametrize("name", ["dqn", "dqn_tf1", "dqn3_grad_start", "actor_critic"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dqn",
+        "dqn_tf1",
+        "dqn3_grad_start",
+        "actor_critic",
+        "torch_dqn",
+        "torch_multihead",
+        "torch_dqn3_grad_start",
+        "torch_ddpg",
+    ],
+)
 def test_check_with_a_demos_rules_file_flags_only_the_leaky_twin(name, capsys):
     demo_dir = REPO / "demo_logs" / name
     status = cli.main(["check", str(demo_dir), "--rules", str(demo_dir / "rules.toml")])
@@ -169,3 +182,12 @@ def test_demo_training_prints_no_warning_of_tb_gradscope(demo_run):
     # triggered tf.function retracing" after the fifth recorder's FlowGraph.
     _, result = demo_run
     assert _our_warnings(result.stderr) == []
+
+
+@pytest.mark.slow
+def test_demo_command_trains_pytorch_after_tensorflow_in_one_process(demo_run):
+    out, result = demo_run
+    for twin in ("clean", "leaky"):
+        assert f"torch_ddpg/{twin}: 6 steps" in result.stdout
+        (event_file,) = os.listdir(out / "torch_ddpg" / twin)
+        assert event_file.startswith("events.out.tfevents.")

@@ -218,7 +218,7 @@ def open_run(page: Page, run: str) -> None:
     page.locator("#gs-drift").wait_for()
 
 
-@pytest.mark.slow  # a TensorBoard of its own, 13 runs
+@pytest.mark.slow  # a TensorBoard of its own, 23 runs
 def test_every_shown_number_equals_the_routes_value_on_every_demo_run(
     browser: Browser, demo_logs_tensorboard: TensorBoard
 ) -> None:

@@ -236,3 +236,17 @@ def test_run_holding_only_update_stats_still_reports_them(tmp_path):
         float(logs.updates[1].row("net/l1")["update_norm"])
     )
     assert report["updates"]["net/l1"]["update_norm"] > 0
+
+
+def test_a_run_traced_from_pytorch_says_pytorch(tmp_path):
+    records = rf.dqn_records(leaky=False)
+    info, step, (flowgraph,) = records[0]
+    torch_graph = json.loads(json.dumps(flowgraph))
+    torch_graph["source"] = "torch"
+    rf.write_records(str(tmp_path / "torch_dqn"), [(info, step, [torch_graph]), *records[1:]])
+    code, out, err = report(str(tmp_path))
+    assert code == 0, err
+    assert out.splitlines()[0].endswith("; FlowGraph traced from PyTorch")
+    code, out, err = report(str(tmp_path), "--format", "json")
+    (run,) = json.loads(out)["runs"]
+    assert run["flowgraph"]["source"] == "torch"  # the data keeps the field's value

@@ -105,3 +105,55 @@ def test_each_demo_states_its_rules_as_parseable_strings(name):
     rules = [parse_rule(r) for r in demo.rules]
     assert [str(r) for r in rules] and all(isinstance(r, str) for r in demo.rules)
     assert any(not isinstance(r, Tracks) for r in rules)
+
+
+def test_each_demo_names_its_framework_and_torch_demos_are_distinct_runs():
+    from tb_gradscope.demos import spec
+
+    assert spec.DEMO_NAMES == spec.TF_DEMO_NAMES + spec.TORCH_DEMO_NAMES
+    assert len(set(spec.DEMO_NAMES)) == len(spec.DEMO_NAMES)
+    assert {spec.framework(n) for n in spec.TF_DEMO_NAMES} == {"tensorflow"}
+    assert {spec.framework(n) for n in spec.TORCH_DEMO_NAMES} == {"torch"}
+    assert all(n.startswith("torch_") for n in spec.TORCH_DEMO_NAMES)
+
+
+def test_the_default_demo_set_skips_a_missing_framework_and_says_how_to_install(
+    monkeypatch, tmp_path
+):
+    from tb_gradscope.demos import runner, spec
+
+    monkeypatch.setattr(spec, "installed", lambda name: spec.framework(name) != "torch")
+    stream = io.StringIO()
+    kept = runner._installed(list(spec.DEMO_NAMES), chosen=False, stream=stream)
+    assert kept == list(spec.TF_DEMO_NAMES)
+    assert "pip install 'tb-gradscope[torch]'" in stream.getvalue()
+    with pytest.raises(
+        ValueError, match=r"torch_dqn need torch.*pip install 'tb-gradscope\[torch\]'"
+    ):
+        runner.run_demos(str(tmp_path), only=["dqn", "torch_dqn"], stream=stream)
+    assert list(tmp_path.iterdir()) == []  # refused before writing anything
+
+
+def test_torch_demo_modules_import_no_tensorflow():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tb_gradscope.demos import spec\n"
+        "for name in spec.TORCH_DEMO_NAMES: spec.load_demo(name)\n"
+        "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_tf_and_torch_ema_lstm_demos_train_on_the_same_task():
+    from tb_gradscope.demos import ema_lstm, ema_lstm_task
+
+    for name in ("GAMMA", "DECAY", "WINDOW", "UNITS", "BATCH", "RULES"):
+        assert getattr(ema_lstm, name) == getattr(ema_lstm_task, name), name
+    tf_windows = ema_lstm.sample_windows(np.random.default_rng(3), 4)
+    torch_windows = ema_lstm_task.sample_windows(np.random.default_rng(3), 4)
+    assert all(np.array_equal(a, b) for a, b in zip(tf_windows, torch_windows))

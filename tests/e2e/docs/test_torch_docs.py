@@ -1,0 +1,131 @@
+"""docs/TORCH.md: every Python block runs as written, without tensorflow, and
+records what the text around it says.
+
+Each block after a `<!-- torch: NAME -->` marker is a complete script. It runs
+in its own process, in a fresh directory, with tensorflow blocked (as after
+`pip install 'tb-gradscope[torch]'`); the logs it leaves are read back through
+TensorBoard's ingestion and held to the flow states the guide explains.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tb_gradscope import format as fmt
+from tb_gradscope.format import flowgraph as fg
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.read.runs import RunLogs
+from tests.support.no_tensorflow import NO_TENSORFLOW, NONE_LOADED
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+DOC = REPO / "docs" / "TORCH.md"
+BLOCK = re.compile(r"<!-- torch: (\w+) -->\n```python\n(.*?)\n```", re.S)
+UPD, IGN, BLK, IND = fmt.UPDATES, fmt.IGNORED, fmt.BLOCKED, fmt.INDEPENDENT
+
+# Block name -> (run it writes, {(loss, scope): state} at its last FlowGraph).
+TRUTHS = {
+    "dqn": ("dqn", {("td", "online"): UPD, ("td", "target"): BLK}),
+    "ddpg": (
+        "ddpg",
+        {
+            ("critic", "critic"): UPD,
+            ("critic", "actor"): IND,
+            ("critic", "actor_target"): BLK,
+            ("critic", "critic_target"): BLK,
+            ("actor", "actor"): UPD,
+            ("actor", "critic"): IGN,
+            ("actor", "actor_target"): IND,
+            ("actor", "critic_target"): IND,
+        },
+    ),
+    "start_point": ("dqn3", {("td", "online"): UPD, ("td", "target"): IND}),
+    "autograd_grad": (
+        "pcgrad",
+        {
+            ("task1", "net/trunk"): UPD,
+            ("task1", "net/head1"): UPD,
+            ("task1", "net/head2"): IND,
+            ("task2", "net/trunk"): UPD,
+            ("task2", "net/head2"): UPD,
+            ("task2", "net/head1"): IND,
+        },
+    ),
+    "ema": (
+        "mean_teacher",
+        {
+            ("supervised", "student"): UPD,
+            ("consistency", "student"): UPD,
+            ("supervised", "teacher"): IND,
+            ("consistency", "teacher"): BLK,
+        },
+    ),
+    "frozen": ("finetune", {("ce", "head"): UPD, ("ce", "encoder"): BLK}),
+}
+
+
+def _blocks() -> dict[str, str]:
+    return dict(BLOCK.findall(DOC.read_text(encoding="utf-8")))
+
+
+def _run(name: str, tmp_path: pathlib.Path) -> RunLogs:
+    """Runs block `name` with tensorflow blocked; returns the run it says it wrote."""
+    run = TRUTHS[name][0]
+    script = tmp_path / f"{name}.py"
+    script.write_text(
+        NO_TENSORFLOW + _blocks()[name] + NONE_LOADED,
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert f"logs/{run}" in last and f"tb-gradscope report logs --run {run}" in last, last
+    assert "GradscopeWarning" not in result.stderr, result.stderr[-3000:]
+    (logs,) = load_logdir(str(tmp_path / "logs"))
+    assert logs.run == run
+    return logs
+
+
+def test_every_block_of_the_guide_is_run_here():
+    assert set(_blocks()) == set(TRUTHS)
+
+
+# A recorder bug (tests/unit/torch/test_torch_found_by_demos.py): gradients given
+# through rec.record_gradients feed no optimizer step, so they read 'ignored'.
+GIVEN_GRADIENTS_IGNORED = pytest.mark.xfail(
+    strict=True, reason="record_gradients' losses feed no optimizer step (reads 'ignored')"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=GIVEN_GRADIENTS_IGNORED) if n == "autograd_grad" else n for n in TRUTHS],
+)
+def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
+    logs = _run(name, tmp_path)
+    graph = logs.flowgraphs[-1][1]
+    assert graph.source == "torch"
+    seen = {cell: graph.state(*cell) for cell in TRUTHS[name][1]}
+    assert seen == TRUTHS[name][1]
+    assert not [e for e in logs.events if e.type == fmt.VIOLATION], logs.events
+    losses = {loss for loss, _ in TRUTHS[name][1]}
+    for step in logs.steps:  # every loss at every recorded step
+        assert set(logs.grads[step]) == losses, (step, sorted(logs.grads[step]))
+    if name == "dqn":
+        assert logs.steps[:3] == [0, 10, 20] and logs.drift
+    if name == "ddpg":
+        assert sorted(logs.drift) == ["actor_target<-actor", "critic_target<-critic"]
+    if name == "start_point":
+        assert [(info.name, info.kind) for info in graph.losses] == [("td", "start_point")]
+    if name == "ema":
+        assert logs.drift, "pairs='auto' recognised the AveragedModel"
+    if name == "frozen":
+        (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
+        assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")
