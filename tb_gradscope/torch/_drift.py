@@ -53,6 +53,11 @@ class PairDrift:
         # end) or, when it lacks a side, both sides copied.
         self._before: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None
         self._at_record: torch.Tensor | None = None
+        # Buffers kept between records (fresh ones cost more than the sums on a
+        # CPU): t, o, tp, op and the differences d, a, e, b, c, f, in float64.
+        n = sum(self.sizes)
+        self._values = torch.empty(4, n, dtype=torch.float64, device=device)
+        self._diffs = torch.empty(6, n, dtype=torch.float64, device=device)
 
     def snapshot(self, params_flat: torch.Tensor | None = None) -> None:
         """Both sides now (the start of a recorded step). `params_flat`, the
@@ -61,38 +66,52 @@ class PairDrift:
         if params_flat is not None and self._where is not None:
             self._before = params_flat
         else:
-            self._before = (self._side(None, 0), self._side(None, 1))
+            self._before = (flat(self.pair.target), flat(self.pair.online))
 
     def sums(self, params_flat: torch.Tensor | None = None) -> tuple[torch.Tensor, bool]:
         """([n_scopes, 9] scope sums now, whether a previous record's target was kept);
         keeps the target now for the next record. `params_flat`: as `snapshot`'s, now."""
-        t, o = self._side(params_flat, 0), self._side(params_flat, 1)
+        values, diffs = self._values, self._diffs
+        now, before = values[:2], values[2:]
+        self._fill(now, params_flat)
         if isinstance(self._before, torch.Tensor):
-            tp, op = self._side(self._before, 0), self._side(self._before, 1)
+            self._fill(before, self._before)
+        elif self._before is not None:
+            before[0].copy_(self._before[0])
+            before[1].copy_(self._before[1])
         else:
-            tp, op = self._before if self._before is not None else (t, o)
-        tr = self._at_record
-        diffs = [t - o, o, t - tp, o - tp, o - op, t - op]
-        if tr is not None:
-            diffs.append(t - tr)
-        squares = sums_of_squares(diffs, self.sizes)  # [len(diffs), n_vars]
-        d2, o2, a2, b2, c2, e2 = squares[:6]
-        f2 = squares[6] if tr is not None else torch.zeros_like(d2)
+            before.copy_(now)
+        t, o = now.unbind(0)
+        torch.sub(t, o, out=diffs[0])  # d = t - o
+        torch.sub(t.unsqueeze(0), before, out=diffs[1:3])  # a = t - tp, e = t - op
+        torch.sub(o.unsqueeze(0), before, out=diffs[3:5])  # b = o - tp, c = o - op
+        had_record = self._at_record is not None
+        if had_record:
+            torch.sub(t, self._at_record, out=diffs[5])  # f = t - tr
+        rows = [*diffs[: 6 if had_record else 5].unbind(0), o]
+        squares = sums_of_squares(rows, self.sizes)  # [len(rows), n_vars]
+        d2, a2, e2, b2, c2 = squares[:5]
+        f2 = squares[5] if had_record else torch.zeros_like(d2)
+        o2 = squares[-1]
         ab, ce = (a2 + b2 - d2) / 2, (c2 + e2 - d2) / 2
         per_var = torch.stack([d2, o2, a2, ab, b2, c2, ce, e2, f2], dim=1)  # [n_vars, 9]
-        had_record = tr is not None
-        self._at_record, self._before = t, None
+        if had_record:
+            self._at_record.copy_(t)
+        else:
+            self._at_record = t.clone()
+        self._before = None
         return self.rollup.sum(per_var), had_record
 
-    def _side(self, params_flat: torch.Tensor | None, side: int) -> torch.Tensor:
-        """The target's (0) or the online's (1) values, a float64 copy of their
-        own: from the recorder's flat copy when given and it holds them."""
-        if params_flat is None or self._where is None:
-            return flat(self.pair.online if side else self.pair.target, torch.float64)
-        where = self._where[side]
-        if isinstance(where, slice):
-            return params_flat[where].to(torch.float64, copy=True)
-        return params_flat.index_select(0, where).to(torch.float64)
+    def _fill(self, out: torch.Tensor, params_flat: torch.Tensor | None) -> None:
+        """out [2, n] <- the target's and the online's values: from the recorder's
+        flat copy when given and it holds them, else from the tensors."""
+        for side, tensors in enumerate((self.pair.target, self.pair.online)):
+            if params_flat is None or self._where is None:
+                out[side].copy_(flat(tensors))
+            elif isinstance(self._where[side], slice):
+                out[side].copy_(params_flat[self._where[side]])
+            else:
+                out[side].copy_(params_flat.index_select(0, self._where[side]))
 
 
 def _where(
