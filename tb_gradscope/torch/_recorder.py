@@ -116,7 +116,7 @@ class Recorder:
             for p in _declared(pairs, models, optimizers)
         ]
         attrs = {"every_n_steps": every_n_steps, "recorder": RECORDER_NAME}
-        drifts = [PairDrift(p, stepped, attrs) for p in self.pairs]
+        drifts = [PairDrift(p, stepped, attrs, names.params) for p in self.pairs]
         infos = TableInfos(names.layout.scopes, attrs, rule_steps.checker.rule_texts)
         writer = RecordWriter(self.logdir, "tb_gradscope.torch")
         self._work = TorchRecording(

@@ -157,7 +157,7 @@ class TorchRecording:
         if recorded:
             self.work.before = stats.flat(self.params, self._flat_dtype)
             for drift in self.drifts:
-                drift.snapshot()
+                drift.snapshot(self.work.before)
 
     def end_step(self) -> None:
         """Writes what the step in progress recorded and analysed."""
@@ -180,7 +180,7 @@ class TorchRecording:
                 update = stats.update_table(work.before, after, self.sizes, self.rollup)
                 tensors.append(update)
                 for drift in self.drifts:
-                    sums, had = drift.sums()
+                    sums, had = drift.sums(after)
                     tensors.append(sums)
                     drift_sums.append((drift, had))
         host = iter(stats.pack(tensors))

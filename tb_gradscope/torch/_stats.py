@@ -3,8 +3,9 @@
 Per (loss, parameter) reductions are grouped kernels (`torch._foreach_norm`
 over views of one flat copy: one launch per reduction for all parameters and
 losses together), rolled up to every scope by one matmul with the layout's
-membership matrix (sums) or one masked max. Signed sums (dot products for
-conflict and drift) are segment sums by a float64 cumulative sum. Nothing
+membership matrix (sums) or one masked max; drift's sums of squares likewise
+(`sums_of_squares`). Signed sums (conflict's dot products) are segment sums
+by a float64 cumulative sum. Nothing
 leaves the device here and nothing is read per parameter: the recorder moves
 a recorded step's tables to the host once (`pack` / `unpack`).
 
@@ -62,6 +63,13 @@ def segment_sums(rows: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     ends = torch.as_tensor(np.cumsum(sizes) - 1, device=rows.device)
     total = torch.cumsum(rows.double(), dim=1).index_select(1, ends)
     return torch.diff(total, dim=1, prepend=torch.zeros_like(total[:, :1]))
+
+
+def sums_of_squares(rows: Sequence[torch.Tensor], sizes: Sequence[int]) -> torch.Tensor:
+    """k flat vectors of one layout -> [k, len(sizes)]: each segment's sum of
+    squares, by one grouped norm over views of all k (no copy, nothing read)."""
+    views = [view for row in rows for view in _views1(row, sizes)]
+    return torch.stack(private.foreach_norm(views, 2)).double().square().reshape(len(rows), -1)
 
 
 def grad_tables(
