@@ -113,7 +113,9 @@ class Capture(torch.overrides.TorchFunctionMode):
         self.open_edges: Counter[tuple[str, str]] = Counter()
         self.error: Exception | None = None
         self.custom_sources: dict[str, SourceLine | None] = {}
-        self._given: tuple[Deps, frozenset[str]] | None = None
+        # One entry per torch.autograd.grad call: (ids of the gradients it
+        # returned, deps, origins of the outputs it differentiated).
+        self._given: list[tuple[frozenset[int], Deps, frozenset[str]]] = []
         self._added = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -122,7 +124,7 @@ class Capture(torch.overrides.TorchFunctionMode):
         if self.error is None and not _RECORDERS_AT_WORK[0]:
             try:
                 if func is torch.autograd.grad:
-                    self._differentiated(args[0] if args else kwargs.get("outputs"))
+                    self._differentiated(args[0] if args else kwargs.get("outputs"), out)
                     return out
                 self._observe(func, args, kwargs, out)
             except Exception as e:  # noqa: BLE001 - observing must never break the step
@@ -149,11 +151,26 @@ class Capture(torch.overrides.TorchFunctionMode):
             return frozenset(), frozenset()
         return entry.open_origins, entry.path_cuts
 
-    def given_deps(self) -> tuple[Deps, frozenset[str]] | None:
-        """(deps, origins) of every output `torch.autograd.grad` differentiated
-        since the last call; None if it saw none."""
-        given, self._given = self._given, None
-        return given
+    def given_deps(
+        self, grads: Sequence[torch.Tensor | None]
+    ) -> tuple[Deps, frozenset[str]] | None:
+        """(deps, origins) of what the `torch.autograd.grad` calls that returned
+        any of `grads` differentiated (every call's, when none returned them:
+        the user's own arithmetic made the gradients); None if it saw none."""
+        ids = {id(g) for g in grads if g is not None}
+        calls = [c for c in self._given if c[0] & ids] or self._given
+        if not calls:
+            return None
+        deps: Deps = {}
+        origins: frozenset[str] = frozenset()
+        for _, call_deps, call_origins in calls:
+            _merge(deps, call_deps)
+            origins |= call_origins
+        return deps, origins
+
+    def forget_given(self) -> None:
+        """Forgets the `torch.autograd.grad` calls seen so far (handed over)."""
+        self._given = []
 
     @staticmethod
     def paused() -> contextlib.AbstractContextManager:
@@ -166,20 +183,19 @@ class Capture(torch.overrides.TorchFunctionMode):
         self.edges.clear()
         self.open_edges.clear()
         self.custom_sources.clear()
-        self._given = None
+        self._given = []
 
-    def _differentiated(self, outputs: Any) -> None:
-        deps, origins = self._given or ({}, frozenset())
-        deps = dict(deps)
+    def _differentiated(self, outputs: Any, grads: Any) -> None:
+        deps: Deps = {}
+        origins: frozenset[str] = frozenset()
         for value in _leaves(outputs):
             seen = self.deps_of(value) if isinstance(value, torch.Tensor) else None
             if seen is None:
                 continue
-            for i, cut in seen[0].items():
-                if i not in deps or cut is None:  # an open path wins over a cut
-                    deps[i] = cut
+            _merge(deps, seen[0])
             origins |= seen[1]
-        self._given = deps, origins
+        returned = frozenset(id(g) for g in _leaves(grads) if isinstance(g, torch.Tensor))
+        self._given.append((returned, deps, origins))
 
     # ----- internals -------------------------------------------------------
 
@@ -316,3 +332,10 @@ def _leaves(tree: Any) -> Iterator[Any]:
             yield from _leaves(item)
     else:
         yield tree
+
+
+def _merge(into: Deps, deps: Deps) -> None:
+    """Adds `deps` to `into`, an open path (None) winning over a cut."""
+    for i, cut in deps.items():
+        if i not in into or cut is None:
+            into[i] = cut

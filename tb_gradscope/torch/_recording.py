@@ -338,9 +338,11 @@ class TorchRecording:
         work.reach.update({n: frozenset(r) for n, r in reach.items()})
         work.ledger.given(reach)
         # No loss tensor: the forward is what the step's torch.autograd.grad calls differentiated.
-        captured = self.capture.given_deps() if self.capture is not None else None
         for name in grads:
+            captured = self.capture.given_deps(grads[name]) if self.capture is not None else None
             work.facts[name] = LossFacts("loss", set(reach[name]), set(), [], None, "", captured)
+        if self.capture is not None:
+            self.capture.forget_given()
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Which losses' gradients an optimizer step consumes: those its

@@ -88,6 +88,36 @@ def test_gradients_given_to_record_gradients_feed_the_next_optimizer_step(tmp_pa
     assert edge.op_name == "Tensor.detach" and edge.source.file.endswith("test_torch_applied.py")
 
 
+def test_each_given_loss_depends_on_what_its_own_autograd_grad_call_differentiated(tmp_path):
+    # Two task losses on their own heads, each differentiated by its own
+    # torch.autograd.grad call (PCGrad): task1 never reads head2, so its cell
+    # there is independent, not blocked by task2's call.
+    trunk, head1, head2 = torch.nn.Linear(3, 4), torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    net = torch.nn.ModuleDict({"trunk": trunk, "head1": head1, "head2": head2})
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net}, optimizers=[opt])
+    params = list(net.parameters())
+    x = torch.randn(5, 3)
+    h = torch.relu(trunk(x))
+    losses = {"task1": head1(h).pow(2).mean(), "task2": head2(h).pow(2).mean()}
+    grads = {
+        name: torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        for name, loss in losses.items()
+    }
+    with rec.step():
+        rec.record_gradients({name: dict(zip(params, g)) for name, g in grads.items()})
+        for p, g1, g2 in zip(params, grads["task1"], grads["task2"]):
+            p.grad = sum(g for g in (g1, g2) if g is not None)
+        opt.step()
+    rec.close()
+    (run,) = load_logdir(str(tmp_path))
+    cells = run.flowgraph.cells
+    assert cells["task1"]["net/head2"] == fmt.INDEPENDENT
+    assert cells["task2"]["net/head1"] == fmt.INDEPENDENT
+    assert cells["task1"]["net/head1"] == cells["task2"]["net/head2"] == fmt.UPDATES
+    assert run.flowgraph.blocked_edges == []
+
+
 def test_alternating_losses_are_each_analysed_at_their_first_step(tmp_path):
     gen, disc = _two_nets()
     d_opt, g_opt = torch.optim.SGD(disc.parameters(), lr=0.1), torch.optim.SGD(gen.parameters())
