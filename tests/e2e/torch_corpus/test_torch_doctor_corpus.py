@@ -28,11 +28,6 @@ from tests.unit.commands.test_doctor import _findings, _names_a_broken_rule
 pytestmark = pytest.mark.slow
 
 UNFINDABLE = {
-    "simsiam_leaky": (
-        "as TF's simsiam_leaky: a symmetric loss training the encoder by both paths is the flow of "
-        "SimCLR-style contrastive learning, correct there; only blocked(simsiam, encoder/*, "
-        "except_via=predictor) says this loss's direct path must be cut"
-    ),
     "multihead_leaky": (
         "as TF's multihead_leaky: loss2's optimizer over every parameter trains Agent/layer1 beside "
         "loss1's, the flow of seed 01's own var_lists (both take in layer1 by design); only "
