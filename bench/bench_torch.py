@@ -19,8 +19,14 @@ one thread (`torch.set_num_threads(1)`):
   - `idle`: ours at every_n_steps=10**9 after its first (recorded) step: every
     timed step has nothing due.
 Ratios are medians over rounds of the ratio of that round's two runs, in
-process CPU time on CPU (other processes on a busy machine inflate wall time,
-not our CPU time) and in wall time on CUDA (synchronised at the end of a run).
+the main thread's CPU time on CPU (other processes on a busy machine inflate
+wall time, not it) and in wall time on CUDA (synchronised at the end of a
+run). Not the process's CPU time: once `torch.utils.tensorboard` has written
+(it loads tensorflow), other threads of the process burn CPU while later
+variants run (the nothing-due step read 1.59x the plain one in process time,
+0.99-1.01x in its thread's); a SummaryWriter's own writer thread is then not
+counted either, which favours the hand loggers, not tb_gradscope (it writes
+on the main thread). Each run flushes its writer before it ends.
 
     python -m bench.bench_torch --quick           # < 60 s
     python -m bench.bench_torch [--device cuda]   # full
@@ -92,6 +98,7 @@ def run_of(model, variant, steps: int, device: str):
     def run() -> None:
         for _ in range(steps):
             loss = model.train_step(variant)
+        variant.end_run()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         loss.item()
@@ -114,7 +121,7 @@ def measure(name: str, device: str, rounds: int, steps: int, logdir: str) -> dic
         start = time.perf_counter()
         runs[label]()
         report(f"torch_{name}_{label}_warmup_s", time.perf_counter() - start)
-    wall, cpu = rotated_samples(runs, rounds)
+    wall, cpu = rotated_samples(runs, rounds, cpu_clock=time.thread_time)
     for _, variant in built.values():
         variant.close()
     timed = wall if device.startswith("cuda") else cpu

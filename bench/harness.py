@@ -45,24 +45,27 @@ def interleaved_medians(
 
 
 def rotated_samples(
-    runs: dict[str, Callable[[], object]], repetitions: int
+    runs: dict[str, Callable[[], object]],
+    repetitions: int,
+    cpu_clock: Callable[[], float] = time.process_time,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Every wall and CPU time (s) of each run, round-robin, order rotated every round.
 
     Rotation keeps a "first after a pause" effect from always hitting the same
-    candidate. CPU time is the process's (all TF threads), which other
-    processes on a busy machine do not inflate the way they inflate wall time.
-    Sample `i` of every run comes from round `i` (see `median_ratio`).
+    candidate. CPU time is the process's (all TF threads) unless `cpu_clock`
+    says otherwise; other processes on a busy machine do not inflate it the way
+    they inflate wall time. Sample `i` of every run comes from round `i` (see
+    `median_ratio`).
     """
     names = list(runs)
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(repetitions):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start, start_cpu = time.perf_counter(), cpu_clock()
             runs[name]()
             wall[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
+            cpu[name].append(cpu_clock() - start_cpu)
     return wall, cpu
 
 
