@@ -27,7 +27,7 @@ NOT_LINES = {
     "update_stats",
     "summarize_grads_and_vars",  # TF-Agents
     "train_step",  # Keras
-    "bench_torch",  # announced, not yet in bench/
+    "add_histogram",  # torch.utils.tensorboard
 }
 
 QUOTED = re.compile(r"`([a-z][a-z0-9]*(?:_[a-z0-9]+)+)`")
