@@ -17,6 +17,7 @@ import dataclasses
 import fnmatch
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from tb_gradscope import scopes as scopes_lib
 
@@ -58,6 +59,15 @@ class Never:
         return f"never({_q(self.loss)}, {_q(self.scope)})"
 
 
+def _set_patterns(rule: Any, field: str, required: str = "") -> None:
+    """A frozen rule's pattern field as a tuple (one string is one pattern);
+    `required`: the rule's text when it needs at least one."""
+    value = getattr(rule, field)
+    object.__setattr__(rule, field, (value,) if isinstance(value, str) else tuple(value))
+    if required and not getattr(rule, field):
+        raise RuleError(f"{required} needs at least one scope pattern")
+
+
 @dataclasses.dataclass(frozen=True)
 class Only:
     """Gradient of `loss` may reach only scopes matching one of `scopes`.
@@ -72,11 +82,7 @@ class Only:
     scopes: tuple[str, ...]
 
     def __post_init__(self):
-        if isinstance(self.scopes, str):
-            object.__setattr__(self, "scopes", (self.scopes,))
-        object.__setattr__(self, "scopes", tuple(self.scopes))
-        if not self.scopes:
-            raise RuleError(f"only({self.loss}, ...) needs at least one scope pattern")
+        _set_patterns(self, "scopes", required=f"only({self.loss}, ...)")
 
     def allows(self, scope: str) -> bool:
         return any(scope_matches(scope, p) for p in self.scopes)
@@ -107,9 +113,7 @@ class Blocked:
     except_via: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if isinstance(self.except_via, str):
-            object.__setattr__(self, "except_via", (self.except_via,))
-        object.__setattr__(self, "except_via", tuple(self.except_via))
+        _set_patterns(self, "except_via")
 
     def __str__(self) -> str:
         extra = ""
@@ -138,11 +142,7 @@ class Updates:
     scopes: tuple[str, ...]
 
     def __post_init__(self):
-        if isinstance(self.scopes, str):
-            object.__setattr__(self, "scopes", (self.scopes,))
-        object.__setattr__(self, "scopes", tuple(self.scopes))
-        if not self.scopes:
-            raise RuleError(f"updates({self.loss}, ...) needs at least one scope pattern")
+        _set_patterns(self, "scopes", required=f"updates({self.loss}, ...)")
 
     def requires(self, scope: str) -> bool:
         return any(scope_matches(scope, p) for p in self.scopes)

@@ -156,20 +156,7 @@ def _blocked_edges(
         if state != BLOCKED or row.get(leaf) != BLOCKED:
             continue
         seen.setdefault((leaf, _cut_of(i, deps, facts)), names.names[i])
-    return [
-        BlockedEdge(
-            loss=loss,
-            producer=producer,
-            consumer=cut.op,
-            op_name=cut.op,
-            op_type=cut.op.split(": ")[0],
-            cause=cut.cause,
-            producer_scope=leaf,
-            consumer_scope=f"loss:{loss}",
-            source=cut.source,
-        )
-        for (leaf, cut), producer in seen.items()
-    ]
+    return [_edge(loss, producer, leaf, cut) for (leaf, cut), producer in seen.items()]
 
 
 def _path_cuts(
@@ -188,21 +175,27 @@ def _path_cuts(
             continue
         path = _open_path(producer, node, facts.open_origins, open_edges)
         if path:
-            out.append(
-                BlockedEdge(
-                    loss=loss,
-                    producer=producer,
-                    consumer=cut.op,
-                    op_name=cut.op,
-                    op_type=cut.op.split(": ")[0],
-                    cause=cut.cause,
-                    producer_scope=producer,
-                    consumer_scope=node,
-                    source=cut.source,
-                    open_path=path,
-                )
-            )
+            out.append(_edge(loss, producer, producer, cut, path))
     return out
+
+
+def _edge(
+    loss: str, producer: str, scope: str, cut: PathCut, open_path: Sequence[str] = ()
+) -> BlockedEdge:
+    """The blocked edge of `cut` from `scope` (`producer`: the name shown) into
+    the loss; with `open_path`, a per-path cut."""
+    return BlockedEdge(
+        loss=loss,
+        producer=producer,
+        consumer=cut.op,
+        op_name=cut.op,
+        op_type=cut.op.split(": ")[0],
+        cause=cut.cause,
+        producer_scope=scope,
+        consumer_scope=f"loss:{loss}",
+        source=cut.source,
+        open_path=open_path,
+    )
 
 
 def _open_path(
