@@ -26,8 +26,15 @@ pytest.register_assert_rewrite(
 )
 
 
+# The PyTorch tests also run where tensorflow is not installed (`pip install
+# '.[torch]' pytest`): the TF hygiene below then has nothing to keep.
+HAS_TENSORFLOW = importlib.util.find_spec("tensorflow") is not None
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _op_determinism_at_start() -> bool:
+    if not HAS_TENSORFLOW:
+        return False
     from tensorflow.python.framework import config  # no public disable
 
     return config.is_op_determinism_enabled()
@@ -35,9 +42,11 @@ def _op_determinism_at_start() -> bool:
 
 @pytest.fixture(autouse=True, scope="module")
 def _module_keeps_op_determinism_to_itself(_op_determinism_at_start):
+    yield
+    if not HAS_TENSORFLOW:
+        return
     from tensorflow.python.framework import config
 
-    yield
     if config.is_op_determinism_enabled() and not _op_determinism_at_start:
         config.disable_op_determinism()
 
