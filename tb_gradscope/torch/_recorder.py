@@ -140,10 +140,29 @@ class Recorder:
         try:
             user_backward(losses, inputs)
         except BaseException:
-            self._work.drop_hooks()
+            self.backward_failed()
             raise
+        self.backward_observed()
+
+    # ----- a backward someone else runs (watch mode, the SB3 and Lightning callbacks)
+
+    def observe_backward(self, losses: Mapping[str, Any], *, hooks_allowed: bool = True) -> None:
+        """Before a backward of the sum of `losses` that the caller runs itself
+        (a framework's `loss.backward()`): at a recorded step, each loss's own
+        gradient per scope is recorded. Follow with `backward_observed()` once
+        that backward ran, or `backward_failed()` if it raised. `hooks_allowed`:
+        the backward accumulates every reached parameter's gradient (no `inputs=`)."""
+        if not self.disabled:
+            self._safely(self._before_backward, check_losses(losses), hooks_allowed)
+
+    def backward_observed(self) -> None:
+        """After the backward announced by `observe_backward`: its gradients are in `.grad`."""
         if not self.disabled:
             self._safely(self._work.after_backward)
+
+    def backward_failed(self) -> None:
+        """The backward announced by `observe_backward` raised: its gradient hooks go."""
+        self._work.drop_hooks()
 
     def record_gradients(
         self, grads: Mapping[str, Sequence[torch.Tensor | None] | Mapping[torch.Tensor, Any]]

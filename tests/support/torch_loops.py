@@ -31,9 +31,16 @@ def mlp(*sizes: int) -> nn.Sequential:
 
 
 def dqn(
-    logdir: Any = None, steps: int = 21, seed: int = 0, leak: bool = False, **kw
+    logdir: Any = None,
+    steps: int = 21,
+    seed: int = 0,
+    leak: bool = False,
+    observed: bool = False,
+    **kw,
 ) -> list[torch.Tensor]:
-    """A DQN with a hard-copied target; `leak` computes the TD target with gradient."""
+    """A DQN with a hard-copied target; `leak` computes the TD target with gradient;
+    `observed` runs the loop's own `loss.backward()` between `rec.observe_backward`
+    and `rec.backward_observed` (as the callbacks do) instead of `rec.backward`."""
     torch.manual_seed(seed)
     q = mlp(4, 8, 2)
     q_target = copy.deepcopy(q)
@@ -61,6 +68,10 @@ def dqn(
         opt.zero_grad()
         if rec is None:
             loss.backward()
+        elif observed:
+            rec.observe_backward({"td": loss})
+            loss.backward()
+            rec.backward_observed()
         else:
             rec.backward({"td": loss})
         opt.step()

@@ -59,6 +59,20 @@ def test_the_flowgraph_says_torch_and_the_td_target_is_blocked_at_its_line(dqn_r
     assert dqn_run.state("td", "target/0", 10) == fmt.BLOCKED
 
 
+def test_a_backward_the_loop_runs_itself_between_observe_and_observed_records_the_same(
+    dqn_run, tmp_path
+):
+    torch_loops.dqn(tmp_path, rules=["never(td, target/*)"], observed=True)
+    (run,) = load_logdir(str(tmp_path))
+    assert run.grad_steps == dqn_run.grad_steps
+    for step in run.grad_steps:
+        np.testing.assert_array_equal(
+            run.grads[step]["td"].values, dqn_run.grads[step]["td"].values
+        )
+        np.testing.assert_array_equal(run.updates[step].values, dqn_run.updates[step].values)
+    assert run.flowgraph.cells == dqn_run.flowgraph.cells
+
+
 def test_the_flowgraph_is_written_once_when_the_reach_never_changes(dqn_run):
     assert [step for step, _ in dqn_run.flowgraphs] == [0]
 
