@@ -42,11 +42,17 @@ setuptools.setup(
             # Legacy Keras 2 for the tf_keras / tf.compat.v1.layers tests; its
             # version tracks tensorflow's.
             "tf-keras~=2.21",
+            # The zero-code PyTorch callbacks are tested on real training runs.
+            "stable-baselines3~=2.9",
+            "gymnasium~=1.4",
+            "lightning~=2.6",
             # Lint and format (pyproject.toml); pinned: a formatter's output
             # changes between releases.
             "ruff==0.17.6",
         ],
         "gym": ["gymnasium"],
+        "sb3": ["torch>=2.4", "stable-baselines3>=2.3"],
+        "lightning": ["torch>=2.4", "lightning>=2.2"],
     },
     entry_points={
         "tensorboard_plugins": [
