@@ -76,6 +76,8 @@ def train(
     rank: int = 0,
     world: int = 1,
     fail_at: int | None = None,
+    observed: bool = False,
+    kept_grads: bool = False,
     probe: Any = None,
 ) -> list[torch.Tensor]:
     """Trains `TwoHeads` for STEPS steps and returns its final parameters.
@@ -83,7 +85,10 @@ def train(
     ddp: DistributedDataParallel's keyword arguments (None: no DDP; rank and
     world then pick this process's share of each batch). logdir: record with a
     Recorder there. fail_at: the recorder's gradient tables raise from that
-    step on (a recorder that fails on this rank only). probe(step, net, batch):
+    step on (a recorder that fails on this rank only). observed: the loop's own
+    backward between `rec.observe_backward` and `rec.backward_observed` (as the
+    callbacks run it). kept_grads: `zero_grad(set_to_none=False)`, so `.grad`
+    holds a tensor before each backward. probe(step, net, batch):
     called before each step's forward (the tests' hand-made norms)."""
     torch.manual_seed(0)
     net = TwoHeads()
@@ -100,9 +105,13 @@ def train(
         if probe is not None:
             probe(step, net, (x, ya, yb))
         losses = losses_of(model, x[part], ya[part], yb[part], two)
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not kept_grads)
         if rec is None:
             sum(losses.values()).backward()
+        elif observed:
+            rec.observe_backward(losses)
+            sum(losses.values()).backward()
+            rec.backward_observed()
         else:
             rec.backward(losses)
         opt.step()
@@ -128,6 +137,8 @@ def _fail_from(rec: Recorder, step: int) -> None:
 SCENARIOS: dict[str, dict] = {
     "plain": {"ddp": {}, "record": False},
     "one_loss": {"ddp": {}},
+    "observed": {"ddp": {}, "observed": True},
+    "kept_grads": {"ddp": {}, "kept_grads": True},
     "two_losses": {"ddp": {}, "two": True},
     "fails_on_rank0": {"ddp": {}, "fail_at": 2},
     "plain_static": {"ddp": {"static_graph": True}, "two": True, "record": False},

@@ -131,8 +131,10 @@ def test_ddp_trains_as_one_process_over_the_whole_batch(ranks, reference):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_recorded_norms_are_the_global_gradients_of_the_whole_batch(ranks, reference):
-    run, ref = _run(ranks / "one_loss"), reference["one_loss"]
+@pytest.mark.parametrize("scenario", ["one_loss", "observed", "kept_grads"])
+def test_recorded_norms_are_the_global_gradients_of_the_whole_batch(ranks, reference, scenario):
+    # rec.backward, a backward the callbacks observe, a .grad zeroed in place.
+    run, ref = _run(ranks / scenario), reference["one_loss"]
     assert run.grad_steps == ref.grad_steps == [0, 2, 4]
     for step in run.grad_steps:
         np.testing.assert_allclose(_l2(run, step, "fit"), _l2(ref, step, "fit"), rtol=1e-5)
@@ -157,6 +159,8 @@ def test_scope_names_drop_ddps_module_wrapper(ranks):
     "recorded, plain",
     [
         ("one_loss", "plain"),
+        ("observed", "plain"),
+        ("kept_grads", "plain"),
         ("two_losses", "plain"),
         ("fails_on_rank0", "plain"),
         ("find_unused", "plain_unused"),
