@@ -143,6 +143,7 @@ SCENARIOS: dict[str, dict] = {
     "fails_on_rank0": {"ddp": {}, "fail_at": 2},
     "plain_static": {"ddp": {"static_graph": True}, "two": True, "record": False},
     "static_graph": {"ddp": {"static_graph": True}, "two": True},
+    "static_one": {"ddp": {"static_graph": True}},
     "plain_unused": {"ddp": {"find_unused_parameters": True}, "two": True, "record": False},
     "find_unused": {"ddp": {"find_unused_parameters": True}, "two": True},
 }

@@ -131,9 +131,10 @@ def test_ddp_trains_as_one_process_over_the_whole_batch(ranks, reference):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("scenario", ["one_loss", "observed", "kept_grads"])
+@pytest.mark.parametrize("scenario", ["one_loss", "observed", "kept_grads", "static_one"])
 def test_recorded_norms_are_the_global_gradients_of_the_whole_batch(ranks, reference, scenario):
-    # rec.backward, a backward the callbacks observe, a .grad zeroed in place.
+    # rec.backward, a backward the callbacks observe, a .grad zeroed in place,
+    # a static graph (its first iteration's all-reduce is delayed to the backward's end).
     run, ref = _run(ranks / scenario), reference["one_loss"]
     assert run.grad_steps == ref.grad_steps == [0, 2, 4]
     for step in run.grad_steps:
@@ -165,6 +166,7 @@ def test_scope_names_drop_ddps_module_wrapper(ranks):
         ("fails_on_rank0", "plain"),
         ("find_unused", "plain_unused"),
         ("static_graph", "plain_static"),
+        ("static_one", "plain"),
     ],
 )
 def test_recording_under_ddp_changes_no_rank_bitwise(ranks, recorded, plain):
