@@ -15,6 +15,7 @@ and the reference start equal and see the same batches.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 import json
 import os
@@ -120,6 +121,58 @@ def train(
     return [p.detach().clone() for p in net.parameters()]
 
 
+def micro_batches(batch: tuple[torch.Tensor, ...]) -> list[list[tuple[torch.Tensor, ...]]]:
+    """[rank][k]: rank r's half of the batch as two micro-batches."""
+    q = BATCH // 4
+    return [
+        [tuple(t[(2 * r + k) * q : (2 * r + k + 1) * q] for t in batch) for k in (0, 1)]
+        for r in (0, 1)
+    ]
+
+
+def fit(net: nn.Module, micro: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return losses_of(net, *micro, two=False)["fit"]
+
+
+def accumulate(
+    logdir: Any = None, *, rank: int = 0, distributed: bool = False, probe: Any = None
+) -> list[torch.Tensor]:
+    """Gradient accumulation: each of two ranks takes its half of every batch in
+    two micro-batches, the first under DDP's `no_sync()`, losses `m1` and `m2`
+    in one `rec.step()`. In one process (distributed=False), the same update:
+    one backward of the four micro-batches' losses, summed, over two."""
+    torch.manual_seed(0)
+    net = TwoHeads()
+    model: nn.Module = nn.parallel.DistributedDataParallel(net) if distributed else net
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = None
+    if logdir is not None:
+        rec = Recorder(logdir, every_n_steps=EVERY, models={"net": model}, optimizers=[opt])
+    for step, batch in enumerate(batches()):
+        if probe is not None:
+            probe(step, net, batch)
+        micro = micro_batches(batch)
+        opt.zero_grad()
+        with rec.step() if rec is not None else contextlib.nullcontext():
+            if distributed:
+                with model.no_sync():
+                    _backward(rec, {"m1": fit(model, micro[rank][0])})
+                _backward(rec, {"m2": fit(model, micro[rank][1])})
+            else:
+                _backward(rec, {"all": sum(fit(model, m) for half in micro for m in half) / 2})
+        opt.step()
+    if rec is not None:
+        rec.close()
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def _backward(rec: Recorder | None, losses: dict[str, torch.Tensor]) -> None:
+    if rec is None:
+        sum(losses.values()).backward()
+    else:
+        rec.backward(losses)
+
+
 def _fail_from(rec: Recorder, step: int) -> None:
     """From `step` on, the recorder's per-loss tables raise inside the recorder."""
     work = rec._work
@@ -144,6 +197,8 @@ SCENARIOS: dict[str, dict] = {
     "plain_static": {"ddp": {"static_graph": True}, "two": True, "record": False},
     "static_graph": {"ddp": {"static_graph": True}, "two": True},
     "static_one": {"ddp": {"static_graph": True}},
+    "plain_accumulate": {"accumulate": True, "record": False},
+    "accumulate": {"accumulate": True},
     "plain_unused": {"ddp": {"find_unused_parameters": True}, "two": True, "record": False},
     "find_unused": {"ddp": {"find_unused_parameters": True}, "two": True},
 }
@@ -160,9 +215,12 @@ def main(out: str) -> None:
             logdir = os.path.join(out, name) if kw.pop("record", True) else None
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", GradscopeWarning)
-                params = train(
-                    logdir, rank=rank, world=world, fail_at=fail_at if rank == 0 else None, **kw
-                )
+                if kw.pop("accumulate", False):
+                    params = accumulate(logdir, rank=rank, distributed=True)
+                else:
+                    params = train(
+                        logdir, rank=rank, world=world, fail_at=fail_at if rank == 0 else None, **kw
+                    )
             torch.save(params, os.path.join(out, f"{name}.rank{rank}.pt"))
             said = [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)]
             with open(os.path.join(out, f"{name}.rank{rank}.json"), "w") as f:

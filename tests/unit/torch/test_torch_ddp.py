@@ -115,13 +115,34 @@ def reference(tmp_path_factory):
             )
             half[step][loss] = _hand_norms({n: g for n, g in zip(names, grads) if g is not None})
 
+    micro_rows: dict[int, dict[str, np.ndarray]] = {}
+
+    def micro_probe(step, net, batch):
+        # m1: rank 0's first micro-batch; m2: the all-reduced total less it.
+        if step % ddp_steps.EVERY:
+            return
+        names = [n for n, _ in net.named_parameters()]
+        grads = [
+            [torch.autograd.grad(ddp_steps.fit(net, m), list(net.parameters())) for m in half]
+            for half in ddp_steps.micro_batches(batch)
+        ]
+        total = [sum(g[v] for half in grads for g in half) / 2 for v in range(len(names))]
+        own = grads[0][0]
+        micro_rows[step] = {
+            "m1": _hand_norms(dict(zip(names, own))),
+            "m2": _hand_norms({n: t - o for n, t, o in zip(names, total, own)}),
+        }
+
     params = ddp_steps.train(logdir / "one_loss", probe=probe)
+    accumulated = ddp_steps.accumulate(probe=micro_probe)
     ddp_steps.train(logdir / "two_losses", two=True)
     return {
         "params": params,
         "one_loss": _run(logdir / "one_loss"),
         "two_losses": _run(logdir / "two_losses"),
         "half": half,
+        "accumulated": accumulated,
+        "micro_rows": micro_rows,
     }
 
 
@@ -167,6 +188,7 @@ def test_scope_names_drop_ddps_module_wrapper(ranks):
         ("find_unused", "plain_unused"),
         ("static_graph", "plain_static"),
         ("static_one", "plain"),
+        ("accumulate", "plain_accumulate"),
     ],
 )
 def test_recording_under_ddp_changes_no_rank_bitwise(ranks, recorded, plain):
@@ -189,6 +211,19 @@ def test_several_losses_in_one_backward_record_rank_0s_own_gradients(ranks, refe
     # ... which is not the whole batch's.
     run, ref = _run(ranks / "two_losses"), reference["two_losses"]
     assert not np.allclose(_l2(run, 2, "a"), _l2(ref, 2, "a"), rtol=1e-3)
+
+
+def test_gradient_accumulation_under_no_sync_records_what_each_backward_added(ranks, reference):
+    # The ranks synced at the second micro-batch: one process's update.
+    for a, b in zip(_params(ranks, "accumulate", 0), reference["accumulated"]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    run = _run(ranks / "accumulate")
+    assert run.grad_steps == [0, 2, 4]
+    for step in run.grad_steps:
+        for loss in ("m1", "m2"):  # rank 0's own; the all-reduced total less it
+            np.testing.assert_allclose(
+                _l2(run, step, loss), reference["micro_rows"][step][loss], rtol=1e-5, atol=1e-7
+            )
 
 
 def test_a_recorder_failing_on_rank_0_alone_blocks_no_rank(ranks):
