@@ -23,6 +23,7 @@ from tb_gradscope.core.warn import warn_once
 from tb_gradscope.core.writer import RecordWriter
 from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.scopes import ScopeSpec
+from tb_gradscope.torch import _distributed as distributed
 from tb_gradscope.torch import _pairs as pairs_lib
 from tb_gradscope.torch._drift import PairDrift
 from tb_gradscope.torch._losses import check_losses, user_backward
@@ -65,6 +66,11 @@ class Recorder:
         violations are written); None: the rules file's policy, else "log".
       conflict: record the gradient cosine between losses on shared scopes.
       scopes: a `ScopeSpec` (include / exclude / max_depth) over scope names.
+
+    Under torch.distributed (DistributedDataParallel), build it after
+    `init_process_group` on every rank: only rank 0 records and writes
+    (`rec.rank`; elsewhere `rec.disabled` is True from the start), and a
+    single loss's recorded gradient is DDP's all-reduced `.grad`.
 
     Several optimizers in one training step (DDPG, SAC, GANs, BYOL): put the
     step's body in `with rec.step():`, so it counts as one step whatever the
@@ -118,14 +124,24 @@ class Recorder:
         attrs = {"every_n_steps": every_n_steps, "recorder": RECORDER_NAME}
         drifts = [PairDrift(p, stepped, attrs, names.params) for p in self.pairs]
         infos = TableInfos(names.layout.scopes, attrs, rule_steps.checker.rule_texts)
-        writer = RecordWriter(self.logdir, "tb_gradscope.torch")
+        # Under torch.distributed only rank 0 records and writes (`_distributed`).
+        self.rank = distributed.rank()
+        writer = (
+            RecordWriter(self.logdir, "tb_gradscope.torch")
+            if self.rank == 0
+            else distributed.Unwritten()
+        )
         self._work = TorchRecording(
             writer, names, optimizers, drifts, rule_steps, infos, every_n_steps, conflict
         )
+        self._hooks = []
+        self._closed = False
+        if self.rank != 0:
+            self.disabled = True  # the user's backward only
+            return
         self._hooks = [
             opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
         ]
-        self._closed = False
         self._safely(self._work.start_capture)  # step 0 analyses; its forward comes first
 
     # ----- the training loop's calls ---------------------------------------

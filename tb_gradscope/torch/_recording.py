@@ -36,6 +36,7 @@ from tb_gradscope.core.drift import drift_table
 from tb_gradscope.core.rules import STEP_EVENTS, TRACE_EVENTS, HostRuleSteps
 from tb_gradscope.core.tables import TableInfos
 from tb_gradscope.core.writer import RecordWriter
+from tb_gradscope.torch import _distributed as distributed
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
 from tb_gradscope.torch import _torch_private as private
@@ -79,6 +80,8 @@ class _Hooked:
     reach: dict[str, set[int]]
     handles: list[Any]
     grads: dict[int, torch.Tensor]
+    # Under torch.distributed: `.grad` before the backward; the gradient is read after it.
+    before: dict[int, torch.Tensor | None] | None = None
 
 
 class TorchRecording:
@@ -135,6 +138,8 @@ class TorchRecording:
         self.graph_edges: dict[tuple[str, str], int] = {}
         self.graph_open_edges: dict[tuple[str, str], int] = {}
         self.capture: Capture | None = None
+        # In a process group, a single loss's gradient is read from `.grad` after its backward.
+        self.distributed = distributed.initialized()
 
     # ----- step boundaries -------------------------------------------------
 
@@ -242,6 +247,8 @@ class TorchRecording:
         if work is not None and work.hooked is not None:
             hooked, work.hooked = work.hooked, None
             drop_hooks(hooked)
+            if hooked.before is not None:
+                hooked.grads.update(distributed.grads_after(self.params, hooked.before))
             grads: list[torch.Tensor | None] = [None] * len(self.params)
             for i, g in hooked.grads.items():
                 grads[i] = g.unsqueeze(0)
@@ -307,13 +314,18 @@ class TorchRecording:
             work.reach.update({n: frozenset(r) for n, r in reach.items()})
             work.last_reach = reach
             work.ledger.before_backward(set().union(*reach.values()))
+            # Under DDP: no backward of the recorder's own that would start a collective.
+            own_backward = not distributed.reduces_in_backward(
+                [tensor_of(loss) for loss in losses.values()], custom
+            )
+            custom = distributed.without_sink(custom)
             if work.recorded and hooks_allowed and len(losses) == 1:
                 self._hook_gradients(work, reach)
-            elif work.recorded:
+            elif work.recorded and own_backward:
                 self._record_gradients(work, losses, reach)
             if self.in_block or work.captured or self._changed(work):
                 for name, loss in losses.items():
-                    work.facts[name] = self._facts(name, loss, reach, custom, capture)
+                    work.facts[name] = self._facts(name, loss, reach, custom, capture, own_backward)
         if not self.in_block:
             self.stop_capture()
 
@@ -371,7 +383,8 @@ class TorchRecording:
 
     def _hook_gradients(self, work: _StepWork, reach: Mapping[str, set[int]]) -> None:
         """Hooks on the parameters a single loss reaches: each sees its gradient
-        as the user's backward accumulates it (returning None, they change nothing)."""
+        as the user's backward accumulates it (returning None, they change nothing).
+        In a process group, `.grad` is read after the backward instead (`_distributed`)."""
         got: dict[int, torch.Tensor] = {}
 
         def keep(i: int) -> Callable[[torch.Tensor], None]:
@@ -382,6 +395,10 @@ class TorchRecording:
             return hook
 
         (name,) = reach
+        if self.distributed:  # DDP reduces `.grad` after the hooks see it: read it after
+            before = distributed.grads_before(self.params, sorted(reach[name]))
+            work.hooked = _Hooked([name], {n: set(r) for n, r in reach.items()}, [], {}, before)
+            return
         handles = [
             self.params[i].register_hook(keep(i))
             for i in sorted(reach[name])
@@ -437,14 +454,14 @@ class TorchRecording:
             info = self.infos.conflict(losses[a], losses[b], [scopes[s] for s in rows])
             self.writer.write_table(info, cos.reshape(-1, 1).astype(np.float32), step)
 
-    def _facts(self, name, loss, reach, custom, capture) -> LossFacts:
+    def _facts(self, name, loss, reach, custom, capture, own_backward=True) -> LossFacts:
         root = tensor_of(loss)
         grad = loss.grad if isinstance(loss, StartPoint) else None
         reached = sorted(i for i in reach[name] if self.params[i].requires_grad)
         with torch.enable_grad():
             none = (
                 reach_lib.none_gradients(root, grad, self.params, reached)
-                if custom[name]
+                if custom[name] and own_backward
                 else set()
             )
         captured = capture.deps_of(root) if capture is not None else None

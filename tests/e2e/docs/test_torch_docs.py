@@ -65,6 +65,7 @@ TRUTHS = {
         },
     ),
     "frozen": ("finetune", {("ce", "head"): UPD, ("ce", "encoder"): BLK}),
+    "ddp": ("ddp", {("mse", "net/0"): UPD, ("mse", "net/2"): UPD}),
 }
 
 
@@ -116,6 +117,9 @@ def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
         assert [(info.name, info.kind) for info in graph.losses] == [("td", "start_point")]
     if name == "ema":
         assert logs.drift, "pairs='auto' recognised the AveragedModel"
+    if name == "ddp":  # two ranks trained; rank 0 alone wrote, under scopes without module.
+        assert len(list((tmp_path / "logs" / "ddp").iterdir())) == 1
+        assert list(logs.grads[0]["mse"].info.scopes) == ["net", "net/0", "net/2"]
     if name == "frozen":
         (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
         assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")
