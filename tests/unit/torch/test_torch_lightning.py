@@ -1,0 +1,203 @@
+"""`tb_gradscope.torch.lightning.GradscopeCallback` on real Lightning runs, automatic
+optimization: a multi-head model whose `training_step` returns a dict of named
+losses gets one row per head, written into the run of Lightning's own
+TensorBoardLogger; training is bitwise the same without the callback; an
+error in training closes the run and leaves the module as it was."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+
+import lightning.pytorch as L
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch import nn
+
+from tb_gradscope import format as fmt
+from tb_gradscope.commands import doctor
+from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.torch._lightning import named_parts
+from tb_gradscope.torch.lightning import GradscopeCallback
+
+pytestmark = pytest.mark.slow
+
+BATCHES = 6
+
+
+class MultiHead(L.LightningModule):
+    """A shared backbone and two heads, one loss each; their sum trains all three."""
+
+    def __init__(self, fail_at: int | None = None):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+        self.head_a = nn.Linear(16, 1)
+        self.head_b = nn.Linear(16, 3)
+        self.fail_at = fail_at
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == self.fail_at:
+            raise RuntimeError("injected failure")
+        x, y_a, y_b = batch
+        h = self.backbone(x)
+        head_a = F.mse_loss(self.head_a(h).squeeze(1), y_a)
+        head_b = F.cross_entropy(self.head_b(h), y_b)
+        self.log("train_loss", head_a + head_b)
+        return {"loss": head_a + head_b, "head_a": head_a, "head_b": head_b}
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), 1e-2)
+
+
+def _data() -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(BATCHES * 8, 8, generator=g)
+    y_a = torch.randn(BATCHES * 8, generator=g)
+    y_b = torch.randint(0, 3, (BATCHES * 8,), generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y_a, y_b), batch_size=8)
+
+
+def _trainer(logger, callbacks=()) -> L.Trainer:
+    return L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        callbacks=list(callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        log_every_n_steps=1,
+    )
+
+
+def _fit(logger, callbacks=(), **model_kw) -> MultiHead:
+    torch.manual_seed(0)
+    model = MultiHead(**model_kw)
+    _trainer(logger, callbacks).fit(model, _data())
+    return model
+
+
+@pytest.fixture(scope="module")
+def multihead(tmp_path_factory):
+    """One recorded run into the TensorBoardLogger's run directory, and the run read back."""
+    root = tmp_path_factory.mktemp("lightning_multihead")
+    logger = TensorBoardLogger(str(root), name="multihead", version=0)
+    model = _fit(logger, [GradscopeCallback(every_n_steps=1)])
+    (run,) = load_logdir(logger.log_dir)
+    return root, logger.log_dir, model, run
+
+
+def _doctor(logdir):
+    out, err = io.StringIO(), io.StringIO()
+    code = doctor.run(
+        argparse.Namespace(logdir=str(logdir), run_name=None, format="json"), out=out, err=err
+    )
+    return code, json.loads(out.getvalue())
+
+
+def test_each_named_loss_of_the_dict_gets_its_row(multihead):
+    *_, run = multihead
+    assert sorted(run.grads) == list(range(BATCHES))  # one training batch, one step
+    assert all(set(tables) == {"head_a", "head_b"} for tables in run.grads.values())
+
+
+def test_each_head_updates_its_head_and_the_backbone_and_not_the_other_head(multihead):
+    *_, run = multihead
+    cells = run.flowgraph.cells
+    assert cells["head_a"]["backbone"] == cells["head_a"]["head_a"] == fmt.UPDATES
+    assert cells["head_b"]["backbone"] == cells["head_b"]["head_b"] == fmt.UPDATES
+    assert cells["head_a"]["head_b"] == cells["head_b"]["head_a"] == fmt.INDEPENDENT
+
+
+def test_the_run_is_the_tensorboard_loggers_own_run(multihead):
+    root, log_dir, _, _ = multihead
+    assert log_dir == os.path.join(str(root), "multihead", "version_0")
+    events = [f for f in os.listdir(log_dir) if f.startswith("events.out.tfevents")]
+    assert len(events) == 2  # Lightning's scalars and the gradscope records, one run
+    runs = load_logdir(str(root))
+    assert [r.run for r in runs] == ["multihead/version_0"]
+
+
+def test_doctor_is_silent_on_the_multihead_run(multihead):
+    root, *_ = multihead
+    code, report = _doctor(root)
+    assert code == 0
+    assert [r["findings"] for r in report["runs"]] == [[]]
+
+
+def test_training_with_the_callback_is_bitwise_training_without(multihead, tmp_path):
+    *_, recorded, run = multihead
+    assert run.grad_steps  # the callback did record
+    plain = _fit(TensorBoardLogger(str(tmp_path), name="plain", version=0))
+    for (name, a), (_, b) in zip(plain.named_parameters(), recorded.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_the_training_step_wrapper_is_gone_after_fit(multihead):
+    _, _, model, _ = multihead
+    assert "training_step" not in vars(model)
+
+
+def test_no_logdir_and_no_tensorboard_logger_is_a_clear_error(tmp_path):
+    with pytest.raises(
+        ValueError, match="no logdir given and the Trainer has no TensorBoardLogger"
+    ):
+        _fit(False, [GradscopeCallback()])
+
+
+def test_an_error_in_training_closes_the_run_and_restores_the_module(tmp_path):
+    torch.manual_seed(0)
+    model = MultiHead(fail_at=2)
+    callback = GradscopeCallback(tmp_path / "failed", every_n_steps=1)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        _trainer(False, [callback]).fit(model, _data())
+    assert callback.recorder is None and "training_step" not in vars(model)
+    (run,) = load_logdir(str(tmp_path / "failed"))
+    assert sorted(run.grads) == [0, 1]  # the two batches before the failure, written
+
+
+def test_renamed_losses(tmp_path):
+    _fit(False, [GradscopeCallback(tmp_path, every_n_steps=3, losses={"head_a": "regression"})])
+    (run,) = load_logdir(str(tmp_path))
+    assert sorted(run.grads) == [0, 3]
+    assert set(run.grads[0]) == {"regression", "head_b"}
+
+
+# ----- which tensors of the dict are rows (no training) ---------------------
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Linear(3, 2), torch.randn(4, 3)
+
+
+def test_a_plain_total_is_the_loss():
+    net, x = _net()
+    total = net(x).sum()
+    assert named_parts(total, None) == {"loss": total}
+
+
+def test_the_dicts_parts_are_the_rows_weighted_or_not():
+    net, x = _net()
+    a, b = net(x)[:, 0].mean(), net(x)[:, 1].pow(2).mean()
+    total = (a + 0.5 * b) / 1  # Lightning divides by accumulate_grad_batches
+    out = {"loss": total, "a": a, "b": b, "acc": torch.tensor(0.5), "preds": net(x)}
+    assert named_parts(total, out) == {"a": a, "b": b}
+
+
+def test_a_term_the_dict_does_not_name_adds_the_total():
+    net, x = _net()
+    a = net(x).mean()
+    total = a + 0.01 * net.weight.pow(2).sum()  # a regulariser the dict leaves out
+    assert named_parts(total, {"loss": total, "a": a}) == {"a": a, "loss": total}
+
+
+def test_tensors_off_the_totals_graph_are_not_parts():
+    net, x = _net()
+    a, other = net(x).mean(), net(x).max()
+    assert named_parts(a * 2, {"loss": a * 2, "other": other}) == {"loss": a * 2}
