@@ -32,6 +32,7 @@ import torch
 from tb_gradscope.core.warn import warn_once
 from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.scopes import ScopeSpec
+from tb_gradscope.torch import _call_site
 from tb_gradscope.torch._recorder import Recorder
 
 _SERIALS = itertools.count()  # warn_once keys: id() of a dead callback may be reused
@@ -156,8 +157,6 @@ class LightningHooks:
             if pl_module.automatic_optimization:
                 parts = named_parts(loss, output) if _observing(rec) else {TOTAL: loss}
             else:
-                from tb_gradscope.torch import _call_site
-
                 parts = {_call_site.loss_name(_call_site.user_frame()): loss}
             parts = {self._renames.get(name, name): t for name, t in parts.items()}
         except Exception as e:  # noqa: BLE001 - the callback must never kill training
