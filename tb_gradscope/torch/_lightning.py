@@ -154,15 +154,19 @@ class LightningHooks:
         if rec is None or rec.disabled:
             return
         try:
-            if pl_module.automatic_optimization:
-                parts = named_parts(loss, output) if _observing(rec) else {TOTAL: loss}
+            if not _observing(rec):  # a step with nothing due: no name is read
+                parts = {TOTAL: loss}
+            elif pl_module.automatic_optimization:
+                parts = named_parts(loss, output)
             else:
                 parts = {_call_site.loss_name(_call_site.user_frame()): loss}
             parts = {self._renames.get(name, name): t for name, t in parts.items()}
         except Exception as e:  # noqa: BLE001 - the callback must never kill training
             self._step_aside(e)
             return
-        rec.observe_backward(parts, hooks_allowed=list(parts.values()) == [loss])
+        # The backward's own gradients are a loss's only when it is the whole loss.
+        whole = len(parts) == 1 and next(iter(parts.values())) is loss
+        rec.observe_backward(parts, hooks_allowed=whole)
         self._in_backward = True
 
     def on_after_backward(self, trainer: Any, pl_module: Any) -> None:

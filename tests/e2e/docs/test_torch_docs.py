@@ -65,6 +65,26 @@ TRUTHS = {
         },
     ),
     "frozen": ("finetune", {("ce", "head"): UPD, ("ce", "encoder"): BLK}),
+    "lightning_gan": (
+        "gan/version_0",
+        {
+            ("g_loss", "generator"): UPD,
+            ("g_loss", "discriminator"): BLK,
+            ("d_loss", "discriminator"): UPD,
+            ("d_loss", "generator"): BLK,
+        },
+    ),
+    "lightning_heads": (
+        "two_heads",
+        {
+            ("price", "backbone"): UPD,
+            ("price", "price_head"): UPD,
+            ("price", "category_head"): IND,
+            ("category", "backbone"): UPD,
+            ("category", "category_head"): UPD,
+            ("category", "price_head"): IND,
+        },
+    ),
 }
 
 
@@ -116,6 +136,14 @@ def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
         assert [(info.name, info.kind) for info in graph.losses] == [("td", "start_point")]
     if name == "ema":
         assert logs.drift, "pairs='auto' recognised the AveragedModel"
+    if name == "lightning_gan":
+        causes = {(e.loss, e.producer_scope.split("/")[0], e.cause) for e in graph.blocked_edges}
+        assert causes == {
+            ("g_loss", "discriminator", fg.CAUSE_TAPE_BOUNDARY),  # toggle_optimizer
+            ("d_loss", "generator", fg.CAUSE_STOP_GRADIENT),  # fake.detach()
+        }
+    if name == "lightning_heads":
+        assert logs.steps == [0, 2, 4, 6] and logs.conflict
     if name == "frozen":
         (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
         assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")

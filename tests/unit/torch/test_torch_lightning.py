@@ -168,6 +168,39 @@ def test_renamed_losses(tmp_path):
     assert set(run.grads[0]) == {"regression", "head_b"}
 
 
+class Weighted(L.LightningModule):
+    """One loss `fit`; the total is `weight * fit`, with or without the dict naming `fit`."""
+
+    def __init__(self, weight: float, named: bool):
+        super().__init__()
+        self.net = nn.Linear(8, 1)
+        self.weight, self.named = weight, named
+
+    def training_step(self, batch, batch_idx):
+        x, y, _ = batch
+        fit = F.mse_loss(self.net(x).squeeze(1), y)
+        return {"loss": self.weight * fit, "fit": fit} if self.named else fit
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), 0.1)
+
+
+def _first_row(tmp_path, name, **kw):
+    torch.manual_seed(0)
+    callback = GradscopeCallback(tmp_path / name, every_n_steps=1)
+    _trainer(False, [callback]).fit(Weighted(**kw), _data())
+    (run,) = load_logdir(str(tmp_path / name))
+    (table,) = run.grads[0].values()
+    return table.values
+
+
+def test_a_single_named_part_is_its_own_gradient_not_the_backwards(tmp_path):
+    alone = _first_row(tmp_path, "alone", weight=1.0, named=False)
+    part = _first_row(tmp_path, "part", weight=3.0, named=True)  # the backward: 3 x fit's
+    assert alone.any()
+    assert alone.tobytes() == part.tobytes()
+
+
 # ----- which tensors of the dict are rows (no training) ---------------------
 
 
@@ -201,3 +234,36 @@ def test_tensors_off_the_totals_graph_are_not_parts():
     net, x = _net()
     a, other = net(x).mean(), net(x).max()
     assert named_parts(a * 2, {"loss": a * 2, "other": other}) == {"loss": a * 2}
+
+
+def test_pytorch_lightning_users_import_the_callback_of_their_package(tmp_path):
+    import pytorch_lightning as pl
+
+    from tb_gradscope.torch.pytorch_lightning import GradscopeCallback as PLCallback
+
+    class Regression(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y, _ = batch
+            return F.mse_loss(self.net(x).squeeze(1), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), 0.1)
+
+    assert issubclass(PLCallback, pl.Callback) and not issubclass(PLCallback, L.Callback)
+    logger = pl.loggers.TensorBoardLogger(str(tmp_path), name="pl", version=0)
+    pl.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        logger=logger,
+        callbacks=[PLCallback(every_n_steps=1)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    ).fit(Regression(), _data())
+    (run,) = load_logdir(logger.log_dir)
+    assert {step: set(tables) for step, tables in run.grads.items()} == {0: {"loss"}, 1: {"loss"}}
+    assert run.flowgraph.cells["loss"]["net"] == fmt.UPDATES
