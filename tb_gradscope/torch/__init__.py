@@ -10,7 +10,8 @@ This module's names are the package's public API; the modules beside it are
 its private parts, underscored: `_recorder` (`Recorder`), `_recording` (the
 work behind each call), `_losses` (`StartPoint`, the user's backward and each
 loss's gradient), `_names` (parameters -> scopes), `_capture` (forward
-dependence at a step that analyses), `_reach` (the autograd graph), `_flow`
+dependence at a step that analyses; `_grad_mode_source`, the `with
+torch.no_grad():` line of a cut), `_reach` (the autograd graph), `_flow`
 (the FlowGraph), `_stats` and `_drift` (the device kernels), `_pairs`
 (`pair_models`, "auto") and `_torch_private` (every private torch symbol).
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
