@@ -10,6 +10,7 @@ import argparse
 import io
 import json
 import os
+import warnings
 
 import lightning.pytorch as L
 import pytest
@@ -21,6 +22,8 @@ from torch import nn
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import doctor
 from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.torch import GradscopeWarning
+from tb_gradscope.torch import _lightning as lightning_hooks
 from tb_gradscope.torch._lightning import named_parts
 from tb_gradscope.torch.lightning import GradscopeCallback
 
@@ -32,25 +35,34 @@ BATCHES = 6
 class MultiHead(L.LightningModule):
     """A shared backbone and two heads, one loss each; their sum trains all three."""
 
-    def __init__(self, fail_at: int | None = None):
+    def __init__(self, fail_at: int | None = None, fail_in: str = "step"):
         super().__init__()
         self.backbone = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
         self.head_a = nn.Linear(16, 1)
         self.head_b = nn.Linear(16, 3)
-        self.fail_at = fail_at
+        self.fail_at, self.fail_in = fail_at, fail_in
 
     def training_step(self, batch, batch_idx):
-        if batch_idx == self.fail_at:
+        failing = batch_idx == self.fail_at
+        if failing and self.fail_in == "step":
             raise RuntimeError("injected failure")
         x, y_a, y_b = batch
         h = self.backbone(x)
+        if failing:  # in the backward, when its gradient reaches h
+            h.register_hook(lambda grad: _raise(RuntimeError("injected failure")))
         head_a = F.mse_loss(self.head_a(h).squeeze(1), y_a)
         head_b = F.cross_entropy(self.head_b(h), y_b)
         self.log("train_loss", head_a + head_b)
+        if failing:  # one loss: the recorder hooks the parameters for the backward
+            return head_a + head_b
         return {"loss": head_a + head_b, "head_a": head_a, "head_b": head_b}
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), 1e-2)
+
+
+def _raise(error: Exception):
+    raise error
 
 
 def _data() -> torch.utils.data.DataLoader:
@@ -150,15 +162,37 @@ def test_no_logdir_and_no_tensorboard_logger_is_a_clear_error(tmp_path):
         _fit(False, [GradscopeCallback()])
 
 
-def test_an_error_in_training_closes_the_run_and_restores_the_module(tmp_path):
+@pytest.mark.parametrize("fail_in", ["step", "backward"])
+def test_an_error_in_training_closes_the_run_and_restores_the_module(tmp_path, fail_in):
     torch.manual_seed(0)
-    model = MultiHead(fail_at=2)
+    model = MultiHead(fail_at=2, fail_in=fail_in)
     callback = GradscopeCallback(tmp_path / "failed", every_n_steps=1)
-    with pytest.raises(RuntimeError, match="injected failure"):
+    with (
+        warnings.catch_warnings(record=True) as seen,
+        pytest.raises(RuntimeError, match="injected"),
+    ):
+        warnings.simplefilter("always")
         _trainer(False, [callback]).fit(model, _data())
+    assert not [w for w in seen if issubclass(w.category, GradscopeWarning)]  # training's error
     assert callback.recorder is None and "training_step" not in vars(model)
+    assert not any(p._backward_hooks for p in model.parameters())  # the backward's hooks gone
     (run,) = load_logdir(str(tmp_path / "failed"))
     assert sorted(run.grads) == [0, 1]  # the two batches before the failure, written
+
+
+def test_a_failure_inside_the_callback_warns_once_and_training_goes_on(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(lightning_hooks, "named_parts", broken)
+    callback = GradscopeCallback(tmp_path, every_n_steps=1)
+    with pytest.warns(
+        GradscopeWarning, match=r"stopped recording .*RuntimeError: injected"
+    ) as seen:
+        model = _fit(False, [callback])
+    assert len([w for w in seen if issubclass(w.category, GradscopeWarning)]) == 1
+    assert callback.recorder is None and "training_step" not in vars(model)
+    assert model.trainer.global_step == BATCHES  # every batch trained
 
 
 def test_renamed_losses(tmp_path):
