@@ -154,7 +154,7 @@ class LightningHooks:
         if rec is None or rec.disabled:
             return
         try:
-            if not _observing(rec):  # a step with nothing due: no name is read
+            if _in_block(rec) and not _observing(rec):  # a batch with nothing due: no name read
                 parts = {TOTAL: loss}
             elif pl_module.automatic_optimization:
                 parts = named_parts(loss, output)
@@ -303,9 +303,14 @@ def named_parts(total: torch.Tensor, output: Mapping[str, Any] | None) -> dict[s
     return parts
 
 
+def _in_block(rec: Recorder) -> bool:
+    """Whether a batch's `rec.step()` block is open (outside one, a backward begins a step)."""
+    return rec._work.in_block  # noqa: SLF001 - the Recorder of this package
+
+
 def _observing(rec: Recorder) -> bool:
     """Whether the step in progress records or analyses (its losses' names matter):
-    elsewhere the parts' graph walk is not paid."""
+    elsewhere the parts' graph walk and the call-site lookup are not paid."""
     return rec._work.work is not None  # noqa: SLF001 - the Recorder of this package
 
 

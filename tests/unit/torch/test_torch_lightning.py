@@ -301,3 +301,40 @@ def test_pytorch_lightning_users_import_the_callback_of_their_package(tmp_path):
     (run,) = load_logdir(logger.log_dir)
     assert {step: set(tables) for step, tables in run.grads.items()} == {0: {"loss"}, 1: {"loss"}}
     assert run.flowgraph.cells["loss"]["net"] == fmt.UPDATES
+
+
+class EpochEndFit(L.LightningModule):
+    """Manual optimization; one more backward at the epoch's end, outside every batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y, _ = batch
+        fit = F.mse_loss(self.net(x).squeeze(1), y)
+        self.manual_backward(fit)
+        self.optimizers().step()
+        self.optimizers().zero_grad()
+
+    def on_train_epoch_end(self):
+        anchor = self.net.weight.pow(2).sum()
+        self.manual_backward(anchor)
+        self.optimizers().step()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), 0.01)
+
+
+def test_a_backward_outside_every_batch_is_a_step_of_its_own_named_by_its_call_site(tmp_path):
+    torch.manual_seed(0)
+    trainer = _trainer(False, [GradscopeCallback(tmp_path, every_n_steps=2)])
+    trainer.fit(EpochEndFit(), _data())  # batches: steps 0..5; the epoch's end: step 6
+    (run,) = load_logdir(str(tmp_path))
+    assert {s: set(t) for s, t in run.grads.items()} == {
+        0: {"fit"},
+        2: {"fit"},
+        4: {"fit"},
+        6: {"anchor"},
+    }
