@@ -24,7 +24,6 @@ from tb_gradscope.commands import doctor
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.torch import GradscopeWarning
 from tb_gradscope.torch import _lightning as lightning_hooks
-from tb_gradscope.torch._lightning import named_parts
 from tb_gradscope.torch.lightning import GradscopeCallback
 
 pytestmark = pytest.mark.slow
@@ -233,41 +232,6 @@ def test_a_single_named_part_is_its_own_gradient_not_the_backwards(tmp_path):
     part = _first_row(tmp_path, "part", weight=3.0, named=True)  # the backward: 3 x fit's
     assert alone.any()
     assert alone.tobytes() == part.tobytes()
-
-
-# ----- which tensors of the dict are rows (no training) ---------------------
-
-
-def _net():
-    torch.manual_seed(0)
-    return nn.Linear(3, 2), torch.randn(4, 3)
-
-
-def test_a_plain_total_is_the_loss():
-    net, x = _net()
-    total = net(x).sum()
-    assert named_parts(total, None) == {"loss": total}
-
-
-def test_the_dicts_parts_are_the_rows_weighted_or_not():
-    net, x = _net()
-    a, b = net(x)[:, 0].mean(), net(x)[:, 1].pow(2).mean()
-    total = (a + 0.5 * b) / 1  # Lightning divides by accumulate_grad_batches
-    out = {"loss": total, "a": a, "b": b, "acc": torch.tensor(0.5), "preds": net(x)}
-    assert named_parts(total, out) == {"a": a, "b": b}
-
-
-def test_a_term_the_dict_does_not_name_adds_the_total():
-    net, x = _net()
-    a = net(x).mean()
-    total = a + 0.01 * net.weight.pow(2).sum()  # a regulariser the dict leaves out
-    assert named_parts(total, {"loss": total, "a": a}) == {"a": a, "loss": total}
-
-
-def test_tensors_off_the_totals_graph_are_not_parts():
-    net, x = _net()
-    a, other = net(x).mean(), net(x).max()
-    assert named_parts(a * 2, {"loss": a * 2, "other": other}) == {"loss": a * 2}
 
 
 def test_pytorch_lightning_users_import_the_callback_of_their_package(tmp_path):
