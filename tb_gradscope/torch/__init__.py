@@ -17,6 +17,10 @@ torch.no_grad():` line of a cut), `_reach` (the autograd graph), `_flow`
 gradients) and `_torch_private` (every private torch symbol).
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
 never tensorflow.
+
+Public submodules, each imported on its own and bringing its framework:
+`lightning` and `pytorch_lightning` (`GradscopeCallback` for either Lightning
+package; the work is `_lightning`'s).
 """
 
 try:

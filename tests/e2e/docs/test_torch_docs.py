@@ -66,6 +66,26 @@ TRUTHS = {
     ),
     "frozen": ("finetune", {("ce", "head"): UPD, ("ce", "encoder"): BLK}),
     "ddp": ("ddp", {("mse", "net/0"): UPD, ("mse", "net/2"): UPD}),
+    "lightning_gan": (
+        "gan/version_0",
+        {
+            ("g_loss", "generator"): UPD,
+            ("g_loss", "discriminator"): BLK,
+            ("d_loss", "discriminator"): UPD,
+            ("d_loss", "generator"): BLK,
+        },
+    ),
+    "lightning_heads": (
+        "two_heads",
+        {
+            ("price", "backbone"): UPD,
+            ("price", "price_head"): UPD,
+            ("price", "category_head"): IND,
+            ("category", "backbone"): UPD,
+            ("category", "category_head"): UPD,
+            ("category", "price_head"): IND,
+        },
+    ),
 }
 
 
@@ -120,6 +140,14 @@ def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
     if name == "ddp":  # two ranks trained; rank 0 alone wrote, under scopes without module.
         assert len(list((tmp_path / "logs" / "ddp").iterdir())) == 1
         assert list(logs.grads[0]["mse"].info.scopes) == ["net", "net/0", "net/2"]
+    if name == "lightning_gan":
+        causes = {(e.loss, e.producer_scope.split("/")[0], e.cause) for e in graph.blocked_edges}
+        assert causes == {
+            ("g_loss", "discriminator", fg.CAUSE_TAPE_BOUNDARY),  # toggle_optimizer
+            ("d_loss", "generator", fg.CAUSE_STOP_GRADIENT),  # fake.detach()
+        }
+    if name == "lightning_heads":
+        assert logs.steps == [0, 2, 4, 6] and logs.conflict
     if name == "frozen":
         (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
         assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")
