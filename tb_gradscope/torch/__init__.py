@@ -11,8 +11,10 @@ its private parts, underscored: `_recorder` (`Recorder`), `_recording` (the
 work behind each call), `_losses` (`StartPoint`, the user's backward and each
 loss's gradient), `_names` (parameters -> scopes), `_capture` (forward
 dependence at a step that analyses), `_reach` (the autograd graph), `_flow`
-(the FlowGraph), `_stats` and `_drift` (the device kernels), `_pairs`
-(`pair_models`, "auto") and `_torch_private` (every private torch symbol).
+(the FlowGraph), `_stats` and `_drift` (the device kernels), `_loss_scale`
+(a GradScaler's scale and skipped steps), `_compile` (compiled code runs
+eagerly while the capture is on), `_pairs` (`pair_models`, "auto") and
+`_torch_private` (every private torch symbol).
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
 never tensorflow.
 """

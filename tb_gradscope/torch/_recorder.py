@@ -25,6 +25,7 @@ from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.scopes import ScopeSpec
 from tb_gradscope.torch import _pairs as pairs_lib
 from tb_gradscope.torch._drift import PairDrift
+from tb_gradscope.torch._loss_scale import LossScale
 from tb_gradscope.torch._losses import check_losses, user_backward
 from tb_gradscope.torch._names import name_parameters
 from tb_gradscope.torch._recording import TorchRecording
@@ -65,6 +66,9 @@ class Recorder:
         violations are written); None: the rules file's policy, else "log".
       conflict: record the gradient cosine between losses on shared scopes.
       scopes: a `ScopeSpec` (include / exclude / max_depth) over scope names.
+      grad_scaler: the `torch.amp.GradScaler` whose `scale()` scales the
+        losses you hand `rec.backward`: norms are recorded unscaled, and a
+        recorded step it skips (non-finite gradients) is a SKIPPED event.
 
     Several optimizers in one training step (DDPG, SAC, GANs, BYOL): put the
     step's body in `with rec.step():`, so it counts as one step whatever the
@@ -83,6 +87,7 @@ class Recorder:
         on_violation: str | None = None,
         conflict: bool = True,
         scopes: ScopeSpec | None = None,
+        grad_scaler: torch.amp.GradScaler | None = None,
     ):
         if (
             isinstance(every_n_steps, bool)
@@ -92,6 +97,7 @@ class Recorder:
             raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
         models = dict(models or {})
         optimizers = list(optimizers)
+        loss_scale = LossScale(grad_scaler) if grad_scaler is not None else None
         for i, opt in enumerate(optimizers):
             if not isinstance(opt, torch.optim.Optimizer):
                 raise TypeError(
@@ -120,7 +126,15 @@ class Recorder:
         infos = TableInfos(names.layout.scopes, attrs, rule_steps.checker.rule_texts)
         writer = RecordWriter(self.logdir, "tb_gradscope.torch")
         self._work = TorchRecording(
-            writer, names, optimizers, drifts, rule_steps, infos, every_n_steps, conflict
+            writer,
+            names,
+            optimizers,
+            drifts,
+            rule_steps,
+            infos,
+            every_n_steps,
+            conflict,
+            loss_scale,
         )
         self._hooks = [
             opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
