@@ -167,7 +167,8 @@ def test_a_recorded_step_reads_the_device_once(scaled, tmp_path):
 
 
 class DeviceOps(TorchDispatchMode):
-    """Aten ops that read a CUDA tensor and return a host tensor (device-to-host)."""
+    """Aten ops that read a CUDA tensor into host memory: a copy to a host
+    tensor, or `_local_scalar_dense` (`.item()`, `bool()`, `float()`)."""
 
     def __init__(self):
         super().__init__()
@@ -178,7 +179,7 @@ class DeviceOps(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         ins = [t for t in _tensors((args, kwargs)) if t.device.type == "cuda"]
         outs = [t for t in _tensors(out) if t.device.type == "cpu"]
-        if ins and outs:
+        if ins and (outs or "_local_scalar_dense" in str(func)):
             self.to_host.append(str(func))
         self.ops += 1
         return out
