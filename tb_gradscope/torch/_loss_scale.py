@@ -53,11 +53,10 @@ class LossScale:
 
 def unscaled(table: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """A GRAD_STATS table [..., 5] of scaled gradients as the unscaled gradients' table."""
-    scale = scale.to(table.dtype)
-    return torch.cat(
-        [table[..., :_L2], table[..., _L2 : _MAX_ABS + 1] / scale, table[..., _MAX_ABS + 1 :]],
-        dim=-1,
-    )
+    columns = list(table.unbind(-1))
+    for c in (_L2, _MAX_ABS):  # the columns that scale with the gradient
+        columns[c] = columns[c] / scale.to(table.dtype)
+    return torch.stack(columns, dim=-1)
 
 
 def overflowed(tables: Iterable[np.ndarray]) -> bool:

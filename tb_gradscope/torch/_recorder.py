@@ -97,7 +97,6 @@ class Recorder:
             raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
         models = dict(models or {})
         optimizers = list(optimizers)
-        loss_scale = LossScale(grad_scaler) if grad_scaler is not None else None
         for i, opt in enumerate(optimizers):
             if not isinstance(opt, torch.optim.Optimizer):
                 raise TypeError(
@@ -107,6 +106,7 @@ class Recorder:
             raise TypeError(
                 "scopes must be a tb_gradscope.ScopeSpec (include=, exclude=, max_depth=)"
             )
+        loss_scale = LossScale(grad_scaler) if grad_scaler is not None else None
         self.logdir = os.fspath(logdir)
         self.every_n_steps = every_n_steps
         self.disabled = False
