@@ -2,8 +2,9 @@
 the tables of the eager one, trains bitwise as without the recorder, and the
 recorder causes no graph break or recompile (torch._dynamo's counters).
 
-One module fixture compiles the DQN twice (with and without a recorder; tens of
-seconds on two cores), so every test here reads the same three runs.
+One module fixture compiles the DQN twice with inductor (with and without a
+recorder; tens of seconds on two cores), so the slow tests read the same three
+runs; a counting backend shows cheaply when compiled code runs eagerly.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from tb_gradscope import format as fmt
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.torch import Recorder, pair_models
 from tests.support.torch_loops import mlp
-
-pytestmark = pytest.mark.slow
 
 STEPS = 6
 EVERY = 2
@@ -98,6 +97,7 @@ def runs(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_a_compiled_model_and_loss_record_the_tables_of_the_eager_ones(runs):
     assert runs.compiled.grad_steps == runs.eager.grad_steps == list(range(0, STEPS, EVERY))
     for step in runs.eager.grad_steps:
@@ -110,6 +110,7 @@ def test_a_compiled_model_and_loss_record_the_tables_of_the_eager_ones(runs):
     assert sorted(runs.compiled.drift) == sorted(runs.eager.drift)
 
 
+@pytest.mark.slow
 def test_the_analysis_of_a_compiled_module_runs_on_its_eager_original(runs):
     graph, eager = runs.compiled.flowgraph, runs.eager.flowgraph
     assert graph.cells == eager.cells
@@ -124,11 +125,38 @@ def test_the_analysis_of_a_compiled_module_runs_on_its_eager_original(runs):
     assert cuts(graph) == cuts(eager) and cuts(graph)
 
 
+@pytest.mark.slow
 def test_the_compiled_step_with_the_recorder_is_bitwise_the_compiled_step_without(runs):
     assert all(torch.equal(a, b) for a, b in zip(runs.params, runs.plain_params))
 
 
+@pytest.mark.slow
 def test_the_recorder_causes_no_graph_break_and_no_recompile(runs):
     assert runs.plain_counts["graph_break"] == {}
     assert runs.counts == runs.plain_counts
     assert runs.counts["frames"]["total"] >= 2  # the model and the loss were compiled
+
+
+def test_compiled_code_runs_eagerly_while_any_recorder_watches(tmp_path):
+    """Two recorders watch from their construction to their first backward:
+    a compiled function compiles only once neither does."""
+    compiled = []
+
+    def backend(gm, example_inputs):
+        compiled.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    double = torch.compile(lambda x: x * 2, backend=backend)
+    nets = [mlp(2, 1), mlp(2, 1)]
+    recs = [Recorder(tmp_path / f"r{i}", models={"net": n}) for i, n in enumerate(nets)]
+    x = torch.randn(3, 2)
+    double(x)
+    recs[0].backward({"loss": nets[0](x).sum()})  # the first stops watching
+    double(x)
+    assert compiled == []  # the second still watches
+    recs[1].backward({"loss": nets[1](x).sum()})
+    double(x)
+    assert len(compiled) == 1
+    for rec in recs:
+        rec.close()
