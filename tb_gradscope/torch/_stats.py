@@ -63,9 +63,11 @@ def flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> t
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device`, copied without waiting for the device's queue
     (a blocking copy to a GPU waits for every kernel queued before it): from
-    pinned memory, non-blocking. On the CPU, the tensor itself."""
+    pinned memory, non-blocking, to a GPU; on the CPU, the tensor itself."""
     if host.device == device:
         return host
+    if device.type != "cuda":  # pinned memory is CUDA's
+        return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
 
 

@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tb_gradscope.torch import Recorder, pair_models
+from tb_gradscope.torch import _stats as stats
 from tests.support.torch_loops import mlp
 
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -255,3 +256,22 @@ def test_cuda_amp_fp16_norms_are_unscaled(tmp_path):
         scaler.update()
     (run,) = load_logdir(str(tmp_path))
     assert run.grads[0]["mse"].row("net")["l2"] == pytest.approx(norm, rel=1e-5)
+
+
+def test_host_index_tensors_stay_where_they_are_on_the_cpu():
+    index = torch.as_tensor([0, 2, 5])
+    assert stats.to_device(index, torch.device("cpu")) is index
+
+
+@cuda_only
+def test_cuda_host_index_tensors_reach_the_gpu_without_a_sync():
+    index = torch.as_tensor([0, 2, 5])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            on_gpu = stats.to_device(index, torch.device("cuda"))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert on_gpu.device.type == "cuda" and on_gpu.tolist() == [0, 2, 5]
+    assert not [w for w in seen if "synchroniz" in str(w.message)]
