@@ -12,9 +12,11 @@ work behind each call), `_losses` (`StartPoint`, the user's backward and each
 loss's gradient), `_names` (parameters -> scopes), `_capture` (forward
 dependence at a step that analyses; `_grad_mode_source`, the `with
 torch.no_grad():` line of a cut), `_reach` (the autograd graph), `_flow`
-(the FlowGraph), `_stats` and `_drift` (the device kernels), `_pairs`
-(`pair_models`, "auto"), `_distributed` (DDP: rank 0 writes, reduced
-gradients) and `_torch_private` (every private torch symbol).
+(the FlowGraph), `_stats` and `_drift` (the device kernels), `_loss_scale`
+(a GradScaler's scale and skipped steps), `_compile` (compiled code runs
+eagerly while the capture is on), `_pairs` (`pair_models`, "auto"),
+`_distributed` (DDP: rank 0 writes, reduced gradients) and `_torch_private`
+(every private torch symbol).
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
 never tensorflow.
 

@@ -26,6 +26,7 @@ from tb_gradscope.scopes import ScopeSpec
 from tb_gradscope.torch import _distributed as distributed
 from tb_gradscope.torch import _pairs as pairs_lib
 from tb_gradscope.torch._drift import PairDrift
+from tb_gradscope.torch._loss_scale import LossScale
 from tb_gradscope.torch._losses import check_losses, user_backward
 from tb_gradscope.torch._names import name_parameters
 from tb_gradscope.torch._recording import TorchRecording
@@ -66,6 +67,9 @@ class Recorder:
         violations are written); None: the rules file's policy, else "log".
       conflict: record the gradient cosine between losses on shared scopes.
       scopes: a `ScopeSpec` (include / exclude / max_depth) over scope names.
+      grad_scaler: the `torch.amp.GradScaler` whose `scale()` scales the
+        losses you hand `rec.backward`: norms are recorded unscaled, and a
+        recorded step it skips (non-finite gradients) is a SKIPPED event.
 
     Under torch.distributed (DistributedDataParallel), build it after
     `init_process_group` on every rank: only rank 0 records and writes
@@ -89,6 +93,7 @@ class Recorder:
         on_violation: str | None = None,
         conflict: bool = True,
         scopes: ScopeSpec | None = None,
+        grad_scaler: torch.amp.GradScaler | None = None,
     ):
         if (
             isinstance(every_n_steps, bool)
@@ -107,6 +112,7 @@ class Recorder:
             raise TypeError(
                 "scopes must be a tb_gradscope.ScopeSpec (include=, exclude=, max_depth=)"
             )
+        loss_scale = LossScale(grad_scaler) if grad_scaler is not None else None
         self.logdir = os.fspath(logdir)
         self.every_n_steps = every_n_steps
         self.disabled = False
@@ -132,7 +138,15 @@ class Recorder:
             else distributed.Unwritten()
         )
         self._work = TorchRecording(
-            writer, names, optimizers, drifts, rule_steps, infos, every_n_steps, conflict
+            writer,
+            names,
+            optimizers,
+            drifts,
+            rule_steps,
+            infos,
+            every_n_steps,
+            conflict,
+            loss_scale,
         )
         self._hooks = []
         self._closed = False

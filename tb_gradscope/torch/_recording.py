@@ -36,6 +36,7 @@ from tb_gradscope.core.drift import drift_table
 from tb_gradscope.core.rules import STEP_EVENTS, TRACE_EVENTS, HostRuleSteps
 from tb_gradscope.core.tables import TableInfos
 from tb_gradscope.core.writer import RecordWriter
+from tb_gradscope.torch import _compile as compile_lib
 from tb_gradscope.torch import _distributed as distributed
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
@@ -44,6 +45,7 @@ from tb_gradscope.torch._capture import Capture
 from tb_gradscope.torch._drift import PairDrift
 from tb_gradscope.torch._flow import LossFacts, flowgraph
 from tb_gradscope.torch._ledger import GradLedger
+from tb_gradscope.torch._loss_scale import LossScale, overflowed, unscaled
 from tb_gradscope.torch._losses import StartPoint, per_loss_gradients, tensor_of
 from tb_gradscope.torch._names import NamedParameters
 
@@ -59,6 +61,8 @@ class _StepWork:
     analysed: bool = False
     before: torch.Tensor | None = None
     grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    # With a GradScaler: each loss's scale at its backward (its table is unscaled by it).
+    scales: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     grams: list[tuple[list[str], list[set[int]], torch.Tensor]] = dataclasses.field(
         default_factory=list
     )
@@ -97,8 +101,10 @@ class TorchRecording:
         infos: TableInfos,
         every_n_steps: int,
         conflict: bool,
+        loss_scale: LossScale | None = None,
     ):
         self.writer = writer
+        self.loss_scale = loss_scale
         self.names = names
         self.params = names.params
         self.index = names.index
@@ -177,6 +183,7 @@ class TorchRecording:
         names = list(work.grads)
         tensors += [work.grads[n] for n in names]
         tensors += [gram for _, _, gram in work.grams]
+        tensors += [work.scales[n] for n in names if n in work.scales]
         update = None
         drift_sums: list[tuple[PairDrift, bool]] = []
         if work.recorded and work.before is not None:
@@ -191,11 +198,16 @@ class TorchRecording:
         host = iter(stats.pack(tensors))
         grad_tables = {n: next(host).astype(np.float32) for n in names}
         grams = [(losses, reach, next(host)) for losses, reach, _ in work.grams]
+        scales = {n: float(next(host)) for n in names if n in work.scales}
         update_table = next(host).astype(np.float32) if update is not None else None
         step = work.step
         if work.analysed and work.facts:
             self._write_flowgraph(step, work)
         if work.recorded:
+            if scales and overflowed(grad_tables.values()):  # the GradScaler skips this step
+                first = next(n for n in names if overflowed([grad_tables[n]]))
+                self.writer.write_blobs(*self.loss_scale.skipped(step, scales[first]), step)
+                grad_tables, grams = {}, []
             for name, table in grad_tables.items():
                 self.writer.write_table(self.infos.grad_stats(name), table, step)
                 self.rules.add_grads(step, name, table)
@@ -220,6 +232,7 @@ class TorchRecording:
         """Turns the capture on for the step that begins next (it analyses)."""
         if self.capture is None:
             self.capture = Capture(self.index, self.names.layout.variable_leaf)
+            compile_lib.eager_begin()  # compiled code runs its eager original meanwhile
             self.capture.__enter__()
 
     def stop_capture(self) -> None:
@@ -228,6 +241,7 @@ class TorchRecording:
         if capture is None:
             return
         private.leave_function_mode(capture)
+        compile_lib.eager_end()
         work = self.work
         if work is not None:
             for edge, count in capture.edges.items():
@@ -363,8 +377,8 @@ class TorchRecording:
         if work is None:
             return
         k = next((i for i, opt in enumerate(self.optimizers) if opt is optimizer), None)
-        if k is None:
-            return
+        if k is None or not (self.in_block or work.analysed):
+            return  # what a step applies is read by its analysis only
         work.optimizer_stepped = True
         with Capture.paused():
             consumed = work.ledger.consumed(self.members[k])
@@ -418,19 +432,24 @@ class TorchRecording:
         self._tables(work, list(losses), grads, reach)
 
     def _tables(self, work: _StepWork, names: list[str], grads, reach) -> None:
+        device = self.params[0].device
         reached = torch.zeros(len(names), len(self.params), dtype=torch.float64)
         for k, n in enumerate(names):
             reached[k, sorted(i for i in reach[n] if grads[i] is not None)] = 1.0
-        reached = reached.to(self.params[0].device)
+        reached = stats.to_device(reached, device)
         table, flat_grads = stats.grad_tables(grads, reached, self.rollup, len(names))
+        scale = self.loss_scale.current(device) if self.loss_scale is not None else None
+        if scale is not None:
+            table = unscaled(table, scale)
         for k, n in enumerate(names):
             work.grads[n] = table[k]
+            if scale is not None:
+                work.scales[n] = scale
         if self.conflict and len(names) > 1 and flat_grads is not None:
             present = [v for v, g in enumerate(grads) if g is not None]
             per_present = stats.gram(flat_grads, [self.sizes[v] for v in present])
-            full = torch.zeros(len(names), len(names), len(self.params), dtype=torch.float64)
-            full = full.to(per_present.device)
-            full[:, :, torch.as_tensor(present, device=full.device)] = per_present
+            full = per_present.new_zeros(len(names), len(names), len(self.params))
+            full[:, :, stats.to_device(torch.as_tensor(present), device)] = per_present
             rolled = self.rollup.sum(full.reshape(-1, len(self.params), 1)).reshape(
                 len(names), len(names), -1
             )
