@@ -20,7 +20,8 @@ A global optimizer step pre-hook counts optimizer steps for that rule and
 adopts an optimizer whose parameter groups hold a recorded parameter the
 first time it steps, as if it had been passed in `optimizers=`; any other
 optimizer costs a dict lookup. The user's backward always runs, exactly once
-and with exactly its arguments; other threads' backwards, backwards nested
+and with exactly its arguments (a `FlowRuleViolation` of `on_violation="raise"`
+comes out of it after it ran); other threads' backwards, backwards nested
 in an observed one and the recorder's own pass through untouched. One
 recorder watches at a time. Unwatching (also at `close()` and when the
 recorder steps aside after an error) puts the original function back.
@@ -38,6 +39,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.torch import _call_site
 from tb_gradscope.torch._losses import StartPoint
 
@@ -136,6 +138,7 @@ class Watch:
 
     def _backward(self, original: Any, args: tuple, kwargs: dict) -> None:
         observed = False
+        violation = None
         if (
             self._wrapper is not None
             and not self._busy
@@ -145,10 +148,15 @@ class Watch:
             self._busy += 1
             try:
                 observed = bool(self._rec._safely(self._before, args, kwargs))
+            except FlowRuleViolation as e:  # on_violation="raise", as the step ended
+                violation = e
             finally:
                 self._busy -= 1
         if not observed:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if violation is not None:
+                raise violation  # after the user's backward ran, as it always does
+            return result
         self._busy += 1  # a backward nested in this one passes through
         try:
             result = original(*args, **kwargs)

@@ -14,6 +14,7 @@ import torch
 
 from tb_gradscope import format as fmt
 from tb_gradscope.read.logdir import load_logdir
+from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.torch import GradscopeWarning, Recorder, _call_site
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
@@ -221,6 +222,32 @@ def test_stepping_aside_while_watching_gives_torch_its_backward_back(tmp_path, m
         loss.backward()
     assert net[0].weight.grad is not None  # the user's backward ran
     assert rec.disabled and torch.autograd.backward is original  # before close
+    rec.close()
+
+
+def test_a_violation_raised_while_watching_comes_after_the_users_backward(tmp_path):
+    torch.manual_seed(0)
+    online, target = torch_loops.mlp(2, 1), torch_loops.mlp(2, 1)
+    rec = Recorder(
+        tmp_path,
+        every_n_steps=1,
+        models={"online": online, "target": target},
+        rules=["blocked(td, target/*)"],
+        on_violation="raise",
+    )
+    x = torch.ones(3, 2)
+    opt = torch.optim.SGD(online.parameters(), 0.1)
+    with rec.watch():
+        td = (online(x) - target(x)).pow(2).mean()  # the target is not detached: a leak
+        td.backward()
+        opt.step()
+        expected = torch.autograd.grad((online(x) - target(x)).pow(2).mean(), [online[0].weight])
+        online.zero_grad()
+        td = (online(x) - target(x)).pow(2).mean()
+        with pytest.raises(FlowRuleViolation, match="target"):
+            td.backward()  # step 0 ends here: its violation is raised
+        assert torch.equal(online[0].weight.grad, expected[0])  # yet the backward ran
+    assert not rec.disabled
     rec.close()
 
 
