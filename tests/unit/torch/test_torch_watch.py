@@ -18,6 +18,7 @@ from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.torch import GradscopeWarning, Recorder, _call_site
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
+from tb_gradscope.torch._capture import Capture
 from tb_gradscope.torch._recording import TorchRecording
 from tests.support import torch_loops
 
@@ -277,15 +278,42 @@ def test_backwards_on_other_threads_pass_through(tmp_path):
 
 
 def test_unwatch_restores_torch_autograd_backward_exactly(tmp_path):
-    original = torch.autograd.backward
+    original, tensor_backward = torch.autograd.backward, torch.Tensor.backward
     net = torch_loops.mlp(2, 1)
     rec = Recorder(tmp_path, models={"net": net})
     with rec.watch():
         assert torch.autograd.backward is not original
-    assert torch.autograd.backward is original
+        assert torch.Tensor.backward is not tensor_backward
+    assert torch.autograd.backward is original and torch.Tensor.backward is tensor_backward
     rec.watch()
     rec.close()  # close unwatches
-    assert torch.autograd.backward is original
+    assert torch.autograd.backward is original and torch.Tensor.backward is tensor_backward
+
+
+def test_the_step_0_capture_goes_off_when_watched_step_0_ends(tmp_path, monkeypatch):
+    """The capture dispatches Tensor.backward with itself off its stack: watch
+    mode must turn it off before that, or it would observe every later op."""
+    observed = []
+    original = Capture.__torch_function__
+
+    def counting(self, *args, **kwargs):
+        observed.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Capture, "__torch_function__", counting)
+    net = torch_loops.mlp(2, 1)
+    opt = torch.optim.SGD(net.parameters(), 0.1)
+    rec = Recorder(tmp_path, every_n_steps=100, models={"net": net})
+    with rec.watch():
+        for step in range(4):
+            if step == 2:
+                observed.clear()  # step 0 ended at step 1's backward
+            td = net(torch.ones(3, 2)).pow(2).mean()
+            opt.zero_grad()
+            td.backward()
+            opt.step()
+    rec.close()
+    assert rec.step_count == 3 and observed == []
 
 
 def test_one_watch_at_a_time(tmp_path):
