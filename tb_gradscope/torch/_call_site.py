@@ -33,7 +33,14 @@ from types import CodeType, FrameType
 
 # Top-level packages whose frames are not call sites: the backward's plumbing.
 SKIPPED_PACKAGES = frozenset(
-    {"torch", "lightning", "pytorch_lightning", "lightning_fabric", "tb_gradscope"}
+    {
+        "torch",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "lightning_utilities",
+        "tb_gradscope",
+    }
 )
 # `X.backward(loss)` where X is one of these: X is a backward runner, the loss is the argument.
 _RUNNERS = frozenset({"autograd", "fabric", "accelerator"})
