@@ -230,8 +230,9 @@ class Recorder:
         return _Watching(self)
 
     def unwatch(self) -> None:
-        """Stops watching: `torch.autograd.backward` is torch's again and the
-        step watch mode opened is closed (it is written at the next step or `close()`)."""
+        """Stops watching: `Tensor.backward` and `torch.autograd.backward` are
+        torch's again, and the step watch mode opened is closed (it is written
+        at the next step or `close()`)."""
         if not self._watch.active:
             return
         self._watch.stop()
