@@ -72,7 +72,8 @@ class BackwardWatch:
 
     Args:
       recorder: the Recorder (its public API).
-      recording: its TorchRecording (`in_block`, `work`: the step's state).
+      recording: its TorchRecording (`in_block`, `work`: the step's state;
+        `next_watched_step`, the boundary).
       port: the recorder's own calls watch mode makes.
       renames: {call-site name: loss name}, the recorder's `losses=`.
     """
@@ -158,8 +159,9 @@ class BackwardWatch:
         if not self.step_open or (self._stepped and not self._seen.isdisjoint(names)):
             if self.step_open:
                 self.step_open = False
-                self._port.exit_block()
-            self._port.enter_block()
+                self._recording.next_watched_step()
+            else:
+                self._port.enter_block()
             self.step_open = True
             self._seen.clear()
             self._stepped = False

@@ -335,3 +335,28 @@ def test_one_watch_at_a_time(tmp_path):
 def test_loss_renames_are_checked(tmp_path):
     with pytest.raises(ValueError, match="loss name 'a/b'"):
         Recorder(tmp_path, models={"net": torch_loops.mlp(2, 1)}, losses={"x": "a/b"})
+
+
+def test_a_loss_first_seen_later_is_analysed_with_its_forward_captured(tmp_path):
+    """Watch mode learns a step ended only at the next step's first backward,
+    after that step's forward: the capture a waiting loss set needs is handed
+    over from step to step, not restarted late."""
+    torch.manual_seed(0)
+    net, other = torch_loops.mlp(2, 1), torch_loops.mlp(2, 1)
+    opt = torch.optim.SGD(net.parameters(), 0.01)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net, "other": other})
+    with rec.watch():
+        for step in range(10):
+            x = torch.randn(4, 2)
+            if step >= 3:  # its forward comes before the step's first backward
+                aux = (net(x) * other(x).detach()).mean()
+            td = net(x).pow(2).mean()
+            opt.zero_grad()
+            td.backward()
+            if step >= 3:
+                aux.backward()
+            opt.step()
+    rec.close()
+    cells = _run(tmp_path).flowgraph.cells
+    assert cells["aux"]["other"] == fmt.BLOCKED  # the .detach(), seen only by the capture
+    assert cells["td"]["other"] == fmt.INDEPENDENT
