@@ -65,6 +65,13 @@ def test_a_watched_dqn_records_the_tables_rec_backward_records(tmp_path):
         np.testing.assert_array_equal(
             watched.grads[step]["td"].values, explicit.grads[step]["td"].values
         )
+    for step in explicit.grad_steps:  # the step's update and the pair's drift too
+        np.testing.assert_array_equal(watched.updates[step].values, explicit.updates[step].values)
+    assert sorted(watched.drift) == sorted(explicit.drift) == ["target<-online"]
+    assert len(watched.drift["target<-online"]) == len(explicit.drift["target<-online"]) > 1
+    for (s1, a), (s2, b) in zip(watched.drift["target<-online"], explicit.drift["target<-online"]):
+        assert s1 == s2
+        np.testing.assert_array_equal(a.values, b.values)
     assert watched.flowgraph.cells == explicit.flowgraph.cells
     assert watched.flowgraph.cells["td"]["target"] == fmt.BLOCKED
     assert {loss.optimizer for loss in watched.flowgraph.losses} == {"opt0"}  # found
