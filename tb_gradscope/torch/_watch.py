@@ -213,7 +213,10 @@ class BackwardWatch:
         """The counter and the boundary; at a recording or analysing step, the
         observation. True: the backward is observed."""
         self.backwards += 1
-        tensors, grads, inputs = bind(*args, **kwargs)
+        try:
+            tensors, grads, inputs = bind(*args, **kwargs)
+        except TypeError:
+            return False  # arguments torch will reject itself: the user's error, not ours
         frame = _call_site.user_frame(sys._getframe())
         count = len(tensors)
         if frame is None:

@@ -259,6 +259,21 @@ def test_a_violation_raised_while_watching_comes_after_the_users_backward(tmp_pa
     rec.close()
 
 
+def test_a_backward_torch_rejects_raises_torchs_error_and_recording_goes_on(tmp_path):
+    net = torch_loops.mlp(2, 1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
+    with rec.watch():
+        with pytest.raises(TypeError):
+            net(torch.ones(1, 2)).sum().backward(None, None, False, None, "extra")
+        with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar"):
+            net(torch.ones(3, 2)).backward()  # not a scalar: torch's own error
+        td = net(torch.ones(1, 2)).sum()
+        td.backward()
+    rec.close()
+    assert not rec.disabled
+    assert list(_run(tmp_path).grads[0]) == ["td"]
+
+
 def test_a_recorder_backward_while_watching_is_not_observed_twice(tmp_path):
     net = torch_loops.mlp(2, 1)
     rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
