@@ -17,6 +17,7 @@ torch.no_grad():` line of a cut), `_reach` (the autograd graph), `_flow`
 eagerly while the capture is on), `_pairs` (`pair_models`, "auto"),
 `_distributed` (DDP: rank 0 writes, reduced gradients) and `_torch_private`
 (every private torch symbol).
+Watch mode (`rec.watch()`) is `_watch`'s, its loss names `_call_site`'s.
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
 never tensorflow.
 

@@ -30,6 +30,7 @@ from tb_gradscope.torch._loss_scale import LossScale
 from tb_gradscope.torch._losses import check_losses, user_backward
 from tb_gradscope.torch._names import name_parameters
 from tb_gradscope.torch._recording import TorchRecording
+from tb_gradscope.torch._watch import BackwardWatch, RecorderPort
 
 RECORDER_NAME = "torch"
 _SERIALS = itertools.count()  # warn_once keys: id() of a dead recorder may be reused
@@ -70,6 +71,8 @@ class Recorder:
       grad_scaler: the `torch.amp.GradScaler` whose `scale()` scales the
         losses you hand `rec.backward`: norms are recorded unscaled, and a
         recorded step it skips (non-finite gradients) is a SKIPPED event.
+      losses: {call-site name: loss name}, renaming the losses watch mode
+        names by their call site ({"critic_loss": "critic"}).
 
     Under torch.distributed (DistributedDataParallel), build it after
     `init_process_group` on every rank: only rank 0 records and writes
@@ -80,6 +83,11 @@ class Recorder:
     step's body in `with rec.step():`, so it counts as one step whatever the
     number of `rec.backward` and `opt.step()` calls. Otherwise each
     `rec.backward` call is one step.
+
+    Zero-code capture: inside `with rec.watch():` every `loss.backward()` is
+    observed as if it were `rec.backward({"loss": loss})`, each loss named by
+    its call site, and the optimizers that step the models' parameters are
+    found when they first step (`_watch`).
     """
 
     def __init__(
@@ -94,6 +102,7 @@ class Recorder:
         conflict: bool = True,
         scopes: ScopeSpec | None = None,
         grad_scaler: torch.amp.GradScaler | None = None,
+        losses: Mapping[str, str] | None = None,
     ):
         if (
             isinstance(every_n_steps, bool)
@@ -113,6 +122,7 @@ class Recorder:
                 "scopes must be a tb_gradscope.ScopeSpec (include=, exclude=, max_depth=)"
             )
         loss_scale = LossScale(grad_scaler) if grad_scaler is not None else None
+        renames = _renames(losses)
         self.logdir = os.fspath(logdir)
         self.every_n_steps = every_n_steps
         self.disabled = False
@@ -150,6 +160,14 @@ class Recorder:
         )
         self._hooks = []
         self._closed = False
+        port = RecorderPort(
+            self._safely,
+            self._enter_block,
+            self._exit_block,
+            self._adopt,
+            self._before_optimizer_step,
+        )
+        self._watch = BackwardWatch(self, self._work, port, renames)
         if self.rank != 0:
             self.disabled = True  # the user's backward only
             return
@@ -168,7 +186,8 @@ class Recorder:
         if not self.disabled:
             self._safely(self._before_backward, losses, inputs is None)
         try:
-            user_backward(losses, inputs)
+            with self._watch.paused():  # watched, this backward is not a second one
+                user_backward(losses, inputs)
         except BaseException:
             self.backward_failed()
             raise
@@ -207,8 +226,10 @@ class Recorder:
     @contextlib.contextmanager
     def step(self) -> Iterator[Recorder]:
         """One training step of several backwards and optimizer steps (DDPG, SAC, BYOL)."""
-        if self._work.in_block:
+        if self._work.in_block and not self._watch.step_open:
             raise RuntimeError("rec.step() blocks do not nest; close the first before the next")
+        if not self.disabled:
+            self._safely(self._watch.end_step)  # the block overrides watch mode's boundary
         if not self.disabled:
             self._safely(self._enter_block)
         try:
@@ -217,6 +238,36 @@ class Recorder:
             if not self.disabled:
                 self._safely(self._exit_block)
             self._work.in_block = False
+
+    def watch(self) -> _Watching:
+        """Observes every `Tensor.backward()` / `torch.autograd.backward` call on
+        this thread until `unwatch()` (or the end of a `with rec.watch():`
+        block): no change to the training code. Each loss is named by its call
+        site (`critic_loss.backward()` -> "critic_loss", else "file:line"),
+        renamed by `losses=`; a backward whose loss the step already saw, after
+        an optimizer step, begins the next step; optimizers holding recorded
+        parameters are adopted when they first step."""
+        if self._closed:
+            raise RuntimeError(
+                f"Recorder '{self.logdir}' is closed; a closed recorder cannot watch"
+            )
+        if self._watch.active:
+            raise RuntimeError(
+                f"Recorder '{self.logdir}' is already watching; rec.watch() does not nest"
+            )
+        if not self.disabled:
+            self._watch.start()
+        return _Watching(self)
+
+    def unwatch(self) -> None:
+        """Stops watching: `Tensor.backward` and `torch.autograd.backward` are
+        torch's again, and the step watch mode opened is closed (it is written
+        at the next step or `close()`)."""
+        if not self._watch.active:
+            return
+        self._watch.stop()
+        if not self.disabled:
+            self._safely(self._watch.end_step)
 
     @property
     def step_count(self) -> int:
@@ -240,6 +291,7 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
+        self.unwatch()
         for hook in self._hooks:
             hook.remove()
         try:
@@ -301,6 +353,12 @@ class Recorder:
         self._work.stop_capture()
         self._work.backwards_done()
 
+    def _adopt(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Watch mode found an optimizer; adopted if it steps a recorded parameter."""
+        if any(opt is optimizer for opt in self._work.optimizers):
+            return False  # given: its own hooks observe it
+        return self._work.add_optimizer(optimizer)
+
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
         work = self._work.work
         if self.disabled or work is None:
@@ -318,6 +376,7 @@ class Recorder:
 
     def _step_aside(self, error: Exception) -> None:
         self.disabled = True
+        self._watch.stop()
         self._work.drop_hooks()
         self._work.stop_capture()
         for hook in self._hooks:
@@ -327,6 +386,29 @@ class Recorder:
             f"tb_gradscope: Recorder '{self.logdir}' stopped recording after an error "
             f"({type(error).__name__}: {error}); training continues unaffected",
         )
+
+
+class _Watching:
+    """`rec.watch()`'s result: watching has begun; leaving its `with` block unwatches."""
+
+    def __init__(self, recorder: Recorder):
+        self._rec = recorder
+
+    def __enter__(self) -> Recorder:
+        return self._rec
+
+    def __exit__(self, *exc: Any) -> None:
+        self._rec.unwatch()
+
+
+def _renames(losses: Mapping[str, str] | None) -> dict[str, str]:
+    renames = dict(losses or {})
+    for old, new in renames.items():
+        if not isinstance(old, str) or not isinstance(new, str) or not new:
+            raise TypeError(f"losses={{{old!r}: {new!r}}}: map call-site names to loss names")
+        if "|" in new or "/" in new:
+            raise ValueError(f"losses: loss name {new!r}: use a string without '|' or '/'")
+    return renames
 
 
 def _declared(

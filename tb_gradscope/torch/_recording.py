@@ -121,15 +121,7 @@ class TorchRecording:
         self._flat_dtype = None if len(dtypes) == 1 else torch.float64
         # Per optimizer, the indices of the parameters it steps (a parameter
         # may be in several).
-        self.members = [
-            {
-                self.index[id(p)]
-                for g in opt.param_groups
-                for p in g["params"]
-                if id(p) in self.index
-            }
-            for opt in self.optimizers
-        ]
+        self.members = [self._members(opt) for opt in self.optimizers]
         self.step = 0
         self.open = False
         self.in_block = False
@@ -242,6 +234,31 @@ class TorchRecording:
             return
         private.leave_function_mode(capture)
         compile_lib.eager_end()
+        self._take_edges(capture)
+        capture.clear()
+
+    def next_watched_step(self) -> None:
+        """Watch mode's step boundary, met at the next step's first backward,
+        after that step's forward: ends the step in progress, begins the next.
+        While a loss set waits for an analysis with the capture, the capture
+        goes on across the boundary (it saw this forward); a capture turned on
+        only now missed it, so the step it begins does not count as captured."""
+        self.in_block = False
+        capture = self.capture
+        if capture is not None:
+            self._take_edges(capture)
+            capture.edges.clear()
+            capture.open_edges.clear()
+        self.backwards_done()  # keeps a capture that is on while a set waits
+        if capture is not None and not self.pending:
+            self.stop_capture()
+        late = capture is None and self.capture is not None
+        self.begin_step()
+        if late and self.work is not None:
+            self.work.captured = False
+        self.in_block = True
+
+    def _take_edges(self, capture: Capture) -> None:
         work = self.work
         if work is not None:
             for edge, count in capture.edges.items():
@@ -249,7 +266,6 @@ class TorchRecording:
             for edge, count in capture.open_edges.items():
                 work.open_edges[edge] = work.open_edges.get(edge, 0) + count
             work.capture_error = work.capture_error or capture.error
-        capture.clear()
 
     def after_backward(self) -> None:
         """After the user's backward: its losses are in `.grad`, the hooked
@@ -388,7 +404,23 @@ class TorchRecording:
             if facts is not None:
                 facts.optimizer = facts.optimizer or f"opt{k}"
 
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Watch mode adopts an optimizer (as if given) when it steps a recorded parameter."""
+        members = self._members(optimizer)
+        if members:
+            self.optimizers.append(optimizer)
+            self.members.append(members)
+        return bool(members)
+
     # ----- internals --------------------------------------------------------
+
+    def _members(self, optimizer: torch.optim.Optimizer) -> set[int]:
+        return {
+            self.index[id(p)]
+            for g in optimizer.param_groups
+            for p in g["params"]
+            if id(p) in self.index
+        }
 
     def _changed(self, work: _StepWork) -> bool:
         """Whether the step's losses were never analysed together, or reach other

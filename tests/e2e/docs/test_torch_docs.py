@@ -89,6 +89,19 @@ TRUTHS = {
     "gpu": ("dqn_gpu", {("td", "online"): UPD, ("td", "target"): BLK}),
     "amp": ("amp", {("ce", "net"): UPD}),
     "compile": ("dqn_compiled", {("td", "online"): UPD, ("td", "target"): BLK}),
+    "watch": (
+        "td3",
+        {
+            ("critic", "critic"): UPD,
+            ("critic", "actor"): IND,
+            ("critic", "actor_target"): BLK,
+            ("critic", "critic_target"): BLK,
+            ("actor", "actor"): UPD,
+            ("actor", "critic"): IGN,  # the optimizers were found: the critic's stepped before
+            ("actor", "actor_target"): IND,
+            ("actor", "critic_target"): IND,
+        },
+    ),
 }
 
 
@@ -158,6 +171,9 @@ def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
         assert norms and all(0 < n < 100 for n in norms), norms
     if name == "compile":
         assert logs.steps[:3] == [0, 10, 20] and logs.drift
+    if name == "watch":  # one step per call of train_step, named by call site and renamed
+        assert logs.steps[:3] == [0, 10, 20]
+        assert sorted(logs.drift) == ["actor_target<-actor", "critic_target<-critic"]
     if name == "frozen":
         (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
         assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")
