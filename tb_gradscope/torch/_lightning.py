@@ -154,7 +154,7 @@ class LightningHooks:
         if rec is None or rec.disabled:
             return
         try:
-            if _in_block(rec) and not _observing(rec):  # a batch with nothing due: no name read
+            if rec.in_step and not rec.observing:  # a batch with nothing due: no name read
                 parts = {TOTAL: loss}
             elif pl_module.automatic_optimization:
                 parts = named_parts(loss, output)
@@ -173,16 +173,6 @@ class LightningHooks:
         if self._in_backward:
             self._in_backward = False
             self.recorder.backward_observed()
-
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        """The optimizer is about to step, with the closure's gradients in `.grad`.
-
-        Automatic optimization runs the backward inside `optimizer.step(closure)`,
-        after torch's step pre-hook (the Recorder's) has fired: the recorder is
-        told again here, when the gradients it consumes are there."""
-        rec = self.recorder
-        if rec is not None and not rec.disabled:
-            rec._before_optimizer_step(optimizer)  # noqa: SLF001 - the Recorder of this package
 
     # ----- internals --------------------------------------------------------
 
@@ -301,17 +291,6 @@ def named_parts(total: torch.Tensor, output: Mapping[str, Any] | None) -> dict[s
     if beyond:
         parts[TOTAL] = total
     return parts
-
-
-def _in_block(rec: Recorder) -> bool:
-    """Whether a batch's `rec.step()` block is open (outside one, a backward begins a step)."""
-    return rec._work.in_block  # noqa: SLF001 - the Recorder of this package
-
-
-def _observing(rec: Recorder) -> bool:
-    """Whether the step in progress records or analyses (its losses' names matter):
-    elsewhere the parts' graph walk and the call-site lookup are not paid."""
-    return rec._work.work is not None  # noqa: SLF001 - the Recorder of this package
 
 
 def _safe(name: str) -> str:

@@ -166,13 +166,19 @@ class Recorder:
             self._exit_block,
             self._adopt,
             self._before_optimizer_step,
+            self._after_optimizer_step,
         )
         self._watch = BackwardWatch(self, self._work, port, renames)
         if self.rank != 0:
             self.disabled = True  # the user's backward only
             return
         self._hooks = [
-            opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
+            hook
+            for opt in optimizers
+            for hook in (
+                opt.register_step_pre_hook(self._before_optimizer_step),
+                opt.register_step_post_hook(self._after_optimizer_step),
+            )
         ]
         self._safely(self._work.start_capture)  # step 0 analyses; its forward comes first
 
@@ -277,6 +283,17 @@ class Recorder:
     global_step = step_count
 
     @property
+    def in_step(self) -> bool:
+        """Whether a `rec.step()` block is open (outside one, a backward begins a step)."""
+        return self._work.in_block
+
+    @property
+    def observing(self) -> bool:
+        """Whether the step in progress is recorded or analysed: a callback names
+        its losses only then (elsewhere a backward costs the step counter)."""
+        return not self.disabled and self._work.work is not None
+
+    @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
         """The recorded parameters, in layout order (for `record_gradients`)."""
         return self._work.params
@@ -359,9 +376,24 @@ class Recorder:
             return False  # given: its own hooks observe it
         return self._work.add_optimizer(optimizer)
 
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
-        work = self._work.work
-        if self.disabled or work is None:
+    def _before_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple = (), kwargs: Mapping | None = None
+    ) -> None:
+        """A step pre-hook: the gradients it applies are in `.grad` now, unless
+        a closure computes them inside the step (then the post-hook reads them)."""
+        if not _has_closure(args, kwargs):
+            self._optimizer_stepping(optimizer)
+
+    def _after_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple = (), kwargs: Mapping | None = None
+    ) -> None:
+        """A step post-hook: `optimizer.step(closure)` (LBFGS, Lightning's automatic
+        optimization) ran its backward after the pre-hook; `.grad` holds it now."""
+        if _has_closure(args, kwargs):
+            self._optimizer_stepping(optimizer)
+
+    def _optimizer_stepping(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.disabled or self._work.work is None:
             return
         self._safely(self._work.before_optimizer_step, optimizer)
 
@@ -409,6 +441,12 @@ def _renames(losses: Mapping[str, str] | None) -> dict[str, str]:
         if "|" in new or "/" in new:
             raise ValueError(f"losses: loss name {new!r}: use a string without '|' or '/'")
     return renames
+
+
+def _has_closure(args: tuple, kwargs: Mapping | None) -> bool:
+    """Whether `optimizer.step` was called with a closure (positional or keyword)."""
+    closure = args[0] if args else (kwargs or {}).get("closure")
+    return closure is not None
 
 
 def _declared(
