@@ -59,6 +59,8 @@ export interface UpdateStats {
   update_norm: number | null;
   weight_norm: number | null;
   ratio: number | null;
+  /** false when the update was not measured at the step; null without update stats. */
+  measured: boolean | null;
 }
 
 export interface Matrix {
@@ -301,6 +303,7 @@ function decodeMatrix(raw: Matrix): Matrix {
       update_norm: wireNumber(u.update_norm),
       weight_norm: wireNumber(u.weight_norm),
       ratio: wireNumber(u.ratio),
+      measured: typeof u.measured === "boolean" ? u.measured : null,
     };
   }
   return { ...raw, cells, updates };

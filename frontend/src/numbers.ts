@@ -38,6 +38,19 @@ export function formatOptional(value: number | null, received: boolean): string 
   return value === null && received ? "not recorded" : formatFull(value);
 }
 
+/**
+ * ‖Δθ‖ or ‖Δθ‖/‖θ‖ of a scope, through `format`; the route marks an update that
+ * was not measured (a TF1 step written before a train op writing the scope ran:
+ * NaN on disk, docs/FORMAT.md) `measured: false`, shown in words, never as NaN.
+ */
+export function formatUpdate(
+  value: number | null,
+  measured: boolean | null | undefined,
+  format: (value: number | null) => string,
+): string {
+  return measured === false ? "not measured" : format(value);
+}
+
 /** Position of `value` on a log scale between `low` and `high`, in [0, 1]. */
 export function logPosition(value: number, low: number, high: number): number {
   if (!(value > 0) || !(low > 0) || !(high > low)) return 0.5;

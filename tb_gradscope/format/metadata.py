@@ -66,6 +66,17 @@ def recorded_stat(row: Mapping[str, float], column: str) -> float | None:
     return value
 
 
+def update_measured(row: Mapping[str, float]) -> bool:
+    """Whether an update_stats row's `update_norm` was measured. NaN beside a
+    finite `weight_norm` means not: a TF1 step written before a train op
+    writing the scope ran at it. Both NaN is a measurement (the update made
+    the weights NaN)."""
+    update, weight = row.get("update_norm"), row.get("weight_norm")
+    if update is None or not math.isnan(update):
+        return True
+    return weight is None or not math.isfinite(weight)
+
+
 KIND_SPECS: Mapping[Kind, KindSpec] = {
     # grad_vars: how many variables of the scope received a gradient (0 means
     # "no gradient", i.e. tape.gradient returned None for all of them, and the

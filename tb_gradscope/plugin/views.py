@@ -16,7 +16,7 @@ from tensorboard import errors
 
 from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scope_tree
-from tb_gradscope.format.metadata import recorded_stat
+from tb_gradscope.format.metadata import recorded_stat, update_measured
 from tb_gradscope.plugin.encoding import jsonable, num
 from tb_gradscope.read import flowstate
 from tb_gradscope.read.evidence import blocked_text
@@ -147,13 +147,21 @@ def _blocked_by(cuts: list, loss: str, scope: str) -> list[dict[str, str]]:
 
 
 def _update(row: dict[str, float] | None) -> dict[str, Any]:
+    """A scope's applied update; `measured` false when its ‖Δθ‖ was not
+    measured at the step (NaN on disk, `update_measured`); all null when the
+    scope has no update stats at the step."""
     if row is None:
-        return {"update_norm": None, "weight_norm": None, "ratio": None}
+        return {"update_norm": None, "weight_norm": None, "ratio": None, "measured": None}
     update, weight = row.get("update_norm"), row.get("weight_norm")
     ratio = None
     if update is not None and weight is not None and weight != 0 and math.isfinite(weight):
         ratio = update / weight
-    return {"update_norm": num(update), "weight_norm": num(weight), "ratio": num(ratio)}
+    return {
+        "update_norm": num(update),
+        "weight_norm": num(weight),
+        "ratio": num(ratio),
+        "measured": update_measured(row),
+    }
 
 
 def _violations(run: RunLogs, step: int) -> set[tuple[str, str]]:

@@ -13,13 +13,13 @@ step; TD3's delayed actor) shows them all. NaN/Inf become null.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from tb_gradscope import format as fmt
 from tb_gradscope import rules as rules_lib
 from tb_gradscope import scopes as scopes_lib
+from tb_gradscope.format.metadata import update_measured
 from tb_gradscope.format.records import float_or_none
 from tb_gradscope.read.evidence import blocked_edge_dict
 from tb_gradscope.read.flowstate import NO_GRADIENT, cell_state
@@ -153,9 +153,9 @@ def _table(
         for s in scopes
         if updates is not None and s in updates
     }
-    # NaN update_norm: the step was written before a train op ran at it (TF1
-    # blocks), so its scopes' update was not measured (docs/FORMAT.md).
-    unmeasured = [s for s in update_rows if math.isnan(updates.row(s).get("update_norm", 0.0))]
+    # NaN update_norm beside a finite weight_norm: the step was written before
+    # a train op ran at it (TF1 blocks), so the update was not measured.
+    unmeasured = [s for s in update_rows if not update_measured(updates.row(s))]
     return {
         "losses": losses,
         "scopes": scopes,

@@ -58,8 +58,8 @@ class Before:
     (`DriftMonitor.read_sides`), which a record later in the call compares with
     instead of a snapshot taken by an earlier call; `one_step`: whether the
     call advances the step once, so that they are of the step before the
-    record's (else tau reads NaN, as without a snapshot: so at the run's first
-    step, as on every other path)."""
+    record's (else tau reads NaN, as without a snapshot). At the run's first
+    step they are the pairs as initialised."""
 
     sides: tf.Tensor
     one_step: bool | tf.Tensor
@@ -233,6 +233,24 @@ class DriftMonitor(tf.Module):
                     self._step_aside(e)
             if self._own_step and step is None:
                 self.step.assign_add(1)
+
+    def snapshot_before(self, step: int) -> None:
+        """Reads the pairs now as the end of step `step - 1` (eagerly), when a
+        record is due at `step`: where no call precedes the first step (the
+        Keras callback's `on_train_begin`), its record then compares with the
+        pairs as initialised, as every later record compares with the step
+        before."""
+        if self._disabled or not self.due_at(step):
+            return
+        try:
+            self._snapshot(self._group, tf.constant(step - 1, tf.int64))
+        except Exception as e:  # the record at `step` then has no step before, as without it
+            warn_once(
+                (id(self), "snapshot_before"),
+                f"DriftMonitor '{self.name}': the pairs could not be read before step {step} "
+                f"({type(e).__name__}: {e}); its drift record's step columns (tau, "
+                "target_step) read NaN. Training continues unaffected",
+            )
 
     def due_at(self, step: int) -> bool:
         """Whether the pairs are recorded in a step starting at `step` (a host-side int)."""

@@ -278,10 +278,10 @@ class Recording:
         at_start = s.variants.before(ctx)
         before = None
         if at_start is not None:  # the call's start: the step before if it advances once
-            started, sides, advanced = at_start
+            _, sides, advanced = at_start
             once = advanced + (s.block is not None) == 1
-            # At the run's first step no path has the step before: tau reads NaN there too.
-            before = Before(sides, one_step=tf.logical_and(once, started > 0))
+            # At the run's first step the call's start is the pair as initialised.
+            before = Before(sides, one_step=once)
         self._once(ctx, lambda: s.monitor.record(offset=offset, due=due, before=before))
 
     # ----- XLA: stats written outside ----------------------------------------

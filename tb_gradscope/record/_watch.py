@@ -10,7 +10,11 @@ handed to the recorder as it happens, with no line of the step changed:
   applies: no extra backward pass). It is named by the call site, after the
   local variable the calling code holds the target in (`critic_loss`), else
   `loss_<i>`; `losses=` renames. Calls from one place (a loop) are one loss,
-  taken at its first call;
+  taken at its first call. `losses=` may also split a summed loss into its
+  terms (`{"loss": ["actor_loss", "critic_loss"]}`: the local names the code
+  holds them under where it calls `tape.gradient`): each term is then a loss of
+  its own, differentiated on the same tape (made persistent for the call,
+  `_tape_calls.py`), as `Recorder.gradients` with both terms records them;
 - every Keras optimizer apply (`apply_gradients` or `apply`,
   `_optimizer_calls.py`) goes through `Recorder.apply`, which applies the same
   gradients to the same variables: the traced step's analysis then says which
@@ -32,7 +36,7 @@ so once, naming the explicit API, and keeps training.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -79,7 +83,7 @@ class Watch:
             )
         self.recorder = recorder
         self._fn = inner
-        self._renames = dict(losses or {})
+        self._renames, self._terms = _split_losses(recorder.name, losses or {})
         self.label = getattr(inner, "__name__", "step")
         self._step: StepFunction | None = None
         if not eager:
@@ -130,12 +134,20 @@ class Watch:
         seen.done()
         return out
 
-    def name_for(self, taped: TapedLoss, taken: Mapping[Any, str]) -> str:
-        """A loss's name: `losses=`'s for its call site's name, else that name
-        (`critic_loss`), else `loss_<i>`; a name taken gets `_<k>`."""
-        found = taped.called_as or f"loss_{len(taken)}"
+    def terms_of(self, called_as: str | None) -> tuple[str, ...]:
+        """The terms `losses=` splits the loss held as `called_as` into, or ()."""
+        return self._terms.get(called_as, ()) if called_as is not None else ()
+
+    @property
+    def has_terms(self) -> bool:
+        return bool(self._terms)
+
+    def name_for(self, found: str | None, taken: Sequence[str]) -> str:
+        """A loss's name: `losses=`'s for its call site's name `found`, else that
+        name (`critic_loss`), else `loss_<i>`; a name `taken` gets `_<k>`."""
+        found = found or f"loss_{len(taken)}"
         name = self._renames.get(found, found)
-        used = set(taken.values())
+        used = set(taken)
         base, k = name, 1
         while name in used:
             name, k = f"{base}_{k}", k + 1
@@ -149,32 +161,48 @@ class _Seen(TapeCalls):
         super().__init__()
         self._watch = watch
         self.recorder = watch.recorder
-        self._sites: dict[tuple, str] = {}  # call site -> loss name
+        self._sites: set[tuple] = set()  # the call sites seen
+        self._names: list[str] = []  # the loss names taken
         self._applied = 0
         self._busy = False  # the recorder itself is at work: its own calls are not the step's
+
+    def terms_of(self, called_as: str | None) -> tuple[str, ...]:
+        return () if self._busy else self._watch.terms_of(called_as)
+
+    @property
+    def wants_terms(self) -> bool:
+        return self._watch.has_terms and not self._busy
 
     def seen(self, taped: TapedLoss) -> None:
         if self._busy:
             return
         sources = tf.nest.flatten(taped.sources)
-        grads = tf.nest.flatten(taped.grads)
-        pairs = [(g, v) for g, v in zip(grads, sources) if _is_variable(v)]
-        if not pairs or taped.site in self._sites:
+        if not any(_is_variable(v) for v in sources) or taped.site in self._sites:
             return  # a gradient of inputs (a penalty's), or a loop's later call
-        name = self._watch.name_for(taped, self._sites)
-        self._sites[taped.site] = name
-        target = taped.target
-        rank = target.shape.rank
-        loss = (
-            target
-            if taped.output_gradients is None and rank == 0
-            else StartPoint(target, taped.output_gradients)
-        )
+        if taped.terms_missing:
+            self._warn(
+                "terms",
+                f"losses= splits '{taped.called_as}' into terms, but {taped.terms_missing}: "
+                f"it is recorded as one loss",
+            )
+        if taped.terms:
+            parts = [(found, term, None, grads) for found, (term, grads) in taped.terms.items()]
+        else:
+            parts = [(taped.called_as, taped.target, taped.output_gradients, taped.grads)]
+        self._sites.add(taped.site)
+        grads_by_loss, losses = {}, {}
+        for found, target, seeds, grads in parts:  # one call: the terms' conflict too
+            name = self._watch.name_for(found, self._names)
+            self._names.append(name)
+            flat = tf.nest.flatten(grads)
+            grads_by_loss[name] = [(g, v) for g, v in zip(flat, sources) if _is_variable(v)]
+            scalar = seeds is None and target.shape.rank == 0
+            losses[name] = target if scalar else StartPoint(target, seeds)
         self._busy = True
         try:
-            self.recorder.record_gradients({name: pairs}, losses={name: loss}, tape=taped.tape)
+            self.recorder.record_gradients(grads_by_loss, losses=losses, tape=taped.tape)
         except ValueError as e:
-            self._warn("loss", f"its loss '{name}' cannot be recorded ({e})")
+            self._warn("loss", f"its loss {', '.join(map(repr, losses))} cannot be recorded ({e})")
         finally:
             self._busy = False
 
@@ -219,3 +247,22 @@ class _Seen(TapeCalls):
 
 def _is_variable(value: Any) -> bool:
     return hasattr(value, "dtype") and hasattr(value, "assign")
+
+
+def _split_losses(
+    recorder: str, losses: Mapping[str, Any]
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """`losses=` as (renames {name in the code: loss name}, terms {name in the
+    code: the names of its terms}); anything else is an error naming it."""
+    renames, terms = {}, {}
+    for found, value in losses.items():
+        if isinstance(value, str):
+            renames[found] = value
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(t, str) for t in value):
+            terms[found] = tuple(value)
+        else:
+            raise ValueError(
+                f"Recorder '{recorder}'.watch(losses=...): the value for {found!r} is {value!r}; "
+                "give a loss name (a str) or the names of its terms (a list of str)"
+            )
+    return renames, terms

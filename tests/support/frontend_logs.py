@@ -227,20 +227,28 @@ def states_spec() -> RunSpec:
 
 def unrecorded_spec() -> RunSpec:
     """A run recorded without max_abs and zero_frac (`Recorder(grad_columns=...)`
-    leaves them out, so they read NaN) on `net/dense`; `net/kept` recorded them."""
-    scopes = ("net", "net/dense", "net/kept")
+    leaves them out, so they read NaN) on `net/dense`; `net/kept` recorded them.
+    `net/late`'s update was not measured (NaN ‖Δθ‖ beside a finite ‖θ‖: a TF1
+    train op that ran after the step was written); `net/diverged`'s weights went
+    NaN (both norms NaN, measured)."""
+    scopes = ("net", "net/dense", "net/diverged", "net/kept", "net/late")
     nan = float("nan")
     grads = {
         "net": (3.0, 0.875, nan, 0.0, nan),
         "net/dense": (2.0, 0.75, nan, 0.0, nan),
+        "net/diverged": grad_row(0.25, 1),
         "net/kept": grad_row(0.375, 1),
+        "net/late": grad_row(0.125, 1),
     }
+    updates = {s: (0.01, 2.0) for s in scopes}
+    updates["net/late"] = (nan, 2.0)
+    updates["net/diverged"] = (nan, nan)
     return RunSpec(
         name="unrecorded",
         scopes=scopes,
         static={"fit": {s: fmt.UPDATES for s in scopes}},
         grads={"fit": grads},
-        updates={s: (0.01, 2.0) for s in scopes},
+        updates=updates,
     )
 
 

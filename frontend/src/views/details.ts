@@ -5,7 +5,7 @@ import type { CellStats, Matrix } from "../api";
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { escapeName } from "../names";
-import { formatFull, formatOptional } from "../numbers";
+import { formatFull, formatOptional, formatUpdate } from "../numbers";
 import { cellKey } from "../compare";
 import type { MatrixDiff, Selection } from "./matrix";
 
@@ -41,9 +41,9 @@ export function renderDetails(matrix: Matrix, selection: Selection | null, diff:
     rows.push([`state in ${escapeName(diff.run)}`, theirs === undefined ? "the same" : stateInfo(theirs).label]);
   }
   rows.push(
-    ["‖Δθ‖ applied", formatFull(update?.update_norm ?? null)],
+    ["‖Δθ‖ applied", formatUpdate(update?.update_norm ?? null, update?.measured, formatFull)],
     ["‖θ‖", formatFull(update?.weight_norm ?? null)],
-    ["‖Δθ‖/‖θ‖", formatFull(update?.ratio ?? null)],
+    ["‖Δθ‖/‖θ‖", formatUpdate(update?.ratio ?? null, update?.measured, formatFull)],
   );
   const list = h("dl", {});
   for (const [term, value] of rows) {

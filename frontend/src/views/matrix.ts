@@ -7,7 +7,7 @@ import type { CellStats, LossEntry, Matrix, ScopeEntry, UpdateStats } from "../a
 import { h } from "../dom";
 import { stateInfo } from "../flowState";
 import { escapeName, nameElement } from "../names";
-import { formatCompact, formatFull, formatOptional } from "../numbers";
+import { formatCompact, formatFull, formatOptional, formatUpdate } from "../numbers";
 import { updatesShade } from "../shading";
 import type { Folding, ScopeTree } from "../scopeTree";
 import { cellKey as compareKey } from "../compare";
@@ -141,9 +141,9 @@ export class MatrixView {
       rowHeader,
       ...cells,
       h("td", { className: "gs-num", data: { column: "update_norm" }, attrs: { title: updateTitle(scope.name, update) } },
-        formatCompact(update?.update_norm ?? null)),
+        formatUpdate(update?.update_norm ?? null, update?.measured, formatCompact)),
       h("td", { className: "gs-num", data: { column: "ratio" }, attrs: { title: updateTitle(scope.name, update) } },
-        formatCompact(update?.ratio ?? null)),
+        formatUpdate(update?.ratio ?? null, update?.measured, formatCompact)),
     );
     return [row, controls];
   }
@@ -215,8 +215,8 @@ function updateTitle(scope: string, update: UpdateStats | undefined): string {
   if (update === undefined) return `${escapeName(scope)}\nno applied update recorded`;
   return [
     escapeName(scope),
-    `‖Δθ‖: ${formatFull(update.update_norm)}`,
+    `‖Δθ‖: ${formatUpdate(update.update_norm, update.measured, formatFull)}`,
     `‖θ‖: ${formatFull(update.weight_norm)}`,
-    `‖Δθ‖/‖θ‖: ${formatFull(update.ratio)}`,
+    `‖Δθ‖/‖θ‖: ${formatUpdate(update.ratio, update.measured, formatFull)}`,
   ].join("\n");
 }

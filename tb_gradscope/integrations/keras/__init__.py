@@ -42,8 +42,10 @@ class GradscopeCallback(GradscopeHooks, keras.callbacks.Callback):
     Each compiled output loss is a gradscope loss named as Keras names it
     (`q`, `aux`); what is recorded is the *weighted* loss (`loss_weight *
     loss`, the output's term in the total Keras differentiates), and each
-    record's metadata says so (`attrs`: `weighted`, `loss_weight`). Losses
-    added with `add_loss` or weight regularizers are not attributed. Applied
+    record's metadata says so (`attrs`: `weighted`, `loss_weight`). Each
+    term a layer adds with `add_loss` is a loss of its own, named after the
+    layer and the name its code holds the term under (`vq/commitment_loss`);
+    weight regularizers are not attributed. Applied
     updates are each scope's ||delta theta|| over the recorded step; the
     step's graph is analyzed once (blocked edges with source lines).
 

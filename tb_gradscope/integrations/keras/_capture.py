@@ -7,16 +7,24 @@ loss function is wrapped so that the tensor Keras computes for that output is
 also handed to us; Keras's own graph is unchanged (the wrapper returns the very
 same tensor). The recorded loss is the *weighted* one, `weight * loss`, i.e.
 exactly the output's term in the total loss Keras differentiates.
+
+Terms a layer adds with `add_loss` while the step is traced (a vector
+quantizer's codebook and commitment losses) are captured too, each a loss of
+its own after the compiled ones: named after the layer and the local name its
+code holds the term under (`vq/commitment_loss`; else `vq/add_loss_<k>`), its
+value summed as Keras sums it into the total.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tb_gradscope import _tf_private as private
@@ -41,10 +49,20 @@ class Captured:
     def __init__(self, installed: dict | None = None) -> None:
         self._installed = installed if installed is not None else {}
         self.values: dict[int, Any] = {}
+        self.added: dict[str, Any] = {}  # the `add_loss` terms traced, in order: name -> value
 
     @property
     def losses(self) -> list[OutputLoss]:
+        """The compiled output losses (the `add_loss` terms are `added`)."""
         return list(self._installed.get("losses", ()))
+
+    def add(self, name: str, value: Any) -> None:
+        """An `add_loss` term named `name` (made unique: `_<k>`), valued `value`."""
+        taken = {loss.name for loss in self.losses} | set(self.added)
+        unique, k = name, 1
+        while unique in taken:
+            unique, k = f"{name}_{k}", k + 1
+        self.added[unique] = tf.reduce_sum(value)  # as Keras sums it into the total
 
 
 class _Capturing:
@@ -161,9 +179,54 @@ def _uninstall(container: Any, kind: str, state: dict) -> None:
         _set(container, kind, state["flat"])
 
 
+_original_add_loss = keras.layers.Layer.add_loss
+_add_loss_lock = threading.Lock()
+_add_loss_depth = 0
+
+
+def _observed_add_loss(layer: Any, loss: Any) -> Any:
+    result = _original_add_loss(layer, loss)
+    captured = getattr(_current, "captured", None)
+    if captured is not None:
+        values = [v for v in tf.nest.flatten(loss) if tf.is_tensor(v)]
+        if values:
+            name = _held_as(loss) or f"add_loss_{len(captured.added)}"
+            value = values[0] if len(values) == 1 else tf.add_n([tf.reduce_sum(v) for v in values])
+            captured.add(f"{layer.name}/{name}", value)
+    return result
+
+
+def _held_as(value: Any) -> str | None:
+    """The local name the code calling `add_loss` holds `value` under, or None."""
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+    if caller is None:
+        return None
+    return next(
+        (k for k, v in caller.f_locals.items() if v is value and not k.startswith("_")), None
+    )
+
+
+@contextlib.contextmanager
+def _observe_add_loss() -> Iterator[None]:
+    """`keras.layers.Layer.add_loss` hands its terms to this thread's Captured while open."""
+    global _add_loss_depth
+    with _add_loss_lock:
+        _add_loss_depth += 1
+        keras.layers.Layer.add_loss = _observed_add_loss
+    try:
+        yield
+    finally:
+        with _add_loss_lock:
+            _add_loss_depth -= 1
+            if _add_loss_depth == 0:
+                keras.layers.Layer.add_loss = _original_add_loss
+
+
 @contextlib.contextmanager
 def capture_losses(model: Any) -> Iterator[Captured]:
-    """While open, Keras's per-output loss tensors traced by this thread land in the yielded Captured.
+    """While open, Keras's per-output loss tensors (and `add_loss` terms)
+    traced by this thread land in the yielded Captured.
 
     A loss container not built yet is wrapped right after Keras builds it
     (inside the first traced step). It is restored when the last open capture
@@ -171,18 +234,21 @@ def capture_losses(model: Any) -> Iterator[Captured]:
     """
     found = _container(model)
     if found is None:
-        yield Captured()
-        return
-    container, kind = found
-    state = _install(container, kind)
-    captured = Captured(state)
+        container = kind = state = None
+        captured = Captured()
+    else:
+        container, kind = found
+        state = _install(container, kind)
+        captured = Captured(state)
     previous = getattr(_current, "captured", None)
     _current.captured = captured
     try:
-        yield captured
+        with _observe_add_loss():
+            yield captured
     finally:
         _current.captured = previous
-        _uninstall(container, kind, state)
+        if state is not None:
+            _uninstall(container, kind, state)
 
 
 def weighted(model: Any, value: Any, loss: OutputLoss) -> tf.Tensor:

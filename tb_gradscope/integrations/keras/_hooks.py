@@ -192,6 +192,8 @@ class GradscopeHooks:
             self._records = KerasRecords(sink, self._attrs(), self._checker, self.on_violation)
             if self.pairs:
                 self._drift = self._drift_monitor(sink)
+        if self._drift is not None:  # the pairs as the first batch finds them
+            self._drift.snapshot_before(self._probe.current_step())
         self._probe.switch(True)
         if self._functions is not None:
             self._functions.install(steps_per_execution(self.model))

@@ -279,6 +279,7 @@ class StepProbe:
         ctx: ExecutionContext,
     ) -> None:
         found = captured.losses or [capture.OutputLoss(name, None) for name in taped]
+        found += [capture.OutputLoss(name, None) for name in captured.added]
         if not self.losses and found:
             self.losses = list(found)
             shape = [self.slots, len(self.losses), len(self.vlayout.layout.scopes), _N_GRAD]
@@ -294,6 +295,7 @@ class StepProbe:
                 if i < len(self.losses) and captured.losses[i] == self.losses[i]
             }
         known = {loss.name for loss in self.losses}
+        added = {name: value for name, value in captured.added.items() if name in known}
         watched = {}
         if not losses:  # a custom train_step: the losses its own tapes differentiated
             losses = {name: t.target for name, t in taped.items() if name in known}
@@ -306,6 +308,7 @@ class StepProbe:
                         f"is not a scalar (shape {list(taped[name].shape)}); recorded is the "
                         "gradient of its sum, which is what tape.gradient computes for it",
                     )
+        losses.update(added)  # each add_loss term a loss of its own
         self.captured |= set(losses)
         if self.flowgraph is None and losses and distribute.is_first_replica():
             self.flowgraph = flow.analyze_step(

@@ -185,6 +185,36 @@ def test_a_cell_without_max_abs_and_zero_frac_says_not_recorded(
     tab.assert_clean()
 
 
+def test_an_update_not_measured_says_not_measured(
+    open_tab: OpenTab, tensorboard: TensorBoard
+) -> None:
+    """A TF1 step written before a train op ran reads ‖Δθ‖ NaN, "not measured"
+    (docs/FORMAT.md): the ‖Δθ‖ and ‖Δθ‖/‖θ‖ columns, their tooltip and the
+    details panel say so in words; weights gone NaN still show "NaN"."""
+    spec = unrecorded_spec()
+    served = tensorboard.json("matrix", run=spec.name)["updates"]
+    assert served["net/late"]["measured"] is False and served["net/diverged"]["measured"] is True
+    tab = open_tab(run=spec.name)
+    late, diverged = tab.row("net/late"), tab.row("net/diverged")
+    for column in ("update_norm", "ratio"):
+        shown = late.locator(f'td[data-column="{column}"]')
+        assert shown.text_content() == "not measured", column
+        assert "‖Δθ‖: not measured" in shown.get_attribute("title").splitlines()
+        assert diverged.locator(f'td[data-column="{column}"]').text_content() in ("NaN", "–")
+    assert diverged.locator('td[data-column="update_norm"]').text_content() == "NaN"
+    tab.cell("fit", "net/late").click()
+    details = tab.frame.locator("#gs-details")
+
+    def field(name: str) -> str:
+        return details.locator(f'dd[data-field="{name}"]').text_content()
+
+    assert (field("‖Δθ‖ applied"), field("‖Δθ‖/‖θ‖")) == ("not measured", "not measured")
+    assert float(field("‖θ‖")) == spec.updates["net/late"][1]
+    tab.cell("fit", "net/diverged").click()
+    assert field("‖Δθ‖ applied") == "NaN"
+    tab.assert_clean()
+
+
 def test_step_slider_moves_over_kept_steps(open_tab: OpenTab, tensorboard: TensorBoard) -> None:
     steps = tensorboard.json("run", run="dqn")["steps"]
     first = tensorboard.json("matrix", run="dqn", step=str(steps[0]))["cells"]["td"]["online/l1"][

@@ -81,12 +81,16 @@ class OracleObserver:
         self.truths: dict[int, oracle.StepTruth] = {}
         self.pair_values: dict[int, dict[str, tuple[list, list]]] = {}
         self.pairs: dict[str, PairProbe] = {}
+        self._from_start = shape.drift_from_start
+        self._initial: dict[str, tuple[list, list]] | None = None  # the pairs before step 0
 
     def prepare(self, probe: TF1Probe) -> None:
         self._tf1.prepare(probe)
 
     def before(self, step: int, probe: StepProbe | TF1Probe) -> None:
         self._probe = probe
+        if self._initial is None and self._from_start and not isinstance(probe, TF1Probe):
+            self._initial = self._pair_values(probe)
         if step not in self._recorded or step in self.truths:
             return
         if isinstance(probe, TF1Probe):
@@ -101,6 +105,10 @@ class OracleObserver:
         probe = self._probe
         if probe is None or not probe.pairs:
             return
+        self.pair_values[drift_step] = self._pair_values(probe)
+
+    def _pair_values(self, probe: StepProbe | TF1Probe) -> dict[str, tuple[list, list]]:
+        """Each pair's (target, online) values now, copied."""
         values = {}
         for pair in probe.pairs:
             self.pairs[pair.name] = pair
@@ -114,13 +122,16 @@ class OracleObserver:
                 [np.array(x, copy=True) for x in t],
                 [np.array(x, copy=True) for x in o],
             )
-        self.pair_values[drift_step] = values
+        return values
 
     def drift_truths(self) -> dict[int, dict[str, oracle.DriftTruth]]:
         out: dict[int, dict[str, oracle.DriftTruth]] = {}
+        first = min(self.pair_values, default=None)
         for step, per_pair in self.pair_values.items():
             for name, (t, o) in per_pair.items():
                 before = self.pair_values.get(step - 1, {}).get(name)
+                if before is None and step == first and self._initial is not None:
+                    before = self._initial.get(name)  # the pairs as initialised
                 out.setdefault(step, {})[name] = oracle.drift_truth(
                     self.pairs[name], t, o, before[0] if before else None
                 )

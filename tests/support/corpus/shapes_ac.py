@@ -593,6 +593,7 @@ WATCHED = [
         name=f"{shape.name}_watched",
         train=_ddpg(shape.mutant_of is not None, watched=True),
         mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
     )
     for shape in SHAPES
     if shape.name in ("ddpg", "ddpg_leaky")

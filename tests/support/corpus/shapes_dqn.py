@@ -196,6 +196,7 @@ WATCHED = [
         name=f"{shape.name}_watched",
         train=build(leaky, watched=True),
         mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
     )
     for shape, (build, leaky) in zip(
         SHAPES, [(_dqn, False), (_dqn, True), (_double_dqn, False), (_double_dqn, True)]

@@ -199,6 +199,7 @@ SHAPES = [
         every_n_steps=README_EVERY,
         note="the README's custom loop (rec.function, apply, hard copy on rec.step, record_drift): "
         "drift labelled with its gradients' step, from step 0",
+        drift_from_start=True,
     ),
     Shape(
         "tf1_ppo_long_blocks",

@@ -179,6 +179,10 @@ class Shape:
       xfail: a reason when the shape needs product API that has not landed.
       xfail_tests: the corpus tests (function names) that reason breaks; each
         of them is a strict xfail, every other test must pass.
+      drift_from_start: the product measures the first drift record's step
+        columns (tau) from the pairs as initialised, read before the first
+        step (`rec.function`, `rec.watch`, the Keras callback); else they are
+        NaN there (a plain tf.function, the TF1 recorder).
       note: one line for docs/CORRECTNESS.md (what the shape is).
     """
 
@@ -194,6 +198,7 @@ class Shape:
     xfail: str | None = None
     xfail_tests: tuple[str, ...] = ()
     note: str = ""
+    drift_from_start: bool = False
 
     def __post_init__(self):
         if self.style not in STYLES:

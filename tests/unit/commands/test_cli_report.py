@@ -265,3 +265,16 @@ def test_an_update_not_measured_is_said_so_never_shown_as_zero(tmp_path):
     (run,) = json.loads(out)["runs"]
     assert run["unmeasured_updates"] == ["critic"]
     assert run["updates"]["critic"]["update_norm"] is None
+
+
+def test_weights_gone_non_finite_are_not_called_unmeasured(tmp_path):
+    """Both norms NaN is what an update that made the weights NaN measures:
+    `report` lists only the scope whose weights it read (finite ‖θ‖) and whose
+    ‖Δθ‖ it did not, the rule the tab follows (docs/FORMAT.md)."""
+    updates = fmt.make_info(fmt.Kind.UPDATE_STATS, "", ["critic", "diverged"])
+    nan = float("nan")
+    rf.write_records(str(tmp_path / "ppo"), [(updates, 40, [[nan, 1.5], [nan, nan]])])
+    code, out, _ = report(str(tmp_path), "--step", "40", "--format", "json")
+    assert code == 0
+    (run,) = json.loads(out)["runs"]
+    assert run["unmeasured_updates"] == ["critic"]

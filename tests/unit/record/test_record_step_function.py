@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tb_gradscope import rules
+from tb_gradscope.format.metadata import DRIFT_COLUMNS
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import GradscopeWarning, Recorder
 from tb_gradscope.record import _writing as writing
@@ -146,12 +147,27 @@ def _tables(logdir):
     }
 
 
-def _assert_same_records(one, two):
+# The DRIFT columns measured against the step before: at the run's first step a
+# plain tf.function has none (NaN), a `rec.function` call the pair as initialised.
+STEP_COLUMNS = [
+    DRIFT_COLUMNS.index(c)
+    for c in ("target_step", "tau", "online_step", "gap", "tau_reverse", "gap_reverse")
+]
+
+
+def _assert_same_records(one, two, first_step_from_start=False):
+    """`two` records what `one` does; with `first_step_from_start`, but for
+    the DRIFT step columns of the first step, NaN in `one` and measured in `two`."""
     assert one.keys() == two.keys()
     for key in one:
         assert one[key].keys() == two[key].keys(), key
         for step in one[key]:
             a, b = one[key][step], two[key][step]
+            if first_step_from_start and key[0].value == "drift" and step == min(one[key]):
+                assert np.isnan(a[:, STEP_COLUMNS]).all(), key
+                moves = [DRIFT_COLUMNS.index(c) for c in ("target_step", "online_step")]
+                assert np.isfinite(b[:, moves]).all(), key  # tau is NaN where a gap is 0
+                a, b = np.delete(a, STEP_COLUMNS, axis=1), np.delete(b, STEP_COLUMNS, axis=1)
             if isinstance(a, np.ndarray):
                 np.testing.assert_array_equal(a, b, err_msg=f"{key} at step {step}")
             else:
@@ -174,7 +190,7 @@ def test_wrapped_step_trains_and_records_bitwise_as_one_trace(tmp_path, shape):
         np.testing.assert_array_equal(a, b)
     one, two = _tables(str(tmp_path / "one")), _tables(str(tmp_path / "two"))
     assert len(one) >= 4  # grad stats, updates, drift, FlowGraph at least
-    _assert_same_records(one, two)
+    _assert_same_records(one, two, first_step_from_start=True)
 
 
 def test_unrecorded_steps_run_a_graph_without_recording_ops(tmp_path):
@@ -423,3 +439,63 @@ def test_an_advance_under_a_cond_makes_the_host_read_the_step_at_every_call(tmp_
     tables = _tables(str(tmp_path))
     grad_steps = sorted(tables[next(k for k in tables if k[0].value == "grad_stats")])
     assert grad_steps == [s for s in ran if s % 3 == 0]
+
+
+def _ema_run(logdir, watched, tau=0.25, steps=3):
+    """One net, its EMA copy updated after each apply, recorded every 2 steps,
+    by `rec.function` (explicit) or `rec.watch` (the step as written)."""
+    online, target = _nets()
+    opt = keras.optimizers.SGD(1e-1)
+    rec = Recorder(
+        logdir=logdir,
+        every_n_steps=2,
+        models={"online": online, "target": target},
+        pairs=[pair_models(target, online, tau=tau)],
+    )
+
+    def loss_of(s, a, r):
+        return tf.reduce_mean(tf.square(r - tf.gather(online(s), a, batch_dims=1)))
+
+    def ema():
+        for t, o in zip(target.weights, online.weights):
+            t.assign((1.0 - tau) * t + tau * o)
+
+    def explicit(s, a, r, s2):
+        with rec.tape() as tape:
+            losses = {"td": loss_of(s, a, r)}
+        rec.apply(opt, rec.gradients(tape, losses, online.trainable_variables))
+        ema()
+        rec.record_drift()
+
+    def as_written(s, a, r, s2):
+        with tf.GradientTape() as tape:
+            td = loss_of(s, a, r)
+        grads = tape.gradient(td, online.trainable_variables)
+        opt.apply_gradients(zip(grads, online.trainable_variables))
+        ema()
+
+    step = rec.watch(as_written) if watched else rec.function(explicit)
+    for b in _batches(steps):
+        step(*b)
+    rec.close()
+    (drift,) = [v for k, v in _tables(logdir).items() if k[0].value == "drift"]
+    return drift
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["function", "watch"])
+def test_drift_at_step_0_is_measured_from_the_pair_as_initialised(tmp_path, watched):
+    """The first recorded call compares the pair with itself as initialised
+    (read at the call's start), as every later record compares with the step
+    before: tau reads the EMA's rate at step 0 too, never NaN, and
+    gap_reverse (the target now against online as initialised) is the EMA's
+    own move, the copy's offset being 0 at the start."""
+    drift = _ema_run(str(tmp_path), watched)
+    columns = list(DRIFT_COLUMNS)
+    assert sorted(drift) == [0, 2]
+    for step, table in drift.items():
+        row = dict(zip(columns, table[0]))
+        assert row["tau"] == pytest.approx(0.25, abs=1e-4), step
+        assert np.isfinite(row["target_step"]) and row["target_step"] > 0, step
+    first = dict(zip(columns, drift[0][0]))
+    # target(0) - online(init) = tau * (online(0) - online(init)): tau of online's first move
+    assert first["gap_reverse"] == pytest.approx(0.25 * first["online_step"], rel=1e-4)

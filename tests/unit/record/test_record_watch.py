@@ -445,3 +445,103 @@ def test_a_step_without_a_tape_says_so_once_and_keeps_training(tmp_path):
     assert "rec.record_gradients" in watch_said[0]
     assert int(rec.step.numpy()) == 3
     assert int(opt.iterations.numpy()) == 3
+
+
+# ----- one summed loss, its terms named ---------------------------------------------------
+
+
+def _actor_critic(logdir, how, eager=False, steps=9):
+    """A shared trunk, a policy and a value head, one summed loss, one optimizer."""
+    keras.utils.set_random_seed(5)
+    x = keras.Input((4,))
+    trunk = keras.layers.Dense(8, activation="tanh", name="trunk")(x)
+    model = keras.Model(
+        x,
+        [keras.layers.Dense(3, name="policy")(trunk), keras.layers.Dense(1, name="value")(trunk)],
+        name="ac",
+    )
+    opt = keras.optimizers.Adam(1e-2)
+    rec = Recorder(logdir=logdir, every_n_steps=4, models=[model])
+
+    def losses(s, a, r):
+        logits, values = model(s)
+        advantage = tf.stop_gradient(r - values[:, 0])
+        log_prob = tf.gather(tf.nn.log_softmax(logits), a, batch_dims=1)
+        return -tf.reduce_mean(log_prob * advantage), tf.reduce_mean(tf.square(r - values[:, 0]))
+
+    def train_step(s, a, r):
+        with tf.GradientTape() as tape:
+            actor_loss, critic_loss = losses(s, a, r)
+            loss = actor_loss + critic_loss
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    def explicit_step(s, a, r):
+        with rec.tape() as tape:
+            actor_loss, critic_loss = losses(s, a, r)
+        terms = {"actor_loss": actor_loss, "critic_loss": critic_loss}
+        rec.apply(opt, rec.gradients(tape, terms, model.trainable_variables))
+
+    terms = {"loss": ["actor_loss", "critic_loss"]}
+    wrap = (lambda f: f) if eager else tf.function
+    step = {
+        "watched": lambda: rec.watch(train_step, eager=eager, losses=terms),
+        "explicit": lambda: rec.function(explicit_step) if not eager else explicit_step,
+        "unwatched": lambda: wrap(train_step),
+    }[how]()
+    for s, a, r, _ in _batches(steps, seed=5):
+        step(s, a, r)
+    rec.close()
+    return rec, step, [w.numpy() for w in model.weights]
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["traced", "eager"])
+def test_summed_loss_terms_named_in_losses_are_recorded_as_their_own_losses(tmp_path, eager):
+    """`losses={"loss": ["actor_loss", "critic_loss"]}`: the one `tape.gradient`
+    of the sum records each term as its own loss, as `rec.gradients` with both
+    terms does, and trains bitwise as the unwatched step."""
+    _, _, plain = _actor_critic(str(tmp_path / "plain"), "unwatched", eager)
+    _, _, watched = _actor_critic(str(tmp_path / "watched"), "watched", eager)
+    for a, b in zip(plain, watched):
+        np.testing.assert_array_equal(a, b)
+    _actor_critic(str(tmp_path / "explicit"), "explicit", eager)
+    mine = _tables(str(tmp_path / "watched"), skip_flowgraph=True)
+    theirs = _tables(str(tmp_path / "explicit"), skip_flowgraph=True)
+    names = sorted(name for kind, name in mine if kind == "grad_stats")
+    assert names == ["actor_loss", "critic_loss"]
+    for key in theirs:
+        if key[0] not in ("grad_stats", "conflict"):
+            continue
+        assert mine[key].keys() == theirs[key].keys(), key
+        for step, table in theirs[key].items():
+            np.testing.assert_allclose(
+                mine[key][step], table, rtol=1e-5, atol=1e-7, err_msg=str(key)
+            )
+
+
+def test_terms_of_a_tape_made_outside_the_step_say_so_and_record_the_sum(tmp_path):
+    keras.utils.set_random_seed(0)
+    net = _net("net", 4, 2)
+    opt = keras.optimizers.SGD(1e-2)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=1, models=[net])
+
+    @rec.watch(eager=True, losses={"loss": ["first", "second"]})
+    def step(tape, loss, first, second):
+        opt.apply_gradients(
+            zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables)
+        )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with tf.GradientTape() as tape:
+                out = net(tf.ones([2, 4]))
+                first, second = tf.reduce_mean(out), tf.reduce_mean(tf.square(out))
+                loss = first + second
+            step(tape, loss, first, second)
+    said = [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)]
+    assert len(said) == 1 and "'loss'" in said[0] and "terms" in said[0], said
+    rec.close()
+    (run,) = read_records(str(tmp_path)).values()
+    assert [name for kind, name in run if kind == "grad_stats"] == ["loss"]

@@ -48,3 +48,22 @@ def test_ema_target_drift_is_recorded_with_its_tau(tmp_path):
     grads = records[("grad_stats", "q")]
     assert [r.step for r in grads] == [r.step for r in drift]
     assert np.isfinite([r.value.row("agent")["l2"] for r in grads]).all()
+
+
+def test_drift_at_step_0_is_measured_from_the_pair_as_initialised(tmp_path):
+    """The pair is read when training begins, so the record at step 0 compares
+    with the pair as initialised, as later records compare with the batch
+    before: tau reads the EMA's rate at step 0 too, never NaN."""
+    model = two_output_model()
+    target = keras.models.clone_model(model)
+    target.name = "target"
+    target.set_weights(model.get_weights())
+    pair = pair_models(target, model, tau=TAU)
+    callback = GradscopeCallback(str(tmp_path), every_n_batches=EVERY, pairs=[pair])
+    fit(model, [SoftUpdate(target), callback])
+    [drift] = [v for (kind, _), v in read_records(str(tmp_path)).items() if kind == "drift"]
+    first = drift[0]
+    assert first.step == 0
+    row = first.value.row(first.value.info.scopes[0])
+    assert row["tau"] == pytest.approx(TAU, abs=1e-4)
+    assert np.isfinite(row["target_step"]) and row["target_step"] > 0
