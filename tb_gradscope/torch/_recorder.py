@@ -28,6 +28,7 @@ from tb_gradscope.torch._drift import PairDrift
 from tb_gradscope.torch._losses import check_losses, user_backward
 from tb_gradscope.torch._names import name_parameters
 from tb_gradscope.torch._recording import TorchRecording
+from tb_gradscope.torch._watch import Watch
 
 RECORDER_NAME = "torch"
 _SERIALS = itertools.count()  # warn_once keys: id() of a dead recorder may be reused
@@ -65,11 +66,18 @@ class Recorder:
         violations are written); None: the rules file's policy, else "log".
       conflict: record the gradient cosine between losses on shared scopes.
       scopes: a `ScopeSpec` (include / exclude / max_depth) over scope names.
+      losses: {call-site name: loss name}, renaming the losses watch mode
+        names by their call site ({"critic_loss": "critic"}).
 
     Several optimizers in one training step (DDPG, SAC, GANs, BYOL): put the
     step's body in `with rec.step():`, so it counts as one step whatever the
     number of `rec.backward` and `opt.step()` calls. Otherwise each
     `rec.backward` call is one step.
+
+    Zero-code capture: inside `with rec.watch():` every `loss.backward()` is
+    observed as if it were `rec.backward({"loss": loss})`, each loss named by
+    its call site, and the optimizers that step the models' parameters are
+    found when they first step (`_watch`).
     """
 
     def __init__(
@@ -83,6 +91,7 @@ class Recorder:
         on_violation: str | None = None,
         conflict: bool = True,
         scopes: ScopeSpec | None = None,
+        losses: Mapping[str, str] | None = None,
     ):
         if (
             isinstance(every_n_steps, bool)
@@ -101,6 +110,7 @@ class Recorder:
             raise TypeError(
                 "scopes must be a tb_gradscope.ScopeSpec (include=, exclude=, max_depth=)"
             )
+        renames = _renames(losses)
         self.logdir = os.fspath(logdir)
         self.every_n_steps = every_n_steps
         self.disabled = False
@@ -126,6 +136,7 @@ class Recorder:
             opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
         ]
         self._closed = False
+        self._watch = Watch(self, renames)
         self._safely(self._work.start_capture)  # step 0 analyses; its forward comes first
 
     # ----- the training loop's calls ---------------------------------------
@@ -138,7 +149,8 @@ class Recorder:
         if not self.disabled:
             self._safely(self._before_backward, losses, inputs is None)
         try:
-            user_backward(losses, inputs)
+            with self._watch.paused():  # watched, this backward is not a second one
+                user_backward(losses, inputs)
         except BaseException:
             self.backward_failed()
             raise
@@ -177,8 +189,10 @@ class Recorder:
     @contextlib.contextmanager
     def step(self) -> Iterator[Recorder]:
         """One training step of several backwards and optimizer steps (DDPG, SAC, BYOL)."""
-        if self._work.in_block:
+        if self._work.in_block and not self._watch.step_open:
             raise RuntimeError("rec.step() blocks do not nest; close the first before the next")
+        if not self.disabled:
+            self._safely(self._watch.end_step)  # the block overrides watch mode's boundary
         if not self.disabled:
             self._safely(self._enter_block)
         try:
@@ -187,6 +201,35 @@ class Recorder:
             if not self.disabled:
                 self._safely(self._exit_block)
             self._work.in_block = False
+
+    def watch(self) -> _Watching:
+        """Observes every `Tensor.backward()` / `torch.autograd.backward` call on
+        this thread until `unwatch()` (or the end of a `with rec.watch():`
+        block): no change to the training code. Each loss is named by its call
+        site (`critic_loss.backward()` -> "critic_loss", else "file:line"),
+        renamed by `losses=`; a backward whose loss the step already saw, after
+        an optimizer step, begins the next step; optimizers holding recorded
+        parameters are adopted when they first step."""
+        if self._closed:
+            raise RuntimeError(
+                f"Recorder '{self.logdir}' is closed; a closed recorder cannot watch"
+            )
+        if self._watch.active:
+            raise RuntimeError(
+                f"Recorder '{self.logdir}' is already watching; rec.watch() does not nest"
+            )
+        if not self.disabled:
+            self._watch.start()
+        return _Watching(self)
+
+    def unwatch(self) -> None:
+        """Stops watching: `torch.autograd.backward` is torch's again and the
+        step watch mode opened is closed (it is written at the next step or `close()`)."""
+        if not self._watch.active:
+            return
+        self._watch.stop()
+        if not self.disabled:
+            self._safely(self._watch.end_step)
 
     @property
     def step_count(self) -> int:
@@ -210,6 +253,7 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
+        self.unwatch()
         for hook in self._hooks:
             hook.remove()
         try:
@@ -271,6 +315,12 @@ class Recorder:
         self._work.stop_capture()
         self._work.backwards_done()
 
+    def _adopt(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Watch mode found an optimizer; adopted if it steps a recorded parameter."""
+        if any(opt is optimizer for opt in self._work.optimizers):
+            return False  # given: its own hooks observe it
+        return self._work.add_optimizer(optimizer)
+
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
         work = self._work.work
         if self.disabled or work is None:
@@ -288,6 +338,7 @@ class Recorder:
 
     def _step_aside(self, error: Exception) -> None:
         self.disabled = True
+        self._watch.stop()
         self._work.drop_hooks()
         self._work.stop_capture()
         for hook in self._hooks:
@@ -297,6 +348,29 @@ class Recorder:
             f"tb_gradscope: Recorder '{self.logdir}' stopped recording after an error "
             f"({type(error).__name__}: {error}); training continues unaffected",
         )
+
+
+class _Watching:
+    """`rec.watch()`'s result: watching has begun; leaving its `with` block unwatches."""
+
+    def __init__(self, recorder: Recorder):
+        self._rec = recorder
+
+    def __enter__(self) -> Recorder:
+        return self._rec
+
+    def __exit__(self, *exc: Any) -> None:
+        self._rec.unwatch()
+
+
+def _renames(losses: Mapping[str, str] | None) -> dict[str, str]:
+    renames = dict(losses or {})
+    for old, new in renames.items():
+        if not isinstance(old, str) or not isinstance(new, str) or not new:
+            raise TypeError(f"losses={{{old!r}: {new!r}}}: map call-site names to loss names")
+        if "|" in new or "/" in new:
+            raise ValueError(f"losses: loss name {new!r}: use a string without '|' or '/'")
+    return renames
 
 
 def _declared(

@@ -112,15 +112,7 @@ class TorchRecording:
         self._flat_dtype = None if len(dtypes) == 1 else torch.float64
         # Per optimizer, the indices of the parameters it steps (a parameter
         # may be in several).
-        self.members = [
-            {
-                self.index[id(p)]
-                for g in opt.param_groups
-                for p in g["params"]
-                if id(p) in self.index
-            }
-            for opt in self.optimizers
-        ]
+        self.members = [self._members(opt) for opt in self.optimizers]
         self.step = 0
         self.open = False
         self.in_block = False
@@ -362,7 +354,23 @@ class TorchRecording:
             if facts is not None:
                 facts.optimizer = facts.optimizer or f"opt{k}"
 
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Watch mode adopts an optimizer (as if given) when it steps a recorded parameter."""
+        members = self._members(optimizer)
+        if members:
+            self.optimizers.append(optimizer)
+            self.members.append(members)
+        return bool(members)
+
     # ----- internals --------------------------------------------------------
+
+    def _members(self, optimizer: torch.optim.Optimizer) -> set[int]:
+        return {
+            self.index[id(p)]
+            for g in optimizer.param_groups
+            for p in g["params"]
+            if id(p) in self.index
+        }
 
     def _changed(self, work: _StepWork) -> bool:
         """Whether the step's losses were never analysed together, or reach other

@@ -65,6 +65,19 @@ TRUTHS = {
         },
     ),
     "frozen": ("finetune", {("ce", "head"): UPD, ("ce", "encoder"): BLK}),
+    "watch": (
+        "td3",
+        {
+            ("critic", "critic"): UPD,
+            ("critic", "actor"): IND,
+            ("critic", "actor_target"): BLK,
+            ("critic", "critic_target"): BLK,
+            ("actor", "actor"): UPD,
+            ("actor", "critic"): IGN,  # the optimizers were found: the critic's stepped before
+            ("actor", "actor_target"): IND,
+            ("actor", "critic_target"): IND,
+        },
+    ),
 }
 
 
@@ -116,6 +129,9 @@ def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
         assert [(info.name, info.kind) for info in graph.losses] == [("td", "start_point")]
     if name == "ema":
         assert logs.drift, "pairs='auto' recognised the AveragedModel"
+    if name == "watch":  # one step per call of train_step, named by call site and renamed
+        assert logs.steps[:3] == [0, 10, 20]
+        assert sorted(logs.drift) == ["actor_target<-actor", "critic_target<-critic"]
     if name == "frozen":
         (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
         assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")
