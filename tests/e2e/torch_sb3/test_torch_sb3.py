@@ -7,8 +7,6 @@ algorithm's train() does, its targets are paired at its own rate, and
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
 import pathlib
 import weakref
 from collections.abc import Callable
@@ -19,30 +17,17 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 import torch  # noqa: E402
-from stable_baselines3 import DQN, PPO, SAC, TD3  # noqa: E402
+from stable_baselines3 import PPO, SAC, TD3  # noqa: E402
 
 from tb_gradscope import format as fmt  # noqa: E402
-from tb_gradscope.cli import build_parser  # noqa: E402
 from tb_gradscope.read.logdir import load_logdir  # noqa: E402
 from tb_gradscope.read.runs import RunLogs  # noqa: E402
 from tb_gradscope.torch.sb3 import GradscopeCallback  # noqa: E402
+from tests.support.torch_sb3 import DQN_STEPS, doctor, make_dqn, tiny  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 UPD, IGN, BLK, IND = fmt.UPDATES, fmt.IGNORED, fmt.BLOCKED, fmt.INDEPENDENT
-
-
-def tiny(**kwargs: Any) -> dict:
-    """Tiny nets on the CPU, seeded; a fresh dict each time (SAC writes into policy_kwargs)."""
-    return {"policy_kwargs": {"net_arch": [16]}, "device": "cpu", "seed": 0, **kwargs}
-
-
-def make_dqn(cls: type = DQN) -> Any:
-    # A copy every 100 env steps at 1 gradient step per 4: every 25 gradient steps.
-    return cls("MlpPolicy", "CartPole-v1", learning_starts=50, target_update_interval=100, **tiny())
-
-
-DQN_STEPS = 600  # 550 env steps of training: 137 or 138 gradient steps
 
 
 @dataclasses.dataclass
@@ -72,14 +57,6 @@ def train(
     model.learn(steps, callback=callback)
     (logs,) = load_logdir(str(root))
     return Trained(model, callback, str(root), logs, doctor(str(root)), seen)
-
-
-def doctor(logdir: str, *extra: str) -> tuple[int, list[dict]]:
-    args = build_parser().parse_args(["doctor", logdir, "--format", "json", *extra])
-    out = io.StringIO()
-    code = args.run(args, out, io.StringIO())
-    (run,) = json.loads(out.getvalue())["runs"]
-    return code, run["findings"]
 
 
 def count_critic_gradients(critic: torch.nn.Module, optimizers: dict) -> dict:
