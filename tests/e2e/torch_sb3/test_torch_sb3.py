@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 import torch  # noqa: E402
-from stable_baselines3 import PPO, SAC, TD3  # noqa: E402
+from stable_baselines3 import A2C, PPO, SAC, TD3  # noqa: E402
 
 from tb_gradscope import format as fmt  # noqa: E402
 from tb_gradscope.read.logdir import load_logdir  # noqa: E402
@@ -249,6 +249,15 @@ def test_ppo_combined_loss_updates_the_whole_policy(sb3_ppo):
         assert sb3_ppo.state("loss", scope) == UPD, scope
     assert sb3_ppo.callback.recorder.step_count == 7  # one step per minibatch
     assert sb3_ppo.logs.steps == [0, 3, 6] and not sb3_ppo.logs.drift
+
+
+def test_a2c_one_loss_updates_the_whole_policy(tmp_path):
+    # 8 rollouts of 8 steps: one gradient step each.
+    model = A2C("MlpPolicy", "CartPole-v1", n_steps=8, **tiny())
+    trained = train(tmp_path, "a2c", model, 64, every_n_steps=2)
+    assert trained.state("loss", "policy/action_net") == UPD
+    assert trained.state("loss", "policy/value_net") == UPD
+    assert trained.callback.recorder.step_count == 7 and trained.doctor == (0, [])
 
 
 # ----- all four --------------------------------------------------------------
