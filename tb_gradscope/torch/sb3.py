@@ -181,14 +181,18 @@ class GradscopeCallback(BaseCallback):
         analysis watches that call's forward passes, not a rollout's)."""
         if self.recorder is None and self.structure is not None:
             s = self.structure
-            self.recorder = Recorder(
-                self.logdir,
-                every_n_steps=self.every_n_steps,
-                models=s.models,
-                optimizers=s.optimizers,
-                pairs=s.pairs,
-                **self._options,
-            )
+            try:
+                self.recorder = Recorder(
+                    self.logdir,
+                    every_n_steps=self.every_n_steps,
+                    models=s.models,
+                    optimizers=s.optimizers,
+                    pairs=s.pairs,
+                    **self._options,
+                )
+            except BaseException:  # a bad argument (a rule naming no scope): as Recorder() raises
+                self._finish()
+                raise
         return self.recorder
 
     def _finish(self) -> None:

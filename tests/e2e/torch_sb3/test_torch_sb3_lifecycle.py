@@ -144,3 +144,11 @@ def test_one_callback_records_one_learn_call(tmp_path):
     with pytest.warns(GradscopeWarning, match="already recorded a learn"):
         model.learn(100, callback=callback, reset_num_timesteps=False)
     assert callback.recorder.step_count == steps and _unpatched(model)
+
+
+def test_a_bad_rule_raises_as_the_recorder_does_and_leaves_nothing_patched(tmp_path):
+    model = make_dqn(train_freq=1)
+    callback = GradscopeCallback(tmp_path / "dqn", rules=["never(loss"])
+    with pytest.raises(ValueError, match="never"):
+        model.learn(100, callback=callback)
+    assert _unpatched(model)
