@@ -13,6 +13,7 @@ loss's gradient), `_names` (parameters -> scopes), `_capture` (forward
 dependence at a step that analyses), `_reach` (the autograd graph), `_flow`
 (the FlowGraph), `_stats` and `_drift` (the device kernels), `_pairs`
 (`pair_models`, "auto") and `_torch_private` (every private torch symbol).
+Watch mode (`rec.watch()`) is `_watch`'s, its loss names `_call_site`'s.
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
 never tensorflow.
 """

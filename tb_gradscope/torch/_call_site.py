@@ -18,7 +18,9 @@ and tb_gradscope (Stable-Baselines3's own files are call sites: its
 
 anything else -> "<file basename>:<line>". The call is found by the position of
 the frame's current instruction in the whole file's syntax tree, so a call
-split over lines (`(loss\\n .backward())`) is named too. A name never holds
+split over lines (`(loss\\n .backward())`) is named too (before Python 3.11,
+which has no column positions, by its line: two backward calls on one line
+then fall back to "<file basename>:<line>"). A name never holds
 "/" or "|" (the loss-name rule). Parsed files and each call site's names are
 cached: a watched backward pays a dict lookup.
 """
@@ -33,7 +35,14 @@ from types import CodeType, FrameType
 
 # Top-level packages whose frames are not call sites: the backward's plumbing.
 SKIPPED_PACKAGES = frozenset(
-    {"torch", "lightning", "pytorch_lightning", "lightning_fabric", "tb_gradscope"}
+    {
+        "torch",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "lightning_utilities",
+        "tb_gradscope",
+    }
 )
 # `X.backward(loss)` where X is one of these: X is a backward runner, the loss is the argument.
 _RUNNERS = frozenset({"autograd", "fabric", "accelerator"})
@@ -41,8 +50,10 @@ _CACHE_SIZE = 4096
 
 # (code object, instruction offset) -> the loss names of the call there.
 _names: dict[tuple[CodeType, int], tuple[str, ...]] = {}
-# file name -> (its lines, {(end line, end column): names of the backward call ending there}).
-_files: dict[str, tuple[list[str], dict[tuple[int, int], tuple[str, ...]]]] = {}
+# A file's backward calls' names: by (end line, end column) and by each line they span.
+_FileCalls = tuple[dict[tuple[int, int], tuple[str, ...]], dict[int, set[tuple[str, ...]]]]
+# file name -> (its lines, its backward calls).
+_files: dict[str, tuple[list[str], _FileCalls]] = {}
 
 
 def user_frame(frame: FrameType | None = None) -> FrameType | None:
@@ -83,29 +94,35 @@ def loss_names(frame: FrameType, count: int = 1) -> tuple[str, ...]:
 def _site_names(frame: FrameType) -> tuple[str, ...]:
     code = frame.f_code
     fallback = (_safe(f"{os.path.basename(code.co_filename)}:{frame.f_lineno}"),)
+    by_end, by_line = _calls_of(code.co_filename, frame.f_globals)
     position = _position(code, frame.f_lasti)
-    if position is None:
-        return fallback
-    calls = _calls_of(code.co_filename, frame.f_globals)
-    return calls.get(position, fallback)
+    if position is not None and position in by_end:
+        return by_end[position]
+    # No column positions (Python 3.10): the one backward call on the line, if one.
+    on_line = by_line.get(frame.f_lineno, set())
+    return next(iter(on_line)) if len(on_line) == 1 else fallback
 
 
 def _position(code: CodeType, lasti: int) -> tuple[int, int] | None:
-    """(end line, end column) of the instruction at byte offset `lasti`."""
-    if lasti < 0:
+    """(end line, end column) of the instruction at byte offset `lasti`;
+    None before Python 3.11 (no `co_positions`)."""
+    positions = getattr(code, "co_positions", None)
+    if positions is None or lasti < 0:
         return None
-    for k, (_, end_line, _, end_col) in enumerate(code.co_positions()):
+    for k, (_, end_line, _, end_col) in enumerate(positions()):
         if k == lasti // 2:
             return None if end_line is None or end_col is None else (end_line, end_col)
     return None
 
 
-def _calls_of(filename: str, module_globals: dict) -> dict[tuple[int, int], tuple[str, ...]]:
+def _calls_of(filename: str, module_globals: dict) -> _FileCalls:
+    """The file's backward calls: by (end line, end column), and per line they span."""
     lines = linecache.getlines(filename, module_globals)
     cached = _files.get(filename)
     if cached is not None and cached[0] is lines:
         return cached[1]
-    calls: dict[tuple[int, int], tuple[str, ...]] = {}
+    by_end: dict[tuple[int, int], tuple[str, ...]] = {}
+    by_line: dict[int, set[tuple[str, ...]]] = {}
     try:
         tree = ast.parse("".join(lines))
     except (SyntaxError, ValueError):
@@ -116,11 +133,13 @@ def _calls_of(filename: str, module_globals: dict) -> dict[tuple[int, int], tupl
                 names = _call_names(node)
                 if names:
                     # Both ast's and co_positions' columns are UTF-8 byte offsets.
-                    calls[(node.end_lineno, node.end_col_offset)] = names
+                    by_end[(node.end_lineno, node.end_col_offset)] = names
+                    for line in range(node.lineno, node.end_lineno + 1):
+                        by_line.setdefault(line, set()).add(names)
     if len(_files) >= 64:
         _files.clear()
-    _files[filename] = (lines, calls)
-    return calls
+    _files[filename] = (lines, (by_end, by_line))
+    return by_end, by_line
 
 
 def _call_names(call: ast.Call) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from tb_gradscope.torch._drift import PairDrift
 from tb_gradscope.torch._losses import check_losses, user_backward
 from tb_gradscope.torch._names import name_parameters
 from tb_gradscope.torch._recording import TorchRecording
-from tb_gradscope.torch._watch import Watch
+from tb_gradscope.torch._watch import BackwardWatch, RecorderPort
 
 RECORDER_NAME = "torch"
 _SERIALS = itertools.count()  # warn_once keys: id() of a dead recorder may be reused
@@ -136,7 +136,14 @@ class Recorder:
             opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
         ]
         self._closed = False
-        self._watch = Watch(self, renames)
+        port = RecorderPort(
+            self._safely,
+            self._enter_block,
+            self._exit_block,
+            self._adopt,
+            self._before_optimizer_step,
+        )
+        self._watch = BackwardWatch(self, self._work, port, renames)
         self._safely(self._work.start_capture)  # step 0 analyses; its forward comes first
 
     # ----- the training loop's calls ---------------------------------------
@@ -223,8 +230,9 @@ class Recorder:
         return _Watching(self)
 
     def unwatch(self) -> None:
-        """Stops watching: `torch.autograd.backward` is torch's again and the
-        step watch mode opened is closed (it is written at the next step or `close()`)."""
+        """Stops watching: `Tensor.backward` and `torch.autograd.backward` are
+        torch's again, and the step watch mode opened is closed (it is written
+        at the next step or `close()`)."""
         if not self._watch.active:
             return
         self._watch.stop()

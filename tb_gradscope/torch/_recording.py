@@ -215,6 +215,31 @@ class TorchRecording:
         if capture is None:
             return
         private.leave_function_mode(capture)
+        self._take_edges(capture)
+        capture.clear()
+
+    def next_watched_step(self) -> None:
+        """Watch mode's step boundary, met at the next step's first backward,
+        after that step's forward: ends the step in progress, begins the next.
+        While a loss set waits for an analysis with the capture, the capture
+        goes on across the boundary (it saw this forward); a capture turned on
+        only now missed it, so the step it begins does not count as captured."""
+        self.in_block = False
+        capture = self.capture
+        if capture is not None:
+            self._take_edges(capture)
+            capture.edges.clear()
+            capture.open_edges.clear()
+        self.backwards_done()  # keeps a capture that is on while a set waits
+        if capture is not None and not self.pending:
+            self.stop_capture()
+        late = capture is None and self.capture is not None
+        self.begin_step()
+        if late and self.work is not None:
+            self.work.captured = False
+        self.in_block = True
+
+    def _take_edges(self, capture: Capture) -> None:
         work = self.work
         if work is not None:
             for edge, count in capture.edges.items():
@@ -222,7 +247,6 @@ class TorchRecording:
             for edge, count in capture.open_edges.items():
                 work.open_edges[edge] = work.open_edges.get(edge, 0) + count
             work.capture_error = work.capture_error or capture.error
-        capture.clear()
 
     def after_backward(self) -> None:
         """After the user's backward: its losses are in `.grad`, the hooked

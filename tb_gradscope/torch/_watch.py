@@ -1,8 +1,8 @@
 """Watch mode: a Recorder that sees every backward without a change to the training code.
 
-While a recorder watches (`rec.watch()`), `torch.autograd.backward` (which
-`Tensor.backward` calls by its module attribute) is a wrapper that, on the
-thread that started watching:
+While a recorder watches (`rec.watch()`), `Tensor.backward` and
+`torch.autograd.backward` are wrappers that, on the thread that started
+watching:
 
 - names the backward's losses by its call site (`_call_site`), renamed by the
   recorder's `losses=` mapping;
@@ -24,16 +24,23 @@ and with exactly its arguments (a `FlowRuleViolation` of `on_violation="raise"`
 comes out of it after it ran); other threads' backwards, backwards nested
 in an observed one and the recorder's own pass through untouched. One
 recorder watches at a time. Unwatching (also at `close()` and when the
-recorder steps aside after an error) puts the original function back.
+recorder steps aside after an error) puts the original functions back.
+
+`Tensor.backward` is wrapped itself, not only the `torch.autograd.backward`
+it calls: at an analysing step the capture's TorchFunctionMode dispatches
+`Tensor.backward` with the mode taken off its stack for the call, so work
+done inside (turning the capture off) would be undone when the mode goes
+back on. The wrapper runs before that dispatch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -44,19 +51,44 @@ from tb_gradscope.torch import _call_site
 from tb_gradscope.torch._losses import StartPoint
 
 _ADOPTED, _OTHER = "adopted", "other"
-# The recorder watching now, if any: one at a time.
-_watching: list[Any] = []
+# The watch on now, if any: one at a time.
+_watching: list[BackwardWatch] = []
 
 
-class Watch:
-    """One recorder's watch of `torch.autograd.backward` and the optimizers' steps."""
+@dataclasses.dataclass(frozen=True)
+class RecorderPort:
+    """What watch mode calls on its Recorder, as bound methods (the recorder's
+    public `observe_backward` / `backward_observed` / `backward_failed` besides)."""
 
-    def __init__(self, recorder: Any, renames: Mapping[str, str]):
+    safely: Callable[..., Any]  # runs a call; an error steps the recorder aside
+    enter_block: Callable[[], None]  # begins a step holding several backwards
+    exit_block: Callable[[], None]  # that step's backwards are done
+    adopt: Callable[[torch.optim.Optimizer], bool]  # True: it steps recorded parameters
+    before_optimizer_step: Callable[[torch.optim.Optimizer], None]
+
+
+class BackwardWatch:
+    """One recorder's watch of the backwards and the optimizers' steps.
+
+    Args:
+      recorder: the Recorder (its public API).
+      recording: its TorchRecording (`in_block`, `work`: the step's state;
+        `next_watched_step`, the boundary).
+      port: the recorder's own calls watch mode makes.
+      renames: {call-site name: loss name}, the recorder's `losses=`.
+    """
+
+    def __init__(
+        self, recorder: Any, recording: Any, port: RecorderPort, renames: Mapping[str, str]
+    ):
         self._rec = recorder
+        self.logdir = recorder.logdir
+        self._recording = recording
+        self._port = port
         self._renames = dict(renames)
         self._thread = threading.get_ident()
-        self._original: Any = None
-        self._wrapper: Any = None
+        self._originals: dict[str, Any] = {}
+        self._wrappers: dict[str, Any] = {}
         self._hook: Any = None
         self._busy = 0
         self._known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -68,49 +100,50 @@ class Watch:
     # ----- on and off -------------------------------------------------------
 
     def start(self) -> None:
-        """Installs the wrapper and the global optimizer hook."""
+        """Installs the wrappers and the global optimizer hook."""
         if _watching:
             raise RuntimeError(
                 f"Recorder '{_watching[0].logdir}' is already watching; call its unwatch() "
                 "(or leave its `with rec.watch():` block) before another recorder watches"
             )
-        original = torch.autograd.backward
-
-        def backward(*args: Any, **kwargs: Any) -> None:
-            return self._backward(original, args, kwargs)
-
-        backward.__wrapped__ = original  # type: ignore[attr-defined]
-        backward.__doc__ = original.__doc__
-        self._original, self._wrapper = original, backward
+        self._thread = threading.get_ident()
+        for owner, name, bind in _TARGETS:
+            original = owner.backward
+            self._originals[name], self._wrappers[name] = original, self._wrap(original, bind)
         self._hook = register_optimizer_step_pre_hook(self._optimizer_step)
-        torch.autograd.backward = backward
-        _watching.append(self._rec)
+        for owner, name, _ in _TARGETS:
+            owner.backward = self._wrappers[name]
+        _watching.append(self)
 
     def stop(self) -> None:
-        """Puts the original `torch.autograd.backward` back and removes the hook.
-        (If something else replaced the wrapper since, that replacement stays;
-        the wrapper, left inside it, passes every call through.)"""
-        if self._wrapper is None:
+        """Puts the original functions back and removes the hook. (A function
+        something else replaced our wrapper with since stays; the wrapper, left
+        inside it, passes every call through.)"""
+        if not self._wrappers:
             return
-        if torch.autograd.backward is self._wrapper:
-            torch.autograd.backward = self._original
-        self._wrapper = None
+        for owner, name, _ in _TARGETS:
+            if owner.backward is self._wrappers[name]:
+                owner.backward = self._originals[name]
+        self._wrappers = {}
         self._hook.remove()
-        if self._rec in _watching:
-            _watching.remove(self._rec)
+        if self in _watching:
+            _watching.remove(self)
 
     @property
     def active(self) -> bool:
-        return self._wrapper is not None
+        return bool(self._wrappers)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """The recorder's own backward (`rec.backward`) passes through."""
-        self._busy += 1
+        """A backward run inside passes through (the recorder's own `rec.backward`,
+        `Tensor.backward`'s own `torch.autograd.backward`). Only the watching
+        thread's count moves: another thread's backwards pass through anyway."""
+        mine = threading.get_ident() == self._thread
+        self._busy += mine
         try:
             yield
         finally:
-            self._busy -= 1
+            self._busy -= mine
 
     # ----- the step boundary ----------------------------------------------
 
@@ -118,42 +151,50 @@ class Watch:
         """Closes the step the watch opened (at unwatch, close, a user's block)."""
         if self.step_open:
             self.step_open = False
-            self._rec._exit_block()
+            self._port.exit_block()
 
     def _boundary(self, names: tuple[str, ...]) -> None:
-        rec = self._rec
-        if rec._work.in_block and not self.step_open:
+        if self._recording.in_block and not self.step_open:
             return  # inside the user's `with rec.step():`: one step
         if not self.step_open or (self._stepped and not self._seen.isdisjoint(names)):
             if self.step_open:
                 self.step_open = False
-                rec._exit_block()
-            rec._enter_block()
+                self._recording.next_watched_step()
+            else:
+                self._port.enter_block()
             self.step_open = True
             self._seen.clear()
             self._stepped = False
         self._seen.update(names)
 
-    # ----- the wrapper and the hook ----------------------------------------
+    # ----- the wrappers and the hook ----------------------------------------
 
-    def _backward(self, original: Any, args: tuple, kwargs: dict) -> None:
+    def _wrap(self, original: Any, bind: Callable[..., tuple]) -> Any:
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            return self._backward(original, bind, args, kwargs)
+
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        backward.__doc__ = original.__doc__
+        backward.__name__ = backward.__qualname__ = original.__qualname__
+        return backward
+
+    def _backward(
+        self, original: Any, bind: Callable[..., tuple], args: tuple, kwargs: dict
+    ) -> Any:
         observed = False
         violation = None
-        if (
-            self._wrapper is not None
-            and not self._busy
-            and not self._rec.disabled
-            and threading.get_ident() == self._thread
-        ):
+        mine = threading.get_ident() == self._thread
+        if mine and self._wrappers and not self._busy and not self._rec.disabled:
             self._busy += 1
             try:
-                observed = bool(self._rec._safely(self._before, args, kwargs))
+                observed = bool(self._port.safely(self._before, bind, args, kwargs))
             except FlowRuleViolation as e:  # on_violation="raise", as the step ended
                 violation = e
             finally:
                 self._busy -= 1
         if not observed:
-            result = original(*args, **kwargs)
+            with self.paused():  # Tensor.backward's own torch.autograd.backward
+                result = original(*args, **kwargs)
             if violation is not None:
                 raise violation  # after the user's backward ran, as it always does
             return result
@@ -161,18 +202,21 @@ class Watch:
         try:
             result = original(*args, **kwargs)
         except BaseException:
-            self._rec._safely(self._rec.backward_failed)
+            self._port.safely(self._rec.backward_failed)
             raise
         finally:
             self._busy -= 1
         self._rec.backward_observed()
         return result
 
-    def _before(self, args: tuple, kwargs: dict) -> bool:
+    def _before(self, bind: Callable[..., tuple], args: tuple, kwargs: dict) -> bool:
         """The counter and the boundary; at a recording or analysing step, the
         observation. True: the backward is observed."""
         self.backwards += 1
-        tensors, grads, inputs = _bind(*args, **kwargs)
+        try:
+            tensors, grads, inputs = bind(*args, **kwargs)
+        except TypeError:
+            return False  # arguments torch will reject itself: the user's error, not ours
         frame = _call_site.user_frame(sys._getframe())
         count = len(tensors)
         if frame is None:
@@ -181,30 +225,30 @@ class Watch:
             names = _call_site.loss_names(frame, count)
         names = _unique(tuple(self._renames.get(n, n) for n in names))
         self._boundary(names)
-        work = self._rec._work
-        if work.work is None:
+        if self._recording.work is None:
             return False  # a step that neither records nor analyses: the counter only
         losses = _losses(names, tensors, grads)
         if losses is None:
             return False  # nothing a loss can stand for (a GradientEdge, a shape torch rejects)
         self._rec.observe_backward(losses, hooks_allowed=inputs is None)
-        return work.work is not None and not self._rec.disabled
+        return self._recording.work is not None and not self._rec.disabled
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
-        if self._wrapper is None or threading.get_ident() != self._thread:
+        if not self._wrappers or threading.get_ident() != self._thread:
             return None
         self._stepped = True
         known = self._known.get(optimizer)
         if known is None:
-            rec = self._rec
-            adopted = not rec.disabled and bool(rec._safely(rec._adopt, optimizer))
+            adopted = not self._rec.disabled and bool(
+                self._port.safely(self._port.adopt, optimizer)
+            )
             known = self._known[optimizer] = _ADOPTED if adopted else _OTHER
         if known is _ADOPTED:
-            self._rec._before_optimizer_step(optimizer)
+            self._port.before_optimizer_step(optimizer)
         return None
 
 
-def _bind(
+def _bind_autograd(
     tensors: Any,
     grad_tensors: Any = None,
     retain_graph: Any = None,
@@ -223,6 +267,24 @@ def _bind(
     else:
         grads = list(grad_tensors)
     return tensors, grads, inputs
+
+
+def _bind_tensor(
+    tensor: Any,
+    gradient: Any = None,
+    retain_graph: Any = None,
+    create_graph: Any = False,
+    inputs: Any = None,
+) -> tuple[list[Any], list[Any], Any]:
+    """`Tensor.backward`'s arguments: (tensors, their grads, inputs)."""
+    return [tensor], [gradient], inputs
+
+
+# (owner of a `backward` attribute, its name, its arguments' binder).
+_TARGETS: tuple[tuple[Any, str, Callable[..., tuple]], ...] = (
+    (torch.Tensor, "Tensor.backward", _bind_tensor),
+    (torch.autograd, "torch.autograd.backward", _bind_autograd),
+)
 
 
 def _losses(names: tuple[str, ...], tensors: list[Any], grads: list[Any]) -> dict | None:

@@ -18,6 +18,7 @@ from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.torch import GradscopeWarning, Recorder, _call_site
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
+from tb_gradscope.torch._capture import Capture
 from tb_gradscope.torch._recording import TorchRecording
 from tests.support import torch_loops
 
@@ -64,6 +65,13 @@ def test_a_watched_dqn_records_the_tables_rec_backward_records(tmp_path):
         np.testing.assert_array_equal(
             watched.grads[step]["td"].values, explicit.grads[step]["td"].values
         )
+    for step in explicit.grad_steps:  # the step's update and the pair's drift too
+        np.testing.assert_array_equal(watched.updates[step].values, explicit.updates[step].values)
+    assert sorted(watched.drift) == sorted(explicit.drift) == ["target<-online"]
+    assert len(watched.drift["target<-online"]) == len(explicit.drift["target<-online"]) > 1
+    for (s1, a), (s2, b) in zip(watched.drift["target<-online"], explicit.drift["target<-online"]):
+        assert s1 == s2
+        np.testing.assert_array_equal(a.values, b.values)
     assert watched.flowgraph.cells == explicit.flowgraph.cells
     assert watched.flowgraph.cells["td"]["target"] == fmt.BLOCKED
     assert {loss.optimizer for loss in watched.flowgraph.losses} == {"opt0"}  # found
@@ -251,6 +259,21 @@ def test_a_violation_raised_while_watching_comes_after_the_users_backward(tmp_pa
     rec.close()
 
 
+def test_a_backward_torch_rejects_raises_torchs_error_and_recording_goes_on(tmp_path):
+    net = torch_loops.mlp(2, 1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
+    with rec.watch():
+        with pytest.raises(TypeError):
+            net(torch.ones(1, 2)).sum().backward(None, None, False, None, "extra")
+        with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar"):
+            net(torch.ones(3, 2)).backward()  # not a scalar: torch's own error
+        td = net(torch.ones(1, 2)).sum()
+        td.backward()
+    rec.close()
+    assert not rec.disabled
+    assert list(_run(tmp_path).grads[0]) == ["td"]
+
+
 def test_a_recorder_backward_while_watching_is_not_observed_twice(tmp_path):
     net = torch_loops.mlp(2, 1)
     rec = Recorder(tmp_path, every_n_steps=1, models={"net": net})
@@ -277,15 +300,42 @@ def test_backwards_on_other_threads_pass_through(tmp_path):
 
 
 def test_unwatch_restores_torch_autograd_backward_exactly(tmp_path):
-    original = torch.autograd.backward
+    original, tensor_backward = torch.autograd.backward, torch.Tensor.backward
     net = torch_loops.mlp(2, 1)
     rec = Recorder(tmp_path, models={"net": net})
     with rec.watch():
         assert torch.autograd.backward is not original
-    assert torch.autograd.backward is original
+        assert torch.Tensor.backward is not tensor_backward
+    assert torch.autograd.backward is original and torch.Tensor.backward is tensor_backward
     rec.watch()
     rec.close()  # close unwatches
-    assert torch.autograd.backward is original
+    assert torch.autograd.backward is original and torch.Tensor.backward is tensor_backward
+
+
+def test_the_step_0_capture_goes_off_when_watched_step_0_ends(tmp_path, monkeypatch):
+    """The capture dispatches Tensor.backward with itself off its stack: watch
+    mode must turn it off before that, or it would observe every later op."""
+    observed = []
+    original = Capture.__torch_function__
+
+    def counting(self, *args, **kwargs):
+        observed.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Capture, "__torch_function__", counting)
+    net = torch_loops.mlp(2, 1)
+    opt = torch.optim.SGD(net.parameters(), 0.1)
+    rec = Recorder(tmp_path, every_n_steps=100, models={"net": net})
+    with rec.watch():
+        for step in range(4):
+            if step == 2:
+                observed.clear()  # step 0 ended at step 1's backward
+            td = net(torch.ones(3, 2)).pow(2).mean()
+            opt.zero_grad()
+            td.backward()
+            opt.step()
+    rec.close()
+    assert rec.step_count == 3 and observed == []
 
 
 def test_one_watch_at_a_time(tmp_path):
@@ -307,3 +357,28 @@ def test_one_watch_at_a_time(tmp_path):
 def test_loss_renames_are_checked(tmp_path):
     with pytest.raises(ValueError, match="loss name 'a/b'"):
         Recorder(tmp_path, models={"net": torch_loops.mlp(2, 1)}, losses={"x": "a/b"})
+
+
+def test_a_loss_first_seen_later_is_analysed_with_its_forward_captured(tmp_path):
+    """Watch mode learns a step ended only at the next step's first backward,
+    after that step's forward: the capture a waiting loss set needs is handed
+    over from step to step, not restarted late."""
+    torch.manual_seed(0)
+    net, other = torch_loops.mlp(2, 1), torch_loops.mlp(2, 1)
+    opt = torch.optim.SGD(net.parameters(), 0.01)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net, "other": other})
+    with rec.watch():
+        for step in range(10):
+            x = torch.randn(4, 2)
+            if step >= 3:  # its forward comes before the step's first backward
+                aux = (net(x) * other(x).detach()).mean()
+            td = net(x).pow(2).mean()
+            opt.zero_grad()
+            td.backward()
+            if step >= 3:
+                aux.backward()
+            opt.step()
+    rec.close()
+    cells = _run(tmp_path).flowgraph.cells
+    assert cells["aux"]["other"] == fmt.BLOCKED  # the .detach(), seen only by the capture
+    assert cells["td"]["other"] == fmt.INDEPENDENT

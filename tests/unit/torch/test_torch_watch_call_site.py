@@ -171,3 +171,20 @@ def test_a_call_site_is_parsed_once(seen, monkeypatch):
         loss.backward()
     assert seen == ["loss"] * 3
     assert len(calls) == 1
+
+
+def test_without_column_positions_a_call_is_found_by_its_line(seen, monkeypatch):
+    """Python 3.10 has no `co_positions`: the one backward call on the line names
+    the loss; two on one line cannot be told apart and fall back to file:line."""
+    monkeypatch.setattr(_call_site, "_position", lambda code, lasti: None)
+    monkeypatch.setattr(_call_site, "_names", {})
+    critic_loss, a, b = _loss(), _loss(), _loss()
+    # fmt: off
+    torch.autograd.backward(
+        critic_loss,
+    )
+    line = sys._getframe().f_lineno + 1
+    a.backward(), b.backward()  # noqa: B018
+    # fmt: on
+    here = f"test_torch_watch_call_site.py:{line}"
+    assert seen == ["critic_loss", here, here]
