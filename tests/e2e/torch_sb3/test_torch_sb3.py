@@ -150,6 +150,7 @@ def test_dqn_hard_copy_is_paired_in_gradient_steps(sb3_dqn):
 def test_dqn_callback_leaves_the_algorithm_and_torch_as_they_were(sb3_dqn):
     assert "train" not in vars(sb3_dqn.model)  # DQN.train again
     assert not hasattr(torch.autograd.backward, "__wrapped__")
+    assert not hasattr(torch.Tensor.backward, "__wrapped__")
     assert sb3_dqn.callback.recorder.disabled is False
 
 

@@ -22,6 +22,7 @@ from tests.support.torch_sb3 import doctor, make_dqn  # noqa: E402
 pytestmark = pytest.mark.slow
 
 ORIGINAL_BACKWARD = torch.autograd.backward
+ORIGINAL_TENSOR_BACKWARD = torch.Tensor.backward
 
 
 class LeakyDQN(DQN):
@@ -69,7 +70,11 @@ class StopAt(BaseCallback):
 
 
 def _unpatched(model) -> bool:
-    return torch.autograd.backward is ORIGINAL_BACKWARD and "train" not in vars(model)
+    return (
+        torch.autograd.backward is ORIGINAL_BACKWARD
+        and torch.Tensor.backward is ORIGINAL_TENSOR_BACKWARD
+        and "train" not in vars(model)
+    )
 
 
 def test_doctor_names_the_target_a_detach_free_dqn_reaches(tmp_path):
@@ -115,7 +120,9 @@ def test_an_error_in_a_rollout_leaves_backward_alone_and_the_next_learn_records(
     first = GradscopeCallback(tmp_path / "first")
     with pytest.raises(RuntimeError, match="environment on fire"):
         model.learn(200, callback=CallbackList([first, StopAt(120)]))
-    assert torch.autograd.backward is ORIGINAL_BACKWARD  # watched only inside train()
+    # Watched only inside train(): nothing is left patched by the rollout's error.
+    assert torch.autograd.backward is ORIGINAL_BACKWARD
+    assert torch.Tensor.backward is ORIGINAL_TENSOR_BACKWARD
     second = GradscopeCallback(tmp_path / "second")
     model.learn(100, callback=second, reset_num_timesteps=False)
     assert _unpatched(model)
