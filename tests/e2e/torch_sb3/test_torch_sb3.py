@@ -20,6 +20,7 @@ import torch  # noqa: E402
 from stable_baselines3 import A2C, PPO, SAC, TD3  # noqa: E402
 
 from tb_gradscope import format as fmt  # noqa: E402
+from tb_gradscope.read.drift import pair_series, update_mode  # noqa: E402
 from tb_gradscope.read.logdir import load_logdir  # noqa: E402
 from tb_gradscope.read.runs import RunLogs  # noqa: E402
 from tb_gradscope.torch.sb3 import GradscopeCallback  # noqa: E402
@@ -87,6 +88,12 @@ def count_critic_gradients(critic: torch.nn.Module, optimizers: dict) -> dict:
     return seen
 
 
+def seen_mode(series: list) -> Any:
+    """The update mode the read side sees in a pair's DRIFT records."""
+    steps, tables = [s for s, _ in series], [t for _, t in series]
+    return update_mode(pair_series(tables[-1].info.attrs, tables, steps)[2])
+
+
 @pytest.fixture(scope="session")
 def sb3_dqn(tmp_path_factory) -> Trained:
     return train(tmp_path_factory.mktemp("sb3_dqn"), "dqn", make_dqn(), DQN_STEPS)
@@ -145,6 +152,9 @@ def test_dqn_hard_copy_is_paired_in_gradient_steps(sb3_dqn):
         1.0,
         25,
     )
+    # The records alone show it: hard copies, 25 gradient steps apart.
+    mode = seen_mode(series)
+    assert (mode.kind, mode.every) == ("hard", 25) and mode.points >= 4
 
 
 def test_dqn_callback_leaves_the_algorithm_and_torch_as_they_were(sb3_dqn):
@@ -198,6 +208,8 @@ def test_sac_records_its_three_losses_in_one_step_per_gradient_step(sb3_sac):
 def test_sac_critic_target_follows_at_tau(sb3_sac):
     ((name, series),) = sb3_sac.logs.drift.items()
     assert name == "critic_target<-critic" and series[-1][1].info.attrs["tau"] == 0.005
+    mode = seen_mode(series)
+    assert mode.kind == "ema" and abs(mode.tau - 0.005) < 1e-4
     tau = [float(t.column("tau")[0]) for _, t in series if t.column("target_step")[0] > 0]
     assert tau and all(abs(t - 0.005) < 1e-4 for t in tau), tau
 
@@ -233,6 +245,8 @@ def test_td3_targets_follow_at_tau(sb3_td3):
     assert sorted(sb3_td3.logs.drift) == ["actor_target<-actor", "critic_target<-critic"]
     for series in sb3_td3.logs.drift.values():
         assert series[-1][1].info.attrs["tau"] == 0.005
+        mode = seen_mode(series)
+        assert mode.kind == "ema" and abs(mode.tau - 0.005) < 1e-4
         tau = [float(t.column("tau")[0]) for _, t in series if t.column("target_step")[0] > 0]
         assert tau and all(abs(t - 0.005) < 1e-4 for t in tau), tau
 

@@ -11,6 +11,7 @@ pytest.importorskip("stable_baselines3")
 
 import torch  # noqa: E402
 from stable_baselines3 import DQN, PPO, SAC, TD3  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 from tb_gradscope.torch import Recorder  # noqa: E402
 from tb_gradscope.torch import _sb3_structure as S  # noqa: E402
@@ -62,6 +63,10 @@ def test_dqn_hard_copy_is_declared_in_gradient_steps():
     # A copy period that is no whole number of train() calls: tau 1, no period.
     odd = DQN("MlpPolicy", "CartPole-v1", target_update_interval=10, train_freq=4, **_tiny())
     assert (S.discover(odd).pairs[0].tau, S.discover(odd).pairs[0].every) == (1.0, None)
+    # Two envs: each env.step() is 2 transitions, a copy every 100 // 2 calls.
+    envs = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    two_envs = DQN("MlpPolicy", envs, target_update_interval=100, train_freq=5, **_tiny())
+    assert S.discover(two_envs).pairs[0].every == 10
     episodes = DQN("MlpPolicy", "CartPole-v1", train_freq=(1, "episode"), **_tiny())
     assert S.discover(episodes).pairs[0].every is None
 
