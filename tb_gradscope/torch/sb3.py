@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,6 +43,9 @@ DEFAULT_EVERY = 10
 # On the wrapper a callback puts in `algorithm.train`: the callback's own end.
 _MARK = "__gradscope_finish__"
 _SERIALS = itertools.count()
+# Algorithm -> the `_finish` of the callback recording it: a learn() that
+# raised outside train() never reached `_on_training_end`; the next one ends it.
+_RECORDING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class GradscopeCallback(BaseCallback):
@@ -65,7 +69,9 @@ class GradscopeCallback(BaseCallback):
     ent_coef_loss, critic_loss and actor_loss; TD3 critic_loss and, every
     policy_delay steps, actor_loss. The recorder is built when the first
     `train()` call begins, and each `train()` call is watched; nothing outside
-    it (the rollouts) is.
+    it (the rollouts) is. `algorithm.train` is wrapped from a rollout's end
+    to the start of that call only, so `model.save()` in a rollout saves a
+    plain algorithm.
 
     Args:
       logdir: the run directory (as for `Recorder`).
@@ -110,6 +116,7 @@ class GradscopeCallback(BaseCallback):
             self._options["losses"] = dict(losses)
         self.structure: structure_lib.Structure | None = None
         self.recorder: Recorder | None = None
+        self._original_train: Callable[..., Any] | None = None
         self._started = False
         self._done = False
         self._serial = next(_SERIALS)
@@ -135,8 +142,17 @@ class GradscopeCallback(BaseCallback):
                 "pass an every_n_steps coprime with policy_delay",
             )
         self.every_n_steps = every
-        _finish_stale(self.model)
-        self._wrap_train()
+        earlier = _RECORDING.get(self.model)
+        if earlier is not None:
+            earlier()  # a callback whose learn() raised: its recording ends here
+        _RECORDING[self.model] = self._finish
+
+    def _on_rollout_end(self) -> None:
+        if not self._done:
+            self._wrap_train()  # train() comes next, if learning has started
+
+    def _on_rollout_start(self) -> None:
+        self._unwrap_train()
 
     def _on_step(self) -> bool:
         return True
@@ -147,17 +163,34 @@ class GradscopeCallback(BaseCallback):
     # ----- the watched train() ---------------------------------------------
 
     def _wrap_train(self) -> None:
-        """Puts a wrapper of `algorithm.train` on the instance: each call is watched."""
+        """Puts a wrapper of `algorithm.train` on the instance until that call
+        returns: the wrapper is never there while a rollout runs (where
+        `model.save()` would try to pickle it, as a CheckpointCallback does)."""
         model = self.model
+        if self._original_train is not None:
+            return
         original = model.train
 
         @functools.wraps(original)
         def train(*args: Any, **kwargs: Any) -> Any:
+            self._unwrap_train()
             return self._watched(original, *args, **kwargs)
 
         setattr(train, _MARK, self._finish)
         self._original_train = original
         model.train = train
+
+    def _unwrap_train(self) -> None:
+        """Puts `algorithm.train` back (the class's, or whatever was there)."""
+        original, self._original_train = self._original_train, None
+        model = getattr(self, "model", None)
+        if original is None or model is None:
+            return
+        if getattr(model.__dict__.get("train"), _MARK, None) == self._finish:
+            if getattr(original, "__self__", None) is model and _is_class_method(model, original):
+                del model.train
+            else:
+                model.train = original
 
     def _watched(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         rec = None if self._done else self._recorder()
@@ -200,13 +233,10 @@ class GradscopeCallback(BaseCallback):
         if self._done:
             return
         self._done = True
+        self._unwrap_train()
         model = getattr(self, "model", None)
-        if model is not None and getattr(model.__dict__.get("train"), _MARK, None) == self._finish:
-            original = self._original_train
-            if getattr(original, "__self__", None) is model and _is_class_method(model, original):
-                del model.train
-            else:
-                model.train = original
+        if model is not None and _RECORDING.get(model) == self._finish:
+            del _RECORDING[model]
         if self.recorder is not None:
             self.recorder.close()
 
@@ -232,13 +262,6 @@ def _default_every(actor_every: int) -> int:
     return next(
         n for n in itertools.count(DEFAULT_EVERY) if structure_lib.steps_meeting(n, actor_every)
     )
-
-
-def _finish_stale(model: Any) -> None:
-    """A callback whose learn() raised outside train() left its wrapper: it ends now."""
-    finish = getattr(model.__dict__.get("train"), _MARK, None)
-    if finish is not None:
-        finish()
 
 
 def _is_class_method(model: Any, bound: Any) -> bool:

@@ -11,7 +11,11 @@ pytest.importorskip("stable_baselines3")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from stable_baselines3 import DQN  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList  # noqa: E402
+from stable_baselines3.common.callbacks import (  # noqa: E402
+    BaseCallback,
+    CallbackList,
+    CheckpointCallback,
+)
 
 from tb_gradscope import format as fmt  # noqa: E402
 from tb_gradscope.read.logdir import load_logdir  # noqa: E402
@@ -159,3 +163,15 @@ def test_a_bad_rule_raises_as_the_recorder_does_and_leaves_nothing_patched(tmp_p
     with pytest.raises(ValueError, match="never"):
         model.learn(100, callback=callback)
     assert _unpatched(model)
+
+
+def test_checkpoints_saved_during_training_load_as_plain_algorithms(tmp_path):
+    model = make_dqn(train_freq=1)
+    saves = CheckpointCallback(save_freq=60, save_path=str(tmp_path / "ckpt"))
+    model.learn(200, callback=CallbackList([GradscopeCallback(tmp_path / "logs" / "dqn"), saves]))
+    (saved, *_) = sorted((tmp_path / "ckpt").glob("*.zip"))
+    loaded = DQN.load(saved, device="cpu")
+    assert "train" not in vars(loaded)
+    loaded.set_env(model.get_env())
+    loaded.learn(60)  # trains as DQN does
+    assert loaded._n_updates > 0 and _unpatched(model)
