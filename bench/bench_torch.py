@@ -28,8 +28,13 @@ variants run (the nothing-due step read 1.59x the plain one in process time,
 counted either, which favours the hand loggers, not tb_gradscope (it writes
 on the main thread). Each run flushes its writer before it ends.
 
-    python -m bench.bench_torch --quick           # < 60 s
-    python -m bench.bench_torch [--device cuda]   # full
+    python -m bench.bench_torch --quick           # < 60 s, on the CPU
+    python -m bench.bench_torch [--device cuda]   # full; --device cuda needs a GPU
+
+Every run prints the device it measured (`torch_device`) and its name
+(`torch_device_name`: the GPU's, or the CPU's model), so a figure quoted in
+docs/PERFORMANCE.md says where it came from; the headline names are the
+same on every device.
 
 Headlines, last: torch_every_step_vs_hand (worst ours1/hand1 over DQN 32/256
 and DDPG), torch_nothing_due_ratio (worst idle/plain over the same),
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -70,6 +76,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--only", nargs="+", choices=list(PLAN["full"]), help="these models only")
     return parser.parse_args()
+
+
+def device_name(device: str) -> str:
+    """The GPU's name (`torch.cuda.get_device_name`), or the CPU's model."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def variants(name: str, logdir: str) -> dict[str, Callable]:
@@ -162,6 +182,7 @@ def main() -> int:
     names = args.only or list(plan)
     report("torch_version", torch.__version__)
     report("torch_device", args.device)
+    report("torch_device_name", device_name(args.device))
     ratios = {}
     with tempfile.TemporaryDirectory() as logdir:
         for name in names:

@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tb_gradscope.core.loss_scale import OVERFLOW as OVERFLOW  # re-exported
+from tb_gradscope.core.loss_scale import SKIPPED_RECORD as SKIPPED_RECORD  # re-exported
+from tb_gradscope.core.loss_scale import skipped_event as skipped_event  # re-exported
 from tb_gradscope.core.warn import warn_once
-from tb_gradscope.format.events import SKIPPED, Event
 from tb_gradscope.format.metadata import KIND_SPECS, Kind
 from tb_gradscope.format.records import encode_json
 from tb_gradscope.record import _tables as tables_lib
 from tb_gradscope.record._context import ExecutionContext
 from tb_gradscope.record._writing import graph_key
 
-OVERFLOW = "loss_scale_overflow"  # the SKIPPED event's name
-SKIPPED_RECORD = "skipped"  # the EVENTS record that holds SKIPPED events
 _GRAD_COLUMNS = KIND_SPECS[Kind.GRAD_STATS].columns
 # GRAD_STATS columns that scale with the gradient (norm and max |g|).
 _SCALED = np.asarray([c in ("l2", "max_abs") for c in _GRAD_COLUMNS])
@@ -86,24 +86,6 @@ def overflowed(tables: list[tf.Tensor]) -> tf.Tensor:
     if not tables:
         return tf.constant(False)
     return tf.reduce_any(tf.stack([tf.reduce_sum(t[:, _NONFINITE]) > 0 for t in tables]))
-
-
-def skipped_event(step: int, scale: float, skipped: int = 1) -> Event:
-    """The SKIPPED event of `skipped` batches that overflowed, the last at loss scale `scale`."""
-    if skipped == 1:
-        what = f"step skipped by the loss scaler: non-finite gradients at loss scale {scale:g}"
-    else:
-        what = (
-            f"step skipped {skipped} times by the loss scaler: non-finite gradients, "
-            f"the last time at loss scale {scale:g}"
-        )
-    return Event(
-        type=SKIPPED,
-        name=OVERFLOW,
-        step=step,
-        message=f"{what}; the optimizer applied no update and halved the scale",
-        evidence={"loss_scale": scale, "skipped_batches": skipped},
-    )
 
 
 def record_scaled_losses(

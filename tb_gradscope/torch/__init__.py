@@ -10,12 +10,20 @@ This module's names are the package's public API; the modules beside it are
 its private parts, underscored: `_recorder` (`Recorder`), `_recording` (the
 work behind each call), `_losses` (`StartPoint`, the user's backward and each
 loss's gradient), `_names` (parameters -> scopes), `_capture` (forward
-dependence at a step that analyses), `_reach` (the autograd graph), `_flow`
-(the FlowGraph), `_stats` and `_drift` (the device kernels), `_pairs`
-(`pair_models`, "auto") and `_torch_private` (every private torch symbol).
+dependence at a step that analyses; `_grad_mode_source`, the `with
+torch.no_grad():` line of a cut), `_reach` (the autograd graph), `_flow`
+(the FlowGraph), `_stats` and `_drift` (the device kernels), `_loss_scale`
+(a GradScaler's scale and skipped steps), `_compile` (compiled code runs
+eagerly while the capture is on), `_pairs` (`pair_models`, "auto"),
+`_distributed` (DDP: rank 0 writes, reduced gradients) and `_torch_private`
+(every private torch symbol).
 Watch mode (`rec.watch()`) is `_watch`'s, its loss names `_call_site`'s.
 What it shares with the TF recorders is `tb_gradscope.core`'s. Imports torch,
 never tensorflow.
+
+Public submodules, each imported on its own and bringing its framework:
+`lightning` and `pytorch_lightning` (`GradscopeCallback` for either Lightning
+package; the work is `_lightning`'s).
 """
 
 try:

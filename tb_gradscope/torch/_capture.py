@@ -6,7 +6,8 @@ when the step analyses). For each result it keeps, per parameter the result
 derives from, whether a gradient path is still open or where it was cut:
 
 - `.detach()`, the `.data` getter and ops run under `torch.no_grad()` /
-  `inference_mode()` -> `stop_gradient`;
+  `inference_mode()` -> `stop_gradient` (a region's cut names its `with`
+  line, `_grad_mode_source`);
 - argmax, comparisons, `.item()` (whose number may re-enter as a constant)
   -> `non_differentiable`; results of an integer or bool dtype -> `integer`;
 - a parameter with `requires_grad=False` -> `tape_boundary` (autograd does not
@@ -48,6 +49,7 @@ from tb_gradscope.format.flowgraph import (
     CAUSE_TAPE_BOUNDARY,
     SourceLine,
 )
+from tb_gradscope.torch._grad_mode_source import grad_off_source
 
 _DETACH = {"Tensor.detach", "Tensor.detach_", "torch.detach"}
 _NON_DIFFERENTIABLE = {
@@ -304,9 +306,11 @@ def _cut_for(name: str, value: torch.Tensor) -> PathCut:
     if name in _DETACH or name == _DATA_GETTER:
         cause, op = CAUSE_STOP_GRADIENT, "Tensor.data" if name == _DATA_GETTER else name
     elif torch.is_inference_mode_enabled():
-        cause, op = CAUSE_STOP_GRADIENT, f"inference_mode: {name}"
+        op = f"inference_mode: {name}"
+        return PathCut(CAUSE_STOP_GRADIENT, op, grad_off_source() or caller_source())
     elif not torch.is_grad_enabled():
-        cause, op = CAUSE_STOP_GRADIENT, f"no_grad: {name}"
+        op = f"no_grad: {name}"
+        return PathCut(CAUSE_STOP_GRADIENT, op, grad_off_source() or caller_source())
     elif name in _NON_DIFFERENTIABLE:
         cause, op = CAUSE_NON_DIFFERENTIABLE, name
     elif not (value.is_floating_point() or value.is_complex()):

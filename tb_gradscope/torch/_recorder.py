@@ -23,8 +23,10 @@ from tb_gradscope.core.warn import warn_once
 from tb_gradscope.core.writer import RecordWriter
 from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.scopes import ScopeSpec
+from tb_gradscope.torch import _distributed as distributed
 from tb_gradscope.torch import _pairs as pairs_lib
 from tb_gradscope.torch._drift import PairDrift
+from tb_gradscope.torch._loss_scale import LossScale
 from tb_gradscope.torch._losses import check_losses, user_backward
 from tb_gradscope.torch._names import name_parameters
 from tb_gradscope.torch._recording import TorchRecording
@@ -66,8 +68,16 @@ class Recorder:
         violations are written); None: the rules file's policy, else "log".
       conflict: record the gradient cosine between losses on shared scopes.
       scopes: a `ScopeSpec` (include / exclude / max_depth) over scope names.
+      grad_scaler: the `torch.amp.GradScaler` whose `scale()` scales the
+        losses you hand `rec.backward`: norms are recorded unscaled, and a
+        recorded step it skips (non-finite gradients) is a SKIPPED event.
       losses: {call-site name: loss name}, renaming the losses watch mode
         names by their call site ({"critic_loss": "critic"}).
+
+    Under torch.distributed (DistributedDataParallel), build it after
+    `init_process_group` on every rank: only rank 0 records and writes
+    (`rec.rank`; elsewhere `rec.disabled` is True from the start), and a
+    single loss's recorded gradient is DDP's all-reduced `.grad`.
 
     Several optimizers in one training step (DDPG, SAC, GANs, BYOL): put the
     step's body in `with rec.step():`, so it counts as one step whatever the
@@ -91,6 +101,7 @@ class Recorder:
         on_violation: str | None = None,
         conflict: bool = True,
         scopes: ScopeSpec | None = None,
+        grad_scaler: torch.amp.GradScaler | None = None,
         losses: Mapping[str, str] | None = None,
     ):
         if (
@@ -110,6 +121,7 @@ class Recorder:
             raise TypeError(
                 "scopes must be a tb_gradscope.ScopeSpec (include=, exclude=, max_depth=)"
             )
+        loss_scale = LossScale(grad_scaler) if grad_scaler is not None else None
         renames = _renames(losses)
         self.logdir = os.fspath(logdir)
         self.every_n_steps = every_n_steps
@@ -128,13 +140,25 @@ class Recorder:
         attrs = {"every_n_steps": every_n_steps, "recorder": RECORDER_NAME}
         drifts = [PairDrift(p, stepped, attrs, names.params) for p in self.pairs]
         infos = TableInfos(names.layout.scopes, attrs, rule_steps.checker.rule_texts)
-        writer = RecordWriter(self.logdir, "tb_gradscope.torch")
-        self._work = TorchRecording(
-            writer, names, optimizers, drifts, rule_steps, infos, every_n_steps, conflict
+        # Under torch.distributed only rank 0 records and writes (`_distributed`).
+        self.rank = distributed.rank()
+        writer = (
+            RecordWriter(self.logdir, "tb_gradscope.torch")
+            if self.rank == 0
+            else distributed.Unwritten()
         )
-        self._hooks = [
-            opt.register_step_pre_hook(self._before_optimizer_step) for opt in optimizers
-        ]
+        self._work = TorchRecording(
+            writer,
+            names,
+            optimizers,
+            drifts,
+            rule_steps,
+            infos,
+            every_n_steps,
+            conflict,
+            loss_scale,
+        )
+        self._hooks = []
         self._closed = False
         port = RecorderPort(
             self._safely,
@@ -142,8 +166,20 @@ class Recorder:
             self._exit_block,
             self._adopt,
             self._before_optimizer_step,
+            self._after_optimizer_step,
         )
         self._watch = BackwardWatch(self, self._work, port, renames)
+        if self.rank != 0:
+            self.disabled = True  # the user's backward only
+            return
+        self._hooks = [
+            hook
+            for opt in optimizers
+            for hook in (
+                opt.register_step_pre_hook(self._before_optimizer_step),
+                opt.register_step_post_hook(self._after_optimizer_step),
+            )
+        ]
         self._safely(self._work.start_capture)  # step 0 analyses; its forward comes first
 
     # ----- the training loop's calls ---------------------------------------
@@ -247,6 +283,17 @@ class Recorder:
     global_step = step_count
 
     @property
+    def in_step(self) -> bool:
+        """Whether a `rec.step()` block is open (outside one, a backward begins a step)."""
+        return self._work.in_block
+
+    @property
+    def observing(self) -> bool:
+        """Whether the step in progress is recorded or analysed: a callback names
+        its losses only then (elsewhere a backward costs the step counter)."""
+        return not self.disabled and self._work.work is not None
+
+    @property
     def parameters(self) -> tuple[torch.Tensor, ...]:
         """The recorded parameters, in layout order (for `record_gradients`)."""
         return self._work.params
@@ -329,9 +376,24 @@ class Recorder:
             return False  # given: its own hooks observe it
         return self._work.add_optimizer(optimizer)
 
-    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
-        work = self._work.work
-        if self.disabled or work is None:
+    def _before_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple = (), kwargs: Mapping | None = None
+    ) -> None:
+        """A step pre-hook: the gradients it applies are in `.grad` now, unless
+        a closure computes them inside the step (then the post-hook reads them)."""
+        if not _has_closure(args, kwargs):
+            self._optimizer_stepping(optimizer)
+
+    def _after_optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple = (), kwargs: Mapping | None = None
+    ) -> None:
+        """A step post-hook: `optimizer.step(closure)` (LBFGS, Lightning's automatic
+        optimization) ran its backward after the pre-hook; `.grad` holds it now."""
+        if _has_closure(args, kwargs):
+            self._optimizer_stepping(optimizer)
+
+    def _optimizer_stepping(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.disabled or self._work.work is None:
             return
         self._safely(self._work.before_optimizer_step, optimizer)
 
@@ -379,6 +441,12 @@ def _renames(losses: Mapping[str, str] | None) -> dict[str, str]:
         if "|" in new or "/" in new:
             raise ValueError(f"losses: loss name {new!r}: use a string without '|' or '/'")
     return renames
+
+
+def _has_closure(args: tuple, kwargs: Mapping | None) -> bool:
+    """Whether `optimizer.step` was called with a closure (positional or keyword)."""
+    closure = args[0] if args else (kwargs or {}).get("closure")
+    return closure is not None
 
 
 def _declared(

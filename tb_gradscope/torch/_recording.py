@@ -36,6 +36,8 @@ from tb_gradscope.core.drift import drift_table
 from tb_gradscope.core.rules import STEP_EVENTS, TRACE_EVENTS, HostRuleSteps
 from tb_gradscope.core.tables import TableInfos
 from tb_gradscope.core.writer import RecordWriter
+from tb_gradscope.torch import _compile as compile_lib
+from tb_gradscope.torch import _distributed as distributed
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
 from tb_gradscope.torch import _torch_private as private
@@ -43,6 +45,7 @@ from tb_gradscope.torch._capture import Capture
 from tb_gradscope.torch._drift import PairDrift
 from tb_gradscope.torch._flow import LossFacts, flowgraph
 from tb_gradscope.torch._ledger import GradLedger
+from tb_gradscope.torch._loss_scale import LossScale, overflowed, unscaled
 from tb_gradscope.torch._losses import StartPoint, per_loss_gradients, tensor_of
 from tb_gradscope.torch._names import NamedParameters
 
@@ -58,6 +61,8 @@ class _StepWork:
     analysed: bool = False
     before: torch.Tensor | None = None
     grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    # With a GradScaler: each loss's scale at its backward (its table is unscaled by it).
+    scales: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     grams: list[tuple[list[str], list[set[int]], torch.Tensor]] = dataclasses.field(
         default_factory=list
     )
@@ -79,6 +84,8 @@ class _Hooked:
     reach: dict[str, set[int]]
     handles: list[Any]
     grads: dict[int, torch.Tensor]
+    # Under torch.distributed: `.grad` before the backward; the gradient is read after it.
+    before: dict[int, torch.Tensor | None] | None = None
 
 
 class TorchRecording:
@@ -94,8 +101,10 @@ class TorchRecording:
         infos: TableInfos,
         every_n_steps: int,
         conflict: bool,
+        loss_scale: LossScale | None = None,
     ):
         self.writer = writer
+        self.loss_scale = loss_scale
         self.names = names
         self.params = names.params
         self.index = names.index
@@ -127,6 +136,8 @@ class TorchRecording:
         self.graph_edges: dict[tuple[str, str], int] = {}
         self.graph_open_edges: dict[tuple[str, str], int] = {}
         self.capture: Capture | None = None
+        # In a process group, a single loss's gradient is read from `.grad` after its backward.
+        self.distributed = distributed.initialized()
 
     # ----- step boundaries -------------------------------------------------
 
@@ -164,6 +175,7 @@ class TorchRecording:
         names = list(work.grads)
         tensors += [work.grads[n] for n in names]
         tensors += [gram for _, _, gram in work.grams]
+        tensors += [work.scales[n] for n in names if n in work.scales]
         update = None
         drift_sums: list[tuple[PairDrift, bool]] = []
         if work.recorded and work.before is not None:
@@ -178,11 +190,16 @@ class TorchRecording:
         host = iter(stats.pack(tensors))
         grad_tables = {n: next(host).astype(np.float32) for n in names}
         grams = [(losses, reach, next(host)) for losses, reach, _ in work.grams]
+        scales = {n: float(next(host)) for n in names if n in work.scales}
         update_table = next(host).astype(np.float32) if update is not None else None
         step = work.step
         if work.analysed and work.facts:
             self._write_flowgraph(step, work)
         if work.recorded:
+            if scales and overflowed(grad_tables.values()):  # the GradScaler skips this step
+                first = next(n for n in names if overflowed([grad_tables[n]]))
+                self.writer.write_blobs(*self.loss_scale.skipped(step, scales[first]), step)
+                grad_tables, grams = {}, []
             for name, table in grad_tables.items():
                 self.writer.write_table(self.infos.grad_stats(name), table, step)
                 self.rules.add_grads(step, name, table)
@@ -207,6 +224,7 @@ class TorchRecording:
         """Turns the capture on for the step that begins next (it analyses)."""
         if self.capture is None:
             self.capture = Capture(self.index, self.names.layout.variable_leaf)
+            compile_lib.eager_begin()  # compiled code runs its eager original meanwhile
             self.capture.__enter__()
 
     def stop_capture(self) -> None:
@@ -215,6 +233,7 @@ class TorchRecording:
         if capture is None:
             return
         private.leave_function_mode(capture)
+        compile_lib.eager_end()
         self._take_edges(capture)
         capture.clear()
 
@@ -258,6 +277,8 @@ class TorchRecording:
         if work is not None and work.hooked is not None:
             hooked, work.hooked = work.hooked, None
             drop_hooks(hooked)
+            if hooked.before is not None:
+                hooked.grads.update(distributed.grads_after(self.params, hooked.before))
             grads: list[torch.Tensor | None] = [None] * len(self.params)
             for i, g in hooked.grads.items():
                 grads[i] = g.unsqueeze(0)
@@ -323,13 +344,18 @@ class TorchRecording:
             work.reach.update({n: frozenset(r) for n, r in reach.items()})
             work.last_reach = reach
             work.ledger.before_backward(set().union(*reach.values()))
+            # Under DDP: no backward of the recorder's own that would start a collective.
+            own_backward = not distributed.reduces_in_backward(
+                [tensor_of(loss) for loss in losses.values()], custom
+            )
+            custom = distributed.without_sink(custom)
             if work.recorded and hooks_allowed and len(losses) == 1:
                 self._hook_gradients(work, reach)
-            elif work.recorded:
+            elif work.recorded and own_backward:
                 self._record_gradients(work, losses, reach)
             if self.in_block or work.captured or self._changed(work):
                 for name, loss in losses.items():
-                    work.facts[name] = self._facts(name, loss, reach, custom, capture)
+                    work.facts[name] = self._facts(name, loss, reach, custom, capture, own_backward)
         if not self.in_block:
             self.stop_capture()
 
@@ -367,8 +393,8 @@ class TorchRecording:
         if work is None:
             return
         k = next((i for i, opt in enumerate(self.optimizers) if opt is optimizer), None)
-        if k is None:
-            return
+        if k is None or not (self.in_block or work.analysed):
+            return  # what a step applies is read by its analysis only
         work.optimizer_stepped = True
         with Capture.paused():
             consumed = work.ledger.consumed(self.members[k])
@@ -403,7 +429,8 @@ class TorchRecording:
 
     def _hook_gradients(self, work: _StepWork, reach: Mapping[str, set[int]]) -> None:
         """Hooks on the parameters a single loss reaches: each sees its gradient
-        as the user's backward accumulates it (returning None, they change nothing)."""
+        as the user's backward accumulates it (returning None, they change nothing).
+        In a process group, `.grad` is read after the backward instead (`_distributed`)."""
         got: dict[int, torch.Tensor] = {}
 
         def keep(i: int) -> Callable[[torch.Tensor], None]:
@@ -414,6 +441,10 @@ class TorchRecording:
             return hook
 
         (name,) = reach
+        if self.distributed:  # DDP reduces `.grad` after the hooks see it: read it after
+            before = distributed.grads_before(self.params, sorted(reach[name]))
+            work.hooked = _Hooked([name], {n: set(r) for n, r in reach.items()}, [], {}, before)
+            return
         handles = [
             self.params[i].register_hook(keep(i))
             for i in sorted(reach[name])
@@ -433,19 +464,24 @@ class TorchRecording:
         self._tables(work, list(losses), grads, reach)
 
     def _tables(self, work: _StepWork, names: list[str], grads, reach) -> None:
+        device = self.params[0].device
         reached = torch.zeros(len(names), len(self.params), dtype=torch.float64)
         for k, n in enumerate(names):
             reached[k, sorted(i for i in reach[n] if grads[i] is not None)] = 1.0
-        reached = reached.to(self.params[0].device)
+        reached = stats.to_device(reached, device)
         table, flat_grads = stats.grad_tables(grads, reached, self.rollup, len(names))
+        scale = self.loss_scale.current(device) if self.loss_scale is not None else None
+        if scale is not None:
+            table = unscaled(table, scale)
         for k, n in enumerate(names):
             work.grads[n] = table[k]
+            if scale is not None:
+                work.scales[n] = scale
         if self.conflict and len(names) > 1 and flat_grads is not None:
             present = [v for v, g in enumerate(grads) if g is not None]
             per_present = stats.gram(flat_grads, [self.sizes[v] for v in present])
-            full = torch.zeros(len(names), len(names), len(self.params), dtype=torch.float64)
-            full = full.to(per_present.device)
-            full[:, :, torch.as_tensor(present, device=full.device)] = per_present
+            full = per_present.new_zeros(len(names), len(names), len(self.params))
+            full[:, :, stats.to_device(torch.as_tensor(present), device)] = per_present
             rolled = self.rollup.sum(full.reshape(-1, len(self.params), 1)).reshape(
                 len(names), len(names), -1
             )
@@ -469,14 +505,14 @@ class TorchRecording:
             info = self.infos.conflict(losses[a], losses[b], [scopes[s] for s in rows])
             self.writer.write_table(info, cos.reshape(-1, 1).astype(np.float32), step)
 
-    def _facts(self, name, loss, reach, custom, capture) -> LossFacts:
+    def _facts(self, name, loss, reach, custom, capture, own_backward=True) -> LossFacts:
         root = tensor_of(loss)
         grad = loss.grad if isinstance(loss, StartPoint) else None
         reached = sorted(i for i in reach[name] if self.params[i].requires_grad)
         with torch.enable_grad():
             none = (
                 reach_lib.none_gradients(root, grad, self.params, reached)
-                if custom[name]
+                if custom[name] and own_backward
                 else set()
             )
         captured = capture.deps_of(root) if capture is not None else None

@@ -7,7 +7,10 @@ membership matrix (sums) or one masked max; drift's sums of squares likewise
 (`sums_of_squares`). Signed sums (conflict's dot products) are segment sums
 by a float64 cumulative sum. Nothing
 leaves the device here and nothing is read per parameter: the recorder moves
-a recorded step's tables to the host once (`pack` / `unpack`).
+a recorded step's tables to the host once (`pack`). The few index tensors
+built on the host go to the device without a wait (`to_device`: pinned
+memory, non-blocking), so a recorded step never stalls on the device queue
+before its one transfer.
 
 GRAD_STATS columns as docs/FORMAT.md: grad_vars (parameters the loss's graph
 reaches), l2 (NaN/Inf propagate), max_abs over finite elements, nonfinite,
@@ -57,10 +60,21 @@ def flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> t
     return torch.cat([p.to(dtype) for p in parts])
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`, copied without waiting for the device's queue
+    (a blocking copy to a GPU waits for every kernel queued before it): from
+    pinned memory, non-blocking, to a GPU; on the CPU, the tensor itself."""
+    if host.device == device:
+        return host
+    if device.type != "cuda":  # pinned memory is CUDA's
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def segment_sums(rows: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     """[k, T] -> [k, len(sizes)]: sums over consecutive segments of `sizes`
     elements, by a float64 cumulative sum (deterministic on every device)."""
-    ends = torch.as_tensor(np.cumsum(sizes) - 1, device=rows.device)
+    ends = to_device(torch.as_tensor(np.cumsum(sizes) - 1), rows.device)
     total = torch.cumsum(rows.double(), dim=1).index_select(1, ends)
     return torch.diff(total, dim=1, prepend=torch.zeros_like(total[:, :1]))
 
@@ -105,14 +119,14 @@ def grad_tables(
             + private.foreach_norm(finite_views, 0)
         ).double()
         l2, max_abs, nonzero, finite_nonzero = norms.reshape(4, n_losses, len(present)).unbind(0)
-        counts = torch.as_tensor(sizes, dtype=torch.float64, device=device).expand_as(l2)
+        counts = to_device(torch.as_tensor(sizes, dtype=torch.float64), device).expand_as(l2)
         columns = torch.stack(
             [l2.square(), max_abs, nonzero - finite_nonzero, counts - nonzero, counts], dim=-1
         )
         if len(present) == n_vars:
             per_var = columns
         else:
-            per_var[:, torch.as_tensor(present, device=device)] = columns
+            per_var[:, to_device(torch.as_tensor(present), device)] = columns
     per_var = per_var * reached.unsqueeze(-1)
     # Columns rolled up: reached, sum of squares, (max), non-finite, zeros, elements.
     sums = rollup.sum(torch.cat([reached.unsqueeze(-1), per_var], dim=-1))

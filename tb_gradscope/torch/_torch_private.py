@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.overrides
 
-__all__ = ["foreach_norm", "leave_function_mode", "load_compiler", "version"]
+__all__ = ["ddp_sink_reduces", "foreach_norm", "leave_function_mode", "load_compiler", "version"]
 
 
 def leave_function_mode(mode: Any) -> bool:
@@ -51,6 +51,19 @@ def version(tensor: torch.Tensor) -> int:
     and a backward that accumulates both change it in place; no public API tells
     a tensor was written since."""
     return tensor._version
+
+
+def ddp_sink_reduces(node: Any) -> bool:
+    """Whether a backward through autograd node `node` would run
+    DistributedDataParallel's delayed all-reduce: `node` is the backward of the
+    `_DDPSink` Function DDP puts on its outputs, and its DDP has a static graph
+    (the sink is there on its first iteration only, and its backward queues
+    `reducer._delay_all_reduce` into whichever backward runs it first). No
+    public API names DDP's sink or says that its backward starts a collective."""
+    if type(node).__name__ != "_DDPSinkBackward":
+        return False
+    ddp = node.ddp_weakref()
+    return ddp is not None and bool(ddp.static_graph)
 
 
 def load_compiler() -> None:

@@ -44,7 +44,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.torch import _call_site
@@ -64,7 +67,8 @@ class RecorderPort:
     enter_block: Callable[[], None]  # begins a step holding several backwards
     exit_block: Callable[[], None]  # that step's backwards are done
     adopt: Callable[[torch.optim.Optimizer], bool]  # True: it steps recorded parameters
-    before_optimizer_step: Callable[[torch.optim.Optimizer], None]
+    before_optimizer_step: Callable[..., None]  # (optimizer, args, kwargs): a step pre-hook
+    after_optimizer_step: Callable[..., None]  # (optimizer, args, kwargs): a step post-hook
 
 
 class BackwardWatch:
@@ -89,7 +93,7 @@ class BackwardWatch:
         self._thread = threading.get_ident()
         self._originals: dict[str, Any] = {}
         self._wrappers: dict[str, Any] = {}
-        self._hook: Any = None
+        self._hooks: tuple[Any, ...] = ()
         self._busy = 0
         self._known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.step_open = False
@@ -110,7 +114,10 @@ class BackwardWatch:
         for owner, name, bind in _TARGETS:
             original = owner.backward
             self._originals[name], self._wrappers[name] = original, self._wrap(original, bind)
-        self._hook = register_optimizer_step_pre_hook(self._optimizer_step)
+        self._hooks = (
+            register_optimizer_step_pre_hook(self._optimizer_step),
+            register_optimizer_step_post_hook(self._optimizer_stepped),
+        )
         for owner, name, _ in _TARGETS:
             owner.backward = self._wrappers[name]
         _watching.append(self)
@@ -125,7 +132,8 @@ class BackwardWatch:
             if owner.backward is self._wrappers[name]:
                 owner.backward = self._originals[name]
         self._wrappers = {}
-        self._hook.remove()
+        for hook in self._hooks:
+            hook.remove()
         if self in _watching:
             _watching.remove(self)
 
@@ -233,7 +241,7 @@ class BackwardWatch:
         self._rec.observe_backward(losses, hooks_allowed=inputs is None)
         return self._recording.work is not None and not self._rec.disabled
 
-    def _optimizer_step(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
+    def _optimizer_step(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if not self._wrappers or threading.get_ident() != self._thread:
             return None
         self._stepped = True
@@ -244,8 +252,14 @@ class BackwardWatch:
             )
             known = self._known[optimizer] = _ADOPTED if adopted else _OTHER
         if known is _ADOPTED:
-            self._port.before_optimizer_step(optimizer)
+            self._port.before_optimizer_step(optimizer, args, kwargs)
         return None
+
+    def _optimizer_stepped(
+        self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict
+    ) -> None:
+        if threading.get_ident() == self._thread and self._known.get(optimizer) is _ADOPTED:
+            self._port.after_optimizer_step(optimizer, args, kwargs)
 
 
 def _bind_autograd(

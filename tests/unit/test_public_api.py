@@ -40,7 +40,11 @@ PUBLIC_PACKAGES = {
 # Public modules beside a public __init__: framework integrations imported on
 # their own (each imports one more library), with the names they export.
 PUBLIC_INTEGRATIONS = {
-    "tb_gradscope.torch": {"sb3": {"GradscopeCallback"}},
+    "tb_gradscope.torch": {
+        "lightning": {"GradscopeCallback"},
+        "pytorch_lightning": {"GradscopeCallback"},
+        "sb3": {"GradscopeCallback"},
+    },
 }
 
 # The root's own modules: the entry points and the scope tree are public.

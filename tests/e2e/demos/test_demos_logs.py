@@ -304,20 +304,11 @@ def test_regenerating_demos_is_deterministic_whatever_ran_before(fresh, tmp_path
 
 def _cuts_there(run: str, lines: list[str], number: int) -> bool:
     """Whether line `number` of a demo cuts a gradient path: a tf.stop_gradient
-    (TF), a .detach() or a line inside a `with torch.no_grad():` block (PyTorch)."""
+    (TF), a .detach() or the `with torch.no_grad():` of a block (PyTorch)."""
     line = lines[number - 1]
     if demo_spec.framework(run.split("/")[0]) == "tensorflow":
         return "tf.stop_gradient(" in line
-    indent = len(line) - len(line.lstrip())
-    opener = next(
-        (
-            above
-            for above in reversed(lines[: number - 1])
-            if len(above) - len(above.lstrip()) < indent
-        ),
-        "",
-    )
-    return ".detach()" in line or "with torch.no_grad():" in opener
+    return ".detach()" in line or line.strip() == "with torch.no_grad():"
 
 
 def test_blocked_edges_point_at_the_demos_stop_gradient_lines(committed):
@@ -345,12 +336,6 @@ def test_blocked_edges_point_at_the_demos_stop_gradient_lines(committed):
         assert _cuts_there(run, lines, edge.source.line), (run, lines[edge.source.line - 1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tb_gradscope.torch names the line of the op computed under torch.no_grad() "
-    "(a module's forward, e.g. torch_ddpg.py's Critic.forward), not the user's "
-    "`with torch.no_grad():` block that cuts the path",
-)
 def test_no_grad_cuts_point_at_their_with_torch_no_grad_block(committed):
     edges = [
         (run, e)
@@ -361,7 +346,7 @@ def test_no_grad_cuts_point_at_their_with_torch_no_grad_block(committed):
     assert {run for run, _ in edges} >= {"torch_ddpg/clean", "torch_ema_lstm/clean"}
     for run, edge in edges:
         lines = (REPO / edge.source.file).read_text().splitlines()
-        assert _cuts_there(run, lines, edge.source.line), (run, lines[edge.source.line - 1])
+        assert lines[edge.source.line - 1].strip() == "with torch.no_grad():", (run, edge)
 
 
 TORCH_RUNS = [r for r in EXPECTED_RUNS if demo_spec.framework(r.split("/")[0]) == "torch"]

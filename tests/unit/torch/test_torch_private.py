@@ -11,6 +11,8 @@ import pathlib
 import sys
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from torch.overrides import TorchFunctionMode
 
 from tb_gradscope.torch import _torch_private as private
@@ -41,6 +43,26 @@ def test_version():
     grad.add_(1.0)  # an in-place change (a backward accumulating, zero_grad(set_to_none=False))
     assert private.version(grad) == before + 1
     assert private.version(grad + 0) == 0  # a new tensor starts its own count
+
+
+def test_ddp_sink_reduces(tmp_path):
+    # A one-rank gloo group: DDP's sink is on the outputs of a static graph's
+    # first iteration and of find_unused_parameters; only the first reduces.
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        x = torch.randn(2, 3)
+        static = DistributedDataParallel(torch.nn.Linear(3, 1), static_graph=True)
+        unused = DistributedDataParallel(torch.nn.Linear(3, 1), find_unused_parameters=True)
+        first, other = static(x), unused(x)
+        assert type(first.grad_fn).__name__ == type(other.grad_fn).__name__ == "_DDPSinkBackward"
+        assert private.ddp_sink_reduces(first.grad_fn)
+        assert not private.ddp_sink_reduces(other.grad_fn)
+        assert not private.ddp_sink_reduces((first * 2).grad_fn)
+        first.sum().backward()  # the first iteration's delayed all-reduce runs here
+        assert static(x).grad_fn is not None and not private.ddp_sink_reduces(static(x).grad_fn)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_load_compiler():

@@ -15,8 +15,11 @@ from tests.support import torch_loops
 
 
 def _target_line() -> int:
+    """The `with torch.no_grad():` above the TD target's line: the line that cut it."""
     lines, start = inspect.getsourcelines(torch_loops.dqn)
-    return start + next(i for i, text in enumerate(lines) if "the TD target's line" in text)
+    target = next(i for i, text in enumerate(lines) if "the TD target's line" in text)
+    assert lines[target - 1].strip() == "with torch.no_grad():"
+    return start + target - 1
 
 
 @pytest.fixture(scope="module")

@@ -135,3 +135,27 @@ def test_pairs_auto_finds_a_target_by_its_name_and_the_optimizer_that_skips_it(t
     rec = Recorder(tmp_path, models=models, optimizers=[opt], pairs="auto")
     assert [p.name for p in rec.pairs] == ["q_target<-q"]
     rec.close()
+
+
+def test_an_optimizer_stepped_with_a_closure_applies_the_closures_loss(tmp_path):
+    """`optimizer.step(closure)` (LBFGS, Lightning's automatic optimization) runs
+    the backward inside the step, after torch's step pre-hook: the loss is read
+    as applied when the step ends (its post-hook), not as `ignored`."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)
+    opt = torch.optim.LBFGS(net.parameters(), max_iter=1)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+    rec = Recorder(tmp_path, every_n_steps=1, models={"net": net}, optimizers=[opt])
+    for _ in range(2):
+        with rec.step():
+
+            def closure():
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                rec.backward({"fit": loss})
+                return loss
+
+            opt.step(closure)
+    rec.close()
+    (run,) = load_logdir(str(tmp_path))
+    assert run.flowgraph.cells["fit"]["net"] == fmt.UPDATES
