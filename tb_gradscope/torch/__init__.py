@@ -23,7 +23,9 @@ never tensorflow.
 
 Public submodules, each imported on its own and bringing its framework:
 `lightning` and `pytorch_lightning` (`GradscopeCallback` for either Lightning
-package; the work is `_lightning`'s).
+package; the work is `_lightning`'s), and `sb3` (Stable-Baselines3's
+`GradscopeCallback`; an algorithm's models, optimizers and pairs are
+`_sb3_structure`'s).
 """
 
 try:

@@ -272,7 +272,10 @@ class Capture(torch.overrides.TorchFunctionMode):
         if entry is not None and entry.value() is value:  # in place: paths add up
             merged = dict(entry.deps)
             for i, cut in deps.items():
-                merged[i] = None if cut is None or merged.get(i, cut) is None else merged[i]
+                # An open path wins; of two cuts the first stays; a new dependence comes in.
+                merged[i] = (
+                    None if cut is None or merged.get(i, cut) is None else merged.get(i, cut)
+                )
             entry.deps, entry.origins = merged, entry.origins | origins
             entry.open_origins |= open_origins
             entry.path_cuts |= path_cuts

@@ -396,11 +396,13 @@ def _class_names(source: str) -> list[str]:
 
 # The same public API in each framework's package, one class each (the issue's names).
 FRAMEWORK_TWINS = {
-    # Keras's, Lightning's and pytorch_lightning's (each framework takes only its own class).
+    # Keras's, Lightning's, pytorch_lightning's and Stable-Baselines3's (each
+    # framework takes only its own class).
     "GradscopeCallback": [
         "integrations/keras/__init__.py",
         "torch/lightning.py",
         "torch/pytorch_lightning.py",
+        "torch/sb3.py",
     ],
     "Recorder": ["record/_recorder.py", "torch/_recorder.py"],
     "StartPoint": ["record/_losses.py", "torch/_losses.py"],

@@ -37,6 +37,16 @@ PUBLIC_PACKAGES = {
     "tb_gradscope.torch": {"GradscopeWarning", "Recorder", "StartPoint", "pair_models"},
 }
 
+# Public modules beside a public __init__: framework integrations imported on
+# their own (each imports one more library), with the names they export.
+PUBLIC_INTEGRATIONS = {
+    "tb_gradscope.torch": {
+        "lightning": {"GradscopeCallback"},
+        "pytorch_lightning": {"GradscopeCallback"},
+        "sb3": {"GradscopeCallback"},
+    },
+}
+
 # The root's own modules: the entry points and the scope tree are public.
 PUBLIC_ROOT_MODULES = {"cli", "scopes", "testing"}
 
@@ -49,7 +59,17 @@ def _modules(package: str) -> list[str]:
 @pytest.mark.parametrize("package", sorted(PUBLIC_PACKAGES))
 def test_modules_beside_a_public_init_are_underscored(package):
     public = [m for m in _modules(package) if not m.startswith("_")]
-    assert public == [], f"{package}: modules without a leading underscore: {public}"
+    expected = sorted(PUBLIC_INTEGRATIONS.get(package, {}))
+    assert public == expected, f"{package}: modules without a leading underscore: {public}"
+
+
+@pytest.mark.parametrize(
+    "module, names",
+    [(f"{p}.{m}", names) for p, mods in PUBLIC_INTEGRATIONS.items() for m, names in mods.items()],
+)
+def test_an_integration_module_exports_exactly_its_public_names(module, names):
+    pytest.importorskip(module)
+    assert set(importlib.import_module(module).__all__) == names
 
 
 @pytest.mark.parametrize("package", sorted(PUBLIC_PACKAGES))

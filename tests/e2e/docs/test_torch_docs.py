@@ -102,6 +102,20 @@ TRUTHS = {
             ("actor", "critic_target"): IND,
         },
     ),
+    "sb3": (
+        "sac",
+        {
+            ("critic_loss", "critic"): UPD,
+            ("critic_loss", "critic_target"): BLK,
+            ("critic_loss", "actor"): BLK,
+            ("critic_loss", "ent_coef"): BLK,
+            ("actor_loss", "actor"): UPD,
+            ("actor_loss", "critic"): IGN,
+            ("actor_loss", "ent_coef"): BLK,
+            ("ent_coef_loss", "ent_coef"): UPD,
+            ("ent_coef_loss", "actor"): BLK,
+        },
+    ),
 }
 
 
@@ -174,6 +188,10 @@ def test_each_block_records_the_flow_states_the_guide_explains(name, tmp_path):
     if name == "watch":  # one step per call of train_step, named by call site and renamed
         assert logs.steps[:3] == [0, 10, 20]
         assert sorted(logs.drift) == ["actor_target<-actor", "critic_target<-critic"]
+    if name == "sb3":  # one step per gradient step; SB3's own names and tau
+        assert logs.steps[:3] == [0, 10, 20]
+        (series,) = logs.drift.values()
+        assert series[-1][1].info.attrs["tau"] == 0.005
     if name == "frozen":
         (edge,) = {(e.cause, e.producer_scope.split("/")[0]) for e in graph.blocked_edges}
         assert edge == (fg.CAUSE_TAPE_BOUNDARY, "encoder")
