@@ -62,6 +62,7 @@ def test_watched_shape_agrees_with_the_oracle(shape, trained):
         harness.matrix_disagreements(done, view)
         + harness.report_disagreements(done, view)
         + (harness.blocked_edge_disagreements(done, view) if shape.has_flowgraph else [])
+        + (harness.path_cut_disagreements(done, view) if shape.has_flowgraph else [])
         + harness.drift_disagreements(done, view)
     )
     assert disagreements == [], "\n".join(str(d) for d in disagreements)
