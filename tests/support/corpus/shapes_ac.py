@@ -163,7 +163,7 @@ TD3_RULES = (
 POLICY_DELAY = 2
 
 
-def _td3(leaky: bool):
+def _td3(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(4)
         actor, t_actor = kit.mlp("actor", [4, A]), kit.mlp("target_actor", [4, A])
@@ -218,6 +218,22 @@ def _td3(leaky: bool):
             for t, o in ((t_actor, actor), (t1, c1), (t2, c2)):
                 kit.polyak(t, o, TAU)
 
+        def watched_step(b, update_actor):  # as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                lc = critic_loss(b)
+            variables = critic_vars()
+            c_opt.apply_gradients(zip(tape.gradient(lc, variables), variables))
+            if update_actor:  # a Python bool: one trace each way
+                with tf.GradientTape() as tape:
+                    la = actor_loss(b)
+                variables = actor_vars()
+                a_opt.apply_gradients(zip(tape.gradient(la, variables), variables))
+                for t, o in ((t_actor, actor), (t1, c1), (t2, c2)):
+                    kit.polyak(t, o, TAU)
+
+        if watched:
+            watched_train = rec.watch(watched_step, losses={"lc": "critic", "la": "actor"})
+
         for step in range(4):
             b = kit.batch(step)
             losses = [
@@ -246,11 +262,14 @@ def _td3(leaky: bool):
                     ],
                 ),
             )
-            with rec.training_step():
-                update_critic(b)
-                if step % POLICY_DELAY == 0:
-                    update_actor(b)
-                rec.record_drift()
+            if watched:
+                watched_train(b, step % POLICY_DELAY == 0)
+            else:
+                with rec.training_step():
+                    update_critic(b)
+                    if step % POLICY_DELAY == 0:
+                        update_actor(b)
+                    rec.record_drift()
             observer.after(step)
         rec.close()
 
@@ -283,7 +302,7 @@ class Temperature(tf.Module):
             self.log_alpha = tf.Variable(np.log(0.2), dtype=tf.float32, name="log_alpha")
 
 
-def _sac(leaky: bool):
+def _sac(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(5)
         pi = kit.mlp("pi", [4, 2 * A])
@@ -346,6 +365,23 @@ def _sac(leaky: bool):
                 kit.polyak(t2, q2, TAU)
                 rec.record_drift()
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                lq = q_loss(b)
+            q_opt.apply_gradients(zip(tape.gradient(lq, q_vars()), q_vars()))
+            with tf.GradientTape() as tape:
+                lp = pi_loss(b)
+            pv = pi.trainable_variables
+            pi_opt.apply_gradients(zip(tape.gradient(lp, pv), pv))
+            with tf.GradientTape() as tape:
+                la = alpha_loss(b)
+            alpha_opt.apply_gradients(zip(tape.gradient(la, [temp.log_alpha]), [temp.log_alpha]))
+            kit.polyak(t1, q1, TAU)
+            kit.polyak(t2, q2, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"lq": "q", "lp": "pi", "la": "alpha"})
+
         for step in range(4):
             b = kit.batch(step)
             observer.before(
@@ -386,7 +422,7 @@ def _sac(leaky: bool):
 AC_RULES = ("never(actor, ac/critic_head)", "never(critic, ac/actor_head)")
 
 
-def _shared_trunk(leaky: bool):
+def _shared_trunk(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(6)
         x = keras.Input((OBS,))
@@ -414,6 +450,17 @@ def _shared_trunk(leaky: bool):
             with rec.tape() as tape:
                 named = losses(b)
             rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(b)
+                actor, critic = named["actor"], named["critic"]
+                loss = actor + critic
+            variables = ac.trainable_variables
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["actor", "critic"]})
 
         for step in range(4):
             b = kit.batch(step)
@@ -445,7 +492,7 @@ def _shared_trunk(leaky: bool):
 A2C_RULES = ("blocked(actor, critic/*)", "never(critic, actor/*)", "never(actor, critic/*)")
 
 
-def _a2c(leaky: bool):
+def _a2c(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(7)
         actor, critic = kit.mlp("actor", [4, A]), kit.mlp("critic", [4, 1])
@@ -470,6 +517,16 @@ def _a2c(leaky: bool):
                     la, lc = actor_loss(b), critic_loss(b)
                 rec.apply(a_opt, rec.gradients(tape, {"actor": la}, actor.trainable_variables))
                 rec.apply(c_opt, rec.gradients(tape, {"critic": lc}, critic.trainable_variables))
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape(persistent=True) as tape:
+                la, lc = actor_loss(b), critic_loss(b)
+            av, cv = actor.trainable_variables, critic.trainable_variables
+            a_opt.apply_gradients(zip(tape.gradient(la, av), av))
+            c_opt.apply_gradients(zip(tape.gradient(lc, cv), cv))
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"la": "actor", "lc": "critic"})
 
         for step in range(4):
             b = kit.batch(step)
@@ -585,16 +642,19 @@ SHAPES = [
 ]
 
 
-# DDPG written as its users write it, under `@rec.watch`
+# The shapes written as their users write them, under `@rec.watch`
 # (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+# TD3's twin is one watched tf.function the loop tells whether to update the
+# actor and the targets (the explicit shape runs two in an eager block).
+_BUILDERS = {"ddpg": _ddpg, "td3": _td3, "sac": _sac, "actor_critic": _shared_trunk, "a2c": _a2c}
 WATCHED = [
     dataclasses.replace(
         shape,
         name=f"{shape.name}_watched",
-        train=_ddpg(shape.mutant_of is not None, watched=True),
+        style=TF_FUNCTION,
+        train=_BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None, watched=True),
         mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
         drift_from_start=True,  # a watched call reads the pairs at its start
     )
     for shape in SHAPES
-    if shape.name in ("ddpg", "ddpg_leaky")
 ]

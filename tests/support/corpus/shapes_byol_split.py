@@ -12,6 +12,8 @@ lists (docs/RECIPES.md, BYOL: one optimizer applied to several variable lists).
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -29,7 +31,7 @@ def _cosine_loss(p, z):
     )
 
 
-def _split_applies():
+def _split_applies(watched: bool = False):
     def train(logdir, observer):
         kit.seed(9)
         encoder, target_encoder = kit.mlp("encoder", [5, 4]), kit.mlp("target_encoder", [5, 4])
@@ -82,6 +84,19 @@ def _split_applies():
             kit.polyak(target_encoder, encoder, TAU)
             kit.polyak(target_projector, projector, TAU)
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            z = teacher(b)
+            with tf.GradientTape() as tape:
+                loss = byol_loss(b, z)
+            grads = tape.gradient(loss, parts())
+            for part_grads, part in zip(grads, parts()):
+                opt.apply_gradients(zip(part_grads, part))
+            kit.polyak(target_encoder, encoder, TAU)
+            kit.polyak(target_projector, projector, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"loss": "byol"})
+
         for step in range(4):
             b = kit.batch(step)
             observer.before(
@@ -116,4 +131,16 @@ SHAPES = [
         note="BYOL, one optimizer applied to encoder, projector and predictor in turn; "
         "record_gradients inside training_step()",
     ),
+]
+
+
+# The shape written as its users write it, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not a corpus shape of its own).
+WATCHED = [
+    dataclasses.replace(
+        SHAPES[0],
+        name="byol_split_applies_watched",
+        train=_split_applies(watched=True),
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
 ]

@@ -14,6 +14,8 @@ view 2 is cut whole, the encoder still learns through view 1.
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -33,7 +35,7 @@ def _negative_cosine(p, z):
     return -tf.reduce_mean(tf.reduce_sum(p * z, axis=1))
 
 
-def _simsiam(leaky: bool, symmetric: bool = True):
+def _simsiam(leaky: bool, symmetric: bool = True, watched: bool = False):
     def train(logdir, observer):
         kit.seed(21 if symmetric else 22)
         encoder = kit.mlp("encoder", [5, 3])
@@ -60,6 +62,15 @@ def _simsiam(leaky: bool, symmetric: bool = True):
             with rec.tape() as tape:
                 loss = simsiam_loss(b)
             rec.apply(opt, rec.gradients(tape, {"simsiam": loss}, var_list()))
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                loss = simsiam_loss(b)
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"loss": "simsiam"})
 
         for step in range(4):
             b = kit.batch(step)
@@ -107,4 +118,20 @@ SHAPES = [
         SIMSIAM_RULES,
         note="BYOL/SimSiam style: the predictor on one side only, the other view behind stop_gradient",
     ),
+]
+
+
+# The shapes written as their users write them, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_simsiam(
+            shape.name == "simsiam_leaky", shape.name != "simsiam_one_sided", watched=True
+        ),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
 ]

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -47,7 +49,7 @@ def _two_tower_critic(name: str) -> keras.Model:
     return keras.Model([s, a], keras.layers.Dense(1, name="q")(h), name=name)
 
 
-def _ddpg_two_tower():
+def _ddpg_two_tower(watched: bool = False):
     def train(logdir, observer):
         kit.seed(31)
         actor, t_actor = kit.mlp("actor", [4, A]), kit.mlp("target_actor", [4, A])
@@ -89,6 +91,22 @@ def _ddpg_two_tower():
                 kit.polyak(t_actor, actor, TAU)
                 kit.polyak(t_critic, critic, TAU)
                 rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            y = backup(b)
+            with tf.GradientTape() as tape:
+                lc = critic_loss(b, y)
+            cv = critic.trainable_variables
+            c_opt.apply_gradients(zip(tape.gradient(lc, cv), cv))
+            with tf.GradientTape() as tape:
+                la = actor_loss(b)
+            av = actor.trainable_variables
+            a_opt.apply_gradients(zip(tape.gradient(la, av), av))
+            kit.polyak(t_actor, actor, TAU)
+            kit.polyak(t_critic, critic, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"lc": "critic", "la": "actor"})
 
         for step in range(4):
             b = kit.batch(step)
@@ -146,7 +164,7 @@ class Env:
         return self._obs[t + 1], self._rewards[t]
 
 
-def _rollout_ac(leaky: bool, analyze: bool):
+def _rollout_ac(leaky: bool, analyze: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(32)
         x = keras.Input((OBS,))
@@ -195,6 +213,19 @@ def _rollout_ac(leaky: bool, analyze: bool):
             with rec.tape() as tape:
                 named = rollout_losses(obs, gumbel)
             rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
+
+        def watched_episode(obs, gumbel):  # as its user writes it, @rec.watch(eager=True)
+            with tf.GradientTape() as tape:
+                named = rollout_losses(obs, gumbel)
+                actor, critic = named["actor"], named["critic"]
+                loss = actor + critic
+            variables = ac.trainable_variables
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_episode = rec.watch(
+                watched_episode, eager=True, losses={"loss": ["actor", "critic"]}
+            )
 
         def noise(episode):
             rng = np.random.default_rng(4000 + episode)
@@ -269,4 +300,27 @@ SHAPES = [
         advice=("stop_gradient",),
         note="advantage without stop_gradient: the actor trains the critic head",
     ),
+]
+
+
+# The shapes written as their users write them, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+# The rollouts stay eager (`@rec.watch(eager=True)`); the `_analyzed` ones
+# give `rec.analyze` the watched episode function.
+_BUILDERS = {
+    "ddpg_two_tower": lambda: _ddpg_two_tower(watched=True),
+    "eager_rollout_ac": lambda: _rollout_ac(False, False, watched=True),
+    "eager_rollout_ac_leaky": lambda: _rollout_ac(True, False, watched=True),
+    "eager_rollout_ac_analyzed": lambda: _rollout_ac(False, True, watched=True),
+    "eager_rollout_ac_analyzed_leaky": lambda: _rollout_ac(True, True, watched=True),
+}
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_BUILDERS[shape.name](),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
 ]

@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -45,7 +47,7 @@ MULTIHEAD_RULES = (
 )
 
 
-def _multihead(leaky: bool):
+def _multihead(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(11)
         x = keras.Input((kit.OBS,))
@@ -82,6 +84,17 @@ def _multihead(leaky: bool):
                 rec.apply(opt1, rec.gradients(tape, {"loss1": named["loss1"]}, vars1()))
                 rec.apply(opt2, rec.gradients(tape, {"loss2": named["loss2"]}, vars2()))
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape(persistent=True) as tape:
+                named = losses(b)
+                loss1, loss2 = named["loss1"], named["loss2"]
+            v1, v2 = vars1(), vars2()
+            opt1.apply_gradients(zip(tape.gradient(loss1, v1), v1))
+            opt2.apply_gradients(zip(tape.gradient(loss2, v2), v2))
+
+        if watched:
+            train_step = rec.watch(watched_step)
+
         for step in range(4):
             b = kit.batch(step)
             observer.before(
@@ -112,7 +125,7 @@ START_RULES = ("never(td, target/*)", "only(td, [online])")
 CLIP = 1.0
 
 
-def _start_point(leaky: bool):
+def _start_point(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(12)
         online, target = kit.mlp("online", [4, kit.ACTIONS]), kit.mlp("target", [4, kit.ACTIONS])
@@ -140,6 +153,15 @@ def _start_point(leaky: bool):
                 value, seed = start(b)
             loss = value if seed is None else StartPoint(value, output_gradients=seed)
             rec.apply(opt, rec.gradients(tape, {"td": loss}, var_list()))
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                td, seed = start(b)
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(td, variables, output_gradients=seed), variables))
+
+        if watched:
+            train_step = rec.watch(watched_step)
 
         def forward(b):
             with tf.GradientTape() as tape:
@@ -176,7 +198,7 @@ def _lstm(name: str) -> keras.Sequential:
     )
 
 
-def _ema_lstm():
+def _ema_lstm(watched: bool = False):
     def train(logdir, observer):
         kit.seed(13)
         online, target = _lstm("online"), _lstm("target")
@@ -205,6 +227,17 @@ def _ema_lstm():
             rec.apply(opt, rec.gradients(tape, {"td": td}, online.trainable_variables))
             kit.polyak(target, online, TAU)
             rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            v2 = next_value(b)
+            with tf.GradientTape() as tape:
+                td = td_loss(b, v2)
+            variables = online.trainable_variables
+            opt.apply_gradients(zip(tape.gradient(td, variables), variables))
+            kit.polyak(target, online, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step)
 
         for step in range(4):
             b = kit.batch(step)
@@ -242,7 +275,7 @@ def _functional_q() -> keras.Model:
     return keras.Model(x, keras.layers.Dense(kit.ACTIONS)(h))
 
 
-def _auto_names():
+def _auto_names(watched: bool = False):
     def train(logdir, observer):
         kit.seed(14)
         q, q_target = _functional_q(), _functional_q()
@@ -263,6 +296,17 @@ def _auto_names():
             rec.apply(opt, rec.gradients(tape, {"td": td}, q.trainable_variables))
             kit.polyak(q_target, q, TAU)
             rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                td = td_loss(b)
+            opt.apply_gradients(
+                zip(tape.gradient(td, q.trainable_variables), q.trainable_variables)
+            )
+            kit.polyak(q_target, q, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step)
 
         for step in range(4):
             b = kit.batch(step)
@@ -309,7 +353,7 @@ class Net(keras.Model):
         return self.head(h), self.aux_head(h if self.leaky else tf.stop_gradient(h))
 
 
-def _subclassed(leaky: bool):
+def _subclassed(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(15)
         net = Net(leaky)
@@ -329,6 +373,17 @@ def _subclassed(leaky: bool):
             with rec.tape() as tape:
                 named = losses(b)
             rec.apply(opt, rec.gradients(tape, named, net.trainable_variables))
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(b)
+                main, aux = named["main"], named["aux"]
+                loss = main + aux
+            variables = net.trainable_variables
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["main", "aux"]})
 
         for step in range(4):
             b = kit.batch(step)
@@ -360,7 +415,7 @@ def _subclassed(leaky: bool):
 ACC_RULES = ("never(mse, net/frozen)", "only(mse, [net/l1, net/l2])")
 
 
-def _accumulation():
+def _accumulation(watched: bool = False):
     def train(logdir, observer):
         kit.seed(16)
         net = keras.Sequential(
@@ -392,6 +447,18 @@ def _accumulation():
             rec.record_gradients({"mse": grads_and_vars}, losses={"mse": losses[0] + losses[1]})
             rec.apply(opt, grads_and_vars)
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            variables = net.trainable_variables
+            total = [tf.zeros_like(v) for v in variables]
+            for half in (0, 1):
+                with tf.GradientTape() as tape:
+                    loss = micro_loss(b, half)
+                total = [t + g for t, g in zip(total, tape.gradient(loss, variables))]
+            opt.apply_gradients(zip(total, variables))
+
+        if watched:  # one line in a loop: one loss
+            train_step = rec.watch(watched_step, losses={"loss": "mse"})
+
         for step in range(4):
             b = kit.batch(step)
             forward = kit.taped(lambda _: micro_loss(b, 0) + micro_loss(b, 1))
@@ -415,7 +482,7 @@ def _accumulation():
 CLIP_RULES = ("never(b, net/trunk)", "only(b, [net/head_b])")
 
 
-def _clip(leaky: bool):
+def _clip(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(17)
         x = keras.Input((kit.OBS,))
@@ -440,6 +507,18 @@ def _clip(leaky: bool):
             grads_and_vars = rec.gradients(tape, named, net.trainable_variables)
             clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], 0.5)
             rec.apply(opt, list(zip(clipped, [v for _, v in grads_and_vars])))
+
+        def watched_step(batch):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(batch)
+                a, b = named["a"], named["b"]
+                loss = a + b
+            variables = net.trainable_variables
+            clipped, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), 0.5)
+            opt.apply_gradients(zip(clipped, variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["a", "b"]})
 
         def probe(n, b):
             forward = kit.taped(lambda _: losses(b)[n])
@@ -469,7 +548,7 @@ def _clip(leaky: bool):
 EAGER_RULES = ("never(td, target/*)", "only(td, [online])")
 
 
-def _eager(leaky: bool, analyze: bool):
+def _eager(leaky: bool, analyze: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(18)
         online, target = kit.mlp("online", [4, kit.ACTIONS]), kit.mlp("target", [4, kit.ACTIONS])
@@ -494,6 +573,14 @@ def _eager(leaky: bool, analyze: bool):
                 td = td_loss(b)
             rec.apply(opt, rec.gradients(tape, {"td": td}, var_list()))
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch(eager=True)
+            with tf.GradientTape() as tape:
+                td = td_loss(b)
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(td, variables), variables))
+
+        if watched:
+            train_step = rec.watch(watched_step, eager=True)
         if analyze:
             rec.analyze(train_step, kit.batch(0))
         for step in range(4):
@@ -630,4 +717,31 @@ SHAPES = [
         has_flowgraph=False,
         note="no stop_gradient, optimizer over the target",
     ),
+]
+
+
+# The shapes written as their users write them, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+# The eager loops stay eager (`@rec.watch(eager=True)`), eager_analyzed's
+# FlowGraph from `rec.analyze` of the watched step.
+_BUILDERS = {
+    "multihead": lambda leaky: _multihead(leaky, watched=True),
+    "start_point": lambda leaky: _start_point(leaky, watched=True),
+    "ema_lstm": lambda _: _ema_lstm(watched=True),
+    "auto_names": lambda _: _auto_names(watched=True),
+    "subclassed": lambda leaky: _subclassed(leaky, watched=True),
+    "grad_accumulation": lambda _: _accumulation(watched=True),
+    "clip_global_norm": lambda leaky: _clip(leaky, watched=True),
+    "eager_analyzed": lambda leaky: _eager(leaky, True, watched=True),
+    "eager_plain": lambda leaky: _eager(leaky, False, watched=True),
+}
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
 ]

@@ -21,6 +21,8 @@ its FlowGraph by `rec.analyze_losses` (docs/RECIPES.md, A2C / REINFORCE).
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -53,7 +55,7 @@ class Walk:
         return self._obs[self.t], float(self._rewards[self.t - 1]), self.t == self.length
 
 
-def _replayed(leaky: bool, two_optimizers: bool = False):
+def _replayed(leaky: bool, two_optimizers: bool = False, watched: bool = False):
     def train(logdir, observer):
         kit.seed(33)
         x = keras.Input((OBS,))
@@ -109,6 +111,26 @@ def _replayed(leaky: bool, two_optimizers: bool = False):
                 tf.concat(logits, 0), tf.concat(values, 0), actions, tf.constant(returns)
             )
 
+        def watched_episode(episode, gumbel):  # as its user writes it, @rec.watch(eager=True)
+            with tf.GradientTape(persistent=two_optimizers) as tape:
+                named = rollout(episode, gumbel)
+                actor, critic = named["actor"], named["critic"]
+                loss = actor + critic
+            if two_optimizers:
+                opts["actor"].apply_gradients(
+                    zip(tape.gradient(actor, split["actor"]), split["actor"])
+                )
+                opts["critic"].apply_gradients(
+                    zip(tape.gradient(critic, split["critic"]), split["critic"])
+                )
+            else:
+                variables = ac.trainable_variables
+                opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # one summed loss: its terms, each a loss of its own
+            terms = {} if two_optimizers else {"losses": {"loss": ["actor", "critic"]}}
+            watched_episode = rec.watch(watched_episode, eager=True, **terms)
+
         def noise(episode):
             return np.random.default_rng(6000 + episode).gumbel(size=(8, A)).astype(np.float32)
 
@@ -138,7 +160,9 @@ def _replayed(leaky: bool, two_optimizers: bool = False):
                 ]
             used = list(opts.values()) if two_optimizers else [opt]
             observer.before(step, StepProbe(probes, kit.variables_of({"ac": ac}), used))
-            if two_optimizers:
+            if watched:
+                watched_episode(step, gumbel)
+            elif two_optimizers:
                 with rec.training_step():
                     with rec.tape() as tape:
                         named = rollout(step, gumbel)
@@ -190,4 +214,20 @@ SHAPES = [
         note="advantage without stop_gradient: the actor's gradient reaches the value head "
         "(ignored: its optimizer does not write it) and the trunk through it",
     ),
+]
+
+
+# The shapes written as their users write them, under `@rec.watch(eager=True)`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own):
+# the episode's function is watched, its FlowGraph still from
+# `rec.analyze_losses`.
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_replayed(shape.mutant_of is not None, "two_optimizers" in shape.name, watched=True),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
 ]

@@ -14,6 +14,8 @@ generator's optimizer over both networks.
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -35,7 +37,7 @@ def _cosine_loss(p, z):
     return tf.reduce_mean(2.0 - 2.0 * tf.reduce_sum(p * z, axis=1))
 
 
-def _byol(leaky: bool):
+def _byol(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(8)
         online, target = kit.mlp("online", [5, 3]), kit.mlp("target", [5, 3])
@@ -72,6 +74,17 @@ def _byol(leaky: bool):
             rec.apply(opt, rec.gradients(tape, {"byol": loss}, var_list()))
             kit.polyak(target, online, TAU)
             rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            z = pre(b)
+            with tf.GradientTape() as tape:
+                loss = byol_loss(b, z)
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            kit.polyak(target, online, TAU)
+
+        if watched:
+            train_step = rec.watch(watched_step, losses={"loss": "byol"})
 
         for step in range(4):
             b = kit.batch(step)
@@ -115,7 +128,7 @@ def _bn_net(name: str) -> keras.Sequential:
     )
 
 
-def _mean_teacher(leaky: bool):
+def _mean_teacher(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(9)
         student, teacher = _bn_net("student"), _bn_net("teacher")
@@ -145,6 +158,18 @@ def _mean_teacher(leaky: bool):
             rec.apply(opt, rec.gradients(tape, named, var_list()))
             kit.polyak(teacher, student, TAU)
             rec.record_drift()
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(b)
+                supervised, consistency = named["supervised"], named["consistency"]
+                loss = supervised + consistency
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            kit.polyak(teacher, student, TAU)
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["supervised", "consistency"]})
 
         for step in range(4):
             b = kit.batch(step)
@@ -177,7 +202,7 @@ GAN_RULES = (
 LATENT = 2
 
 
-def _gan(leaky: bool):
+def _gan(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(10)
         gen = kit.mlp("generator", [4, kit.OBS], inputs=LATENT)
@@ -214,6 +239,22 @@ def _gan(leaky: bool):
             with rec.tape() as tape:
                 loss = g_loss(b)
             rec.apply(g_opt, rec.gradients(tape, {"g_loss": loss}, g_vars()))
+
+        def watched_d_step(b):  # the steps as their user writes them, under @rec.watch
+            with tf.GradientTape() as tape:
+                loss = d_loss(b)
+            variables = disc.trainable_variables
+            d_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        def watched_g_step(b):
+            with tf.GradientTape() as tape:
+                loss = g_loss(b)
+            variables = g_vars()
+            g_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # two watched functions, called in turn: each call is a step
+            d_step = rec.watch(watched_d_step, losses={"loss": "d_loss"})
+            g_step = rec.watch(watched_g_step, losses={"loss": "g_loss"})
 
         for step in range(6):
             b = kit.batch(step)
@@ -283,4 +324,19 @@ SHAPES = [
         mutant_of="gan",
         note="the generator's optimizer over both networks",
     ),
+]
+
+
+# The shapes written as their users write them, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+_BUILDERS = {"byol": _byol, "mean_teacher": _mean_teacher, "gan": _gan}
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None, watched=True),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
 ]

@@ -26,6 +26,8 @@ doctor, and the leaks it must name without rules.
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -59,7 +61,7 @@ def _kl(teacher_logits, student_logits):
     )
 
 
-def _distill(mode: str):
+def _distill(mode: str, watched: bool = False):
     """mode: "correct", "leaky" (the teacher trained by distill) or "swapped"
     (the model held as `teacher` is the one trained)."""
 
@@ -112,6 +114,17 @@ def _distill(mode: str):
                 named = losses(b)
             rec.apply(opt, rec.gradients(tape, named, var_list()))
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(b)
+                task, distill = named["task"], named["distill"]
+                loss = task + distill
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["task", "distill"]})
+
         for step in range(4):
             b = kit.batch(step)
             observer.before(
@@ -144,7 +157,7 @@ MULTITASK_RULES = (
 )
 
 
-def _multitask(leaky: bool):
+def _multitask(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(42)
         x = keras.Input((OBS,))
@@ -177,6 +190,17 @@ def _multitask(leaky: bool):
             with rec.tape() as tape:
                 named = losses(b)
             rec.apply(opt, rec.gradients(tape, named, var_list()))
+
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(b)
+                task_a, task_b = named["task_a"], named["task_b"]
+                loss = task_a + task_b
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["task_a", "task_b"]})
 
         for step in range(4):
             b = kit.batch(step)
@@ -224,7 +248,7 @@ class Codebook(keras.layers.Layer):
         return tf.gather(self.codes, tf.argmin(distances, axis=1))
 
 
-def _vq(leaky: bool):
+def _vq(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(43)
         encoder = kit.mlp("encoder", [4, DIM])
@@ -256,6 +280,17 @@ def _vq(leaky: bool):
                 named = losses(b)
             rec.apply(opt, rec.gradients(tape, named, var_list()))
 
+        def watched_step(b):  # the step as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                named = losses(b)
+                recon, codebook, commit = named["recon"], named["codebook"], named["commit"]
+                loss = recon + codebook + commit
+            variables = var_list()
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # the summed loss's terms, each a loss of its own
+            train_step = rec.watch(watched_step, losses={"loss": ["recon", "codebook", "commit"]})
+
         for step in range(4):
             b = kit.batch(step)
             observer.before(
@@ -284,7 +319,7 @@ AC_RULES = ("never(actor, ac/v)", "never(critic, ac/pi)")
 GAMMA = 0.9
 
 
-def _eager_ac(leaky: bool, analyze_copy: bool = False):
+def _eager_ac(leaky: bool, analyze_copy: bool = False, watched: bool = False):
     def train(logdir, observer):
         kit.seed(44)
         x = keras.Input((OBS,))
@@ -313,6 +348,16 @@ def _eager_ac(leaky: bool, analyze_copy: bool = False):
                     named = losses(b, cut)
                 rec.apply(opt, rec.gradients(tape, named, ac.trainable_variables))
 
+            def watched_step(b):  # as its user writes it, under @rec.watch(eager=True)
+                with tf.GradientTape() as tape:
+                    named = losses(b, cut)
+                    actor, critic = named["actor"], named["critic"]
+                    loss = actor + critic
+                variables = ac.trainable_variables
+                opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+            if watched:  # the summed loss's terms, each a loss of its own
+                return rec.watch(watched_step, eager=True, losses={"loss": ["actor", "critic"]})
             return step
 
         if analyze_copy:  # the step analyzed is a copy that cuts; the loop run does not
@@ -435,4 +480,34 @@ SHAPES = [
         note="rec.analyze traced a copy that cuts the advantage, the loop run does not: the "
         "measured gradients contradict the FlowGraph",
     ),
+]
+
+
+# The shapes written as their users write them, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+# The eager actor-critics stay eager (`@rec.watch(eager=True)`);
+# eager_ac_analyzed_copy's FlowGraph comes from `rec.analyze` of a watched copy
+# of the step that cuts the advantage.
+_BUILDERS = {
+    "distill_wide_teacher": lambda: _distill("correct", watched=True),
+    "distill_wide_teacher_leaky": lambda: _distill("leaky", watched=True),
+    "distill_swapped": lambda: _distill("swapped", watched=True),
+    "multitask_heads": lambda: _multitask(False, watched=True),
+    "multitask_head_left_out": lambda: _multitask(True, watched=True),
+    "vq": lambda: _vq(False, watched=True),
+    "vq_commit_leaky": lambda: _vq(True, watched=True),
+    "eager_ac_pi_v": lambda: _eager_ac(False, watched=True),
+    "eager_ac_pi_v_leaky": lambda: _eager_ac(True, watched=True),
+    "eager_ac_analyzed_copy": lambda: _eager_ac(False, analyze_copy=True, watched=True),
+    "eager_ac_analyzed_copy_leaky": lambda: _eager_ac(True, analyze_copy=True, watched=True),
+}
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_BUILDERS[shape.name](),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
 ]

@@ -17,6 +17,9 @@ td3_odd_delay; the scope shapes of the same issue are `shapes_truth3_scopes`.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -32,7 +35,7 @@ README_RULES = ("never(td, target/*)",)
 README_EVERY, README_COPY, README_STEPS = 2, 3, 6
 
 
-def _readme_loop(logdir, observer):
+def _readme_loop(logdir, observer, watched: bool = False):
     """The README quickstart's loop as written (`@rec.function`, `rec.apply`, the
     hard copy on `rec.step`, then `record_drift()`): drift is labelled with the
     step of its gradients, from step 0 (issue 57 item 8)."""
@@ -63,6 +66,18 @@ def _readme_loop(logdir, observer):
             for t, o in zip(target.weights, online.weights):
                 t.assign(o)
         rec.record_drift()
+
+    def watched_step(b):  # the README's watched quickstart: the step as written
+        with tf.GradientTape() as tape:
+            td = td_loss(b)
+        variables = online.trainable_variables
+        opt.apply_gradients(zip(tape.gradient(td, variables), variables))
+        if opt.iterations % README_COPY == 0:
+            for t, o in zip(target.weights, online.weights):
+                t.assign(o)
+
+    if watched:
+        train_step = rec.watch(watched_step)
 
     for step in range(README_STEPS):
         b = kit.batch(step)
@@ -217,4 +232,16 @@ SHAPES = [
         GLOBAL_STEP_RULES,
         note="TF1 in a tf.Graph with resource variables and tf.Variable(0, name='global_step')",
     ),
+]
+
+
+# The README loop in its watched form (README's TF2 quickstart, `@rec.watch`)
+# (tests/e2e/corpus/test_watched_corpus.py; not a corpus shape of its own).
+WATCHED = [
+    dataclasses.replace(
+        SHAPES[0],
+        name="readme_rec_function_drift_watched",
+        train=functools.partial(_readme_loop, watched=True),
+        note="the README's watched quickstart loop: hard copy on optimizer.iterations",
+    )
 ]

@@ -181,7 +181,7 @@ PPO_RULES = ("never(policy, value/*)", "only(value, [value])")
 CLIP = 0.2
 
 
-def _ppo(leaky: bool):
+def _ppo(leaky: bool, watched: bool = False):
     def train(logdir, observer):
         kit.seed(6)
         policy, value = kit.mlp("policy", [4, A]), kit.mlp("value", [4, 1])
@@ -222,6 +222,23 @@ def _ppo(leaky: bool):
             with tf.GradientTape() as tape:
                 loss = value_loss(b)
             rec.apply(v_opt, rec.gradients(tape, {"value": loss}, value.trainable_variables))
+
+        def watched_policy(b, old_logp):  # the steps as their user writes them, @rec.watch
+            adv = None if leaky else tf.stop_gradient(advantage(b))
+            with tf.GradientTape() as tape:
+                loss = policy_loss(b, old_logp, adv)
+            variables = policy_vars()
+            pi_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        def watched_value(b):
+            with tf.GradientTape() as tape:
+                loss = value_loss(b)
+            variables = value.trainable_variables
+            v_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        if watched:  # two watched functions: each call is a step
+            update_policy = rec.watch(watched_policy, losses={"loss": "policy"})
+            update_value = rec.watch(watched_value, losses={"loss": "value"})
 
         step = 0
         for it in range(3):
@@ -311,4 +328,19 @@ SHAPES = [
         steps=6,
         note="advantage inside the policy tape, policy optimizer over both nets",
     ),
+]
+
+
+# PPO written as its users write it, under `@rec.watch`
+# (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
+WATCHED = [
+    dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=_ppo(shape.mutant_of is not None, watched=True),
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,  # a watched call reads the pairs at its start
+    )
+    for shape in SHAPES
+    if shape.name.startswith("ppo_split")
 ]
