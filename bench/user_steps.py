@@ -14,6 +14,8 @@ logger it is compared with.
 - `readme_loop(units)`: the README's custom-loop quickstart (DQN, pair + rule +
   drift, hard copy every 50), as `rec.function` (as written), as `tf.function`,
   as `rec.function` at every_n_steps=1000, and every hand logger of `peers`;
+  as written for `@rec.watch` (`rec_watch`); `WATCH_LABELS` builds that one
+  next to the `rec.function` form, twice (`rec_function_again`);
 - `ddpg(units)`: a two-optimizer DDPG-shaped step in `rec.training_step()`,
   Polyak targets as pairs, the same three ways, and every hand logger;
 - `eager_actor_critic(units)`: an eager actor-critic update (two losses, one
@@ -48,6 +50,9 @@ IDLE = 10**12  # a recorder with nothing due after its first step
 PLAINS = ("plain", "plain_again")  # the step without tb_gradscope; twice, for an A/A control
 LABELS = (*PLAINS, "tf_function", "rec_function", "rec_function_rare") + peers.HAND_LOGGERS
 README_LABELS = (*LABELS, "rec_watch")  # and the README's own step, as `@rec.watch` records it
+# `@rec.watch` against the explicit form, timed on their own: the explicit form
+# built twice (`rec_function_again`, an A/A control at the same recording cost)
+WATCH_LABELS = ("rec_function", "rec_function_again", "rec_watch")
 EVERY_OF = {"rec_function_rare": RARE, "rec_function_idle": IDLE}  # else EVERY
 OURS = {
     "readme": "rec_function",
