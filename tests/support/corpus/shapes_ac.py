@@ -18,8 +18,6 @@ without stop_gradient.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -27,7 +25,7 @@ import tensorflow as tf
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe, watched_twin
 
 GAMMA, TAU, A, OBS = 0.9, 0.05, kit.ACTIONS, kit.OBS
 
@@ -648,13 +646,10 @@ SHAPES = [
 # actor and the targets (the explicit shape runs two in an eager block).
 _BUILDERS = {"ddpg": _ddpg, "td3": _td3, "sac": _sac, "actor_critic": _shared_trunk, "a2c": _a2c}
 WATCHED = [
-    dataclasses.replace(
+    watched_twin(
         shape,
-        name=f"{shape.name}_watched",
+        _BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None, watched=True),
         style=TF_FUNCTION,
-        train=_BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None, watched=True),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
     )
     for shape in SHAPES
 ]

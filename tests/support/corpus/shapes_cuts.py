@@ -14,14 +14,12 @@ view 2 is cut whole, the encoder still learns through view 1.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe, watched_twin
 
 SIMSIAM_RULES = (
     "blocked(simsiam, encoder/*, except_via=predictor)",
@@ -124,14 +122,9 @@ SHAPES = [
 # The shapes written as their users write them, under `@rec.watch`
 # (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
 WATCHED = [
-    dataclasses.replace(
+    watched_twin(
         shape,
-        name=f"{shape.name}_watched",
-        train=_simsiam(
-            shape.name == "simsiam_leaky", shape.name != "simsiam_one_sided", watched=True
-        ),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
+        _simsiam(shape.name == "simsiam_leaky", shape.name != "simsiam_one_sided", watched=True),
     )
     for shape in SHAPES
 ]

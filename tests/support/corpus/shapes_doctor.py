@@ -18,8 +18,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -27,7 +25,7 @@ import tensorflow as tf
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe, watched_twin
 
 GAMMA, TAU, A, OBS = 0.9, 0.05, kit.ACTIONS, kit.OBS
 
@@ -314,13 +312,4 @@ _BUILDERS = {
     "eager_rollout_ac_analyzed": lambda: _rollout_ac(False, True, watched=True),
     "eager_rollout_ac_analyzed_leaky": lambda: _rollout_ac(True, True, watched=True),
 }
-WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=_BUILDERS[shape.name](),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
-    )
-    for shape in SHAPES
-]
+WATCHED = [watched_twin(shape, _BUILDERS[shape.name]()) for shape in SHAPES]

@@ -10,15 +10,13 @@ evaluation moved inside the tape and the optimizer given both networks.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe, watched_twin
 
 GAMMA, COPY_EVERY = 0.9, 2
 RULES = ("never(td, target/*)", "only(td, [online])")
@@ -191,13 +189,7 @@ SHAPES = [
 # The same shapes written as their users write them, under `@rec.watch`
 # (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
 WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=build(leaky, watched=True),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
-    )
+    watched_twin(shape, build(leaky, watched=True))
     for shape, (build, leaky) in zip(
         SHAPES, [(_dqn, False), (_dqn, True), (_double_dqn, False), (_double_dqn, True)]
     )

@@ -21,15 +21,21 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder, StartPoint
 from tests.support.corpus import kit
-from tests.support.corpus.spec import EAGER, TF_FUNCTION, Forward, LossProbe, Shape, StepProbe
+from tests.support.corpus.spec import (
+    EAGER,
+    TF_FUNCTION,
+    Forward,
+    LossProbe,
+    Shape,
+    StepProbe,
+    watched_twin,
+)
 
 GAMMA, TAU = 0.9, 0.1
 
@@ -736,12 +742,6 @@ _BUILDERS = {
     "eager_plain": lambda leaky: _eager(leaky, False, watched=True),
 }
 WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=_BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
-    )
+    watched_twin(shape, _BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None))
     for shape in SHAPES
 ]

@@ -21,15 +21,13 @@ its FlowGraph by `rec.analyze_losses` (docs/RECIPES.md, A2C / REINFORCE).
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import EAGER, Shape, StepProbe
+from tests.support.corpus.spec import EAGER, Shape, StepProbe, watched_twin
 
 GAMMA, A, OBS = 0.9, kit.ACTIONS, kit.OBS
 RULES = ("never(actor, ac/value_head)", "never(critic, ac/policy_head)")
@@ -222,12 +220,8 @@ SHAPES = [
 # the episode's function is watched, its FlowGraph still from
 # `rec.analyze_losses`.
 WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=_replayed(shape.mutant_of is not None, "two_optimizers" in shape.name, watched=True),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
+    watched_twin(
+        shape, _replayed(shape.mutant_of is not None, "two_optimizers" in shape.name, watched=True)
     )
     for shape in SHAPES
 ]

@@ -14,15 +14,13 @@ generator's optimizer over both networks.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import TF_FUNCTION, Shape, StepProbe, watched_twin
 
 TAU = 0.1
 
@@ -331,12 +329,8 @@ SHAPES = [
 # (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
 _BUILDERS = {"byol": _byol, "mean_teacher": _mean_teacher, "gan": _gan}
 WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=_BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None, watched=True),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
+    watched_twin(
+        shape, _BUILDERS[shape.mutant_of or shape.name](shape.mutant_of is not None, watched=True)
     )
     for shape in SHAPES
 ]

@@ -26,14 +26,12 @@ doctor, and the leaks it must name without rules.
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe, watched_twin
 
 A, OBS = kit.ACTIONS, kit.OBS
 TEMPERATURE = 2.0
@@ -501,13 +499,4 @@ _BUILDERS = {
     "eager_ac_analyzed_copy": lambda: _eager_ac(False, analyze_copy=True, watched=True),
     "eager_ac_analyzed_copy_leaky": lambda: _eager_ac(True, analyze_copy=True, watched=True),
 }
-WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=_BUILDERS[shape.name](),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
-    )
-    for shape in SHAPES
-]
+WATCHED = [watched_twin(shape, _BUILDERS[shape.name]()) for shape in SHAPES]

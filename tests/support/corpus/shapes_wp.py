@@ -21,7 +21,7 @@ import tensorflow as tf
 from tb_gradscope.pairs import pair_models
 from tb_gradscope.record import Recorder
 from tests.support.corpus import kit
-from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe
+from tests.support.corpus.spec import EAGER, TF_FUNCTION, Shape, StepProbe, watched_twin
 
 GAMMA, TAU, A, OBS = 0.9, 0.05, kit.ACTIONS, kit.OBS
 
@@ -334,13 +334,7 @@ SHAPES = [
 # PPO written as its users write it, under `@rec.watch`
 # (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
 WATCHED = [
-    dataclasses.replace(
-        shape,
-        name=f"{shape.name}_watched",
-        train=_ppo(shape.mutant_of is not None, watched=True),
-        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
-        drift_from_start=True,  # a watched call reads the pairs at its start
-    )
+    watched_twin(shape, _ppo(shape.mutant_of is not None, watched=True))
     for shape in SHAPES
     if shape.name.startswith("ppo_split")
 ]

@@ -212,3 +212,18 @@ class Shape:
     def recorded_steps(self) -> tuple[int, ...]:
         """The steps the product records (and the oracle examines)."""
         return tuple(s for s in range(self.steps) if s % self.every_n_steps == 0)
+
+
+def watched_twin(shape: Shape, train: Callable[..., Any], **changes: Any) -> Shape:
+    """`shape` with its step written as its users write it, under `@rec.watch`
+    (tests/e2e/corpus/test_watched_corpus.py): the same data, oracle and rules,
+    named `<name>_watched`, its mutant's twin the mutant's; a watched call reads
+    the pairs at its start (`drift_from_start`)."""
+    return dataclasses.replace(
+        shape,
+        name=f"{shape.name}_watched",
+        train=train,
+        mutant_of=shape.mutant_of and f"{shape.mutant_of}_watched",
+        drift_from_start=True,
+        **changes,
+    )
