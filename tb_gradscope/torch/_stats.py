@@ -1,9 +1,10 @@
 """The PyTorch statistics kernels: gradients and values -> per-scope tables, on the device.
 
 Per (loss, parameter) reductions are grouped kernels (`torch._foreach_norm`
-over views of one flat copy: one launch per reduction for all parameters and
-losses together), rolled up to every scope by one matmul with the layout's
-membership matrix (sums) or one masked max; drift's sums of squares likewise
+2-norms and `_foreach_max` over views of one flat copy: one launch per
+reduction for all parameters and losses together), rolled up to every scope
+by masked sums and maxima over the layout's membership (a parameter's NaN/Inf
+stays in its own scopes); drift's sums of squares likewise
 (`sums_of_squares`). Signed sums (conflict's dot products) are segment sums
 by a float64 cumulative sum. Nothing
 leaves the device here and nothing is read per parameter: the recorder moves
