@@ -115,9 +115,10 @@ def grad_tables(
     n_vars = len(grads)
     present = [v for v, g in enumerate(grads) if g is not None]
     device = reached.device
-    per_var = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=device)
     flat_grads = None
-    if present:
+    if not present:
+        per_var = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=device)
+    else:
         dtype = _float_dtype([grads[v] for v in present])
         flat_grads = torch.cat([grads[v].reshape(n_losses, -1) for v in present], 1).to(dtype)
         sizes = [grads[v][0].numel() for v in present]
@@ -151,11 +152,12 @@ def grad_tables(
         if len(present) == n_vars:
             per_var = columns
         else:
+            per_var = columns.new_zeros(n_losses, n_vars, 5)
             per_var[:, to_device(torch.as_tensor(present), device)] = columns
     per_var = per_var * reached.unsqueeze(-1)
     # Columns rolled up: reached, sum of squares, (max), non-finite, zeros, elements.
     sums = rollup.sum(torch.cat([reached.unsqueeze(-1), per_var], dim=-1))
-    zero_frac = torch.where(sums[..., 5] > 0, sums[..., 4] / sums[..., 5].clamp(min=1), 0.0)
+    zero_frac = sums[..., 4] / sums[..., 5].clamp(min=1)  # no elements: no zeros, 0 / 1
     table = torch.stack(
         [sums[..., 0], sums[..., 1].sqrt(), rollup.max(per_var[..., 1]), sums[..., 3], zero_frac],
         dim=-1,
