@@ -1,9 +1,10 @@
 """The PyTorch statistics kernels: gradients and values -> per-scope tables, on the device.
 
 Per (loss, parameter) reductions are grouped kernels (`torch._foreach_norm`
-over views of one flat copy: one launch per reduction for all parameters and
-losses together), rolled up to every scope by one matmul with the layout's
-membership matrix (sums) or one masked max; drift's sums of squares likewise
+2-norms and `_foreach_max` over views of one flat copy: one launch per
+reduction for all parameters and losses together), rolled up to every scope
+by masked sums and maxima over the layout's membership (a parameter's NaN/Inf
+stays in its own scopes); drift's sums of squares likewise
 (`sums_of_squares`). Signed sums (conflict's dot products) are segment sums
 by a float64 cumulative sum. Nothing
 leaves the device here and nothing is read per parameter: the recorder moves
@@ -27,6 +28,12 @@ import torch
 from tb_gradscope.scopes import ScopeLayout
 from tb_gradscope.torch import _torch_private as private
 
+# The most elements a float32 2-norm counts exactly (squared and rounded): its
+# sum of 0/1 squares is exact below 2**24, and sqrt's rounding, squared, moves
+# a count c by at most c * 2**-23 (< 0.5 up to 2**22); larger tensors are
+# counted in float64, whose `_foreach_norm(dtype=)` copies each tensor first.
+_EXACT_COUNT = 2**22
+
 
 class ScopeRollUp:
     """Which parameters each scope holds, as device tensors for roll-ups."""
@@ -41,8 +48,11 @@ class ScopeRollUp:
         self.mask = self.matrix > 0
 
     def sum(self, per_var: torch.Tensor) -> torch.Tensor:
-        """[..., n_vars, k] -> [..., n_scopes, k] (float64)."""
-        return torch.einsum("...vk,vs->...sk", per_var.double(), self.matrix)
+        """[..., n_vars, k] -> [..., n_scopes, k] (float64). A parameter's NaN/Inf
+        reaches its own scopes only (a product with the membership matrix
+        would spread it to every scope: 0 * NaN is NaN)."""
+        spread = torch.where(self.mask.unsqueeze(-1), per_var.double().unsqueeze(-2), 0.0)
+        return spread.sum(dim=-3)
 
     def max(self, per_var: torch.Tensor) -> torch.Tensor:
         """[..., n_vars] (>= 0) -> [..., n_scopes]: the max over each scope's parameters."""
@@ -96,41 +106,58 @@ def grad_tables(
 
     `grads[v]` is [L, *shape] (every loss's gradient of parameter v, batched)
     or None when no loss reaches it; `reached` [L, n_vars] is 1.0 where loss l's
-    graph reaches parameter v. Four grouped norms over views of one flat copy
-    and of its finite part (NaN/Inf zeroed) give every per-parameter number:
-    the sum of squares (L2), the largest finite |g| (inf-norm of the finite
-    part), the non-finite count (non-zeros of all minus non-zeros of the
-    finite part) and the zeros (elements minus non-zeros)."""
+    graph reaches parameter v. Three grouped reductions over views of one flat
+    copy and of three rows made from it give every per-parameter number: the
+    sum of squares (L2), the largest finite |g| (a grouped max of |g| with
+    NaN/Inf zeroed), the non-finite count (non-zeros of all minus non-zeros of
+    the finite part, each a sum of 0/1 signs) and the zeros (elements minus
+    non-zeros)."""
     n_vars = len(grads)
     present = [v for v, g in enumerate(grads) if g is not None]
     device = reached.device
-    per_var = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=device)
     flat_grads = None
-    if present:
+    if not present:
+        per_var = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=device)
+    else:
         dtype = _float_dtype([grads[v] for v in present])
         flat_grads = torch.cat([grads[v].reshape(n_losses, -1) for v in present], 1).to(dtype)
         sizes = [grads[v][0].numel() for v in present]
-        finite = torch.nan_to_num(flat_grads, nan=0.0, posinf=0.0, neginf=0.0)
-        views, finite_views = _views(flat_grads, sizes), _views(finite, sizes)
-        norms = torch.stack(
-            private.foreach_norm(views, 2)
-            + private.foreach_norm(finite_views, float("inf"))
-            + private.foreach_norm(views, 0)
-            + private.foreach_norm(finite_views, 0)
-        ).double()
-        l2, max_abs, nonzero, finite_nonzero = norms.reshape(4, n_losses, len(present)).unbind(0)
+        magnitude = flat_grads.abs()
+        # Rows: |g| with NaN/Inf zeroed; 1 where g != 0 (NaN/Inf included); 1 where
+        # its finite part != 0. On a CPU only the 2-norm of `_foreach_norm` is fast
+        # (its 0-, 1- and inf-norms loop with a slow reduction): the 0/1 rows are
+        # counted by 2-norms, squared and rounded (exact: `_EXACT_COUNT`), the max
+        # by a grouped max.
+        parts = magnitude.new_empty(3, *magnitude.shape)
+        torch.nan_to_num(magnitude, nan=0.0, posinf=0.0, out=parts[0])
+        torch.nan_to_num(magnitude, nan=1.0, out=parts[1]).sign_()  # sign(NaN) is 0 on a CPU
+        torch.sign(parts[0], out=parts[2])
+        l2 = torch.stack(private.foreach_norm(_views(flat_grads, sizes), 2)).double().square()
+        max_abs = torch.stack(private.foreach_max(_views(parts[0], sizes))).double()
+        ones = _views(parts[1:].flatten(0, 1), sizes)
+        count_dtype = None if max(sizes) <= _EXACT_COUNT else torch.float64
+        nonzero, finite_nonzero = (
+            torch.stack(private.foreach_norm(ones, 2, count_dtype))
+            .double()
+            .square()
+            .round()
+            .reshape(2, n_losses, len(present))
+            .unbind(0)
+        )
+        l2, max_abs = l2.reshape(n_losses, -1), max_abs.reshape(n_losses, -1)
         counts = to_device(torch.as_tensor(sizes, dtype=torch.float64), device).expand_as(l2)
         columns = torch.stack(
-            [l2.square(), max_abs, nonzero - finite_nonzero, counts - nonzero, counts], dim=-1
+            [l2, max_abs, nonzero - finite_nonzero, counts - nonzero, counts], dim=-1
         )
         if len(present) == n_vars:
             per_var = columns
         else:
+            per_var = columns.new_zeros(n_losses, n_vars, 5)
             per_var[:, to_device(torch.as_tensor(present), device)] = columns
     per_var = per_var * reached.unsqueeze(-1)
     # Columns rolled up: reached, sum of squares, (max), non-finite, zeros, elements.
     sums = rollup.sum(torch.cat([reached.unsqueeze(-1), per_var], dim=-1))
-    zero_frac = torch.where(sums[..., 5] > 0, sums[..., 4] / sums[..., 5].clamp(min=1), 0.0)
+    zero_frac = sums[..., 4] / sums[..., 5].clamp(min=1)  # no elements: no zeros, 0 / 1
     table = torch.stack(
         [sums[..., 0], sums[..., 1].sqrt(), rollup.max(per_var[..., 1]), sums[..., 3], zero_frac],
         dim=-1,

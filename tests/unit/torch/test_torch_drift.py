@@ -37,13 +37,17 @@ def _reference(drift: PairDrift, t, o, tp, op, tr) -> np.ndarray:
     )
 
 
+@pytest.mark.parametrize("one_row", [True, False], ids=["row_by_row", "grouped"])
 @pytest.mark.parametrize("from_flat", [True, False], ids=["recorder_flat", "own_copy"])
-def test_drift_sums_equal_the_element_by_element_sums_through_polyak_steps(from_flat):
+def test_drift_sums_equal_the_element_by_element_sums_through_polyak_steps(from_flat, one_row):
+    # row_by_row: the CPU's way (each difference squared as it is made); grouped: the GPU's.
     online, target = _nets()
     models = {"online": online, "target": target}
     pair = resolve(pair_models(target, online, tau=0.05), models)
     params = [*online.parameters(), *target.parameters()] if from_flat else []
     drift = PairDrift(pair, {id(p) for p in online.parameters()}, {}, params)
+    assert drift.one_row  # on the CPU
+    drift.one_row = one_row
     tr = None
     for step in range(3):
         before = flat(params) if from_flat else None

@@ -37,6 +37,12 @@ def test_foreach_norm():
     assert [float(n) for n in private.foreach_norm(xs, 1)] == [7.0, 2.0]
 
 
+def test_foreach_max():
+    xs = [torch.tensor([0.0, 3.0, -4.0]), torch.zeros(0), torch.tensor([[-1.0], [-2.0]])]
+    assert [float(m) for m in private.foreach_max(xs)] == [3.0, 0.0, -1.0]  # 0 for the empty one
+    assert private.foreach_max([]) == ()
+
+
 def test_version():
     grad = torch.zeros(3)
     before = private.version(grad)
