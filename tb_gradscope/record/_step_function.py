@@ -50,6 +50,17 @@ too: it may record at a step off the schedule, under the step's true number),
 and the wrapper warns once if that left a due step unrecorded or recorded one
 off schedule.
 
+A watched step (`Recorder.watch`, `late=True`) has a third variant, `late`:
+the one-trace graph, its losses gated in the graph by their due steps
+(`RecorderState._due`), the recorded variables copied at its block's entry
+and its step's tables written where a loss was recorded in it. Its recorded
+variant moves each loss it records to its next due step and returns the due
+steps with what it tells the host; when a loss is then overdue (computed only
+off the recording steps: TD3's delayed actor on odd calls), the host runs the
+next calls as `late` until it is recorded, so it is recorded at its first
+computation at or after the recording step, as the explicit form records it.
+Calls at no recording step and with no loss overdue stay `plain`.
+
 The variant a recorder call belongs to is the graph being traced: its own, or a
 `tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
 traced once for all variants (TF caches it by signature), so recorder calls in

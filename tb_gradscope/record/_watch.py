@@ -28,9 +28,13 @@ the recorded variant above at recorded steps and, at every other step, the
 user's function as written plus the counter's advance, picked on the host.
 `eager=True` runs the function eagerly: the host reads the counter and picks
 the same way; `rec.analyze(step, *batch)` traces its recorded form once for
-the FlowGraph an eager loop otherwise lacks. A loss a call does not compute (a delayed actor) is simply
-absent from that call's records. A step in which no tape gradient is seen says
-so once, naming the explicit API, and keeps training.
+the FlowGraph an eager loop otherwise lacks. A loss a call does not compute (a delayed actor) is
+absent from that call's records; traced, it is recorded late as the explicit
+form records it, at its first computation at or after each recording step
+(`_step_function.py`, `LATE`: the plain trace names the losses it computes,
+`_Named`, so that one computed only off the recording steps is known). A step
+in which no tape gradient is seen says so once, naming the explicit API, and
+keeps training.
 """
 
 from __future__ import annotations
