@@ -59,7 +59,10 @@ steps with what it tells the host; when a loss is then overdue (computed only
 off the recording steps: TD3's delayed actor on odd calls), the host runs the
 next calls as `late` until it is recorded, so it is recorded at its first
 computation at or after the recording step, as the explicit form records it.
-Calls at no recording step and with no loss overdue stay `plain`.
+Calls at no recording step and with no loss overdue stay `plain`. A loss is
+chased for one period after its due step at most: one computed less often
+than every `every_n_steps` calls (or no longer) is then recorded only where a
+recording call computes it, and costs no late calls after that period.
 
 The variant a recorder call belongs to is the graph being traced: its own, or a
 `tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
@@ -383,7 +386,9 @@ class StepFunction:
             self._unread = 0
         if self._late and mode != PLAIN:  # overdue after this call: the next one runs late
             after = step + self._advances.get(mode, 1)
-            self._overdue = any(after >= d for d in due[: state.due_count])
+            # for one period at most: a loss no longer computed (or that cannot be
+            # recorded) does not keep every later call off the plain graph
+            self._overdue = any(d <= after < d + state.every for d in due[: state.due_count])
         if counting and self._countable:  # (a trace in this call may have said otherwise)
             state.host_step = step + self._advances[mode]
             self._unread += 1

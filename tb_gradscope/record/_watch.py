@@ -175,6 +175,8 @@ class _Named(TapeCalls):
         self._names: list[str] = []
 
     def seen(self, taped: TapedLoss) -> None:
+        if ExecutionContext.current().distributed:
+            return  # tf.distribute keeps the period alone: nothing is recorded late
         sources = tf.nest.flatten(taped.sources)
         if not any(_is_variable(v) for v in sources) or taped.site in self._sites:
             return

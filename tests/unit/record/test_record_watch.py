@@ -433,22 +433,37 @@ def _td3_even(logdir, how, steps=24, every=10):
         "explicit": lambda: explicit_step,
         "unwatched": lambda: tf.function(train_step),
     }[how]()
+    late_calls = _count_late_calls(step) if how == "watched" else []
     rng = np.random.default_rng(4)
     for it in range(steps):
         s, a, s2 = (tf.constant(rng.normal(size=(8, n)).astype("float32")) for n in (4, 2, 4))
         r = tf.constant(rng.normal(size=8).astype("float32"))
         step(s, a, r, s2, it % 2 == 1)
     rec.close()
-    return rec, [w.numpy() for m in (*onlines, *targets) for w in m.weights]
+    return rec, [w.numpy() for m in (*onlines, *targets) for w in m.weights], late_calls
+
+
+def _count_late_calls(watched):
+    """The steps at which `watched` runs its late variant (a list that fills as it runs)."""
+    step_function = watched._step  # noqa: SLF001
+    late, steps = step_function._variants["late"], []  # noqa: SLF001
+
+    def counted(*args, **kwargs):
+        steps.append(int(watched.recorder.step.numpy()))
+        return late(*args, **kwargs)
+
+    step_function._variants["late"] = counted  # noqa: SLF001
+    return steps
 
 
 def test_td3_actor_off_the_recording_steps_is_recorded_late_as_the_explicit_form_records_it(
     tmp_path,
 ):
-    _, plain = _td3_even(str(tmp_path / "plain"), "unwatched")
+    _, plain, _ = _td3_even(str(tmp_path / "plain"), "unwatched")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rec, watched = _td3_even(str(tmp_path / "watched"), "watched")
+        rec, watched, late_calls = _td3_even(str(tmp_path / "watched"), "watched")
+    assert late_calls == [11, 21]  # every other unrecorded call ran the plain graph
     for a, b in zip(plain, watched):
         np.testing.assert_array_equal(a, b)  # observation only
     _td3_even(str(tmp_path / "explicit"), "explicit")
@@ -493,6 +508,39 @@ def test_td3_actor_off_the_recording_steps_is_recorded_late_as_the_explicit_form
     assert anomalies == []
     assert [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)] == []
     assert rec.violations == []
+
+
+def test_a_loss_no_longer_computed_is_chased_for_one_period_only(tmp_path):
+    keras.utils.set_random_seed(0)
+    net = _net("net", 4, 1)
+    opt = keras.optimizers.SGD(1e-2)
+    opt.build(net.trainable_variables)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models=[net])
+
+    def train_step(x, warmup):
+        with tf.GradientTape() as tape:
+            main_loss = tf.reduce_mean(net(x) ** 2)
+        opt.apply_gradients(
+            zip(tape.gradient(main_loss, net.trainable_variables), net.trainable_variables)
+        )
+        if warmup:  # computed at call 1 only
+            with tf.GradientTape() as tape:
+                warmup_loss = tf.reduce_mean(tf.abs(net(x)))
+            grads = tape.gradient(warmup_loss, net.trainable_variables)
+            opt.apply_gradients(zip(grads, net.trainable_variables))
+
+    step = rec.watch(train_step)
+    late_calls = _count_late_calls(step)
+    x = tf.ones([2, 4])
+    for it in range(17):
+        step(x, it == 1)
+    rec.close()
+    # due at 5, never computed again: calls 6..9 run late (recording nothing), then plain
+    assert late_calls == [6, 7, 8, 9]
+    (run,) = read_records(str(tmp_path)).values()
+    assert sorted(run[("grad_stats", "main_loss")]) == [0, 5, 10, 15]
+    assert ("grad_stats", "warmup_loss") not in run
+    assert sorted(run[("update_stats", "")]) == [0, 5, 10, 15]
 
 
 def test_losses_mapping_renames_and_unnamed_targets_are_numbered(tmp_path):
