@@ -190,6 +190,9 @@ class Recording:
             with self.guard():
                 block.before = self.s.eager_block_snapshot(self.step, ctx)
                 block.due = self.s.due_steps()
+        elif not self.s.disabled:  # a late variant (runs at late steps only): copied at entry
+            with self.guard():
+                block.before = self.s.late_block_snapshot(ctx)
 
     def end_block(self, block: Block, ctx: ExecutionContext) -> None:
         """Leaving `training_step()`: analysis, ||delta theta|| over the block,
@@ -227,6 +230,7 @@ class Recording:
 
     def _close_block(self, block: Block, ctx: ExecutionContext) -> None:
         s = self.s
+        s.settle_late(self.step, ctx)
         if block.eager:
             if block.analyzed:
                 s.write_flowgraph_now(self.step)

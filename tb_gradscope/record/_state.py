@@ -261,6 +261,9 @@ class RecorderState:
         the host), which keep the period alone."""
         now, record = self.now(step, ctx)
         if ctx.xla or ctx.distributed or self.variants.recorded(ctx):
+            if self.variants.marks_due(ctx):
+                for name in names:
+                    self._due_slot(name)
             return now, record
         slots = [i for i in (self._due_slot(name) for name in names) if i is not None]
         if not slots:
@@ -292,7 +295,9 @@ class RecorderState:
         """`make`, which records loss `name` at step `now`: it also moves the
         loss's due step to the next recording step (on the recorded branch only)."""
         slot = self._due_slots.get(name)
-        if slot is None or ctx.xla or ctx.distributed or self.variants.recorded(ctx):
+        if slot is None or ctx.xla or ctx.distributed:
+            return make
+        if self.variants.recorded(ctx) and not self.variants.marks_due(ctx):
             return make
 
         def made() -> list:
@@ -370,6 +375,39 @@ class RecorderState:
         if vlayout is None or ctx.xla:
             return None
         if not bool(self.should_record(step, ctx)) and not self.overdue(step):
+            return None
+        return stats.snapshot(vlayout.variables)
+
+    def expect_loss(self, name: str) -> None:
+        """Loss `name` is computed by a step (seen where it is not recorded: a
+        watched step's plain trace): from now on it is due (`_due`)."""
+        self._due_slot(name)
+
+    @property
+    def due_count(self) -> int:
+        """How many losses have a due step."""
+        return len(self._due_slots)
+
+    def due_steps_read(self) -> tf.Tensor:
+        """Every slot's due step, read where it is called (a graph's tensor)."""
+        return self._due_steps.read_value()
+
+    def settle_late(self, step: tf.Variable, ctx: ExecutionContext) -> None:
+        """In a late variant's own graph, at its block's exit: the step records
+        (its update table, rules) where a loss was recorded in it, that is
+        where one moved its due step since the call's start."""
+        start = self.variants.due_at_start(ctx)
+        if start is None:
+            return
+        now, _ = self.now(step, ctx)
+        moved = tf.reduce_any(tf.not_equal(self._due_steps.read_value(), start))
+        self._now[tf.compat.v1.get_default_graph()] = (now, moved)
+
+    def late_block_snapshot(self, ctx: ExecutionContext) -> list[Any] | None:
+        """In a late variant's own graph, at a block's entry: copies of every
+        recorded variable (the call runs only where a loss is overdue), else None."""
+        vlayout = self.layout.vlayout
+        if vlayout is None or self.variants.due_at_start(ctx) is None:
             return None
         return stats.snapshot(vlayout.variables)
 

@@ -50,6 +50,20 @@ too: it may record at a step off the schedule, under the step's true number),
 and the wrapper warns once if that left a due step unrecorded or recorded one
 off schedule.
 
+A watched step (`Recorder.watch`, `late=True`) has a third variant, `late`:
+the one-trace graph, its losses gated in the graph by their due steps
+(`RecorderState._due`), the recorded variables copied at its block's entry
+and its step's tables written where a loss was recorded in it. Its recorded
+variant moves each loss it records to its next due step and returns the due
+steps with what it tells the host; when a loss is then overdue (computed only
+off the recording steps: TD3's delayed actor on odd calls), the host runs the
+next calls as `late` until it is recorded, so it is recorded at its first
+computation at or after the recording step, as the explicit form records it.
+Calls at no recording step and with no loss overdue stay `plain`. A loss is
+chased for one period after its due step at most: one computed less often
+than every `every_n_steps` calls (or no longer) is then recorded only where a
+recording call computes it, and costs no late calls after that period.
+
 The variant a recorder call belongs to is the graph being traced: its own, or a
 `tf.cond`/`tf.while_loop` branch of it. A `tf.function` nested inside the step is
 traced once for all variants (TF caches it by signature), so recorder calls in
@@ -73,7 +87,7 @@ from tb_gradscope.core.warn import warn_once
 from tb_gradscope.record import _op_scope as op_scope
 from tb_gradscope.record._context import ExecutionContext
 
-PLAIN, RECORDED = "plain", "recorded"
+PLAIN, RECORDED, LATE = "plain", "recorded", "late"
 
 
 @dataclasses.dataclass
@@ -91,6 +105,8 @@ class Trace:
     before: tf.Tensor | None = (
         None  # the pairs' sides read at the start of the call (`DriftMonitor.read_sides`)
     )
+    marks_due: bool = False  # a recorded variant that moves the losses' due steps (`late`)
+    due_at_start: tf.Tensor | None = None  # a late variant: the due steps at the call's start
 
 
 class Variants:
@@ -105,14 +121,22 @@ class Variants:
 
     @contextlib.contextmanager
     def tracing(
-        self, mode: str, started: tf.Tensor | None = None, before: tf.Tensor | None = None
+        self,
+        mode: str,
+        started: tf.Tensor | None = None,
+        before: tf.Tensor | None = None,
+        marks_due: bool = False,
+        due_at_start: tf.Tensor | None = None,
     ) -> Iterator[Trace]:
         """Marks the graph being traced (the variant's FuncGraph) as `mode`;
         yields what the trace sees of the step's advances. `started`, `before`:
-        the step and the pairs' values read at the start of the call."""
+        the step and the pairs' values read at the start of the call;
+        `marks_due`, `due_at_start`: see `Trace`."""
         graph = tf.compat.v1.get_default_graph()
         self._modes[graph] = mode
-        self._trace = trace = Trace(started=started, before=before)
+        self._trace = trace = Trace(
+            started=started, before=before, marks_due=marks_due, due_at_start=due_at_start
+        )
         try:
             yield trace
         finally:
@@ -173,7 +197,23 @@ class Variants:
         """PLAIN inside such a variant's graph (or a control-flow branch of
         it); None everywhere else, where the recorder records."""
         mode = self._traced_as(ctx)
-        return None if mode == RECORDED else mode
+        return None if mode in (RECORDED, LATE) else mode
+
+    def marks_due(self, ctx: ExecutionContext) -> bool:
+        """Whether the recorded variant being traced moves each loss it records
+        to its next due step (a watched step's: the host then knows which
+        losses are overdue, `StepFunction`)."""
+        trace = self._trace
+        return trace is not None and trace.marks_due and self.recorded(ctx)
+
+    def due_at_start(self, ctx: ExecutionContext) -> tf.Tensor | None:
+        """In a late variant's own graph: the losses' due steps at the call's
+        start (a loss recorded in the call has moved its own); else None."""
+        trace = self._trace
+        graph = tf.compat.v1.get_default_graph()
+        if trace is None or ctx.distributed or self._modes.get(graph) != LATE:
+            return None
+        return trace.due_at_start
 
     def recorded(self, ctx: ExecutionContext) -> bool:
         """Whether the graph being traced is a `recorded` variant (or a
@@ -215,12 +255,20 @@ class StepFunction:
     Made by `Recorder.function(fn, **tf_function_kwargs)`; call it as `fn`.
     """
 
-    def __init__(self, recorder: Any, fn: Callable[..., Any], tf_function_kwargs: dict):
+    def __init__(
+        self,
+        recorder: Any,
+        fn: Callable[..., Any],
+        tf_function_kwargs: dict,
+        late: bool = False,
+    ):
         self._recorder = recorder
         self._fn = fn
+        self._late = late  # records a loss overdue after a recording step late (`LATE`)
+        self._overdue = False  # a loss is overdue: the next call runs `late`
+        modes = (PLAIN, RECORDED, LATE) if late else (PLAIN, RECORDED)
         self._variants = {
-            mode: tf.function(self._traced(mode), **tf_function_kwargs)
-            for mode in (PLAIN, RECORDED)
+            mode: tf.function(self._traced(mode), **tf_function_kwargs) for mode in modes
         }
         self._advances: dict[
             str, int
@@ -243,13 +291,24 @@ class StepFunction:
                     out = fn(*args, **kwargs)
                 self._learn(mode, trace)
                 return out
+            if mode == LATE:  # the one-trace form, its gates in the graph: overdue losses only
+                with op_scope.part("step"):
+                    started = tf.cast(recorder.step.read_value(), tf.int64)
+                    due = state.due_steps_read()
+                before = None if state.monitor is None else state.monitor.read_sides()
+                with state.variants.tracing(mode, started, before, due_at_start=due) as trace:
+                    out = fn(*args, **kwargs)
+                self._learn(mode, trace)
+                with op_scope.part("step"):
+                    told = tf.concat([[started], state.due_steps_read()], 0)
+                return out, told
             # A variant that records writes its records with one write at its
             # end, and tells the host the step it began at and what to count.
             with op_scope.part("step"):
                 started = tf.cast(recorder.step.read_value(), tf.int64)
             before = None if state.monitor is None else state.monitor.read_sides()
             with (
-                state.variants.tracing(mode, started, before) as trace,
+                state.variants.tracing(mode, started, before, marks_due=self._late) as trace,
                 state.emitter.sink.batched(ExecutionContext.current()) as batch,  # per trace
             ):
                 out = fn(*args, **kwargs)
@@ -267,6 +326,8 @@ class StepFunction:
                         tf.constant(traced, tf.int64),
                     ]
                 )
+                if self._late:  # read after the call's marks: which losses are overdue
+                    told = tf.concat([told, state.due_steps_read()], 0)
             return out, told, [tensors for _, tensors in trace.host]
 
         # fn's signature, so the graph's inputs keep the user's argument names
@@ -301,20 +362,33 @@ class StepFunction:
         if step is None or not counting:  # the count is unknown: read the counter
             step, self._unread = int(recorder.step.numpy()), 0
         mode = PLAIN if state.disabled else self._due(step)
+        if mode == PLAIN and self._overdue and not state.disabled:
+            mode = LATE
         state.host_step = None  # unknown until the call returns
         out = self._variants[mode](*args, **kwargs)
         handed: list = []
-        if (
+        due: list = []
+        if mode == LATE:
+            out, told = out
+            started, *due = told.numpy().tolist()
+            step = started
+            self._unread = 0
+        elif (
             mode != PLAIN
         ):  # a variant that records returns the step it began at, what to count and check
             out, told, values = out
-            started, first, last, records, traced = told.numpy().tolist()
+            started, first, last, records, traced, *due = told.numpy().tolist()
             handed = list(zip(self._host_calls[traced], values))
             state.emitter.sink.count(records, first, last)
             if started != step:
                 self._moved_outside(step, started, mode)
                 step = started
             self._unread = 0
+        if self._late and mode != PLAIN:  # overdue after this call: the next one runs late
+            after = step + self._advances.get(mode, 1)
+            # for one period at most: a loss no longer computed (or that cannot be
+            # recorded) does not keep every later call off the plain graph
+            self._overdue = any(d <= after < d + state.every for d in due[: state.due_count])
         if counting and self._countable:  # (a trace in this call may have said otherwise)
             state.host_step = step + self._advances[mode]
             self._unread += 1

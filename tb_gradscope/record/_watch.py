@@ -28,9 +28,13 @@ the recorded variant above at recorded steps and, at every other step, the
 user's function as written plus the counter's advance, picked on the host.
 `eager=True` runs the function eagerly: the host reads the counter and picks
 the same way; `rec.analyze(step, *batch)` traces its recorded form once for
-the FlowGraph an eager loop otherwise lacks. A loss a call does not compute (a delayed actor) is simply
-absent from that call's records. A step in which no tape gradient is seen says
-so once, naming the explicit API, and keeps training.
+the FlowGraph an eager loop otherwise lacks. A loss a call does not compute (a delayed actor) is
+absent from that call's records; traced, it is recorded late as the explicit
+form records it, at its first computation at or after each recording step
+(`_step_function.py`, `LATE`: the plain trace names the losses it computes,
+`_Named`, so that one computed only off the recording steps is known). A step
+in which no tape gradient is seen says so once, naming the explicit API, and
+keeps training.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ class Watch:
                 return self._body(args, kw)
 
             functools.update_wrapper(body, inner)
-            self._step = StepFunction(recorder, body, kwargs)
+            self._step = StepFunction(recorder, body, kwargs, late=True)
         functools.update_wrapper(self, inner)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -114,8 +118,14 @@ class Watch:
         return self._recorded(args, kwargs)
 
     def _plain(self, args: tuple, kwargs: dict) -> Any:
-        """The user's step as written, then the step's advance."""
-        out = self._fn(*args, **kwargs)
+        """The user's step as written, then the step's advance. Traced, the
+        losses it computes are made due (`_Named`: no op added), so that one
+        computed only off the recording steps is recorded late."""
+        if tf.executing_eagerly():
+            out = self._fn(*args, **kwargs)
+        else:
+            with tape_calls.observe(_Named(self)):
+                out = self._fn(*args, **kwargs)
         recorder = self.recorder
         recorder.step.assign_add(1)
         recorder._s.advanced(ExecutionContext.current())  # noqa: SLF001
@@ -152,6 +162,29 @@ class Watch:
         while name in used:
             name, k = f"{base}_{k}", k + 1
         return name
+
+
+class _Named(TapeCalls):
+    """The losses a plain trace of a watched step computes, named as `_Seen`
+    names them, each made due (`RecorderState.expect_loss`); nothing recorded."""
+
+    def __init__(self, watch: Watch):
+        super().__init__()
+        self._watch = watch
+        self._sites: set[tuple] = set()
+        self._names: list[str] = []
+
+    def seen(self, taped: TapedLoss) -> None:
+        if ExecutionContext.current().distributed:
+            return  # tf.distribute keeps the period alone: nothing is recorded late
+        sources = tf.nest.flatten(taped.sources)
+        if not any(_is_variable(v) for v in sources) or taped.site in self._sites:
+            return
+        self._sites.add(taped.site)
+        for found in self._watch.terms_of(taped.called_as) or (taped.called_as,):
+            name = self._watch.name_for(found, self._names)
+            self._names.append(name)
+            self._watch.recorder._s.expect_loss(name)  # noqa: SLF001
 
 
 class _Seen(TapeCalls):

@@ -73,8 +73,9 @@ def _q(net, s, a):
     return net(tf.concat([s, a], axis=1))[:, 0]
 
 
-def td3_odd(leaky: bool):
-    """The TD3 loop; also run by tests/unit/record/test_record_schedules.py with a no-op observer."""
+def td3_odd(leaky: bool, watched: bool = False):
+    """The TD3 loop; also run by tests/unit/record/test_record_schedules.py with a no-op observer.
+    `watched`: the step as its user writes it, one function under `@rec.watch`."""
 
     def train(logdir, observer, every_n_steps=TD3_ODD_EVERY, steps=TD3_ODD_STEPS):
         kit.seed(5)
@@ -139,6 +140,24 @@ def td3_odd(leaky: bool):
             for t, o in nets:
                 kit.polyak(t, o, TAU)
 
+        def watched_step(b, delayed):  # as its user writes it, under @rec.watch
+            with tf.GradientTape() as tape:
+                lc = critic_loss(b)
+            variables = critic_vars()
+            critic_opt.apply_gradients(zip(tape.gradient(lc, variables), variables))
+            if delayed:  # a Python bool: one trace each way
+                with tf.GradientTape() as tape:
+                    la = actor_loss(b)
+                variables = actor_vars()
+                actor_opt.apply_gradients(zip(tape.gradient(la, variables), variables))
+                for t, o in nets:
+                    kit.polyak(t, o, TAU)
+
+        if watched:
+            actor_opt.build(actor_vars())  # not in the actor's trace, a later one
+            critic_opt.build(critic_vars())
+            train_step = rec.watch(watched_step, losses={"lc": "critic", "la": "actor"})
+
         recorded = _td3_schedule(steps, every_n_steps)
         for it in range(1, steps + 1):  # the project counts iterations from 1
             b, step = kit.batch(it), it - 1
@@ -164,11 +183,14 @@ def td3_odd(leaky: bool):
                     ],
                 ),
             )
-            with rec.training_step():
-                update_critic(b)
-                if delayed:
-                    update_actor_and_targets(b)
-                rec.record_drift()
+            if watched:
+                train_step(b, delayed)
+            else:
+                with rec.training_step():
+                    update_critic(b)
+                    if delayed:
+                        update_actor_and_targets(b)
+                    rec.record_drift()
             observer.after(step)
         rec.close()
 
@@ -331,9 +353,13 @@ SHAPES = [
 ]
 
 
-# PPO written as its users write it, under `@rec.watch`
+# TD3 and PPO written as their users write them, under `@rec.watch`
 # (tests/e2e/corpus/test_watched_corpus.py; not corpus shapes of their own).
 WATCHED = [
+    watched_twin(shape, td3_odd(shape.mutant_of is not None, watched=True))
+    for shape in SHAPES
+    if shape.name.startswith("td3_odd_delay")
+] + [
     watched_twin(shape, _ppo(shape.mutant_of is not None, watched=True))
     for shape in SHAPES
     if shape.name.startswith("ppo_split")

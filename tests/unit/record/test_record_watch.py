@@ -320,11 +320,14 @@ def test_td3_delayed_actor_is_named_from_the_code_and_measured_where_it_updates(
         "actor_loss",
         "critic_loss",
     ]
-    # every=5: calls 5 and 15 are odd (the actor trains), 0, 10, 20 are not.
+    # every=5: calls 5 and 15 are odd (the actor trains), 0, 10, 20 are not: there the
+    # actor (under a tf.cond, seen when the step is traced at 0) is recorded late, at its
+    # first computation after the recording step (1, 11, 21).
     assert sorted(run[("grad_stats", "critic_loss")]) == [0, 5, 10, 15, 20]
-    assert sorted(run[("grad_stats", "actor_loss")]) == [5, 15]
+    assert sorted(run[("grad_stats", "actor_loss")]) == [1, 5, 11, 15, 21]
     updates = run[("update_stats", "")]
-    for step in (5, 15):
+    assert sorted(updates) == [0, 1, 5, 10, 11, 15, 20, 21]
+    for step in (1, 5, 11, 15, 21):
         assert updates[step].row("actor")["update_norm"] > 0, step
     for step in (10, 20):
         assert updates[step].row("actor")["update_norm"] == 0, step
@@ -348,6 +351,196 @@ def test_td3_delayed_actor_is_named_from_the_code_and_measured_where_it_updates(
     assert anomalies == []
     assert [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)] == []
     assert rec.violations == []
+
+
+def _td3_even(logdir, how, steps=24, every=10):
+    """TD3 as a loop from another project writes it: the actor and the Polyak update on
+    odd calls (a Python bool: one trace each way), recorded every 10: the actor trains
+    at no recording step. `explicit`: the documented explicit form of the same loop (an
+    eager `training_step()` block around two tf.functions)."""
+    keras.utils.set_random_seed(9)
+    actor, critic1, critic2 = (
+        _net("actor", 4, 2, "tanh"),
+        _net("critic1", 6, 1),
+        _net("critic2", 6, 1),
+    )
+    onlines = (actor, critic1, critic2)
+    targets = [_net(f"target_{m.name}", m.input_shape[-1], m.output_shape[-1]) for m in onlines]
+    for t, o in zip(targets, onlines):
+        t.set_weights(o.get_weights())
+    a_opt, c_opt = keras.optimizers.Adam(1e-3), keras.optimizers.Adam(1e-3)
+    a_opt.build(actor.trainable_variables)  # not in the second trace
+    c_opt.build(critic1.trainable_variables + critic2.trainable_variables)
+    tau = 0.005
+    rec = Recorder(
+        logdir=logdir,
+        every_n_steps=every,
+        models=[*onlines, *targets],
+        pairs=[pair_models(t, o, tau=tau) for t, o in zip(targets, onlines)],
+    )
+    critic_vars = critic1.trainable_variables + critic2.trainable_variables
+
+    def critic_of(s, a, r, s2):
+        a2 = targets[0](s2)
+        q2 = tf.minimum(targets[1](tf.concat([s2, a2], 1)), targets[2](tf.concat([s2, a2], 1)))
+        y = r + 0.9 * q2[:, 0]
+        sa = tf.concat([s, a], 1)
+        return tf.reduce_mean(tf.square(y - critic1(sa)[:, 0])) + tf.reduce_mean(
+            tf.square(y - critic2(sa)[:, 0])
+        )
+
+    def actor_of(s):
+        return -tf.reduce_mean(critic1(tf.concat([s, actor(s)], 1)))
+
+    def polyak():
+        for t, o in zip(targets, onlines):
+            for tw, ow in zip(t.weights, o.weights):
+                tw.assign((1 - tau) * tw + tau * ow)
+
+    def train_step(s, a, r, s2, update_actor):
+        with tf.GradientTape() as tape:
+            critic_loss = critic_of(s, a, r, s2)
+        c_opt.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
+        if update_actor:
+            with tf.GradientTape() as tape:
+                actor_loss = actor_of(s)
+            grads = tape.gradient(actor_loss, actor.trainable_variables)
+            a_opt.apply_gradients(zip(grads, actor.trainable_variables))
+            polyak()
+
+    @tf.function
+    def update_critic(s, a, r, s2):
+        with rec.tape() as tape:
+            critic_loss = critic_of(s, a, r, s2)
+        rec.apply(c_opt, rec.gradients(tape, {"critic_loss": critic_loss}, critic_vars))
+
+    @tf.function
+    def update_actor_and_targets(s):
+        with rec.tape() as tape:
+            actor_loss = actor_of(s)
+        rec.apply(a_opt, rec.gradients(tape, {"actor_loss": actor_loss}, actor.trainable_variables))
+        polyak()
+
+    def explicit_step(s, a, r, s2, update_actor):
+        rec.record_drift()  # drift of the step before: read at its start, as a watched call
+        with rec.training_step():
+            update_critic(s, a, r, s2)
+            if update_actor:
+                update_actor_and_targets(s)
+
+    step = {
+        "watched": lambda: rec.watch(train_step),
+        "explicit": lambda: explicit_step,
+        "unwatched": lambda: tf.function(train_step),
+    }[how]()
+    late_calls = _count_late_calls(step) if how == "watched" else []
+    rng = np.random.default_rng(4)
+    for it in range(steps):
+        s, a, s2 = (tf.constant(rng.normal(size=(8, n)).astype("float32")) for n in (4, 2, 4))
+        r = tf.constant(rng.normal(size=8).astype("float32"))
+        step(s, a, r, s2, it % 2 == 1)
+    rec.close()
+    return rec, [w.numpy() for m in (*onlines, *targets) for w in m.weights], late_calls
+
+
+def _count_late_calls(watched):
+    """The steps at which `watched` runs its late variant (a list that fills as it runs)."""
+    step_function = watched._step  # noqa: SLF001
+    late, steps = step_function._variants["late"], []  # noqa: SLF001
+
+    def counted(*args, **kwargs):
+        steps.append(int(watched.recorder.step.numpy()))
+        return late(*args, **kwargs)
+
+    step_function._variants["late"] = counted  # noqa: SLF001
+    return steps
+
+
+def test_td3_actor_off_the_recording_steps_is_recorded_late_as_the_explicit_form_records_it(
+    tmp_path,
+):
+    _, plain, _ = _td3_even(str(tmp_path / "plain"), "unwatched")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec, watched, late_calls = _td3_even(str(tmp_path / "watched"), "watched")
+    assert late_calls == [11, 21]  # every other unrecorded call ran the plain graph
+    for a, b in zip(plain, watched):
+        np.testing.assert_array_equal(a, b)  # observation only
+    _td3_even(str(tmp_path / "explicit"), "explicit")
+    (run,) = read_records(str(tmp_path / "watched")).values()
+    (explicit,) = read_records(str(tmp_path / "explicit")).values()
+    # every=10: the actor trains on odd calls only, so it is recorded at its first
+    # computation at or after each recording step (11, 21), as the explicit form does.
+    assert sorted(run[("grad_stats", "critic_loss")]) == [0, 10, 20]
+    assert sorted(run[("grad_stats", "actor_loss")]) == [11, 21]
+    # ||delta theta|| at the recording steps and the late ones; the explicit form has
+    # none at step 0 (its eager block knows no variable before its first step).
+    assert sorted(run[("update_stats", "")]) == [0, 10, 11, 20, 21]
+    for key in (("grad_stats", "critic_loss"), ("grad_stats", "actor_loss"), ("update_stats", "")):
+        first = {0} if key[0] == "update_stats" else set()
+        assert set(explicit[key]) == set(run[key]) - first, key
+        for step, table in explicit[key].items():
+            np.testing.assert_allclose(
+                run[key][step].values, table.values, rtol=1e-5, atol=1e-7, err_msg=str(key)
+            )
+    updates = run[("update_stats", "")]
+    for step in (11, 21):  # the actor's ||delta theta|| where it is recorded and moves
+        assert updates[step].row("actor")["update_norm"] > 0, step
+    for step in (0, 10, 20):
+        assert updates[step].row("actor")["update_norm"] == 0, step
+    # tau 0.005 declared: the targets move on odd calls only, so a record (at the even
+    # recording calls) sees no move in its own step, and the move since the record
+    # before: the rate is judged between records (no anomaly below).
+    drifts = {name: by_step for (kind, name), by_step in run.items() if kind == "drift"}
+    assert len(drifts) == 3
+    for name, by_step in drifts.items():
+        assert sorted(by_step) == sorted(explicit[("drift", name)]) == [0, 10, 20], name
+        for step in (10, 20):
+            assert (by_step[step].column("target_moved") > 0).all(), (name, step)
+    anomalies = [
+        e
+        for key, by_step in run.items()
+        if key[0] == "events"
+        for events in by_step.values()
+        for e in events
+        if e.type == fmt.ANOMALY
+    ]
+    assert anomalies == []
+    assert [str(w.message) for w in caught if issubclass(w.category, GradscopeWarning)] == []
+    assert rec.violations == []
+
+
+def test_a_loss_no_longer_computed_is_chased_for_one_period_only(tmp_path):
+    keras.utils.set_random_seed(0)
+    net = _net("net", 4, 1)
+    opt = keras.optimizers.SGD(1e-2)
+    opt.build(net.trainable_variables)
+    rec = Recorder(logdir=str(tmp_path), every_n_steps=5, models=[net])
+
+    def train_step(x, warmup):
+        with tf.GradientTape() as tape:
+            main_loss = tf.reduce_mean(net(x) ** 2)
+        opt.apply_gradients(
+            zip(tape.gradient(main_loss, net.trainable_variables), net.trainable_variables)
+        )
+        if warmup:  # computed at call 1 only
+            with tf.GradientTape() as tape:
+                warmup_loss = tf.reduce_mean(tf.abs(net(x)))
+            grads = tape.gradient(warmup_loss, net.trainable_variables)
+            opt.apply_gradients(zip(grads, net.trainable_variables))
+
+    step = rec.watch(train_step)
+    late_calls = _count_late_calls(step)
+    x = tf.ones([2, 4])
+    for it in range(17):
+        step(x, it == 1)
+    rec.close()
+    # due at 5, never computed again: calls 6..9 run late (recording nothing), then plain
+    assert late_calls == [6, 7, 8, 9]
+    (run,) = read_records(str(tmp_path)).values()
+    assert sorted(run[("grad_stats", "main_loss")]) == [0, 5, 10, 15]
+    assert ("grad_stats", "warmup_loss") not in run
+    assert sorted(run[("update_stats", "")]) == [0, 5, 10, 15]
 
 
 def test_losses_mapping_renames_and_unnamed_targets_are_numbered(tmp_path):
