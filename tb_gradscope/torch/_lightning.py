@@ -33,6 +33,7 @@ from tb_gradscope.core.warn import warn_once
 from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.scopes import ScopeSpec
 from tb_gradscope.torch import _call_site
+from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch._recorder import Recorder
 
 _SERIALS = itertools.count()  # warn_once keys: id() of a dead callback may be reused
@@ -270,21 +271,19 @@ def named_parts(total: torch.Tensor, output: Mapping[str, Any] | None) -> dict[s
     by_name = {k: v for k, v in output.items() if isinstance(k, str)}
     found: list[str] = []
     beyond = False
-    seen: set[int] = set()
-    stack = [total.grad_fn]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+
+    def expand(node: Any) -> bool:
+        nonlocal beyond
         names = candidates.get(node)
         if names is not None:
-            found += names
-            continue
+            found.extend(names)
+            return False
         if getattr(node, "variable", None) is not None:  # a parameter's AccumulateGrad
             beyond = True
-            continue
-        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+            return False
+        return True
+
+    reach_lib.walk(total.grad_fn, expand)
     if not found:
         return {TOTAL: total}
     parts = {_safe(name): by_name[name] for name in sorted(found, key=list(by_name).index)}

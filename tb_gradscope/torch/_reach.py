@@ -9,9 +9,24 @@ edge, which only the gradient itself tells (`none_gradients`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
+
+
+def walk(start: Any, expand: Callable[[Any], bool]) -> None:
+    """Visits each node of the autograd graph below `start` once, depth first;
+    `expand(node)` sees it and says whether the walk goes on past it."""
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if expand(node):
+            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
 
 
 def reached(root: torch.Tensor, param_index: Mapping[int, int]) -> tuple[set[int], list[str]]:
@@ -21,22 +36,19 @@ def reached(root: torch.Tensor, param_index: Mapping[int, int]) -> tuple[set[int
         return ({index} if index is not None and root.requires_grad else set()), []
     found: set[int] = set()
     custom: list[str] = []
-    seen: set[int] = set()
-    stack = [root.grad_fn]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+
+    def expand(node: Any) -> bool:
         variable = getattr(node, "variable", None)
-        if variable is not None:
+        if variable is not None:  # a parameter's AccumulateGrad: the walk ends there
             index = param_index.get(id(variable))
             if index is not None:
                 found.add(index)
-            continue
+            return False
         if isinstance(node, torch.autograd.function.BackwardCFunction):
             custom.append(type(node).__name__)
-        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        return True
+
+    walk(root.grad_fn, expand)
     return found, custom
 
 
