@@ -192,7 +192,10 @@ class Recorder:
         if not self.disabled:
             self._safely(self._before_backward, losses, inputs is None)
         try:
-            with self._watch.paused():  # watched, this backward is not a second one
+            if self._watch.active:
+                with self._watch.paused():  # watched, this backward is not a second one
+                    user_backward(losses, inputs)
+            else:
                 user_backward(losses, inputs)
         except BaseException:
             self.backward_failed()

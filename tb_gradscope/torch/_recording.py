@@ -143,6 +143,11 @@ class TorchRecording:
 
     def begin_step(self) -> None:
         """Ends the step in progress, if any, and begins the next."""
+        if self.work is None and self.capture is None and (self.step + self.open) % self.every:
+            # Nothing due in the step ending nor in the next: the counter only.
+            self.step += self.open
+            self.open = True
+            return
         with Capture.paused():
             self._begin_step()
 
