@@ -22,10 +22,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _torch_private as private
 
 # The autograd node of DDP's `_DDPSink`, as `_reach.reached` names custom Functions.
@@ -60,17 +62,15 @@ def reduces_in_backward(roots: Iterable[torch.Tensor], custom: Mapping[str, list
     recorder must then take no backward of its own."""
     if not any(SINK in names for names in custom.values()):
         return False
-    seen: set[int] = set()
-    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if private.ddp_sink_reduces(node):
-            return True
-        stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
-    return False
+    found = False
+
+    def expand(node: Any) -> bool:
+        nonlocal found
+        found = found or private.ddp_sink_reduces(node)
+        return not found
+
+    reach_lib.walk([r.grad_fn for r in roots if r.grad_fn is not None], expand)
+    return found
 
 
 def grads_before(

@@ -283,7 +283,7 @@ def named_parts(total: torch.Tensor, output: Mapping[str, Any] | None) -> dict[s
             return False
         return True
 
-    reach_lib.walk(total.grad_fn, expand)
+    reach_lib.walk([total.grad_fn], expand)
     if not found:
         return {TOTAL: total}
     parts = {_safe(name): by_name[name] for name in sorted(found, key=list(by_name).index)}

@@ -9,17 +9,17 @@ edge, which only the gradient itself tells (`none_gradients`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 
-def walk(start: Any, expand: Callable[[Any], bool]) -> None:
-    """Visits each node of the autograd graph below `start` once, depth first;
-    `expand(node)` sees it and says whether the walk goes on past it."""
+def walk(starts: Iterable[Any], expand: Callable[[Any], bool]) -> None:
+    """Visits each node of the autograd graph below the `starts` nodes once,
+    depth first; `expand(node)` sees it and says whether the walk goes on past it."""
     seen: set[int] = set()
-    stack = [start]
+    stack = list(starts)
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -48,7 +48,7 @@ def reached(root: torch.Tensor, param_index: Mapping[int, int]) -> tuple[set[int
             custom.append(type(node).__name__)
         return True
 
-    walk(root.grad_fn, expand)
+    walk([root.grad_fn], expand)
     return found, custom
 
 
