@@ -7,13 +7,17 @@ TensorBoard does, and stops it on exit.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Iterator, Mapping
 
+from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider as mux_provider
 from tensorboard.backend.event_processing import plugin_event_multiplexer
 from tensorboard.data import provider, server_ingester
 from tensorboard.util import grpc_util
+
+from tb_gradscope import format as fmt
 
 EXPERIMENT = ""
 
@@ -47,3 +51,30 @@ def rust_provider(
         yield ingester.data_provider
     finally:
         ingester._stdin_handle.close()  # --die-after-stdin: the server exits
+
+
+def read_records(logdir: str) -> dict:
+    """{run: {(kind, name): {step: Table or [documents]}}} read via the data provider."""
+    provider = python_provider(logdir, {fmt.PLUGIN_NAME: 100000})
+    ctx = tb_context.RequestContext()
+    out: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
+    listing = provider.list_tensors(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
+    series = provider.read_tensors(
+        ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME, downsample=100000
+    )
+    for run, tags in listing.items():
+        for tag, meta in tags.items():
+            info = fmt.parse_plugin_content(meta.plugin_content)
+            for datum in series[run][tag]:
+                out[run][(info.kind, info.name)][datum.step] = fmt.decode_table(info, datum.numpy)
+    blobs = provider.list_blob_sequences(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
+    sequences = provider.read_blob_sequences(
+        ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME, downsample=100000
+    )
+    for run, tags in blobs.items():
+        for tag, meta in tags.items():
+            info = fmt.parse_plugin_content(meta.plugin_content)
+            for datum in sequences[run][tag]:
+                docs = [provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
+                out[run][(info.kind, info.name)][datum.step] = fmt.decode_blobs(info, docs)
+    return {run: dict(kinds) for run, kinds in out.items()}

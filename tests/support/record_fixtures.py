@@ -8,44 +8,14 @@ gradients and weights, scope by scope, straight from the variable names.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorboard import context as tb_context
 
-from tb_gradscope import format as fmt
 from tb_gradscope import scopes as scopes_lib
-from tests.support import providers
-
-
-def read_records(logdir: str) -> dict:
-    """{run: {(kind, name): {step: Table or [documents]}}} read via the data provider."""
-    provider = providers.python_provider(logdir, {fmt.PLUGIN_NAME: 100000})
-    ctx = tb_context.RequestContext()
-    out: dict = collections.defaultdict(lambda: collections.defaultdict(dict))
-    listing = provider.list_tensors(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
-    series = provider.read_tensors(
-        ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME, downsample=100000
-    )
-    for run, tags in listing.items():
-        for tag, meta in tags.items():
-            info = fmt.parse_plugin_content(meta.plugin_content)
-            for datum in series[run][tag]:
-                out[run][(info.kind, info.name)][datum.step] = fmt.decode_table(info, datum.numpy)
-    blobs = provider.list_blob_sequences(ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME)
-    sequences = provider.read_blob_sequences(
-        ctx, experiment_id="", plugin_name=fmt.PLUGIN_NAME, downsample=100000
-    )
-    for run, tags in blobs.items():
-        for tag, meta in tags.items():
-            info = fmt.parse_plugin_content(meta.plugin_content)
-            for datum in sequences[run][tag]:
-                docs = [provider.read_blob(ctx, blob_key=ref.blob_key) for ref in datum.values]
-                out[run][(info.kind, info.name)][datum.step] = fmt.decode_blobs(info, docs)
-    return {run: dict(kinds) for run, kinds in out.items()}
+from tests.support.providers import read_records  # noqa: F401 - where the TF tests read it
 
 
 def members(scope: str, leaves: Sequence[str]) -> list[int]:

@@ -24,7 +24,7 @@ from tb_gradscope.commands import build_parser
 from tb_gradscope.core.loss_scale import OVERFLOW, SKIPPED_RECORD
 from tb_gradscope.read.logdir import load_logdir
 from tb_gradscope.torch import Recorder, pair_models
-from tests.support.record_fixtures import read_records
+from tests.support.providers import read_records
 from tests.support.torch_loops import mlp
 
 STEPS = 9

@@ -12,17 +12,21 @@ import inspect
 import io
 import json
 
-import lightning.pytorch as L
 import pytest
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 
 from tb_gradscope import format as fmt
 from tb_gradscope.commands import doctor
 from tb_gradscope.read.logdir import load_logdir
-from tb_gradscope.torch.lightning import GradscopeCallback
+
+pytest.importorskip("lightning.pytorch")  # a venv of torch alone has no Lightning
+
+import lightning.pytorch as L  # noqa: E402
+from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
+
+from tb_gradscope.torch.lightning import GradscopeCallback  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -149,7 +149,7 @@ def test_tb_gradscope_and_torch_frames_are_skipped_sb3_frames_are_not():
 
 
 def test_an_sb3_file_is_its_own_call_site(seen):
-    import stable_baselines3.sac.sac as sac_module
+    sac_module = pytest.importorskip("stable_baselines3.sac.sac")  # a venv of torch alone has none
 
     lines = open(sac_module.__file__).read().splitlines()
     line = next(i for i, s in enumerate(lines, 1) if s.strip() == "critic_loss.backward()")
