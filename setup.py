@@ -24,6 +24,7 @@ setuptools.setup(
     install_requires=[
         "tensorboard>=2.16",
         "numpy",
+        "google-crc32c>=1.5",  # event-file CRCs in C (core/crc.py)
         'tomli; python_version < "3.11"',
     ],
     extras_require={

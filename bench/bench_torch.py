@@ -17,7 +17,10 @@ one thread (`torch.set_num_threads(1)`):
   - `ours10` / `ours1`: tb_gradscope in the README configuration (models, a pair
     per target network, a rule) at every_n_steps=10 / 1;
   - `idle`: ours at every_n_steps=10**9 after its first (recorded) step: every
-    timed step has nothing due.
+    timed step has nothing due;
+  - `passes1`: the device passes ours makes at a recorded step and nothing
+    else, every step (torch_steps.DevicePasses): the floor under any recorder
+    writing the same records, against which ours1's host side is read.
 Ratios are medians over rounds of the ratio of that round's two runs, in
 the main thread's CPU time on CPU (other processes on a busy machine inflate
 wall time, not it) and in wall time on CUDA (synchronised at the end of a
@@ -109,6 +112,7 @@ def variants(name: str, logdir: str) -> dict[str, Callable]:
     if name != "mlp1m":  # every step: the small models users log every step
         out["hand1"] = lambda m: torch_steps.HandScalars(at("hand1"), 1)
         out["ours1"] = lambda m: torch_steps.Ours(at("ours1"), 1, m)
+        out["passes1"] = lambda m: torch_steps.DevicePasses(m)
     return out
 
 
@@ -157,6 +161,7 @@ def measure(name: str, device: str, rounds: int, steps: int, logdir: str) -> dic
     if "ours1" in runs:
         ratios["ours1_vs_hand1"] = median_ratio(timed, "ours1", "hand1")
         report(f"torch_{name}_ours1_vs_hand1", ratios["ours1_vs_hand1"])
+        report(f"torch_{name}_passes1_vs_hand1", median_ratio(timed, "passes1", "hand1"))
     return ratios
 
 

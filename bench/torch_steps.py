@@ -128,6 +128,74 @@ class Ours(Plain):
         self.rec.close()
 
 
+class DevicePasses(Plain):
+    """The device passes a recorded step of ours makes, and nothing else: per
+    backward the gradients' norms, max |g| and non-zeros; per step the
+    parameters' snapshot, the update, each pair's four differences (target -
+    online, target - online before, online - target before, target - target at
+    the last record), their norms, one transfer to the host. No analysis,
+    tables, rules or writes: not a logger, the floor under any recorder that
+    writes these records in float32 with grouped kernels."""
+
+    def __init__(self, model: Model):
+        super().__init__()
+        self.params = [p for m in model.models.values() for p in m.parameters()]
+        index = {id(p): k for k, p in enumerate(self.params)}
+        self.before = [torch.empty_like(p) for p in self.params]
+        self.pairs = [(list(t.parameters()), list(o.parameters())) for t, o, _ in model.pairs]
+        self.pair_before = [
+            ([index[id(x)] for x in t], [index[id(x)] for x in o]) for t, o in self.pairs
+        ]
+        self.at_record = [[x.detach().clone() for x in t] for t, _ in self.pairs]
+        self.figures: list[torch.Tensor] = []
+        self.moved = None  # the last step's figures, on the host
+        self.in_step = self.in_scope = False
+
+    @torch.no_grad()
+    def _begin(self) -> None:
+        if self.in_step:
+            self._end()
+        torch._foreach_copy_(self.before, self.params)
+        self.in_step = True
+
+    @torch.no_grad()
+    def _end(self) -> None:
+        norms_of = [*torch._foreach_sub(self.params, self.before), *self.params]
+        for (t, o), (t_at, o_at), tr in zip(self.pairs, self.pair_before, self.at_record):
+            tp, op = [self.before[k] for k in t_at], [self.before[k] for k in o_at]
+            for a, b in ((t, o), (t, op), (o, tp), (t, tr)):
+                norms_of += torch._foreach_sub(a, b)
+            torch._foreach_copy_(tr, t)
+        self.figures.append(torch.stack(torch._foreach_norm(norms_of)))
+        self.moved = torch.cat([f.double() for f in self.figures]).cpu().numpy()
+        self.figures, self.in_step = [], False
+
+    def backward(self, losses: Losses, params: NamedParams) -> None:
+        if not self.in_scope:
+            self._begin()
+        super().backward(losses, params)
+        with torch.no_grad():
+            grads = [p.grad for _, p in params if p.grad is not None]
+            magnitude = torch._foreach_abs(grads)
+            maxima = torch.stack(torch._foreach_max(magnitude))
+            torch._foreach_sign_(magnitude)
+            self.figures += [torch.stack(torch._foreach_norm(grads)), maxima]
+            self.figures.append(torch.stack(torch._foreach_norm(magnitude)))
+
+    @contextlib.contextmanager
+    def scope(self):
+        self._begin()
+        self.in_scope = True
+        try:
+            yield
+        finally:
+            self.in_scope = False
+
+    def end_run(self) -> None:
+        if self.in_step:
+            self._end()
+
+
 # ----- models: one training step over fixed batches
 
 

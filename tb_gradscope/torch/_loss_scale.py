@@ -3,9 +3,10 @@
 The loop hands `rec.backward` the scaled loss (`scaler.scale(loss)`), so the
 gradients the recorder sees carry the scale. Each backward's GRAD_STATS table
 is divided by the scale in effect at that backward (l2 and max |g|; the scale
-is a power of two, so the division is exact), on the device: the scale is read
+is a power of two, so the division is exact), on the host: the scale is taken
 as `scaler.scale(one)`, a device tensor (`get_scale()` would read it to the
-host), before `scaler.update()` changes it in place. A recorded step whose
+host at once), before `scaler.update()` changes it in place, and moves with
+the step's other figures. A recorded step whose
 gradients are not finite is one the scaler skips (`scaler.step` then does not
 call `optimizer.step()`): it is written as a SKIPPED event
 (`core.loss_scale`), not as tables of infinite norms, as the TF recorders do.
@@ -51,12 +52,12 @@ class LossScale:
         return fmt.make_info(fmt.Kind.EVENTS, SKIPPED_RECORD), [event.to_json()]
 
 
-def unscaled(table: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def unscaled(table: np.ndarray, scale: float) -> np.ndarray:
     """A GRAD_STATS table [..., 5] of scaled gradients as the unscaled gradients' table."""
-    columns = list(table.unbind(-1))
+    table = np.array(table, np.float64)
     for c in (_L2, _MAX_ABS):  # the columns that scale with the gradient
-        columns[c] = columns[c] / scale.to(table.dtype)
-    return torch.stack(columns, dim=-1)
+        table[..., c] /= scale
+    return table
 
 
 def overflowed(tables: Iterable[np.ndarray]) -> bool:

@@ -59,13 +59,9 @@ class _StepWork:
     captured: bool
     ledger: GradLedger
     analysed: bool = False
-    before: torch.Tensor | None = None
-    grads: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    # With a GradScaler: each loss's scale at its backward (its table is unscaled by it).
-    scales: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    grams: list[tuple[list[str], list[set[int]], torch.Tensor]] = dataclasses.field(
-        default_factory=list
-    )
+    # The parameters at the step's start (the recorder's snapshot buffers).
+    before: list[torch.Tensor] | None = None
+    grads: list[_GradGroup] = dataclasses.field(default_factory=list)
     facts: dict[str, LossFacts] = dataclasses.field(default_factory=dict)
     applied: dict[str, set[int]] = dataclasses.field(default_factory=dict)
     last_reach: dict[str, set[int]] = dataclasses.field(default_factory=dict)
@@ -76,6 +72,20 @@ class _StepWork:
     reach: dict[str, frozenset[int]] = dataclasses.field(default_factory=dict)
     # A single loss's gradients, seen by hooks during the user's own backward.
     hooked: _Hooked | None = None
+
+
+@dataclasses.dataclass
+class _GradGroup:
+    """One backward's losses and their per-parameter figures, still on the device."""
+
+    names: list[str]
+    columns: stats.GradColumns
+    reached: np.ndarray  # [L, n_vars] bool: loss l's graph reaches parameter v
+    # With a GradScaler: the scale at the backward (the table is unscaled by it).
+    scale: torch.Tensor | None
+    # With conflict and several losses: [L, L, n_present] dot products, per present parameter.
+    gram: torch.Tensor | None
+    reach_sets: list[set[int]]
 
 
 @dataclasses.dataclass
@@ -115,10 +125,9 @@ class TorchRecording:
         self.every = every_n_steps
         self.conflict = conflict
         self.sizes = [p.numel() for p in self.params]
-        self.rollup = stats.ScopeRollUp(names.layout, self.params[0].device)
-        dtypes = {p.dtype for p in self.params}
-        # One flat snapshot: the parameters' own dtype when they share one.
-        self._flat_dtype = None if len(dtypes) == 1 else torch.float64
+        self.rollup = stats.HostRollUp(names.layout)
+        # The parameters' snapshot at a recorded step's start, made at the first.
+        self._before: list[torch.Tensor] | None = None
         # Per optimizer, the indices of the parameters it steps (a parameter
         # may be in several).
         self.members = [self._members(opt) for opt in self.optimizers]
@@ -163,9 +172,13 @@ class TorchRecording:
             return
         self.work = _StepWork(self.step, recorded, captured, GradLedger(self.params))
         if recorded:
-            self.work.before = stats.flat(self.params, self._flat_dtype)
-            for drift in self.drifts:
-                drift.snapshot(self.work.before)
+            with torch.no_grad():
+                if self._before is None:
+                    self._before = [torch.empty_like(p) for p in self.params]
+                private.foreach_copy(self._before, self.params)
+                for drift in self.drifts:
+                    drift.snapshot()
+            self.work.before = self._before
 
     def end_step(self) -> None:
         """Writes what the step in progress recorded and analysed."""
@@ -176,33 +189,45 @@ class TorchRecording:
         work, self.work = self.work, None
         if work is None:
             return
-        tensors: list[torch.Tensor] = []
-        names = list(work.grads)
-        tensors += [work.grads[n] for n in names]
-        tensors += [gram for _, _, gram in work.grams]
-        tensors += [work.scales[n] for n in names if n in work.scales]
-        update = None
-        drift_sums: list[tuple[PairDrift, bool]] = []
+        # Every figure of the step moves to the host in one transfer.
+        device_side: list[torch.Tensor] = []
+        for group in work.grads:
+            for t in (group.columns.device_figures, group.scale, group.gram):
+                device_side += [t] if t is not None else []
+        squares, update_at, values_at, planned = None, [], [], []
         if work.recorded and work.before is not None:
             with torch.no_grad():
-                after = stats.flat(self.params, self._flat_dtype)
-                update = stats.update_table(work.before, after, self.sizes, self.rollup)
-                tensors.append(update)
-                for drift in self.drifts:
-                    sums, had = drift.sums(after)
-                    tensors.append(sums)
-                    drift_sums.append((drift, had))
-        host = iter(stats.pack(tensors))
-        grad_tables = {n: next(host).astype(np.float32) for n in names}
-        grams = [(losses, reach, next(host)) for losses, reach, _ in work.grams]
-        scales = {n: float(next(host)) for n in names if n in work.scales}
-        update_table = next(host).astype(np.float32) if update is not None else None
+                squares = stats.SquareSums()
+                update_at = squares.add(private.foreach_sub(self.params, work.before))
+                values_at = squares.add(self.params)
+                planned = [d.plan(squares, work.before, update_at, values_at) for d in self.drifts]
+                device_side.append(squares.reduce())
+        host = iter(stats.pack(device_side))
+        grad_tables: dict[str, np.ndarray] = {}
+        scales: dict[str, float] = {}
+        grams = []
+        for group in work.grads:
+            figures = next(host) if group.columns.device_figures is not None else None
+            table = group.columns.table(figures, group.reached, self.rollup)
+            if group.scale is not None:
+                scale = float(next(host))
+                table = unscaled(table, scale)
+                scales.update(dict.fromkeys(group.names, scale))
+            grad_tables.update({n: table[k].astype(np.float32) for k, n in enumerate(group.names)})
+            if group.gram is not None:
+                grams.append((group.names, group.reach_sets, self._rolled_gram(group, next(host))))
+        update_table, drift_sums = None, []
+        if squares is not None:
+            folded = squares.fold(next(host))
+            per_var = np.stack([folded[update_at], folded[values_at]], axis=1)
+            update_table = np.sqrt(self.rollup.sum(per_var)).astype(np.float32)
+            drift_sums = [d.sums(plan, folded) for d, plan in zip(self.drifts, planned)]
         step = work.step
         if work.analysed and work.facts:
             self._write_flowgraph(step, work)
         if work.recorded:
             if scales and overflowed(grad_tables.values()):  # the GradScaler skips this step
-                first = next(n for n in names if overflowed([grad_tables[n]]))
+                first = next(n for n in grad_tables if overflowed([grad_tables[n]]))
                 self.writer.write_blobs(*self.loss_scale.skipped(step, scales[first]), step)
                 grad_tables, grams = {}, []
             for name, table in grad_tables.items():
@@ -212,8 +237,8 @@ class TorchRecording:
                 self._write_conflict(step, losses, reach_sets, gram)
             if update_table is not None:
                 self.writer.write_table(self.infos.update_stats(), update_table, step)
-            for drift, had in drift_sums:
-                table = drift_table(next(host), True, drift.optimizer_vars, had)
+            for drift, (sums, had) in zip(self.drifts, drift_sums):
+                table = drift_table(sums, True, drift.optimizer_vars, had)
                 self.writer.write_table(drift.info, table, step)
             events = self.rules.at_step(step, update_table)
             self.writer.flush()
@@ -469,28 +494,27 @@ class TorchRecording:
         self._tables(work, list(losses), grads, reach)
 
     def _tables(self, work: _StepWork, names: list[str], grads, reach) -> None:
+        """One backward's gradients ([L, *shape] per parameter, or None) -> its
+        per-parameter figures, kept on the device until the step ends."""
+        reached = np.zeros((len(names), len(self.params)), bool)
+        for k, n in enumerate(names):
+            reached[k, [i for i in reach[n] if grads[i] is not None]] = True
+        columns = stats.GradColumns(grads, len(names))
         device = self.params[0].device
-        reached = torch.zeros(len(names), len(self.params), dtype=torch.float64)
-        for k, n in enumerate(names):
-            reached[k, sorted(i for i in reach[n] if grads[i] is not None)] = 1.0
-        reached = stats.to_device(reached, device)
-        table, flat_grads = stats.grad_tables(grads, reached, self.rollup, len(names))
         scale = self.loss_scale.current(device) if self.loss_scale is not None else None
-        if scale is not None:
-            table = unscaled(table, scale)
-        for k, n in enumerate(names):
-            work.grads[n] = table[k]
-            if scale is not None:
-                work.scales[n] = scale
-        if self.conflict and len(names) > 1 and flat_grads is not None:
-            present = [v for v, g in enumerate(grads) if g is not None]
-            per_present = stats.gram(flat_grads, [self.sizes[v] for v in present])
-            full = per_present.new_zeros(len(names), len(names), len(self.params))
-            full[:, :, stats.to_device(torch.as_tensor(present), device)] = per_present
-            rolled = self.rollup.sum(full.reshape(-1, len(self.params), 1)).reshape(
-                len(names), len(names), -1
-            )
-            work.grams.append((names, [set(reach[n]) for n in names], rolled))
+        gram = None
+        if self.conflict and len(names) > 1 and columns.present:
+            flat_grads, present = stats.flat_gradients(grads, len(names))
+            gram = stats.gram(flat_grads, [self.sizes[v] for v in present])
+        reach_sets = [set(reach[n]) for n in names]
+        work.grads.append(_GradGroup(names, columns, reached, scale, gram, reach_sets))
+
+    def _rolled_gram(self, group: _GradGroup, gram: np.ndarray) -> np.ndarray:
+        """[L, L, n_present] dot products (host) -> [L, L, n_scopes]."""
+        n = len(group.names)
+        full = np.zeros((n, n, len(self.params)))
+        full[:, :, group.columns.present] = gram
+        return self.rollup.sum(full.reshape(-1, len(self.params), 1)).reshape(n, n, -1)
 
     def _write_conflict(self, step, losses, reach_sets, gram) -> None:
         members = self.names.layout.members

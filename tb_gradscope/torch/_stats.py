@@ -1,17 +1,16 @@
-"""The PyTorch statistics kernels: gradients and values -> per-scope tables, on the device.
+"""The PyTorch statistics kernels: per-tensor reductions on the device, scope tables on the host.
 
-Per (loss, parameter) reductions are grouped kernels (`torch._foreach_norm`
-2-norms and `_foreach_max` over views of one flat copy: one launch per
-reduction for all parameters and losses together), rolled up to every scope
-by masked sums and maxima over the layout's membership (a parameter's NaN/Inf
-stays in its own scopes); drift's sums of squares likewise
-(`sums_of_squares`). Signed sums (conflict's dot products) are segment sums
-by a float64 cumulative sum. Nothing
-leaves the device here and nothing is read per parameter: the recorder moves
-a recorded step's tables to the host once (`pack`). The few index tensors
-built on the host go to the device without a wait (`to_device`: pinned
-memory, non-blocking), so a recorded step never stalls on the device queue
-before its one transfer.
+A recorded step reduces each parameter's gradient, update and drift to a few
+numbers with grouped kernels (`torch._foreach_norm` 2-norms and
+`_foreach_max`, one launch per reduction for all tensors together), moves
+them to the host in one transfer (`pack`), and rolls them up to scopes there
+(`HostRollUp`: numpy over a few numbers per parameter costs microseconds,
+where every device op costs a dispatch). Nothing is read per parameter.
+
+Tensors are reduced in flat pieces of at most `CHUNK` elements (`Pieces`,
+views, no copy), summed per tensor in float64 on the host: a float32 2-norm
+accumulates in float32 on a CPU (a million elements near 1 read 7e-4 off), a
+piece's is good to ~3e-7, and a piece's count of 0/1 elements is exact.
 
 GRAD_STATS columns as docs/FORMAT.md: grad_vars (parameters the loss's graph
 reaches), l2 (NaN/Inf propagate), max_abs over finite elements, nonfinite,
@@ -28,46 +27,115 @@ import torch
 from tb_gradscope.scopes import ScopeLayout
 from tb_gradscope.torch import _torch_private as private
 
-# The most elements a float32 2-norm counts exactly (squared and rounded): its
-# sum of 0/1 squares is exact below 2**24, and sqrt's rounding, squared, moves
-# a count c by at most c * 2**-23 (< 0.5 up to 2**22); larger tensors are
-# counted in float64, whose `_foreach_norm(dtype=)` copies each tensor first.
-_EXACT_COUNT = 2**22
+CHUNK = 2**16
+_HALF = (torch.float16, torch.bfloat16)
 
 
-class ScopeRollUp:
-    """Which parameters each scope holds, as device tensors for roll-ups."""
+class HostRollUp:
+    """Per-parameter figures (numpy) -> per-scope figures, by the layout's membership."""
 
-    def __init__(self, layout: ScopeLayout, device: torch.device):
-        n_vars, n_scopes = len(layout.variable_names), len(layout.scopes)
-        member = np.zeros((n_vars, n_scopes), np.float64)
+    def __init__(self, layout: ScopeLayout):
+        member = np.zeros((len(layout.variable_names), len(layout.scopes)), np.float64)
         for s, members in enumerate(layout.members):
             member[list(members), s] = 1.0
-        self.n_scopes = n_scopes
-        self.matrix = torch.from_numpy(member).to(device)
-        self.mask = self.matrix > 0
+        self.n_scopes = len(layout.scopes)
+        self._member_t = np.ascontiguousarray(member.T)
+        self._mask = member > 0
 
-    def sum(self, per_var: torch.Tensor) -> torch.Tensor:
+    def sum(self, per_var: np.ndarray) -> np.ndarray:
         """[..., n_vars, k] -> [..., n_scopes, k] (float64). A parameter's NaN/Inf
-        reaches its own scopes only (a product with the membership matrix
-        would spread it to every scope: 0 * NaN is NaN)."""
-        spread = torch.where(self.mask.unsqueeze(-1), per_var.double().unsqueeze(-2), 0.0)
-        return spread.sum(dim=-3)
+        reaches its own scopes only (a product with the membership matrix would
+        spread it to every scope: 0 * NaN is NaN)."""
+        per_var = np.asarray(per_var, np.float64)
+        if np.isfinite(per_var).all():
+            return self._member_t @ per_var
+        spread = np.where(self._mask[..., None], per_var[..., :, None, :], 0.0)
+        return spread.sum(axis=-3)
 
-    def max(self, per_var: torch.Tensor) -> torch.Tensor:
+    def max(self, per_var: np.ndarray) -> np.ndarray:
         """[..., n_vars] (>= 0) -> [..., n_scopes]: the max over each scope's parameters."""
-        spread = torch.where(self.mask, per_var.double().unsqueeze(-1), 0.0)
-        return spread.amax(dim=-2)
+        spread = np.where(self._mask, np.asarray(per_var, np.float64)[..., None], 0.0)
+        return spread.max(axis=-2, initial=0.0)
 
 
-def flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Every tensor's values, detached, as one flat vector (one copy), cast to
-    `dtype` when given (once, after the copy, when the tensors share a dtype)."""
-    parts = [t.detach().reshape(-1) for t in tensors]
-    if dtype is None or len({p.dtype for p in parts}) == 1:
-        joined = torch.cat(parts)
-        return joined if dtype is None else joined.to(dtype)
-    return torch.cat([p.to(dtype) for p in parts])
+class Pieces:
+    """Tensors in pieces of at most CHUNK elements (a smaller tensor is one
+    piece, as it is; a larger one, flat views), and the host folds of
+    per-piece figures back to per-tensor ones."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor]):
+        self.views: list[torch.Tensor] = []
+        starts = []
+        for t in tensors:
+            starts.append(len(self.views))
+            if t.numel() <= CHUNK:  # a reduction takes any shape: no view to make
+                self.views.append(t)
+            else:
+                self.views.extend(torch.split(t.reshape(-1), CHUNK))
+        self._starts = np.asarray(starts, np.intp)
+        self._whole = len(starts) == len(self.views)  # every tensor in one piece
+
+    def sums(self, per_piece: np.ndarray) -> np.ndarray:
+        """[..., n_pieces] -> [..., n_tensors]: each tensor's sum (float64)."""
+        per_piece = np.asarray(per_piece, np.float64)
+        if self._whole:
+            return per_piece
+        return np.add.reduceat(per_piece, self._starts, axis=-1)
+
+    def maxima(self, per_piece: np.ndarray) -> np.ndarray:
+        """[..., n_pieces] -> [..., n_tensors]: each tensor's max."""
+        per_piece = np.asarray(per_piece, np.float64)
+        if self._whole:
+            return per_piece
+        return np.maximum.reduceat(per_piece, self._starts, axis=-1)
+
+
+class SquareSums:
+    """Sums of squares of many tensors, in one grouped 2-norm over their pieces:
+    `add` tensors (their positions in the result), `reduce()` on the device,
+    then `fold` the moved per-piece norms to per-tensor sums on the host."""
+
+    def __init__(self):
+        self._tensors: list[torch.Tensor] = []
+        self._pieces: Pieces | None = None
+
+    def add(self, tensors: Sequence[torch.Tensor]) -> list[int]:
+        """Adds tensors (under `torch.no_grad()`); returns their positions."""
+        at = len(self._tensors)
+        self._tensors.extend(tensors)
+        return list(range(at, len(self._tensors)))
+
+    def reduce(self) -> torch.Tensor:
+        """[n_pieces] per-piece 2-norms (half types accumulated in float32)."""
+        self._pieces = Pieces(self._tensors)
+        return piece_norms(self._pieces.views)
+
+    def fold(self, norms: np.ndarray) -> np.ndarray:
+        """The moved `reduce()` -> [n_tensors] float64 sums of squares."""
+        assert self._pieces is not None, "reduce() first"
+        return self._pieces.sums(np.square(np.asarray(norms, np.float64)))
+
+
+def piece_norms(views: Sequence[torch.Tensor]) -> torch.Tensor:
+    """[len(views)] 2-norms (float64), in one grouped kernel per accumulation
+    dtype (float32 for half types, whose own norm keeps three digits)."""
+    if not views:
+        return torch.zeros(0, dtype=torch.float64)
+    half = [k for k, v in enumerate(views) if v.dtype in _HALF]
+    if not half and len({v.dtype for v in views}) == 1:
+        return torch.stack(private.foreach_norm(views, 2)).double()
+    norms: list[torch.Tensor | None] = [None] * len(views)
+    rest = [k for k, v in enumerate(views) if v.dtype not in _HALF]
+    for ks, dtype in ((half, torch.float32), (rest, None)):
+        for k, n in zip(ks, private.foreach_norm([views[k] for k in ks], 2, dtype)):
+            norms[k] = n.double()
+    return torch.stack(norms)
+
+
+def reads_cheaply(device: torch.device) -> bool:
+    """Whether reading a value of `device` on the host costs nothing: a CPU's
+    (no queue to wait for); a GPU's waits for every kernel queued before it."""
+    return device.type == "cpu"
 
 
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -89,80 +157,110 @@ def segment_sums(rows: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     return torch.diff(total, dim=1, prepend=torch.zeros_like(total[:, :1]))
 
 
-def sums_of_squares(rows: Sequence[torch.Tensor], sizes: Sequence[int]) -> torch.Tensor:
-    """k flat vectors of one layout -> [k, len(sizes)]: each segment's sum of
-    squares, by one grouped norm over views of all k (no copy, nothing read)."""
-    views = [view for row in rows for view in _views1(row, sizes)]
-    return torch.stack(private.foreach_norm(views, 2)).double().square().reshape(len(rows), -1)
+def flat_gradients(
+    grads: Sequence[torch.Tensor | None], n_losses: int
+) -> tuple[torch.Tensor | None, list[int]]:
+    """([L, T] every present gradient flattened, loss by loss, or None; which
+    parameters are present). `grads[v]` is [L, *shape] (every loss's gradient
+    of parameter v, batched) or None when no loss reaches it."""
+    present = [v for v, g in enumerate(grads) if g is not None]
+    if not present:
+        return None, present
+    dtype = _float_dtype([grads[v] for v in present])
+    return torch.cat([grads[v].reshape(n_losses, -1) for v in present], 1).to(dtype), present
 
 
-def grad_tables(
-    grads: Sequence[torch.Tensor | None],
-    reached: torch.Tensor,
-    rollup: ScopeRollUp,
-    n_losses: int,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(GRAD_STATS [L, n_scopes, 5] float64, the flat gradients [L, T] or None).
+class GradColumns:
+    """One backward's per-parameter GRAD_STATS figures for L losses, on the device.
 
     `grads[v]` is [L, *shape] (every loss's gradient of parameter v, batched)
-    or None when no loss reaches it; `reached` [L, n_vars] is 1.0 where loss l's
-    graph reaches parameter v. Three grouped reductions over views of one flat
-    copy and of three rows made from it give every per-parameter number: the
-    sum of squares (L2), the largest finite |g| (a grouped max of |g| with
-    NaN/Inf zeroed), the non-finite count (non-zeros of all minus non-zeros of
-    the finite part, each a sum of 0/1 signs) and the zeros (elements minus
-    non-zeros)."""
-    n_vars = len(grads)
-    present = [v for v, g in enumerate(grads) if g is not None]
-    device = reached.device
-    flat_grads = None
-    if not present:
-        per_var = torch.zeros(n_losses, n_vars, 5, dtype=torch.float64, device=device)
-    else:
-        dtype = _float_dtype([grads[v] for v in present])
-        flat_grads = torch.cat([grads[v].reshape(n_losses, -1) for v in present], 1).to(dtype)
-        sizes = [grads[v][0].numel() for v in present]
-        magnitude = flat_grads.abs()
+    or None when no loss reaches it. Per (loss, parameter) and piece: the
+    2-norm, the largest finite |g|, the non-zeros (NaN/Inf included) and the
+    finite non-zeros, each count a 2-norm of 0/1 signs squared (exact per
+    piece). When every norm is finite, so is every element: then the max and
+    the count come from the magnitudes in two grouped kernels. A CPU tells at
+    once (reading a CPU tensor waits for nothing); on a GPU, where that read
+    would wait for the queue, and on a CPU with NaN/Inf, the finite part is
+    taken from a flat copy with NaN/Inf zeroed (`check_on_host=False` takes
+    it on a CPU too). `table` turns the moved figures into the
+    [L, n_scopes, 5] table on the host."""
+
+    def __init__(
+        self,
+        grads: Sequence[torch.Tensor | None],
+        n_losses: int,
+        check_on_host: bool | None = None,
+    ):
+        self.present = [v for v, g in enumerate(grads) if g is not None]
+        self.sizes = [grads[v][0].numel() for v in self.present]
+        self.device_figures: torch.Tensor | None = None
+        if not self.present:
+            return
+        rows = [grads[v][k] for k in range(n_losses) for v in self.present]
+        self._pieces = Pieces(rows)
+        views = self._pieces.views
+        norms = piece_norms(views)
+        if check_on_host is None:
+            check_on_host = reads_cheaply(views[0].device)
+        if check_on_host and bool(norms.isfinite().all()):
+            magnitude = private.foreach_abs(views)
+            maxima = torch.stack(private.foreach_max(magnitude)).double()
+            private.foreach_sign_(magnitude)
+            nonzero = piece_norms(magnitude)
+            self.device_figures = torch.cat([norms, maxima, nonzero, nonzero])
+            return
+        flat_grads = torch.cat([r.reshape(-1) for r in rows]).to(_float_dtype(rows))
         # Rows: |g| with NaN/Inf zeroed; 1 where g != 0 (NaN/Inf included); 1 where
         # its finite part != 0. On a CPU only the 2-norm of `_foreach_norm` is fast
         # (its 0-, 1- and inf-norms loop with a slow reduction): the 0/1 rows are
-        # counted by 2-norms, squared and rounded (exact: `_EXACT_COUNT`), the max
-        # by a grouped max.
+        # counted by 2-norms, the max by a grouped max.
+        magnitude = flat_grads.abs()
         parts = magnitude.new_empty(3, *magnitude.shape)
         torch.nan_to_num(magnitude, nan=0.0, posinf=0.0, out=parts[0])
         torch.nan_to_num(magnitude, nan=1.0, out=parts[1]).sign_()  # sign(NaN) is 0 on a CPU
         torch.sign(parts[0], out=parts[2])
-        l2 = torch.stack(private.foreach_norm(_views(flat_grads, sizes), 2)).double().square()
-        max_abs = torch.stack(private.foreach_max(_views(parts[0], sizes))).double()
-        ones = _views(parts[1:].flatten(0, 1), sizes)
-        count_dtype = None if max(sizes) <= _EXACT_COUNT else torch.float64
-        nonzero, finite_nonzero = (
-            torch.stack(private.foreach_norm(ones, 2, count_dtype))
-            .double()
-            .square()
-            .round()
-            .reshape(2, n_losses, len(present))
-            .unbind(0)
-        )
-        l2, max_abs = l2.reshape(n_losses, -1), max_abs.reshape(n_losses, -1)
-        counts = to_device(torch.as_tensor(sizes, dtype=torch.float64), device).expand_as(l2)
-        columns = torch.stack(
-            [l2, max_abs, nonzero - finite_nonzero, counts - nonzero, counts], dim=-1
-        )
-        if len(present) == n_vars:
-            per_var = columns
-        else:
-            per_var = columns.new_zeros(n_losses, n_vars, 5)
-            per_var[:, to_device(torch.as_tensor(present), device)] = columns
-    per_var = per_var * reached.unsqueeze(-1)
-    # Columns rolled up: reached, sum of squares, (max), non-finite, zeros, elements.
-    sums = rollup.sum(torch.cat([reached.unsqueeze(-1), per_var], dim=-1))
-    zero_frac = sums[..., 4] / sums[..., 5].clamp(min=1)  # no elements: no zeros, 0 / 1
-    table = torch.stack(
-        [sums[..., 0], sums[..., 1].sqrt(), rollup.max(per_var[..., 1]), sums[..., 3], zero_frac],
-        dim=-1,
-    )
-    return table, flat_grads
+        sizes = [r.numel() for r in rows]
+        finite = Pieces(torch.split(parts[0], sizes)).views
+        ones = Pieces(torch.split(parts[1:].flatten(), sizes + sizes)).views
+        maxima = torch.stack([m.double() for m in private.foreach_max(finite)])
+        self.device_figures = torch.cat([norms, maxima, piece_norms(ones)])
+
+    def table(
+        self, figures: np.ndarray | None, reached: np.ndarray, rollup: HostRollUp
+    ) -> np.ndarray:
+        """The moved `device_figures` -> GRAD_STATS [L, n_scopes, 5] float64.
+        `reached` [L, n_vars] is True where loss l's graph reaches parameter v."""
+        n_losses, n_vars = reached.shape
+        # Per parameter: reached, sum of squares, max, non-finite, zeros, elements.
+        per_var = np.zeros((n_losses, n_vars, 6))
+        per_var[..., 0] = reached
+        if figures is not None:
+            n_pieces = len(self._pieces.views)
+            figures = np.asarray(figures, np.float64)
+            norms, maxima, ones = (
+                figures[:n_pieces],
+                figures[n_pieces : 2 * n_pieces],
+                figures[2 * n_pieces :],
+            )
+            # Each piece's count is exact once rounded (< CHUNK ones, sqrt's rounding squared).
+            nonzero, finite_nonzero = self._pieces.sums(np.rint(np.square(ones.reshape(2, -1))))
+            sizes = np.asarray(self.sizes, np.float64)
+            present = (slice(None), self.present)
+            per_var[(*present, 1)] = self._pieces.sums(np.square(norms)).reshape(n_losses, -1)
+            per_var[(*present, 2)] = self._pieces.maxima(maxima).reshape(n_losses, -1)
+            per_var[(*present, 3)] = (nonzero - finite_nonzero).reshape(n_losses, -1)
+            per_var[(*present, 4)] = sizes - nonzero.reshape(n_losses, -1)
+            per_var[(*present, 5)] = sizes
+            per_var[~reached, 1:] = 0.0  # a loss's row holds what its graph reaches
+        sums = rollup.sum(per_var)
+        table = np.empty((n_losses, rollup.n_scopes, 5))
+        table[..., 0] = sums[..., 0]
+        with np.errstate(invalid="ignore"):
+            table[..., 1] = np.sqrt(sums[..., 1])
+        table[..., 2] = rollup.max(per_var[..., 2])
+        table[..., 3] = sums[..., 3]
+        table[..., 4] = sums[..., 4] / np.maximum(sums[..., 5], 1.0)  # no elements: 0 / 1
+        return table
 
 
 def gram(flat_grads: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
@@ -170,26 +268,6 @@ def gram(flat_grads: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     n = flat_grads.shape[0]
     rows = (flat_grads.unsqueeze(1) * flat_grads.unsqueeze(0)).reshape(n * n, -1)
     return segment_sums(rows, sizes).reshape(n, n, len(sizes))
-
-
-def update_table(
-    before: torch.Tensor, after: torch.Tensor, sizes: Sequence[int], rollup: ScopeRollUp
-) -> torch.Tensor:
-    """UPDATE_STATS [n_scopes, 2]: ||after - before||, ||after|| (flat vectors of one
-    layout, in the parameters' own dtype: a difference of close values is exact)."""
-    norms = private.foreach_norm(_views1(after - before, sizes) + _views1(after, sizes), 2)
-    per = torch.stack(norms).double().reshape(2, len(sizes)).T
-    return rollup.sum(per.square()).sqrt()
-
-
-def _views(rows: torch.Tensor, sizes: Sequence[int]) -> list[torch.Tensor]:
-    """Views of [L, T] as L * len(sizes) pieces, loss-major (no copy)."""
-    pieces = [torch.split(row, list(sizes)) for row in rows]
-    return [piece for row in pieces for piece in row]
-
-
-def _views1(flat_values: torch.Tensor, sizes: Sequence[int]) -> list[torch.Tensor]:
-    return list(torch.split(flat_values, list(sizes)))
 
 
 def _float_dtype(tensors: Sequence[torch.Tensor]) -> torch.dtype:

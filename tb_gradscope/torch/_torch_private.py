@@ -15,8 +15,12 @@ import torch.overrides
 
 __all__ = [
     "ddp_sink_reduces",
+    "foreach_abs",
+    "foreach_copy",
     "foreach_max",
     "foreach_norm",
+    "foreach_sign_",
+    "foreach_sub",
     "leave_function_mode",
     "load_compiler",
     "version",
@@ -63,6 +67,42 @@ def foreach_max(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     full = [t for t in tensors if t.numel()]  # _foreach_max raises on an empty tensor
     maxima = iter(torch._foreach_max(full) if full else ())
     return tuple(next(maxima) if t.numel() else t.new_zeros(()) for t in tensors)
+
+
+def foreach_sub(
+    minuends: Sequence[torch.Tensor], subtrahends: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """a - b for each pair, as new tensors, in one grouped kernel per device
+    and dtype (`torch._foreach_sub`, what the foreach optimizers use). A
+    recorded step takes a difference per parameter for its updates and per
+    pair tensor for drift; `torch.sub` takes one pair a call."""
+    minuends, subtrahends = list(minuends), list(subtrahends)
+    return list(torch._foreach_sub(minuends, subtrahends)) if minuends else []
+
+
+def foreach_abs(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """|x| of each tensor, as new tensors, in one grouped kernel per device and
+    dtype (`torch._foreach_abs`): a recorded step's gradient magnitudes, whose
+    grouped max and count of non-zeros follow. `torch.abs` takes one a call."""
+    tensors = list(tensors)
+    return list(torch._foreach_abs(tensors)) if tensors else []
+
+
+def foreach_sign_(tensors: Sequence[torch.Tensor]) -> None:
+    """sign(x) of each tensor, in place, in one grouped kernel per device and
+    dtype (`torch._foreach_sign_`): magnitudes become the 0/1 rows a 2-norm
+    counts. `Tensor.sign_` takes one tensor a call."""
+    tensors = list(tensors)
+    if tensors:
+        torch._foreach_sign_(tensors)
+
+
+def foreach_copy(destinations: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
+    """Copies each source into its destination in one grouped kernel per
+    device and dtype (`torch._foreach_copy_`): the parameters' snapshot at a
+    recorded step's start. `Tensor.copy_` takes one tensor a call."""
+    if destinations:
+        torch._foreach_copy_(list(destinations), list(sources))
 
 
 def version(tensor: torch.Tensor) -> int:

@@ -123,3 +123,25 @@ def test_ours_trains_bitwise_like_the_plain_step_and_records_its_pairs(tmp_path,
     assert run.steps == [0, 10]
     assert len(run.drift) == len(ours.pairs) >= 1
     assert run.recorded_rules == ours.rules
+
+
+@pytest.mark.parametrize("name", ["dqn32", "ddpg"])
+def test_the_device_passes_floor_trains_bitwise_and_moves_each_pairs_differences(name):
+    plain, floor = torch_steps.make(name, "cpu"), torch_steps.make(name, "cpu")
+    passes = torch_steps.DevicePasses(floor)
+    for _ in range(3):
+        plain.train_step(torch_steps.Plain())
+        floor.train_step(passes)
+    passes.end_run()
+    for root in plain.models:
+        for p, q in zip(plain.models[root].parameters(), floor.models[root].parameters()):
+            assert torch.equal(p, q), root
+    # The step's end moved: the update and value norms of every parameter, then
+    # per pair its four differences (the first: target - online, now).
+    n_params = len(passes.params)
+    assert passes.moved is not None and passes.moved.ndim == 1
+    target, online = passes.pairs[0]
+    first = [float(torch.linalg.vector_norm(t - o)) for t, o in zip(target, online)]
+    got = passes.moved[-(2 * n_params + 4 * sum(len(t) for t, _ in passes.pairs)) :]
+    got = got[2 * n_params : 2 * n_params + len(target)]
+    assert got == pytest.approx(first, rel=1e-6)

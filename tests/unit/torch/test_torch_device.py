@@ -150,10 +150,11 @@ def test_an_unrecorded_step_launches_nothing(scaled, tmp_path):
 
 
 @pytest.mark.parametrize("scaled", [False, True], ids=["fp32", "grad_scaler"])
-def test_a_recorded_step_reads_the_device_once(scaled, tmp_path):
+def test_a_recorded_step_reads_the_device_once(scaled, tmp_path, monkeypatch):
     """Recorded step 10 (its backward, its optimizer step, and the next
-    backward, where it ends and is written): one host read more than the
-    plain loop's (the GradScaler's own `.item()` per step is in both)."""
+    backward, where it ends and is written), as on a GPU: one host read more
+    than the plain loop's (the GradScaler's own `.item()` per step is in both)."""
+    monkeypatch.setattr(stats, "reads_cheaply", lambda device: False)  # a GPU's way
     plain = _window(Loop(None, scaled), HostReads, EVERY, EVERY + 1)
     recorded = _window(Loop(tmp_path, scaled), HostReads, EVERY, EVERY + 1)
     extra = [
@@ -162,6 +163,15 @@ def test_a_recorded_step_reads_the_device_once(scaled, tmp_path):
     ]
     assert sum(len(r.reads) for r in recorded) - sum(len(p.reads) for p in plain) == 1, extra
     assert recorded[1].reads.count("Tensor.cpu") == 1  # `stats.pack`, as step 10 ends
+
+
+def test_on_a_cpu_a_recorded_step_also_reads_whether_its_gradients_are_finite(tmp_path):
+    """A CPU's way: one more read, at the backward, where reading waits for nothing."""
+    plain = _window(Loop(None), HostReads, EVERY, EVERY + 1)
+    recorded = _window(Loop(tmp_path), HostReads, EVERY, EVERY + 1)
+    assert [len(r.reads) - len(p.reads) for r, p in zip(recorded, plain)] == [1, 1]
+    assert recorded[0].reads.count("Tensor.__bool__") == plain[0].reads.count("Tensor.__bool__") + 1
+    assert recorded[1].reads.count("Tensor.cpu") == 1
 
 
 # ----- CUDA only ---------------------------------------------------------------

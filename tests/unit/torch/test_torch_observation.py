@@ -43,7 +43,7 @@ def test_a_failure_inside_the_recorder_warns_once_and_steps_aside(tmp_path, monk
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(stats, "grad_tables", broken)
+    monkeypatch.setattr(stats, "GradColumns", broken)
     without = torch_loops.dqn(None, steps=12)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -43,6 +43,42 @@ def test_foreach_max():
     assert private.foreach_max([]) == ()
 
 
+def test_foreach_sub():
+    a = [torch.tensor([3.0, 1.0]), torch.tensor([[2.0]], dtype=torch.float64)]
+    b = [torch.tensor([1.0, 1.0]), torch.tensor([[5.0]], dtype=torch.float64)]
+    diffs = private.foreach_sub(a, b)
+    assert [d.tolist() for d in diffs] == [[2.0, 0.0], [[-3.0]]]
+    assert [d.dtype for d in diffs] == [torch.float32, torch.float64]
+    assert a[0].tolist() == [3.0, 1.0]  # new tensors: the operands are left as they were
+    assert private.foreach_sub([], []) == []
+
+
+def test_foreach_abs():
+    xs = [torch.tensor([-2.0, 0.0, float("nan")]), torch.zeros(0)]
+    magnitudes = private.foreach_abs(xs)
+    assert magnitudes[0][:2].tolist() == [2.0, 0.0] and magnitudes[0][2].isnan()
+    assert magnitudes[1].numel() == 0
+    assert xs[0][0] == -2.0  # new tensors
+    assert private.foreach_abs([]) == []
+
+
+def test_foreach_sign_():
+    xs = [torch.tensor([-2.0, 0.0, 3.5]), torch.tensor([[0.25]], dtype=torch.float64)]
+    private.foreach_sign_(xs)
+    assert [x.tolist() for x in xs] == [[-1.0, 0.0, 1.0], [[1.0]]]
+    private.foreach_sign_([])
+
+
+def test_foreach_copy():
+    destinations = [torch.zeros(2), torch.zeros(1, 1)]
+    sources = [torch.tensor([1.0, 2.0]), torch.tensor([[3.0]])]
+    private.foreach_copy(destinations, sources)
+    assert [d.tolist() for d in destinations] == [[1.0, 2.0], [[3.0]]]
+    sources[0].add_(1.0)
+    assert destinations[0].tolist() == [1.0, 2.0]  # copies, not views
+    private.foreach_copy([], [])  # nothing to copy
+
+
 def test_version():
     grad = torch.zeros(3)
     before = private.version(grad)

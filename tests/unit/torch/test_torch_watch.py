@@ -18,6 +18,7 @@ from tb_gradscope.rules import FlowRuleViolation
 from tb_gradscope.torch import GradscopeWarning, Recorder, _call_site
 from tb_gradscope.torch import _reach as reach_lib
 from tb_gradscope.torch import _stats as stats
+from tb_gradscope.torch import _torch_private as private
 from tb_gradscope.torch._capture import Capture
 from tb_gradscope.torch._recording import TorchRecording
 from tests.support import torch_loops
@@ -179,8 +180,8 @@ def test_an_unrecorded_step_runs_no_recorder_work_beyond_the_counter(tmp_path, m
         (TorchRecording, "after_backward"),
         (TorchRecording, "before_optimizer_step"),
         (reach_lib, "reached"),
-        (stats, "flat"),
-        (stats, "grad_tables"),
+        (private, "foreach_copy"),
+        (stats, "GradColumns"),
     ]:
         spy(owner, name)
     make = Recorder.__init__
@@ -194,7 +195,7 @@ def test_an_unrecorded_step_runs_no_recorder_work_beyond_the_counter(tmp_path, m
     rec = holder[0]
     assert rec._watch.backwards == 21 and rec.step_count == 20
     assert {step for _, step in steps_with_work} == {0, 5, 10, 15, 20}
-    assert {name for name, _ in steps_with_work} >= {"observe_backward", "reached", "flat"}
+    assert {name for name, _ in steps_with_work} >= {"observe_backward", "reached", "foreach_copy"}
 
 
 def test_an_error_inside_the_recorder_warns_once_and_training_goes_on_bitwise(
@@ -205,7 +206,7 @@ def test_an_error_inside_the_recorder_warns_once_and_training_goes_on_bitwise(
 
     original = torch.autograd.backward
     without = torch_loops.dqn(None, steps=12)
-    monkeypatch.setattr(stats, "grad_tables", broken)
+    monkeypatch.setattr(stats, "GradColumns", broken)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         watched = torch_loops.dqn(tmp_path, steps=12, watched=True)
