@@ -35,8 +35,7 @@ def drift_table(
     root = np.sqrt(np.maximum(sums, 0.0))
 
     def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        return np.divide(num, den, out=np.full_like(num, np.nan), where=den > 0)
 
     columns = {
         "drift": ratio(root[:, _DIST2], root[:, _ON2]),

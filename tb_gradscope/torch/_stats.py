@@ -28,7 +28,7 @@ from tb_gradscope.scopes import ScopeLayout
 from tb_gradscope.torch import _torch_private as private
 
 CHUNK = 2**16
-_HALF = (torch.float16, torch.bfloat16)
+_HALF = frozenset({torch.float16, torch.bfloat16})
 
 
 class HostRollUp:
@@ -121,10 +121,11 @@ def piece_norms(views: Sequence[torch.Tensor]) -> torch.Tensor:
     dtype (float32 for half types, whose own norm keeps three digits)."""
     if not views:
         return torch.zeros(0, dtype=torch.float64)
-    half = [k for k, v in enumerate(views) if v.dtype in _HALF]
-    if not half and len({v.dtype for v in views}) == 1:
+    dtypes = {v.dtype for v in views}
+    if len(dtypes) == 1 and not dtypes & _HALF:
         return torch.stack(private.foreach_norm(views, 2)).double()
     norms: list[torch.Tensor | None] = [None] * len(views)
+    half = [k for k, v in enumerate(views) if v.dtype in _HALF]
     rest = [k for k, v in enumerate(views) if v.dtype not in _HALF]
     for ks, dtype in ((half, torch.float32), (rest, None)):
         for k, n in zip(ks, private.foreach_norm([views[k] for k in ks], 2, dtype)):
@@ -237,21 +238,20 @@ class GradColumns:
         if figures is not None:
             n_pieces = len(self._pieces.views)
             figures = np.asarray(figures, np.float64)
-            norms, maxima, ones = (
-                figures[:n_pieces],
-                figures[n_pieces : 2 * n_pieces],
-                figures[2 * n_pieces :],
-            )
+            norms, maxima = figures[:n_pieces], figures[n_pieces : 2 * n_pieces]
             # Each piece's count is exact once rounded (< CHUNK ones, sqrt's rounding squared).
-            nonzero, finite_nonzero = self._pieces.sums(np.rint(np.square(ones.reshape(2, -1))))
+            ones = np.rint(np.square(figures[2 * n_pieces :].reshape(2, -1)))
+            nonzero, finite_nonzero = self._pieces.sums(ones).reshape(2, n_losses, -1)
             sizes = np.asarray(self.sizes, np.float64)
-            present = (slice(None), self.present)
-            per_var[(*present, 1)] = self._pieces.sums(np.square(norms)).reshape(n_losses, -1)
-            per_var[(*present, 2)] = self._pieces.maxima(maxima).reshape(n_losses, -1)
-            per_var[(*present, 3)] = (nonzero - finite_nonzero).reshape(n_losses, -1)
-            per_var[(*present, 4)] = sizes - nonzero.reshape(n_losses, -1)
-            per_var[(*present, 5)] = sizes
-            per_var[~reached, 1:] = 0.0  # a loss's row holds what its graph reaches
+            columns = np.empty((n_losses, len(self.present), 5))
+            columns[..., 0] = self._pieces.sums(np.square(norms)).reshape(n_losses, -1)
+            columns[..., 1] = self._pieces.maxima(maxima).reshape(n_losses, -1)
+            columns[..., 2] = nonzero - finite_nonzero
+            columns[..., 3] = sizes - nonzero
+            columns[..., 4] = sizes
+            per_var[:, self.present, 1:] = columns
+            if not reached.all():
+                per_var[~reached, 1:] = 0.0  # a loss's row holds what its graph reaches
         sums = rollup.sum(per_var)
         table = np.empty((n_losses, rollup.n_scopes, 5))
         table[..., 0] = sums[..., 0]
