@@ -389,12 +389,24 @@ def _value_finding(flow: Flow, loss: str, other: str, scope: str, holders: list[
         f"'{loss}' trains; its gradient there pulls the prediction of '{other}' toward what suits '{loss}'",
         fix=_words(flow).cut_value.format(value=f"the value '{loss}' reads from '{scope}'")
         + f" (e.g. {_words(flow).cut_example})",
-        rule=str(rules_lib.Blocked(loss, f"{scope}/*"))
-        if flow.graph is not None
-        else str(rules_lib.Never(loss, f"{scope}/*")),
+        rule=_value_rule(flow, loss, scope, trains),
         severity=F.LEAK if trains else F.HAZARD,
         **_span(steps),
     )
+
+
+def _value_rule(flow: Flow, loss: str, scope: str, trains: bool) -> str:
+    """The pin of a value not cut: one the leak breaks and every fix keeps.
+
+    Cutting the value (`stop_gradient` / `.detach()`) and no longer reading it
+    (a cross-talk dropped) both fix a leak that trains the scope, and
+    `never(loss, scope/*)` holds on both; `blocked` would fail the second (the
+    loss no longer depends on the scope). A hazard, whose gradient the
+    optimizer drops today, keeps `never`: only `blocked` breaks on it. Without
+    a FlowGraph, dependence is unknown and `blocked` cannot be checked."""
+    if trains or flow.graph is None:
+        return str(rules_lib.Never(loss, f"{scope}/*"))
+    return str(rules_lib.Blocked(loss, f"{scope}/*"))
 
 
 _BUILD = {

@@ -262,7 +262,7 @@ def test_copy_rule_button_puts_the_rule_on_the_clipboard(
         assert (
             page.evaluate("() => navigator.clipboard.readText()")
             == finding["rule"]
-            == "blocked(actor, ac/critic/*)"
+            == "never(actor, ac/critic/*)"
         )
         assert problems == [], problems
     finally:

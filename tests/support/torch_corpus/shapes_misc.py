@@ -359,10 +359,6 @@ SHAPES = [
         _multitask(True),
         MULTITASK_RULES,
         mutant_of="multitask",
-        xfail="doctor proposes blocked(task_b, mt/head_a/*), which fails check on the fixed twin: "
-        "there task_b does not read head_a at all (independent, not blocked); never(task_b, "
-        "mt/head_a) would hold on both",
-        xfail_tests=("test_every_rule_a_finding_proposes_passes_check_on_the_fixed_twin",),
         note="head b's output adds head a's, not detached",
     ),
     Shape(

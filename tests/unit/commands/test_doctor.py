@@ -213,7 +213,7 @@ def test_doctor_text_names_what_where_evidence_why_fix_and_rule():
         "evidence:",
         "why:",
         "fix:",
-        "rule:     blocked(actor, ac/critic/*)",
+        "rule:     never(actor, ac/critic/*)",
     ):
         assert label in out, out
 
