@@ -182,16 +182,10 @@ class GradColumns:
     the count come from the magnitudes in two grouped kernels. A CPU tells at
     once (reading a CPU tensor waits for nothing); on a GPU, where that read
     would wait for the queue, and on a CPU with NaN/Inf, the finite part is
-    taken from a flat copy with NaN/Inf zeroed (`check_on_host=False` takes
-    it on a CPU too). `table` turns the moved figures into the
-    [L, n_scopes, 5] table on the host."""
+    taken from a flat copy with NaN/Inf zeroed. `table` turns the moved
+    figures into the [L, n_scopes, 5] table on the host."""
 
-    def __init__(
-        self,
-        grads: Sequence[torch.Tensor | None],
-        n_losses: int,
-        check_on_host: bool | None = None,
-    ):
+    def __init__(self, grads: Sequence[torch.Tensor | None], n_losses: int):
         self.present = [v for v, g in enumerate(grads) if g is not None]
         self.sizes = [grads[v][0].numel() for v in self.present]
         self.device_figures: torch.Tensor | None = None
@@ -201,9 +195,7 @@ class GradColumns:
         self._pieces = Pieces(rows)
         views = self._pieces.views
         norms = piece_norms(views)
-        if check_on_host is None:
-            check_on_host = reads_cheaply(views[0].device)
-        if check_on_host and bool(norms.isfinite().all()):
+        if reads_cheaply(views[0].device) and bool(norms.isfinite().all()):
             magnitude = private.foreach_abs(views)
             maxima = torch.stack(private.foreach_max(magnitude)).double()
             private.foreach_sign_(magnitude)
@@ -223,7 +215,7 @@ class GradColumns:
         sizes = [r.numel() for r in rows]
         finite = Pieces(torch.split(parts[0], sizes)).views
         ones = Pieces(torch.split(parts[1:].flatten(), sizes + sizes)).views
-        maxima = torch.stack([m.double() for m in private.foreach_max(finite)])
+        maxima = torch.stack(private.foreach_max(finite)).double()
         self.device_figures = torch.cat([norms, maxima, piece_norms(ones)])
 
     def table(

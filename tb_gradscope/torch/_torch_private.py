@@ -54,8 +54,10 @@ def foreach_norm(
     (`torch._foreach_norm`, what `clip_grad_norm_` uses): 0 counts non-zero
     elements, inf is the max |x|. `torch.linalg.vector_norm` takes one tensor
     a call; no public API reduces a list of tensors at once. `dtype`: the
-    accumulation's and the result's (float64 counts 0/1 elements exactly)."""
-    return tuple(torch._foreach_norm(list(tensors), ord, dtype=dtype))
+    accumulation's and the result's (float32 for half types). An empty list
+    gives an empty tuple (`_foreach_norm` raises on one)."""
+    tensors = list(tensors)
+    return tuple(torch._foreach_norm(tensors, ord, dtype=dtype)) if tensors else ()
 
 
 def foreach_max(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -29,6 +29,7 @@ from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 
 from tb_gradscope.torch import _lightning as lightning_hooks  # noqa: E402
 from tb_gradscope.torch.lightning import GradscopeCallback  # noqa: E402
+from tests.support.lightning_trainer import quiet_trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -76,24 +77,10 @@ def _data() -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y_a, y_b), batch_size=8)
 
 
-def _trainer(logger, callbacks=()) -> L.Trainer:
-    return L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        devices=1,
-        logger=logger,
-        callbacks=list(callbacks),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        log_every_n_steps=1,
-    )
-
-
 def _fit(logger, callbacks=(), **model_kw) -> MultiHead:
     torch.manual_seed(0)
     model = MultiHead(**model_kw)
-    _trainer(logger, callbacks).fit(model, _data())
+    quiet_trainer(logger, callbacks).fit(model, _data())
     return model
 
 
@@ -175,7 +162,7 @@ def test_an_error_in_training_closes_the_run_and_restores_the_module(tmp_path, f
         pytest.raises(RuntimeError, match="injected"),
     ):
         warnings.simplefilter("always")
-        _trainer(False, [callback]).fit(model, _data())
+        quiet_trainer(False, [callback]).fit(model, _data())
     assert not [w for w in seen if issubclass(w.category, GradscopeWarning)]  # training's error
     assert callback.recorder is None and "training_step" not in vars(model)
     assert not any(p._backward_hooks for p in model.parameters())  # the backward's hooks gone
@@ -225,7 +212,7 @@ class Weighted(L.LightningModule):
 def _first_row(tmp_path, name, **kw):
     torch.manual_seed(0)
     callback = GradscopeCallback(tmp_path / name, every_n_steps=1)
-    _trainer(False, [callback]).fit(Weighted(**kw), _data())
+    quiet_trainer(False, [callback]).fit(Weighted(**kw), _data())
     (run,) = load_logdir(str(tmp_path / name))
     (table,) = run.grads[0].values()
     return table.values
@@ -297,7 +284,7 @@ class EpochEndFit(L.LightningModule):
 
 def test_a_backward_outside_every_batch_is_a_step_of_its_own_named_by_its_call_site(tmp_path):
     torch.manual_seed(0)
-    trainer = _trainer(False, [GradscopeCallback(tmp_path, every_n_steps=2)])
+    trainer = quiet_trainer(False, [GradscopeCallback(tmp_path, every_n_steps=2)])
     trainer.fit(EpochEndFit(), _data())  # batches: steps 0..5; the epoch's end: step 6
     (run,) = load_logdir(str(tmp_path))
     assert {s: set(t) for s, t in run.grads.items()} == {

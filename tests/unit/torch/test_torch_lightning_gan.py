@@ -27,6 +27,7 @@ import lightning.pytorch as L  # noqa: E402
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 
 from tb_gradscope.torch.lightning import GradscopeCallback  # noqa: E402
+from tests.support.lightning_trainer import quiet_trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -86,17 +87,7 @@ def _fit(logger, callbacks=(), leaky: bool = False) -> GAN:
     model = GAN(leaky)
     real = torch.randn(BATCHES * 8, 8, generator=torch.Generator().manual_seed(1)) + 2.0
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(real), batch_size=8)
-    L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        devices=1,
-        logger=logger,
-        callbacks=list(callbacks),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        log_every_n_steps=1,
-    ).fit(model, data)
+    quiet_trainer(logger, callbacks).fit(model, data)
     return model
 
 

@@ -35,6 +35,7 @@ def test_foreach_norm():
     assert [float(n) for n in private.foreach_norm(xs, 0)] == [2.0, 1.0]  # non-zero elements
     assert [float(n) for n in private.foreach_norm(xs, float("inf"))] == [4.0, 2.0]
     assert [float(n) for n in private.foreach_norm(xs, 1)] == [7.0, 2.0]
+    assert private.foreach_norm([], 2) == ()  # torch's raises on an empty list
 
 
 def test_foreach_max():

@@ -23,10 +23,10 @@ def expected(grad: np.ndarray) -> list[float]:
     return [1.0, l2, peak, float((~finite).sum()), zero_frac]
 
 
-def tables(grads: list[torch.Tensor], check_on_host: bool | None = None) -> np.ndarray:
+def tables(grads: list[torch.Tensor]) -> np.ndarray:
     """GRAD_STATS of one loss reaching every parameter, one scope per parameter."""
     layout = build_layout([f"p{v}/w" for v in range(len(grads))])
-    columns = stats.GradColumns([g.unsqueeze(0) for g in grads], 1, check_on_host)
+    columns = stats.GradColumns([g.unsqueeze(0) for g in grads], 1)
     (figures,) = stats.pack([columns.device_figures])
     reached = np.ones((1, len(grads)), bool)
     table = columns.table(figures, reached, stats.HostRollUp(layout))
@@ -49,10 +49,11 @@ def _grads(nonfinite: bool) -> list[torch.Tensor]:
 @pytest.mark.parametrize("check_on_host", [True, False], ids=["host_checked", "device_only"])
 @pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "nan_inf"])
 def test_grad_stats_columns_equal_numpy_with_zeros_an_empty_parameter_and_nan_inf(
-    check_on_host, nonfinite
+    check_on_host, nonfinite, monkeypatch
 ):
+    monkeypatch.setattr(stats, "reads_cheaply", lambda device: check_on_host)
     grads = _grads(nonfinite)
-    got = tables(grads, check_on_host)
+    got = tables(grads)
     for v, grad in enumerate(grads):
         np.testing.assert_allclose(got[v], expected(grad.numpy()), rtol=1e-6, equal_nan=True)
 
@@ -89,3 +90,24 @@ def test_host_roll_ups_keep_a_parameters_nan_in_its_own_scopes():
     maxima = rollup.max(np.array([1.0, 7.0, 2.0]))
     for s, members in enumerate(layout.members):
         assert maxima[s] == max([1.0, 7.0, 2.0][v] for v in members)
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [(torch.bfloat16,), (torch.float32, torch.float64), (torch.float16, torch.float32)],
+    ids=["bfloat16", "float32_float64", "float16_float32"],
+)
+def test_grad_stats_and_square_sums_take_half_and_mixed_dtypes(dtypes):
+    # One grouped norm per accumulation dtype: a list with no tensor of one of
+    # them must not reach `_foreach_norm` (it raises on an empty list).
+    g = torch.Generator().manual_seed(2)
+    grads = [torch.randn(4, 3, generator=g).to(dtypes[v % len(dtypes)]) for v in range(4)]
+    got = tables(grads)
+    for v, grad in enumerate(grads):
+        want = expected(grad.double().numpy())
+        np.testing.assert_allclose(got[v], want, rtol=1e-2 if grad.dtype.itemsize == 2 else 1e-6)
+    squares = stats.SquareSums()
+    squares.add(grads)
+    (norms,) = stats.pack([squares.reduce()])
+    want = [float(grad.double().square().sum()) for grad in grads]
+    np.testing.assert_allclose(squares.fold(norms), want, rtol=1e-6)
